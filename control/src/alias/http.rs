@@ -1,0 +1,106 @@
+//! `POST /v1/alias/encode` and `POST /v1/alias/decode`.
+//!
+//! Bodies are the types of [`keyhole_core::alias::wire`]; every error is a JSON
+//! [`ErrorBody`] with a code: `bad_request` (400), `unknown_kind` (422),
+//! `conflict` (409), `store_unavailable` (503). Logs carry the session, counts
+//! and timings, never an id.
+
+use super::{AliasStore, StoreError};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use keyhole_core::alias::wire::{ErrorBody, ErrorCode};
+use keyhole_core::alias::{DecodeRequest, DecodeResponse, EncodeRequest, EncodeResponse, SessionError};
+use serde::de::DeserializeOwned;
+use std::sync::Arc;
+
+/// Most ids or aliases in one request.
+pub const MAX_BATCH: usize = 20_000;
+
+/// What the alias routes share.
+#[derive(Clone)]
+pub struct AliasState {
+    /// The session store (embedded or Redis).
+    pub store: Arc<dyn AliasStore>,
+}
+
+/// The alias routes, ready to `merge` into control's router (their state is
+/// already applied, so they fit a router of any state type).
+pub fn routes<S: Clone + Send + Sync + 'static>(state: AliasState) -> Router<S> {
+    Router::new().route("/v1/alias/encode", post(encode)).route("/v1/alias/decode", post(decode)).with_state(state)
+}
+
+/// An alias API error, rendered as an [`ErrorBody`].
+#[derive(Debug, thiserror::Error)]
+pub enum AliasApiError {
+    /// The body is not a valid request.
+    #[error("invalid request body: {0}")]
+    BadRequest(String),
+    /// The store refused or failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl IntoResponse for AliasApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = match &self {
+            AliasApiError::BadRequest(_) | AliasApiError::Store(StoreError::BadSession) => (StatusCode::BAD_REQUEST, ErrorCode::BadRequest),
+            AliasApiError::Store(StoreError::Session(e)) => match e {
+                SessionError::Conflict { .. } | SessionError::FormConflict { .. } => (StatusCode::CONFLICT, ErrorCode::Conflict),
+                SessionError::UnknownKind { .. } => (StatusCode::UNPROCESSABLE_ENTITY, ErrorCode::UnknownKind),
+                _ => (StatusCode::BAD_REQUEST, ErrorCode::BadRequest),
+            },
+            AliasApiError::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::StoreUnavailable),
+        };
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            tracing::warn!(cause = %self, "alias store failed");
+        }
+        // Store errors never carry raw ids (session errors name aliases and
+        // indexes only), so the message is safe to return.
+        (status, Json(ErrorBody::new(code, self.to_string(), None))).into_response()
+    }
+}
+
+fn parse<T: DeserializeOwned>(body: &Bytes) -> Result<T, AliasApiError> {
+    // serde's message names the field and position; it may quote a value, but
+    // the caller is the filter, which sent that value.
+    serde_json::from_slice(body).map_err(|e| AliasApiError::BadRequest(e.to_string()))
+}
+
+async fn encode(State(state): State<AliasState>, body: Bytes) -> Result<Json<EncodeResponse>, AliasApiError> {
+    let started = std::time::Instant::now();
+    let req: EncodeRequest = parse(&body)?;
+    if req.ids.len() > MAX_BATCH {
+        return Err(AliasApiError::BadRequest(format!("ids: at most {MAX_BATCH} per request, got {}", req.ids.len())));
+    }
+    let aliases = state.store.encode(&req.session, &req.ids).await?;
+    tracing::debug!(
+        session = %req.session,
+        ids = req.ids.len(),
+        store = state.store.backend(),
+        micros = started.elapsed().as_micros() as u64,
+        "encoded"
+    );
+    Ok(Json(EncodeResponse { aliases }))
+}
+
+async fn decode(State(state): State<AliasState>, body: Bytes) -> Result<Json<DecodeResponse>, AliasApiError> {
+    let started = std::time::Instant::now();
+    let req: DecodeRequest = parse(&body)?;
+    if req.aliases.len() > MAX_BATCH {
+        return Err(AliasApiError::BadRequest(format!("aliases: at most {MAX_BATCH} per request, got {}", req.aliases.len())));
+    }
+    let ids = state.store.decode(&req.session, &req.aliases).await?;
+    tracing::debug!(
+        session = %req.session,
+        aliases = req.aliases.len(),
+        unknown = ids.iter().filter(|d| d.is_none()).count(),
+        store = state.store.backend(),
+        micros = started.elapsed().as_micros() as u64,
+        "decoded"
+    );
+    Ok(Json(DecodeResponse { ids }))
+}

@@ -1,0 +1,168 @@
+//! Per-session alias state: the stores behind `/v1/alias/encode` and
+//! `/v1/alias/decode`.
+//!
+//! The alias logic itself is [`keyhole_core::alias::SessionMap`]; a store keeps
+//! one map per session in memory and makes every change durable *before* the
+//! aliases are answered, as one batch per request:
+//! - [`RedbStore`]: an embedded redb file in a data directory (the default; one
+//!   control process owns it);
+//! - [`RedisStore`]: a shared Redis, for several control replicas. Writes are a
+//!   compare-and-set of the session's version in one Lua script, so two
+//!   replicas encoding the same entities converge on one alias per entity.
+//!
+//! Sessions idle for longer than the configured TTL expire: Redis expires the
+//! keys itself; the embedded store drops a session on its next access and in
+//! [`AliasStore::sweep`].
+//!
+//! # Layout
+//! - [`embedded`]: the redb store.
+//! - [`shared`]: the Redis store.
+//! - [`http`]: the routes and their JSON errors.
+
+pub mod embedded;
+pub mod http;
+pub mod shared;
+
+pub use embedded::RedbStore;
+pub use http::{routes, AliasState};
+pub use shared::RedisStore;
+
+use keyhole_core::alias::{DecodedIds, IdInput, SessionError, SessionMap, Taxonomy};
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A boxed future of a store operation (the trait is used as `dyn AliasStore`).
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// Milliseconds since the Unix epoch; injected so tests can move time.
+pub type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// The system clock.
+pub fn system_clock() -> Clock {
+    Arc::new(|| SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64))
+}
+
+/// Longest session name accepted.
+pub const MAX_SESSION_LEN: usize = 256;
+
+/// Where a session's aliases live.
+pub trait AliasStore: Send + Sync {
+    /// Aliases for `ids` (one per id, in order). New aliases are durable before
+    /// this returns. Fails on a conflict (nothing is minted) or a store error.
+    fn encode<'a>(&'a self, session: &'a str, ids: &'a [IdInput]) -> StoreFuture<'a, Vec<String>>;
+
+    /// The ids behind `aliases`, `None` for an alias this session did not issue
+    /// (near-miss repair included, see `SessionMap::decode`).
+    fn decode<'a>(&'a self, session: &'a str, aliases: &'a [String]) -> StoreFuture<'a, Vec<Option<DecodedIds>>>;
+
+    /// Drops sessions idle for longer than the TTL; returns how many.
+    fn sweep(&self) -> StoreFuture<'_, usize>;
+
+    /// The backend's name, for logs and metrics.
+    fn backend(&self) -> &'static str;
+}
+
+/// A store failure.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The batch was refused (conflict, unknown kind, bad value); nothing changed.
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    /// The session name is empty or too long.
+    #[error("session name must be 1 to {MAX_SESSION_LEN} bytes")]
+    BadSession,
+    /// The backend failed; nothing was answered from unpersisted state.
+    #[error("alias store {backend}: {source}")]
+    Backend {
+        /// `redb` or `redis`.
+        backend: &'static str,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Other writers kept changing the session while this one planned.
+    #[error("alias store {backend}: session kept changing under {tries} attempts")]
+    Contended {
+        /// The backend.
+        backend: &'static str,
+        /// Attempts made.
+        tries: u32,
+    },
+}
+
+impl StoreError {
+    pub(crate) fn backend(backend: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        StoreError::Backend { backend, source: Box::new(e) }
+    }
+}
+
+/// Settings shared by the stores.
+#[derive(Clone)]
+pub struct StoreConfig {
+    /// The taxonomy aliases are minted with (the filter's).
+    pub taxonomy: Arc<Taxonomy>,
+    /// Idle time after which a session expires.
+    pub ttl: Duration,
+    /// The clock (milliseconds since the epoch).
+    pub clock: Clock,
+}
+
+impl StoreConfig {
+    /// A config with the system clock.
+    pub fn new(taxonomy: Arc<Taxonomy>, ttl: Duration) -> Self {
+        StoreConfig { taxonomy, ttl, clock: system_clock() }
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX).max(1)
+    }
+}
+
+fn check_session(session: &str) -> Result<(), StoreError> {
+    if session.is_empty() || session.len() > MAX_SESSION_LEN {
+        return Err(StoreError::BadSession);
+    }
+    Ok(())
+}
+
+/// Decodes a batch against a loaded map.
+fn decode_all(tax: &Taxonomy, map: &SessionMap, aliases: &[String]) -> Vec<Option<DecodedIds>> {
+    aliases
+        .iter()
+        .map(|a| {
+            map.decode(tax, a).map(|d| DecodedIds { alias: d.record.alias.clone(), kind: d.record.kind.clone(), ids: d.record.ids.clone() })
+        })
+        .collect()
+}
+
+/// In-memory session slots, each behind its own async lock so that one
+/// session's requests are serialised while other sessions proceed.
+struct Sessions<T> {
+    slots: Mutex<HashMap<String, Arc<tokio::sync::Mutex<T>>>>,
+}
+
+impl<T: Default> Sessions<T> {
+    fn new() -> Self {
+        Sessions { slots: Mutex::new(HashMap::new()) }
+    }
+
+    fn get(&self, session: &str) -> Arc<tokio::sync::Mutex<T>> {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots.entry(session.to_owned()).or_default().clone()
+    }
+
+    fn remove(&self, session: &str) {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner()).remove(session);
+    }
+
+    fn snapshot(&self) -> Vec<(String, Arc<tokio::sync::Mutex<T>>)> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

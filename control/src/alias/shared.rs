@@ -1,0 +1,176 @@
+//! The shared alias store: Redis, for several control replicas.
+//!
+//! A session is two keys: `<prefix>:<session>:e`, a hash of alias → entity
+//! record (JSON), and `<prefix>:<session>:v`, a random version token replaced
+//! on every write. Each replica plans a batch against its cached copy of the
+//! session and commits it with one Lua script that writes the records only if
+//! the version is still the one it planned against (compare-and-set); if
+//! another replica wrote in between, it reloads and plans again. So no entity
+//! gets two aliases and no alias two entities, whichever replica answers.
+//! Every access re-arms the keys' expiry: idle sessions vanish after the TTL.
+
+use super::{check_session, decode_all, AliasStore, Sessions, StoreConfig, StoreError, StoreFuture};
+use keyhole_core::alias::{DecodedIds, EntityRecord, IdInput, SessionMap};
+use redis::aio::MultiplexedConnection;
+use redis::Script;
+use std::collections::HashMap;
+
+const BACKEND: &str = "redis";
+/// Attempts before a write gives up under contention.
+const MAX_TRIES: u32 = 32;
+
+/// KEYS: version, entities. ARGV: expected version ("" = none), new version,
+/// TTL in ms, then alias/record pairs. Returns 1 when written, 0 when the
+/// version moved.
+const CAS: &str = r"
+local cur = redis.call('GET', KEYS[1])
+if cur == false then cur = '' end
+if cur ~= ARGV[1] then return 0 end
+for i = 4, #ARGV, 2 do
+  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return 1
+";
+
+fn redis_err(e: redis::RedisError) -> StoreError {
+    StoreError::backend(BACKEND, e)
+}
+
+/// One session as this replica last saw it.
+#[derive(Default)]
+struct Slot {
+    /// Version the map was loaded at ("" = no session); `None` = not loaded.
+    version: Option<String>,
+    map: SessionMap,
+}
+
+/// The Redis store.
+pub struct RedisStore {
+    con: MultiplexedConnection,
+    prefix: String,
+    config: StoreConfig,
+    sessions: Sessions<Slot>,
+    script: Script,
+}
+
+impl RedisStore {
+    /// Connects to `url` (`redis://host:port/db`); keys start with `prefix`.
+    ///
+    /// Fails when Redis cannot be reached.
+    pub async fn connect(url: &str, prefix: &str, config: StoreConfig) -> Result<Self, StoreError> {
+        let client = redis::Client::open(url).map_err(redis_err)?;
+        let con = client.get_multiplexed_async_connection().await.map_err(redis_err)?;
+        Ok(RedisStore { con, prefix: prefix.to_owned(), config, sessions: Sessions::new(), script: Script::new(CAS) })
+    }
+
+    fn keys(&self, session: &str) -> (String, String) {
+        (format!("{}:{session}:v", self.prefix), format!("{}:{session}:e", self.prefix))
+    }
+
+    /// Re-arms the expiry and brings `slot` up to the stored version.
+    async fn refresh(&self, session: &str, slot: &mut Slot) -> Result<(), StoreError> {
+        let (vk, ek) = self.keys(session);
+        let ttl = self.config.ttl_ms();
+        let mut con = self.con.clone();
+        let (version,): (Option<String>,) = redis::pipe()
+            .get(&vk)
+            .pexpire(&vk, ttl as i64)
+            .ignore()
+            .pexpire(&ek, ttl as i64)
+            .ignore()
+            .query_async(&mut con)
+            .await
+            .map_err(redis_err)?;
+        if slot.version.as_deref() == Some(version.as_deref().unwrap_or("")) {
+            return Ok(());
+        }
+        self.reload(session, slot).await
+    }
+
+    /// Loads the session's version and records atomically.
+    async fn reload(&self, session: &str, slot: &mut Slot) -> Result<(), StoreError> {
+        let (vk, ek) = self.keys(session);
+        let mut con = self.con.clone();
+        let (version, rows): (Option<String>, HashMap<String, String>) =
+            redis::pipe().atomic().get(&vk).hgetall(&ek).query_async(&mut con).await.map_err(redis_err)?;
+        let records = rows
+            .values()
+            .map(|v| serde_json::from_str::<EntityRecord>(v))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| StoreError::backend(BACKEND, e))?;
+        slot.map = SessionMap::from_records(&self.config.taxonomy, records)?;
+        slot.version = Some(version.unwrap_or_default());
+        Ok(())
+    }
+}
+
+impl AliasStore for RedisStore {
+    fn encode<'a>(&'a self, session: &'a str, ids: &'a [IdInput]) -> StoreFuture<'a, Vec<String>> {
+        Box::pin(async move {
+            check_session(session)?;
+            let slot = self.sessions.get(session);
+            let mut slot = slot.lock().await;
+            let (vk, ek) = self.keys(session);
+            self.refresh(session, &mut slot).await?;
+            for _ in 0..MAX_TRIES {
+                let planned = slot.map.plan(&self.config.taxonomy, ids)?;
+                if planned.changes.is_empty() {
+                    return Ok(planned.aliases);
+                }
+                let expected = slot.version.clone().unwrap_or_default();
+                let next = uuid::Uuid::new_v4().to_string();
+                let mut call = self.script.key(&vk);
+                call.key(&ek).arg(&expected).arg(&next).arg(self.config.ttl_ms());
+                for r in &planned.changes {
+                    call.arg(&r.alias).arg(serde_json::to_string(r).map_err(|e| StoreError::backend(BACKEND, e))?);
+                }
+                let mut con = self.con.clone();
+                let written: i64 = call.invoke_async(&mut con).await.map_err(redis_err)?;
+                if written == 1 {
+                    slot.map.apply(&planned.changes)?;
+                    slot.version = Some(next);
+                    return Ok(planned.aliases);
+                }
+                // Another replica wrote first: plan again on its state.
+                self.reload(session, &mut slot).await?;
+            }
+            Err(StoreError::Contended { backend: BACKEND, tries: MAX_TRIES })
+        })
+    }
+
+    fn decode<'a>(&'a self, session: &'a str, aliases: &'a [String]) -> StoreFuture<'a, Vec<Option<DecodedIds>>> {
+        Box::pin(async move {
+            check_session(session)?;
+            let slot = self.sessions.get(session);
+            let mut slot = slot.lock().await;
+            self.refresh(session, &mut slot).await?;
+            Ok(decode_all(&self.config.taxonomy, &slot.map, aliases))
+        })
+    }
+
+    fn sweep(&self) -> StoreFuture<'_, usize> {
+        Box::pin(async move {
+            // Redis expires the keys; forget cached copies of sessions that are
+            // gone so memory follows.
+            let mut dropped = 0;
+            for (s, slot) in self.sessions.snapshot() {
+                let Ok(slot) = slot.try_lock() else { continue };
+                let (vk, _) = self.keys(&s);
+                let mut con = self.con.clone();
+                let exists: bool = redis::cmd("EXISTS").arg(&vk).query_async(&mut con).await.map_err(redis_err)?;
+                if !exists {
+                    drop(slot);
+                    self.sessions.remove(&s);
+                    dropped += 1;
+                }
+            }
+            Ok(dropped)
+        })
+    }
+
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+}

@@ -1,0 +1,17 @@
+//! keyhole control: the decisions that need I/O.
+//!
+//! The filter asks control, over a Unix socket, which tools a turn may see.
+//! Control owns the embedder client, the vector index and per-session state.
+//!
+//! # Layout
+//! - [`alias`]: per-session alias stores (redb, Redis) and the `/v1/alias/*` routes.
+//! - [`embed`]: OpenAI-compatible `/v1/embeddings` client with an on-disk cache.
+//! - [`resolve`]: answers `/v1/resolve` from embeddings and per-session memory.
+//! - [`server`]: the HTTP API (router, errors, serving with graceful shutdown).
+#![forbid(unsafe_code)]
+#![deny(rust_2018_idioms)]
+
+pub mod alias;
+pub mod embed;
+pub mod resolve;
+pub mod server;

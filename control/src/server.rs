@@ -1,0 +1,127 @@
+//! control's HTTP API, served on a Unix socket (or loopback TCP).
+//!
+//! [`router`] builds the routes over shared state so tests can drive it without
+//! a socket; [`serve_unix`] binds, restricts the socket's mode, serves until the
+//! shutdown future resolves, drains, and removes the socket file.
+
+use crate::alias::{AliasState, AliasStore};
+use crate::resolve::{ResolveError, Resolver};
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use keyhole_core::wire::{ResolveRequest, ResolveResponse};
+use std::future::Future;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    /// Answers `/v1/resolve`.
+    pub resolver: Arc<Resolver>,
+    /// Per-session alias state (`/v1/alias/*`).
+    pub aliases: Arc<dyn AliasStore>,
+}
+
+/// An error a handler returns; rendered as `{"error":{"type","message"}}`.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// Retrieval is down and nothing bounded can be answered.
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, kind) = match &self {
+            ApiError::Resolve(ResolveError::Unavailable(_)) => (StatusCode::SERVICE_UNAVAILABLE, "retrieval_unavailable"),
+        };
+        let body = serde_json::json!({"error": {"type": kind, "message": self.to_string()}});
+        (status, Json(body)).into_response()
+    }
+}
+
+/// The routes over `state`.
+pub fn router(state: AppState) -> Router {
+    let aliases = crate::alias::routes(AliasState { store: state.aliases.clone() });
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/v1/resolve", post(resolve))
+        .merge(aliases)
+        .with_state(state)
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn resolve(State(state): State<AppState>, Json(req): Json<ResolveRequest>) -> Result<Json<ResolveResponse>, ApiError> {
+    let started = std::time::Instant::now();
+    let answer = state.resolver.resolve(&req).await?;
+    tracing::debug!(
+        session = req.session.as_deref().unwrap_or("-"),
+        phase = %req.phase,
+        tools_in = req.tools.len(),
+        tools_out = answer.tools.len(),
+        source = answer.source.as_str(),
+        micros = started.elapsed().as_micros() as u64,
+        "resolved"
+    );
+    Ok(Json(answer))
+}
+
+/// Errors binding the socket.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The socket could not be bound or prepared.
+    #[error("socket {path}: {source}")]
+    Socket {
+        /// The socket path.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Serves `app` on a Unix socket at `path` (mode 0660) until `shutdown`
+/// resolves, then drains in-flight requests and removes the socket file.
+/// A stale socket file from a crashed run is replaced.
+pub async fn serve_unix(path: &Path, app: Router, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServeError> {
+    let io = |source| ServeError::Socket { path: path.to_owned(), source };
+    if path.exists() {
+        std::fs::remove_file(path).map_err(io)?;
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
+    let listener = tokio::net::UnixListener::bind(path).map_err(io)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(io)?;
+    tracing::info!(socket = %path.display(), "control listening");
+    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+    let _ = std::fs::remove_file(path);
+    served.map_err(io)
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down");
+}

@@ -1,0 +1,56 @@
+//! Id aliasing: the model never sees a raw record id.
+//!
+//! HMS responses carry raw ids (UUIDs, FHIR ids and references, slugs); the
+//! filter replaces each with a per-session alias `<prefix>-NNN` and decodes
+//! aliases in requests back to the id form the target expects. Everything here
+//! is pure: control owns the per-session state and its persistence, the filter
+//! owns the I/O.
+//!
+//! # Layout
+//! - [`taxonomy`]: kinds, prefixes and the scanning rules, from configuration.
+//! - [`grammar`]: the alias grammar `<prefix>-NNN`, sentinels, near-miss repair.
+//! - [`shape`]: id forms (uuid / FHIR id / slug) and ids inside free text.
+//! - [`response`]: find every raw id in a response body and rewrite them,
+//!   verifying that none remains (fail closed).
+//! - [`request`]: find aliases in a request's path, query and body, and
+//!   rewrite them to real ids.
+//! - [`session`]: one session's alias map as a pure state machine.
+//! - [`wire`]: the JSON of control's alias API.
+//!
+//! # Flow of a response
+//! ```
+//! use keyhole_core::alias::{BodyKind, ResponseScan, SessionMap, Taxonomy};
+//!
+//! let tax = Taxonomy::default();
+//! let body = br#"{"data":{"id":"039b70b8-92f7-44b7-9c91-4e3f0e900c71","fhirId":"pat-000123"}}"#;
+//! let mut scan = ResponseScan::new(&tax);
+//! let part = scan.add(body, BodyKind::Json, tax.kind_for_path("/api/v2/patients/x")).unwrap();
+//! // In keyhole, control answers this (`POST /v1/alias/encode`).
+//! let mut session = SessionMap::new();
+//! let aliases = session.encode(&tax, scan.ids()).unwrap().aliases;
+//! let out = scan.rewrite(part, body, &aliases).unwrap();
+//! assert_eq!(out, br#"{"data":{"id":"patient-001","fhirId":"patient-001"}}"#);
+//! ```
+
+pub mod grammar;
+mod json;
+pub mod request;
+pub mod response;
+pub mod session;
+pub mod shape;
+pub mod taxonomy;
+pub mod wire;
+
+pub use grammar::AliasParts;
+pub use json::JsonError;
+pub use request::{RequestError, RequestScan};
+pub use response::{BodyKind, PartId, ResponseScan, RewriteError};
+pub use session::{Decoded, Encoded, EntityRecord, SessionError, SessionMap};
+pub use shape::{classify, Form};
+pub use taxonomy::{Kind, KindConfig, KindId, Taxonomy, TaxonomyConfig, TaxonomyError};
+pub use wire::{
+    DecodeRequest, DecodeResponse, DecodedIds, EncodeRequest, EncodeResponse, IdInput, RealIds,
+};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,428 @@
+//! Finding aliases in HMS requests and replacing them with real ids.
+//!
+//! [`RequestScan::new`] finds every alias token (and every repairable drift of
+//! one, `task-group-001`) in the path, the query string and the strings (and
+//! keys) of a JSON body, or anywhere in a text body. [`RequestScan::aliases`]
+//! is the decode batch for control; [`RequestScan::rewrite`] puts the decoded
+//! ids in, each in the form its place expects:
+//! - a FHIR-id or reference key (`fhirId`, `reference`), or a FHIR path or
+//!   reference (`Patient/<alias>`): the FHIR id;
+//! - a slug key (`slug`, `clinicSlug`): the slug;
+//! - anywhere else: the kind's preferred form, by default the UUID when known.
+//!
+//! An alias that decoded to nothing, and any sentinel, fails the whole request
+//! with an error naming the alias: nothing is sent upstream.
+
+use super::json::{text_of, Event, JsonError, Lexer, Lit};
+use super::response::{splice, BodyKind};
+use super::shape::{self, Form};
+use super::taxonomy::Taxonomy;
+use super::wire::DecodedIds;
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+/// Why a request cannot be forwarded. The filter answers each with a 4xx JSON
+/// error (naming the alias) and sends nothing to HMS.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RequestError {
+    /// An alias was not issued in this session (foreign, invented, or a
+    /// near-miss with no issued original).
+    #[error("alias {alias:?} was not issued in this session")]
+    UnknownAlias {
+        /// The alias as written.
+        alias: String,
+    },
+    /// A sentinel, handed out past the session's alias limit, never decodes.
+    #[error("alias {alias:?} stands for an id past this session's alias limit and cannot be used")]
+    Sentinel {
+        /// The sentinel as written.
+        alias: String,
+    },
+    /// A JSON body is not JSON.
+    #[error("request body is not valid JSON: {0}")]
+    Json(#[from] JsonError),
+    /// The decoded list does not match the scan's aliases.
+    #[error("got {got} decoded ids for {want} aliases")]
+    DecodedCount {
+        /// Entries passed.
+        got: usize,
+        /// Aliases of the scan.
+        want: usize,
+    },
+    /// The body passed to rewrite is not the body scanned.
+    #[error("request body was scanned with {scanned} bytes, rewrite got {got}")]
+    WrongBody {
+        /// Bytes scanned.
+        scanned: usize,
+        /// Bytes passed.
+        got: usize,
+    },
+}
+
+/// One alias occurrence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Hit {
+    /// Range in the path, in the body, or in an escaped literal's text.
+    range: Range<usize>,
+    alias: usize,
+    want: Option<Form>,
+}
+
+/// A body literal with an escape, kept decoded.
+#[derive(Debug, Clone)]
+struct EscLit {
+    span: Range<usize>,
+    text: String,
+    hits: Vec<Hit>,
+}
+
+/// The aliases of one request.
+#[derive(Debug, Clone, Default)]
+pub struct RequestScan {
+    aliases: Vec<String>,
+    index: BTreeMap<String, usize>,
+    path_len: usize,
+    path: Vec<Hit>,
+    body_len: usize,
+    body: Vec<Hit>,
+    escaped: Vec<EscLit>,
+}
+
+impl RequestScan {
+    /// Scans a request: `path` is the `:path` header (query included), `body`
+    /// the buffered body if any.
+    ///
+    /// Fails with [`RequestError::Json`] when a JSON body is not JSON.
+    pub fn new(
+        tax: &Taxonomy,
+        path: &str,
+        body: Option<(&[u8], BodyKind)>,
+    ) -> Result<RequestScan, RequestError> {
+        let mut scan = RequestScan {
+            path_len: path.len(),
+            ..RequestScan::default()
+        };
+        let (path_part, query) = match path.find('?') {
+            Some(q) => (path.get(..q).unwrap_or(path), path.get(q..).unwrap_or("")),
+            None => (path, ""),
+        };
+        let mut hits = Vec::new();
+        scan.find(tax, path_part, None, &mut hits);
+        let offset = path_part.len();
+        for (param_start, param) in split_params(query) {
+            let (name, value_at) = match param.find('=') {
+                Some(eq) => (param.get(..eq).unwrap_or(""), eq + 1),
+                None => ("", 0),
+            };
+            let want = tax.form_wanted_by_key(name);
+            let mut found = Vec::new();
+            scan.find(tax, param.get(value_at..).unwrap_or(""), want, &mut found);
+            for mut h in found {
+                let base = offset + param_start + value_at;
+                h.range = base + h.range.start..base + h.range.end;
+                hits.push(h);
+            }
+        }
+        scan.path = hits;
+        if let Some((bytes, kind)) = body {
+            scan.body_len = bytes.len();
+            match kind {
+                BodyKind::Text => {
+                    let text = String::from_utf8_lossy(bytes);
+                    if let Cow::Borrowed(text) = text {
+                        let mut found = Vec::new();
+                        scan.find(tax, text, None, &mut found);
+                        scan.body = found;
+                    } else {
+                        // Not UTF-8: aliases are ASCII, so scan the valid prefix
+                        // would miss some; read it lossily instead, where every
+                        // replacement char stands for invalid bytes only.
+                        scan.scan_lossy(tax, bytes);
+                    }
+                }
+                BodyKind::Json => scan.scan_json(tax, bytes)?,
+            }
+        }
+        Ok(scan)
+    }
+
+    /// Distinct aliases found, in order of first appearance: the decode batch.
+    pub fn aliases(&self) -> &[String] {
+        &self.aliases
+    }
+
+    /// The first sentinel found, if any: the request can be refused without
+    /// asking control.
+    pub fn sentinel(&self, tax: &Taxonomy) -> Option<&str> {
+        self.aliases
+            .iter()
+            .map(String::as_str)
+            .find(|a| tax.parse_alias(a).is_some_and(|p| p.is_sentinel()))
+    }
+
+    /// Replaces every alias with its decoded id. `decoded` is parallel to
+    /// [`Self::aliases`] (control's decode answer). Returns the new path and the
+    /// new body (`None` when there was none).
+    ///
+    /// Fails with [`RequestError::UnknownAlias`] for the first alias that
+    /// decoded to nothing and [`RequestError::Sentinel`] for a sentinel.
+    pub fn rewrite(
+        &self,
+        tax: &Taxonomy,
+        path: &str,
+        body: Option<&[u8]>,
+        decoded: &[Option<DecodedIds>],
+    ) -> Result<(String, Option<Vec<u8>>), RequestError> {
+        if decoded.len() != self.aliases.len() {
+            return Err(RequestError::DecodedCount {
+                got: decoded.len(),
+                want: self.aliases.len(),
+            });
+        }
+        if let Some(alias) = self.sentinel(tax) {
+            return Err(RequestError::Sentinel {
+                alias: alias.to_owned(),
+            });
+        }
+        if let Some(i) = decoded.iter().position(Option::is_none) {
+            return Err(RequestError::UnknownAlias {
+                alias: self.aliases.get(i).cloned().unwrap_or_default(),
+            });
+        }
+        let got = body.map_or(0, <[u8]>::len);
+        if path.len() != self.path_len || got != self.body_len {
+            return Err(RequestError::WrongBody {
+                scanned: self.body_len,
+                got,
+            });
+        }
+        let value = |h: &Hit| -> Result<&str, RequestError> {
+            let unknown = || RequestError::UnknownAlias {
+                alias: self.aliases.get(h.alias).cloned().unwrap_or_default(),
+            };
+            let d = decoded
+                .get(h.alias)
+                .and_then(Option::as_ref)
+                .ok_or_else(unknown)?;
+            let preferred = tax
+                .kind_by_name(&d.kind)
+                .and_then(|k| tax.kind(k))
+                .and_then(|k| k.preferred_form);
+            d.ids
+                .pick(h.want.or(preferred).unwrap_or(Form::Uuid))
+                .ok_or_else(unknown)
+        };
+        let mut edits = Vec::with_capacity(self.path.len());
+        for h in &self.path {
+            edits.push((h.range.clone(), Cow::Owned(percent_encode(value(h)?))));
+        }
+        let new_path = String::from_utf8(splice(path.as_bytes(), edits)).unwrap_or_default();
+        let Some(body) = body else {
+            return Ok((new_path, None));
+        };
+        let mut edits: Vec<(Range<usize>, Cow<'_, str>)> = Vec::new();
+        for h in &self.body {
+            let v = value(h)?;
+            // Ids never need JSON escaping in practice; if one does, escape it.
+            let v = match serde_json::to_string(v) {
+                Ok(quoted) if quoted.len() != v.len() + 2 => Cow::Owned(
+                    quoted
+                        .get(1..quoted.len() - 1)
+                        .unwrap_or_default()
+                        .to_owned(),
+                ),
+                _ => Cow::Borrowed(v),
+            };
+            edits.push((h.range.clone(), v));
+        }
+        for e in &self.escaped {
+            let mut inner = Vec::with_capacity(e.hits.len());
+            for h in &e.hits {
+                inner.push((h.range.clone(), Cow::Borrowed(value(h)?)));
+            }
+            let text = String::from_utf8(splice(e.text.as_bytes(), inner)).unwrap_or_default();
+            let literal = serde_json::to_string(&text).unwrap_or_else(|_| "\"\"".to_owned());
+            edits.push((e.span.clone(), Cow::Owned(literal)));
+        }
+        Ok((new_path, Some(splice(body, edits))))
+    }
+
+    fn alias_index(&mut self, alias: &str) -> usize {
+        if let Some(i) = self.index.get(alias) {
+            return *i;
+        }
+        self.aliases.push(alias.to_owned());
+        self.index.insert(alias.to_owned(), self.aliases.len() - 1);
+        self.aliases.len() - 1
+    }
+
+    /// Finds alias tokens in `text`; `want` is the form the surrounding field
+    /// asks for.
+    fn find(&mut self, tax: &Taxonomy, text: &str, want: Option<Form>, out: &mut Vec<Hit>) {
+        let bytes = text.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            let b = bytes.get(i).copied().unwrap_or(0);
+            let start = b.is_ascii_lowercase()
+                && !i
+                    .checked_sub(1)
+                    .and_then(|p| bytes.get(p))
+                    .copied()
+                    .is_some_and(shape::is_token_byte);
+            if !start {
+                i += 1;
+                continue;
+            }
+            let len = bytes.get(i..).map_or(0, |t| {
+                t.iter()
+                    .take_while(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || **b == b'-')
+                    .count()
+            });
+            let end = i + len;
+            let glued = bytes.get(end).copied().is_some_and(shape::is_token_byte);
+            let token = text.get(i..end).unwrap_or("");
+            if !glued && tax.looks_like_alias(token) {
+                let fhir_path = before_is_resource_type(tax, bytes, i);
+                let alias = self.alias_index(token);
+                out.push(Hit {
+                    range: i..end,
+                    alias,
+                    want: if fhir_path { Some(Form::Fhir) } else { want },
+                });
+            }
+            i = end.max(i + 1);
+        }
+    }
+
+    fn scan_lossy(&mut self, tax: &Taxonomy, bytes: &[u8]) {
+        // Scan each valid UTF-8 run; aliases are ASCII and never span an
+        // invalid byte.
+        let mut at = 0;
+        for chunk in bytes.utf8_chunks() {
+            let valid = chunk.valid();
+            let mut found = Vec::new();
+            self.find(tax, valid, None, &mut found);
+            for mut h in found {
+                h.range = at + h.range.start..at + h.range.end;
+                self.body.push(h);
+            }
+            at += valid.len() + chunk.invalid().len();
+        }
+    }
+
+    fn scan_json(&mut self, tax: &Taxonomy, bytes: &[u8]) -> Result<(), RequestError> {
+        let src = std::str::from_utf8(bytes).map_err(|_| JsonError::NotUtf8)?;
+        let mut lx = Lexer::new(src);
+        // Key of the innermost object member (`None` inside arrays keeps the
+        // array's key).
+        let mut keys: Vec<Option<Cow<'_, str>>> = Vec::new();
+        let mut cur: Option<Cow<'_, str>> = None;
+        while let Some(ev) = lx.next_event()? {
+            match ev {
+                Event::StartObject | Event::StartArray => {
+                    keys.push(cur.take());
+                    if matches!(ev, Event::StartArray) {
+                        cur = keys.last().cloned().flatten();
+                    }
+                }
+                Event::EndObject | Event::EndArray => {
+                    keys.pop();
+                    cur = None;
+                    // Back inside an array, elements keep the array's key.
+                    if let Some(k) = keys.last() {
+                        cur = k.clone();
+                    }
+                }
+                Event::Key(lit) => {
+                    self.literal(tax, src, &lit, None)?;
+                    cur = Some(text_of(src, &lit)?);
+                }
+                Event::Str(lit) => {
+                    let want = cur.as_deref().and_then(|k| tax.form_wanted_by_key(k));
+                    self.literal(tax, src, &lit, want)?;
+                }
+                Event::Scalar => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn literal(
+        &mut self,
+        tax: &Taxonomy,
+        src: &str,
+        lit: &Lit,
+        want: Option<Form>,
+    ) -> Result<(), RequestError> {
+        let text = text_of(src, lit)?;
+        let mut found = Vec::new();
+        self.find(tax, &text, want, &mut found);
+        if found.is_empty() {
+            return Ok(());
+        }
+        if lit.escaped {
+            self.escaped.push(EscLit {
+                span: lit.span.clone(),
+                text: text.into_owned(),
+                hits: found,
+            });
+        } else {
+            let base = lit.inner().start;
+            self.body.extend(found.into_iter().map(|mut h| {
+                h.range = base + h.range.start..base + h.range.end;
+                h
+            }));
+        }
+        Ok(())
+    }
+}
+
+/// Whether `Type/` (a configured resource type) ends right before `at`.
+fn before_is_resource_type(tax: &Taxonomy, bytes: &[u8], at: usize) -> bool {
+    let Some(slash) = at.checked_sub(1) else {
+        return false;
+    };
+    if bytes.get(slash) != Some(&b'/') {
+        return false;
+    }
+    let head = bytes.get(..slash).unwrap_or_default();
+    let word_start = head
+        .iter()
+        .rposition(|b| !b.is_ascii_alphanumeric())
+        .map_or(0, |p| p + 1);
+    head.get(word_start..)
+        .and_then(|w| std::str::from_utf8(w).ok())
+        .is_some_and(|w| tax.resource_type_kinds(w).is_some())
+}
+
+/// `&`-separated parameters of a query string (leading `?` included in the
+/// offsets), with their offsets.
+fn split_params(query: &str) -> impl Iterator<Item = (usize, &str)> {
+    let mut at = 0;
+    query.split(['&', ';']).map(move |p| {
+        let start = at;
+        at += p.len() + 1;
+        match p.strip_prefix('?') {
+            Some(rest) => (start + 1, rest),
+            None => (start, p),
+        }
+    })
+}
+
+/// Percent-encodes everything outside RFC 3986 unreserved characters.
+fn percent_encode(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,927 @@
+//! Finding and replacing raw ids in HMS responses.
+//!
+//! [`ResponseScan::add`] reads one body (JSON or text; a response's body and its
+//! `Location` header are two parts of one scan) and records every raw id
+//! occurrence with its kind, form and grouping: the UUID, FHIR id, slug and
+//! self-reference of one object are one entity. [`ResponseScan::ids`] is the
+//! encode batch for control; [`ResponseScan::rewrite`] splices the aliases into
+//! the original bytes and then *verifies* the result by scanning it again: if
+//! any id other than an alias, or any raw value of the batch, is still there,
+//! it returns an error instead of the body (fail closed).
+//!
+//! What counts as a raw id, in JSON:
+//! - values of self-id keys (`id`, `uuid`, `fhirId`, `slug`, `reference`):
+//!   the object's own ids, whose kind comes from `resourceType`, the FHIR id's
+//!   prefix, the key the object sits under, or (for the primary record of a
+//!   response) the request path;
+//! - values of id fields (`patientId`, `clinic`, `slotId`, …) of the taxonomy;
+//! - inside any string or key: UUIDs anywhere, FHIR references `Type/id` and
+//!   prefixed FHIR ids (`prac-00042`);
+//! - anywhere in any string: a raw value found by the rules above elsewhere in
+//!   the scan (a slot slug in error prose).
+//!
+//! In text bodies the last two rules apply to the whole text. Numbers are
+//! never ids.
+//!
+//! Rewriting splices byte ranges (no DOM, no re-serialisation): the body keeps
+//! its key order, whitespace and number formatting. A string holding a backslash
+//! escape is decoded, rewritten and re-encoded as a whole.
+
+use super::json::{text_of, Event, JsonError, Lexer, Lit};
+use super::shape::{self, Form, Pattern, TextHit};
+use super::taxonomy::{KeyRole, KindId, Taxonomy};
+use super::wire::IdInput;
+use std::borrow::Cow;
+use std::collections::{BTreeSet, HashMap};
+use std::ops::Range;
+
+/// How to read a body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyKind {
+    /// A JSON document; a body that is not JSON is an error.
+    Json,
+    /// Any other text (or a header value): only the text patterns apply.
+    Text,
+}
+
+/// A part of a scan (one body or header), returned by [`ResponseScan::add`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartId(usize);
+
+/// Why a body could not be scanned or rewritten. The filter answers all of
+/// these with a 502 JSON error: a body it cannot alias is never passed on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RewriteError {
+    /// A JSON body is not JSON.
+    #[error("response body is not valid JSON: {0}")]
+    Json(#[from] JsonError),
+    /// The aliases do not match the scan's ids.
+    #[error("got {got} aliases for {want} ids")]
+    AliasCount {
+        /// Aliases passed.
+        got: usize,
+        /// Ids of the scan.
+        want: usize,
+    },
+    /// An alias is empty.
+    #[error("alias {index} is empty")]
+    EmptyAlias {
+        /// Its index.
+        index: usize,
+    },
+    /// The body passed to rewrite is not the body scanned.
+    #[error("part {part} was scanned with {scanned} bytes, rewrite got {got}")]
+    WrongBody {
+        /// The part.
+        part: usize,
+        /// Bytes scanned.
+        scanned: usize,
+        /// Bytes passed.
+        got: usize,
+    },
+    /// Verification found a raw id in the rewritten body.
+    #[error("rewritten body still holds a raw id at offset {at}; refusing to pass it on")]
+    Leak {
+        /// Byte offset in the rewritten body.
+        at: usize,
+    },
+}
+
+/// Where an occurrence sits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Loc {
+    /// Byte range in the body.
+    Raw(Range<usize>),
+    /// Byte range inside the decoded text of an escaped literal.
+    Esc { lit: usize, range: Range<usize> },
+}
+
+/// A string literal holding an escape, kept decoded.
+#[derive(Debug, Clone)]
+struct EscLit {
+    span: Range<usize>,
+    text: String,
+    occs: Vec<(Range<usize>, usize)>,
+}
+
+/// One scanned part.
+#[derive(Debug, Clone)]
+struct Part {
+    len: usize,
+    kind: BodyKind,
+    /// Raw occurrences: (byte range, value index), sorted by start.
+    occs: Vec<(Range<usize>, usize)>,
+    /// Content ranges of unescaped string literals (the whole text for a text
+    /// part), in order.
+    lits: Vec<Range<usize>>,
+    escaped: Vec<EscLit>,
+}
+
+/// An entity seen in one object.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Group {
+    kind: KindId,
+    members: Vec<(usize, Form)>,
+}
+
+/// The raw ids of one response (one or more parts).
+#[derive(Debug, Clone)]
+pub struct ResponseScan<'t> {
+    tax: &'t Taxonomy,
+    values: Vec<String>,
+    index: HashMap<String, usize, FixedState>,
+    /// Kind and form of each value's strongest sighting.
+    meta: Vec<(KindId, Form)>,
+    groups: BTreeSet<Group>,
+    parts: Vec<Part>,
+    ids: Vec<IdInput>,
+    /// Value index → index in `ids`.
+    id_of_value: Vec<usize>,
+}
+
+impl<'t> ResponseScan<'t> {
+    /// An empty scan.
+    pub fn new(tax: &'t Taxonomy) -> Self {
+        ResponseScan {
+            tax,
+            values: Vec::new(),
+            index: HashMap::default(),
+            meta: Vec::new(),
+            groups: BTreeSet::new(),
+            parts: Vec::new(),
+            ids: Vec::new(),
+            id_of_value: Vec::new(),
+        }
+    }
+
+    /// Scans one part. `root_kind` is the kind of the response's primary record
+    /// (see [`Taxonomy::kind_for_path`]).
+    ///
+    /// Fails with [`RewriteError::Json`] when a JSON body is not JSON (or not
+    /// UTF-8).
+    pub fn add(
+        &mut self,
+        body: &[u8],
+        kind: BodyKind,
+        root_kind: Option<KindId>,
+    ) -> Result<PartId, RewriteError> {
+        let part = match kind {
+            BodyKind::Json => {
+                let src = std::str::from_utf8(body).map_err(|_| JsonError::NotUtf8)?;
+                let mut w = Walker {
+                    scan: self,
+                    src,
+                    root_kind,
+                    frames: Vec::new(),
+                    hits: Vec::new(),
+                    part: Part::empty(body.len(), kind),
+                };
+                w.run()?;
+                w.part
+            }
+            BodyKind::Text => {
+                let mut part = Part::empty(body.len(), kind);
+                part.lits.push(0..body.len());
+                let mut hits = Vec::new();
+                shape::find_in_text(self.tax, body, &mut hits);
+                for h in &hits {
+                    let Some(value) = body
+                        .get(h.range.clone())
+                        .and_then(|v| std::str::from_utf8(v).ok())
+                    else {
+                        continue;
+                    };
+                    let (k, form) = self.hit_meta(h, body, None);
+                    let v = self.value(value, k, form);
+                    part.occs.push((h.range.clone(), v));
+                }
+                part
+            }
+        };
+        let mut part = part;
+        part.occs.sort_by_key(|(r, _)| r.start);
+        self.parts.push(part);
+        self.build_ids();
+        Ok(PartId(self.parts.len() - 1))
+    }
+
+    /// The encode batch: every distinct raw id, grouped by entity, with kind and
+    /// form hints. Send it to control as is; the aliases come back in this order.
+    pub fn ids(&self) -> &[IdInput] {
+        &self.ids
+    }
+
+    /// Whether the scan found no id at all (nothing to encode or rewrite).
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// Number of id occurrences found in a part by the structural and pattern
+    /// rules (known-value matches found at rewrite time not included).
+    pub fn occurrences(&self, part: PartId) -> usize {
+        self.parts.get(part.0).map_or(0, |p| {
+            p.occs.len() + p.escaped.iter().map(|e| e.occs.len()).sum::<usize>()
+        })
+    }
+
+    /// Rewrites a scanned part with `aliases` (parallel to [`Self::ids`]) and
+    /// verifies the result.
+    ///
+    /// Fails when `body` is not the scanned part, the aliases do not fit the
+    /// ids, or verification finds a raw id left ([`RewriteError::Leak`]).
+    pub fn rewrite(
+        &self,
+        part: PartId,
+        body: &[u8],
+        aliases: &[String],
+    ) -> Result<Vec<u8>, RewriteError> {
+        let p = self.parts.get(part.0).ok_or(RewriteError::WrongBody {
+            part: part.0,
+            scanned: 0,
+            got: body.len(),
+        })?;
+        if p.len != body.len() {
+            return Err(RewriteError::WrongBody {
+                part: part.0,
+                scanned: p.len,
+                got: body.len(),
+            });
+        }
+        if aliases.len() != self.ids.len() {
+            return Err(RewriteError::AliasCount {
+                got: aliases.len(),
+                want: self.ids.len(),
+            });
+        }
+        if let Some(index) = aliases.iter().position(String::is_empty) {
+            return Err(RewriteError::EmptyAlias { index });
+        }
+        if self.values.is_empty() {
+            return Ok(body.to_vec());
+        }
+        let alias_of = |v: usize| {
+            self.id_of_value
+                .get(v)
+                .and_then(|i| aliases.get(*i))
+                .map_or("", String::as_str)
+        };
+        let known = Known::new(&self.values);
+        let mut edits: Vec<(Range<usize>, Cow<'_, str>)> = Vec::new();
+        for (r, v) in &p.occs {
+            edits.push((r.clone(), Cow::Borrowed(alias_of(*v))));
+        }
+        // Known values anywhere in unescaped strings.
+        for (r, v) in known.matches(body, &p.lits) {
+            if !overlaps(&p.occs, &r) {
+                edits.push((r, Cow::Borrowed(alias_of(v))));
+            }
+        }
+        // Escaped literals: rewrite the decoded text, re-encode the literal.
+        for e in &p.escaped {
+            let mut inner: Vec<(Range<usize>, usize)> = e.occs.clone();
+            inner.sort_by_key(|(r, _)| r.start);
+            for (r, v) in known.matches(e.text.as_bytes(), std::slice::from_ref(&(0..e.text.len())))
+            {
+                if !overlaps(&inner, &r) {
+                    inner.push((r, v));
+                }
+            }
+            if inner.is_empty() {
+                continue;
+            }
+            let text = splice(
+                e.text.as_bytes(),
+                inner
+                    .into_iter()
+                    .map(|(r, v)| (r, Cow::Borrowed(alias_of(v))))
+                    .collect(),
+            );
+            let text =
+                String::from_utf8(text).map_err(|_| RewriteError::Leak { at: e.span.start })?;
+            let literal = serde_json::to_string(&text)
+                .map_err(|_| RewriteError::Leak { at: e.span.start })?;
+            edits.push((e.span.clone(), Cow::Owned(literal)));
+        }
+        let out = splice(body, edits);
+        self.verify(&out, p.kind, aliases, &known)?;
+        Ok(out)
+    }
+
+    /// Scans `out` again: every id the text patterns find in a string must be
+    /// one of `aliases`, and no raw value of this scan may remain in any string.
+    /// (Every id the structural rules found is such a raw value, so the
+    /// known-value search covers those.)
+    fn verify(
+        &self,
+        out: &[u8],
+        kind: BodyKind,
+        aliases: &[String],
+        known: &Known<'_>,
+    ) -> Result<(), RewriteError> {
+        let allowed: BTreeSet<&[u8]> = aliases.iter().map(String::as_bytes).collect();
+        let mut hits = Vec::new();
+        let mut check = |text: &[u8], at: usize| -> Result<(), RewriteError> {
+            shape::find_in_text(self.tax, text, &mut hits);
+            match hits.iter().find(|h| {
+                !text
+                    .get(h.range.clone())
+                    .is_some_and(|v| allowed.contains(v))
+            }) {
+                Some(h) => Err(RewriteError::Leak {
+                    at: at + h.range.start,
+                }),
+                None => Ok(()),
+            }
+        };
+        let mut lits = Vec::new();
+        match kind {
+            BodyKind::Text => {
+                check(out, 0)?;
+                lits.push(0..out.len());
+            }
+            BodyKind::Json => {
+                let src = std::str::from_utf8(out).map_err(|_| JsonError::NotUtf8)?;
+                let mut lx = Lexer::new(src);
+                while let Some(ev) = lx.next_event()? {
+                    let (Event::Key(lit) | Event::Str(lit)) = ev else {
+                        continue;
+                    };
+                    if lit.escaped {
+                        let text = text_of(src, &lit)?;
+                        check(text.as_bytes(), lit.span.start)?;
+                        if !known
+                            .matches(text.as_bytes(), std::slice::from_ref(&(0..text.len())))
+                            .is_empty()
+                        {
+                            return Err(RewriteError::Leak { at: lit.span.start });
+                        }
+                    } else {
+                        let inner = lit.inner();
+                        check(out.get(inner.clone()).unwrap_or_default(), inner.start)?;
+                        lits.push(inner);
+                    }
+                }
+            }
+        }
+        if let Some((r, _)) = known.matches(out, &lits).into_iter().next() {
+            return Err(RewriteError::Leak { at: r.start });
+        }
+        Ok(())
+    }
+
+    /// The value index of `value`, adding it if new; a fallback kind is upgraded
+    /// by a later, more specific sighting.
+    fn value(&mut self, value: &str, kind: KindId, form: Form) -> usize {
+        if let Some(&i) = self.index.get(value) {
+            if let Some(m) = self.meta.get_mut(i) {
+                if m.0 == self.tax.fallback_kind() {
+                    m.0 = kind;
+                }
+            }
+            return i;
+        }
+        self.values.push(value.to_owned());
+        self.meta.push((kind, form));
+        self.index.insert(value.to_owned(), self.values.len() - 1);
+        self.values.len() - 1
+    }
+
+    /// Kind and form of a text hit; `ctx` is the kind the surrounding key names.
+    fn hit_meta(&self, h: &TextHit<'_>, text: &[u8], ctx: Option<KindId>) -> (KindId, Form) {
+        let tax = self.tax;
+        match h.pattern {
+            Pattern::Uuid => {
+                let whole = h.range.start == 0 && h.range.end == text.len();
+                let k =
+                    shape::kind_before(tax, text, h.range.start).or(if whole { ctx } else { None });
+                (k.unwrap_or(tax.fallback_kind()), Form::Uuid)
+            }
+            Pattern::Reference(kinds) | Pattern::FhirId(kinds) => (
+                choose(kinds, ctx, None).unwrap_or(tax.fallback_kind()),
+                Form::Fhir,
+            ),
+        }
+    }
+
+    fn build_ids(&mut self) {
+        let mut ids = Vec::new();
+        let mut id_of_value = vec![usize::MAX; self.values.len()];
+        for (g, group) in self.groups.iter().enumerate() {
+            let g = u32::try_from(g).unwrap_or(u32::MAX);
+            for (v, form) in &group.members {
+                let (Some(value), Some(slot)) = (self.values.get(*v), id_of_value.get_mut(*v))
+                else {
+                    continue;
+                };
+                if *slot == usize::MAX {
+                    *slot = ids.len();
+                }
+                ids.push(IdInput {
+                    value: value.clone(),
+                    kind: Some(self.tax.kind_name(group.kind).to_owned()),
+                    form: Some(*form),
+                    group: Some(g),
+                });
+            }
+        }
+        for (v, value) in self.values.iter().enumerate() {
+            let (Some(slot), Some((kind, form))) = (id_of_value.get_mut(v), self.meta.get(v))
+            else {
+                continue;
+            };
+            if *slot == usize::MAX {
+                *slot = ids.len();
+                ids.push(IdInput {
+                    value: value.clone(),
+                    kind: Some(self.tax.kind_name(*kind).to_owned()),
+                    form: Some(*form),
+                    group: None,
+                });
+            }
+        }
+        self.ids = ids;
+        self.id_of_value = id_of_value;
+    }
+}
+
+impl Part {
+    fn empty(len: usize, kind: BodyKind) -> Part {
+        Part {
+            len,
+            kind,
+            occs: Vec::new(),
+            lits: Vec::new(),
+            escaped: Vec::new(),
+        }
+    }
+}
+
+/// Picks a kind: the context kind if the candidates allow it, else the first
+/// candidate; with no candidates, the context, then `or`.
+fn choose(candidates: &[KindId], ctx: Option<KindId>, or: Option<KindId>) -> Option<KindId> {
+    if candidates.is_empty() {
+        return ctx.or(or);
+    }
+    ctx.filter(|c| candidates.contains(c))
+        .or(or.filter(|c| candidates.contains(c)))
+        .or(candidates.first().copied())
+}
+
+/// Whether `r` overlaps any range of `sorted` (sorted by start, non-overlapping).
+fn overlaps(sorted: &[(Range<usize>, usize)], r: &Range<usize>) -> bool {
+    let i = sorted.partition_point(|(o, _)| o.end <= r.start);
+    sorted.get(i).is_some_and(|(o, _)| o.start < r.end)
+}
+
+/// Fx hashing: fast on short keys, no random seed. The HMS is the trusted
+/// upstream, so hash flooding is not a concern here.
+type FixedState = rustc_hash::FxBuildHasher;
+
+/// Searches the raw values of a scan inside strings, at token boundaries: a
+/// value glued to other token bytes is not that id (`pat-1` inside `pat-12`).
+///
+/// Nearly every value is made of token bytes only (`[A-Za-z0-9_-]`); such a
+/// value matches at boundaries exactly when it equals a maximal run of token
+/// bytes, so one pass over the bytes with a hash lookup per id-like run finds
+/// them all. The few values holding `.`, `:` or `~` are searched one by one.
+struct Known<'s> {
+    runs: HashMap<&'s [u8], usize, FixedState>,
+    min: usize,
+    max: usize,
+    other: Vec<(memchr::memmem::Finder<'s>, usize)>,
+}
+
+impl<'s> Known<'s> {
+    fn new(values: &'s [String]) -> Self {
+        let mut k = Known {
+            runs: HashMap::default(),
+            min: usize::MAX,
+            max: 0,
+            other: Vec::new(),
+        };
+        for (i, v) in values.iter().enumerate() {
+            let v = v.as_bytes();
+            if v.iter().all(|b| shape::is_token_byte(*b)) {
+                k.runs.insert(v, i);
+                k.min = k.min.min(v.len());
+                k.max = k.max.max(v.len());
+            } else {
+                k.other.push((memchr::memmem::Finder::new(v), i));
+            }
+        }
+        k
+    }
+
+    /// Matches inside `lits` (sorted content ranges of `hay`), in order,
+    /// without overlaps.
+    fn matches(&self, hay: &[u8], lits: &[Range<usize>]) -> Vec<(Range<usize>, usize)> {
+        let mut out = Vec::new();
+        if !self.runs.is_empty() {
+            for lit in lits {
+                let Some(text) = hay.get(lit.clone()) else {
+                    continue;
+                };
+                let mut i = 0;
+                while i < text.len() {
+                    if !text.get(i).copied().is_some_and(shape::is_token_byte) {
+                        i += 1;
+                        continue;
+                    }
+                    let run = text.get(i..).unwrap_or_default();
+                    let len = run.iter().take_while(|b| shape::is_token_byte(**b)).count();
+                    let run = run.get(..len).unwrap_or_default();
+                    // Every value holds a digit or a dash.
+                    if (self.min..=self.max).contains(&len)
+                        && run.iter().any(|b| b.is_ascii_digit() || *b == b'-')
+                    {
+                        if let Some(v) = self.runs.get(run) {
+                            out.push((lit.start + i..lit.start + i + len, *v));
+                        }
+                    }
+                    i += len;
+                }
+            }
+        }
+        for (finder, v) in &self.other {
+            for start in finder.find_iter(hay) {
+                let r = start..start + finder.needle().len();
+                let l = lits.partition_point(|l| l.end < r.end);
+                let inside = lits
+                    .get(l)
+                    .is_some_and(|l| l.start <= r.start && r.end <= l.end);
+                let before = r.start.checked_sub(1).and_then(|b| hay.get(b)).copied();
+                let after = hay.get(r.end).copied();
+                if inside
+                    && !before.is_some_and(shape::is_token_byte)
+                    && !after.is_some_and(shape::is_token_byte)
+                {
+                    out.push((r, *v));
+                }
+            }
+        }
+        if !self.other.is_empty() {
+            out.sort_by(|a, b| a.0.start.cmp(&b.0.start).then(b.0.end.cmp(&a.0.end)));
+            let mut kept: Vec<(Range<usize>, usize)> = Vec::with_capacity(out.len());
+            for m in out {
+                if kept.last().is_none_or(|l| l.0.end <= m.0.start) {
+                    kept.push(m);
+                }
+            }
+            return kept;
+        }
+        out
+    }
+}
+
+/// Replaces sorted, non-overlapping ranges of `src`.
+pub(crate) fn splice(src: &[u8], mut edits: Vec<(Range<usize>, Cow<'_, str>)>) -> Vec<u8> {
+    edits.sort_by_key(|(r, _)| r.start);
+    let mut out = Vec::with_capacity(src.len() + edits.len() * 8);
+    let mut at = 0;
+    for (r, with) in edits {
+        if r.start < at {
+            continue;
+        }
+        out.extend_from_slice(src.get(at..r.start).unwrap_or_default());
+        out.extend_from_slice(with.as_bytes());
+        at = r.end;
+    }
+    out.extend_from_slice(src.get(at..).unwrap_or_default());
+    out
+}
+
+/// A member of an object waiting for the object's kind.
+#[derive(Debug)]
+struct Member<'a> {
+    role: Option<KeyRole>,
+    /// For id fields: the field's kind. For references: none (see `kinds`).
+    field_kind: Option<KindId>,
+    /// Resource-type kinds of a self-reference.
+    kinds: Vec<KindId>,
+    value: Cow<'a, str>,
+    loc: Loc,
+}
+
+#[derive(Debug, Default)]
+struct Obj<'a> {
+    key: Option<Cow<'a, str>>,
+    primary: bool,
+    resource_type: Option<Cow<'a, str>>,
+    cur_key: Option<Cow<'a, str>>,
+    members: Vec<Member<'a>>,
+}
+
+#[derive(Debug)]
+enum Frame<'a> {
+    Obj(Obj<'a>),
+    Arr {
+        key: Option<Cow<'a, str>>,
+        primary: bool,
+    },
+}
+
+/// One pass over a JSON body.
+struct Walker<'s, 't, 'a> {
+    scan: &'s mut ResponseScan<'t>,
+    src: &'a str,
+    root_kind: Option<KindId>,
+    frames: Vec<Frame<'a>>,
+    hits: Vec<TextHit<'t>>,
+    part: Part,
+}
+
+impl<'t, 'a> Walker<'_, 't, 'a> {
+    fn run(&mut self) -> Result<(), JsonError> {
+        let mut lx = Lexer::new(self.src);
+        while let Some(ev) = lx.next_event()? {
+            match ev {
+                Event::StartObject => {
+                    let (key, primary) = self.child_context();
+                    self.frames.push(Frame::Obj(Obj {
+                        key,
+                        primary,
+                        ..Obj::default()
+                    }));
+                }
+                Event::StartArray => {
+                    let (key, primary) = self.child_context();
+                    self.frames.push(Frame::Arr { key, primary });
+                }
+                Event::EndObject => {
+                    if let Some(Frame::Obj(obj)) = self.frames.pop() {
+                        self.finish_object(obj);
+                    }
+                }
+                Event::EndArray => {
+                    self.frames.pop();
+                }
+                Event::Key(lit) => {
+                    let (text, loc) = self.literal(&lit)?;
+                    self.scan_text(&text, &loc, None);
+                    if let Some(Frame::Obj(o)) = self.frames.last_mut() {
+                        o.cur_key = Some(text);
+                    }
+                }
+                Event::Str(lit) => {
+                    let (text, loc) = self.literal(&lit)?;
+                    self.string_value(text, loc);
+                }
+                Event::Scalar => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The key a new container sits under and whether it holds the primary
+    /// record(s): the root, or the value of an envelope key of the root.
+    fn child_context(&self) -> (Option<Cow<'a, str>>, bool) {
+        match self.frames.last() {
+            None => (None, true),
+            Some(Frame::Obj(o)) => {
+                let primary = self.frames.len() == 1
+                    && o.cur_key
+                        .as_deref()
+                        .is_some_and(|k| self.scan.tax.is_envelope_key(k));
+                (o.cur_key.clone(), primary)
+            }
+            Some(Frame::Arr { key, primary }) => (key.clone(), *primary),
+        }
+    }
+
+    /// Registers a literal and returns its text and location.
+    fn literal(&mut self, lit: &Lit) -> Result<(Cow<'a, str>, Loc), JsonError> {
+        let text = text_of(self.src, lit)?;
+        if lit.escaped {
+            self.part.escaped.push(EscLit {
+                span: lit.span.clone(),
+                text: text.clone().into_owned(),
+                occs: Vec::new(),
+            });
+            let idx = self.part.escaped.len() - 1;
+            Ok((
+                text,
+                Loc::Esc {
+                    lit: idx,
+                    range: 0..0,
+                },
+            ))
+        } else {
+            let inner = lit.inner();
+            self.part.lits.push(inner.clone());
+            Ok((text, Loc::Raw(inner)))
+        }
+    }
+
+    fn push_occ(&mut self, loc: &Loc, sub: Range<usize>, value: usize) {
+        match loc {
+            Loc::Raw(r) => self
+                .part
+                .occs
+                .push((r.start + sub.start..r.start + sub.end, value)),
+            Loc::Esc { lit, .. } => {
+                if let Some(e) = self.part.escaped.get_mut(*lit) {
+                    e.occs.push((sub, value));
+                }
+            }
+        }
+    }
+
+    fn sub_loc(loc: &Loc, sub: Range<usize>) -> Loc {
+        match loc {
+            Loc::Raw(r) => Loc::Raw(r.start + sub.start..r.start + sub.end),
+            Loc::Esc { lit, .. } => Loc::Esc {
+                lit: *lit,
+                range: sub,
+            },
+        }
+    }
+
+    /// Pattern-scans a string; each hit is an entity alone.
+    fn scan_text(&mut self, text: &str, loc: &Loc, ctx: Option<KindId>) {
+        let mut hits = std::mem::take(&mut self.hits);
+        shape::find_in_text(self.scan.tax, text.as_bytes(), &mut hits);
+        for h in &hits {
+            let Some(value) = text.get(h.range.clone()) else {
+                continue;
+            };
+            let (kind, form) = self.scan.hit_meta(h, text.as_bytes(), ctx);
+            let v = self.scan.value(value, kind, form);
+            self.push_occ(loc, h.range.clone(), v);
+        }
+        self.hits = hits;
+    }
+
+    fn string_value(&mut self, text: Cow<'a, str>, loc: Loc) {
+        let tax = self.scan.tax;
+        let max = tax.max_id_len();
+        let (key, in_object) = match self.frames.last() {
+            Some(Frame::Obj(o)) => (o.cur_key.clone(), true),
+            Some(Frame::Arr { key, .. }) => (key.clone(), false),
+            None => (None, false),
+        };
+        let Some(key) = key else {
+            self.scan_text(&text, &loc, None);
+            return;
+        };
+        let field_kind = tax.id_field_kind(&key);
+        if in_object {
+            if key == "resourceType" {
+                if let Some(Frame::Obj(o)) = self.frames.last_mut() {
+                    o.resource_type = Some(text);
+                }
+                return;
+            }
+            let member = match tax.key_role(&key) {
+                Some(KeyRole::Reference) => {
+                    shape::parse_reference(tax, &text).map(|(kinds, id)| {
+                        let start = text.len() - id.len();
+                        let sub = start..text.len();
+                        let value = match &text {
+                            Cow::Borrowed(s) => Cow::Borrowed(s.get(start..).unwrap_or_default()),
+                            Cow::Owned(s) => {
+                                Cow::Owned(s.get(start..).unwrap_or_default().to_owned())
+                            }
+                        };
+                        Member {
+                            role: Some(KeyRole::Reference),
+                            field_kind: None,
+                            kinds: kinds.to_vec(),
+                            value,
+                            loc: Self::sub_loc(&loc, sub),
+                        }
+                    })
+                }
+                Some(role) if shape::is_identifier(&text, max) => {
+                    let sub = 0..text.len();
+                    Some(Member {
+                        role: Some(role),
+                        field_kind: None,
+                        kinds: Vec::new(),
+                        value: text.clone(),
+                        loc: Self::sub_loc(&loc, sub),
+                    })
+                }
+                Some(_) => None,
+                None => field_kind
+                    .filter(|_| shape::is_identifier(&text, max))
+                    .map(|k| {
+                        let sub = 0..text.len();
+                        Member {
+                            role: None,
+                            field_kind: Some(k),
+                            kinds: Vec::new(),
+                            value: text.clone(),
+                            loc: Self::sub_loc(&loc, sub),
+                        }
+                    }),
+            };
+            if let Some(m) = member {
+                if let Some(Frame::Obj(o)) = self.frames.last_mut() {
+                    o.members.push(m);
+                }
+                return;
+            }
+        } else if let Some(k) = field_kind.filter(|_| shape::is_identifier(&text, max)) {
+            let v = self.scan.value(&text, k, shape::classify(&text));
+            self.push_occ(&loc, 0..text.len(), v);
+            return;
+        }
+        self.scan_text(&text, &loc, field_kind);
+    }
+
+    /// Resolves an object's kind and groups its own ids into one entity.
+    fn finish_object(&mut self, obj: Obj<'a>) {
+        let tax = self.scan.tax;
+        let fhir_prefix_kinds = |v: &str| {
+            v.split_once('-')
+                .and_then(|(p, _)| tax.fhir_prefix_kinds(p))
+        };
+        let candidates: &[KindId] = obj
+            .resource_type
+            .as_deref()
+            .and_then(|t| tax.resource_type_kinds(t))
+            .or_else(|| {
+                obj.members
+                    .iter()
+                    .find(|m| m.role == Some(KeyRole::Fhir))
+                    .and_then(|m| fhir_prefix_kinds(&m.value))
+            })
+            .or_else(|| {
+                obj.members
+                    .iter()
+                    .find(|m| m.role == Some(KeyRole::Id) && shape::is_fhir_like(&m.value))
+                    .and_then(|m| fhir_prefix_kinds(&m.value))
+            })
+            .or_else(|| {
+                obj.members
+                    .iter()
+                    .find(|m| m.role == Some(KeyRole::Reference))
+                    .map(|m| m.kinds.as_slice())
+            })
+            .unwrap_or(&[]);
+        let parent = obj.key.as_deref().and_then(|k| tax.object_key_kind(k));
+        let root = if obj.primary { self.root_kind } else { None };
+        let kind = choose(candidates, parent, root).unwrap_or(tax.fallback_kind());
+
+        let mut group: Vec<(usize, Form)> = Vec::new();
+        for m in obj.members {
+            let (member_kind, form, joins) = match m.role {
+                Some(KeyRole::Id) => {
+                    let form = if shape::is_uuid(m.value.as_bytes()) {
+                        Form::Uuid
+                    } else if obj.resource_type.is_some() || shape::is_fhir_like(&m.value) {
+                        Form::Fhir
+                    } else {
+                        Form::Slug
+                    };
+                    (kind, form, true)
+                }
+                Some(KeyRole::Fhir) => (kind, Form::Fhir, true),
+                Some(KeyRole::Slug) => (kind, Form::Slug, true),
+                Some(KeyRole::Reference) => {
+                    if m.kinds.contains(&kind) {
+                        (kind, Form::Fhir, true)
+                    } else {
+                        (
+                            choose(&m.kinds, None, None).unwrap_or(tax.fallback_kind()),
+                            Form::Fhir,
+                            false,
+                        )
+                    }
+                }
+                None => {
+                    let k = m.field_kind.unwrap_or(tax.fallback_kind());
+                    (k, shape::classify(&m.value), k == kind)
+                }
+            };
+            let v = self.scan.value(&m.value, member_kind, form);
+            match &m.loc {
+                Loc::Raw(r) => self.part.occs.push((r.clone(), v)),
+                Loc::Esc { lit, range } => {
+                    if let Some(e) = self.part.escaped.get_mut(*lit) {
+                        e.occs.push((range.clone(), v));
+                    }
+                }
+            }
+            if !joins || group.iter().any(|(g, _)| *g == v) {
+                continue;
+            }
+            // One value per form: a second, different value of a form stays an
+            // entity of its own rather than a self-inflicted conflict.
+            if group.iter().all(|(_, f)| *f != form) {
+                group.push((v, form));
+            }
+        }
+        if group.len() > 1 {
+            group.sort();
+            self.scan.groups.insert(Group {
+                kind,
+                members: group,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,496 @@
+//! One session's alias map, as a pure data structure.
+//!
+//! An entity is one record seen in up to three forms (UUID, FHIR id, slug) and
+//! has exactly one alias. [`SessionMap::plan`] resolves a batch of raw ids
+//! against the map without changing it and returns the aliases plus the entity
+//! records that changed; a store persists those records as one batch and only
+//! then calls [`SessionMap::apply`]. [`SessionMap::encode`] does both for callers
+//! without persistence.
+//!
+//! The rules:
+//! - a raw value the session knows keeps its alias: re-encoding never mints;
+//! - reverse dedup: a group that shares any member with an entity is that
+//!   entity, and its new members are added to it ({uuid, fhirId} then fhirId
+//!   alone keeps one alias, and the other way round);
+//! - a group whose members belong to two entities, or that would give an entity
+//!   a second value of one form, is a conflict: the whole batch fails and
+//!   nothing is minted;
+//! - counters are per kind and monotonic; past the session limit, an id that
+//!   would need a new alias gets the sentinel `<prefix>-000`, which decodes to
+//!   nothing;
+//! - decode is exact, except a bounded near-miss repair that only ever resolves
+//!   to an alias this session issued.
+
+use super::shape::{self, Form};
+use super::taxonomy::{KindId, Taxonomy};
+use super::wire::{IdInput, RealIds};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One entity of a session, as persisted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EntityRecord {
+    /// Its alias (`patient-001`).
+    pub alias: String,
+    /// Its kind name.
+    pub kind: String,
+    /// Its raw ids.
+    #[serde(flatten)]
+    pub ids: RealIds,
+}
+
+/// Why a batch could not be encoded, or records could not be loaded. Messages
+/// name inputs by index and entities by alias, never by raw value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    /// An id is empty or too long.
+    #[error("ids[{index}]: value is empty or longer than {max} bytes")]
+    BadValue {
+        /// Input index.
+        index: usize,
+        /// The length limit.
+        max: usize,
+    },
+    /// A kind hint names no kind.
+    #[error("ids[{index}]: unknown kind {kind:?}")]
+    UnknownKind {
+        /// Input index.
+        index: usize,
+        /// The hint.
+        kind: String,
+    },
+    /// One group holds members of two known entities.
+    #[error("ids[{index}]: group asserts members of two entities ({first} and {second}); nothing was minted")]
+    Conflict {
+        /// Input index of the member that hit the second entity.
+        index: usize,
+        /// Alias of the first entity.
+        first: String,
+        /// Alias of the second entity.
+        second: String,
+    },
+    /// A group would give an entity a second value of one form.
+    #[error("ids[{index}]: entity {alias} already has a different {form}; nothing was minted")]
+    FormConflict {
+        /// Input index.
+        index: usize,
+        /// The entity's alias.
+        alias: String,
+        /// The form.
+        form: &'static str,
+    },
+    /// A persisted record cannot be loaded.
+    #[error("record {alias:?}: {problem}")]
+    BadRecord {
+        /// The record's alias.
+        alias: String,
+        /// What is wrong.
+        problem: &'static str,
+    },
+}
+
+/// The outcome of a plan: aliases for the inputs and the records to persist.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Encoded {
+    /// One alias per input, in input order.
+    pub aliases: Vec<String>,
+    /// Entity records created or extended by the batch (full snapshots), to be
+    /// persisted as one batch and then applied. Empty when nothing changed.
+    pub changes: Vec<EntityRecord>,
+}
+
+/// A decoded alias.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decoded<'a> {
+    /// The entity.
+    pub record: &'a EntityRecord,
+    /// Whether a near-miss repair found it (the asked alias was not issued).
+    pub repaired: bool,
+}
+
+/// One session's aliases.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionMap {
+    records: Vec<EntityRecord>,
+    by_alias: BTreeMap<String, usize>,
+    by_value: BTreeMap<String, usize>,
+    /// Highest number issued per kind name.
+    counters: BTreeMap<String, u32>,
+}
+
+/// Where a value lives while a batch is planned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    Existing(usize),
+    New(usize),
+}
+
+/// A batch being planned: changes stay here until the plan succeeds.
+struct Draft<'m> {
+    map: &'m SessionMap,
+    /// Existing records the batch extends (copies).
+    changed: BTreeMap<usize, EntityRecord>,
+    /// Records the batch mints.
+    new: Vec<EntityRecord>,
+    /// Values first seen in this batch.
+    values: BTreeMap<String, Target>,
+    counters: BTreeMap<String, u32>,
+}
+
+impl Draft<'_> {
+    fn lookup(&self, value: &str) -> Option<Target> {
+        self.values
+            .get(value)
+            .copied()
+            .or_else(|| self.map.by_value.get(value).map(|i| Target::Existing(*i)))
+    }
+
+    fn record(&self, t: Target) -> Option<&EntityRecord> {
+        match t {
+            Target::Existing(i) => self.changed.get(&i).or_else(|| self.map.records.get(i)),
+            Target::New(i) => self.new.get(i),
+        }
+    }
+
+    fn record_mut(&mut self, t: Target) -> Option<&mut EntityRecord> {
+        match t {
+            Target::Existing(i) => {
+                if !self.changed.contains_key(&i) {
+                    let copy = self.map.records.get(i)?.clone();
+                    self.changed.insert(i, copy);
+                }
+                self.changed.get_mut(&i)
+            }
+            Target::New(i) => self.new.get_mut(i),
+        }
+    }
+}
+
+impl SessionMap {
+    /// An empty session.
+    pub fn new() -> Self {
+        SessionMap::default()
+    }
+
+    /// Rebuilds a session from persisted records (any order).
+    ///
+    /// Fails with [`SessionError::BadRecord`] when an alias does not parse, a
+    /// record holds no id, or two records claim one raw value.
+    pub fn from_records(
+        tax: &Taxonomy,
+        records: impl IntoIterator<Item = EntityRecord>,
+    ) -> Result<Self, SessionError> {
+        let mut map = SessionMap::new();
+        let records: Vec<EntityRecord> = records.into_iter().collect();
+        for r in &records {
+            if tax.parse_alias(&r.alias).is_none_or(|p| p.is_sentinel()) {
+                return Err(SessionError::BadRecord {
+                    alias: r.alias.clone(),
+                    problem: "alias does not parse",
+                });
+            }
+        }
+        map.apply(&records)?;
+        Ok(map)
+    }
+
+    /// Number of aliases issued.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether no alias was issued.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// Every entity, in minting order.
+    pub fn records(&self) -> &[EntityRecord] {
+        &self.records
+    }
+
+    /// Applies planned (or loaded) records: a record with a known alias replaces
+    /// it (gaining members), others are added.
+    ///
+    /// Fails with [`SessionError::BadRecord`] when a record holds no id or a raw
+    /// value already belongs to another alias; the map is unchanged then.
+    pub fn apply(&mut self, records: &[EntityRecord]) -> Result<(), SessionError> {
+        // Check everything before touching anything.
+        let mut claimed: BTreeMap<&str, &str> = BTreeMap::new();
+        for r in records {
+            if r.ids.values().next().is_none() {
+                return Err(SessionError::BadRecord {
+                    alias: r.alias.clone(),
+                    problem: "record holds no id",
+                });
+            }
+            for (_, v) in r.ids.values() {
+                let owner = self
+                    .by_value
+                    .get(v)
+                    .and_then(|i| self.records.get(*i))
+                    .map(|o| o.alias.as_str());
+                let prior = claimed.insert(v, &r.alias);
+                if owner.is_some_and(|o| o != r.alias) || prior.is_some_and(|p| p != r.alias) {
+                    return Err(SessionError::BadRecord {
+                        alias: r.alias.clone(),
+                        problem: "raw value belongs to another alias",
+                    });
+                }
+            }
+        }
+        for r in records {
+            let index = match self.by_alias.get(&r.alias) {
+                Some(i) => *i,
+                None => {
+                    self.records.push(r.clone());
+                    self.by_alias
+                        .insert(r.alias.clone(), self.records.len() - 1);
+                    self.records.len() - 1
+                }
+            };
+            if let Some(slot) = self.records.get_mut(index) {
+                *slot = r.clone();
+            }
+            for (_, v) in r.ids.values() {
+                self.by_value.insert(v.to_owned(), index);
+            }
+            if let Some((_, digits)) = r.alias.rsplit_once('-') {
+                let n: u32 = digits.parse().unwrap_or(0);
+                let c = self.counters.entry(r.kind.clone()).or_insert(0);
+                *c = (*c).max(n);
+            }
+        }
+        Ok(())
+    }
+
+    /// Plans the aliases of a batch without changing the map.
+    ///
+    /// Fails (and plans nothing) on an empty or oversized value, an unknown kind
+    /// hint, or a conflicting group.
+    pub fn plan(&self, tax: &Taxonomy, ids: &[IdInput]) -> Result<Encoded, SessionError> {
+        // Groups in order of first appearance; ungrouped ids stand alone.
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut group_index: BTreeMap<u32, usize> = BTreeMap::new();
+        for (i, id) in ids.iter().enumerate() {
+            if id.value.is_empty() || id.value.len() > tax.max_id_len() {
+                return Err(SessionError::BadValue {
+                    index: i,
+                    max: tax.max_id_len(),
+                });
+            }
+            if let Some(k) = &id.kind {
+                if tax.kind_by_name(k).is_none() {
+                    return Err(SessionError::UnknownKind {
+                        index: i,
+                        kind: k.clone(),
+                    });
+                }
+            }
+            match id.group {
+                Some(g) => match group_index.get(&g) {
+                    Some(gi) => {
+                        if let Some(members) = groups.get_mut(*gi) {
+                            members.push(i);
+                        }
+                    }
+                    None => {
+                        group_index.insert(g, groups.len());
+                        groups.push(vec![i]);
+                    }
+                },
+                None => groups.push(vec![i]),
+            }
+        }
+        let mut draft = Draft {
+            map: self,
+            changed: BTreeMap::new(),
+            new: Vec::new(),
+            values: BTreeMap::new(),
+            counters: self.counters.clone(),
+        };
+        let mut aliases = vec![String::new(); ids.len()];
+        for members in &groups {
+            let alias = self.plan_group(tax, ids, members, &mut draft)?;
+            for i in members {
+                if let Some(a) = aliases.get_mut(*i) {
+                    a.clone_from(&alias);
+                }
+            }
+        }
+        let mut changes: Vec<EntityRecord> = draft.changed.into_values().collect();
+        changes.extend(draft.new);
+        Ok(Encoded { aliases, changes })
+    }
+
+    fn plan_group(
+        &self,
+        tax: &Taxonomy,
+        ids: &[IdInput],
+        members: &[usize],
+        draft: &mut Draft<'_>,
+    ) -> Result<String, SessionError> {
+        let member = |i: usize| ids.get(i).map(|id| (id, form_of(id)));
+        // Which entity does the group name?
+        let mut target: Option<(Target, usize)> = None;
+        for &i in members {
+            let Some((id, _)) = member(i) else { continue };
+            if let Some(t) = draft.lookup(&id.value) {
+                match target {
+                    None => target = Some((t, i)),
+                    Some((t0, _)) if t0 == t => {}
+                    Some((t0, _)) => {
+                        let alias_of =
+                            |t| draft.record(t).map(|r| r.alias.clone()).unwrap_or_default();
+                        return Err(SessionError::Conflict {
+                            index: i,
+                            first: alias_of(t0),
+                            second: alias_of(t),
+                        });
+                    }
+                }
+            }
+        }
+        // The group's own members must not disagree on a form.
+        let mut seen: BTreeMap<Form, &str> = BTreeMap::new();
+        for &i in members {
+            let Some((id, form)) = member(i) else {
+                continue;
+            };
+            if let Some(prev) = seen.insert(form, &id.value) {
+                if prev != id.value {
+                    let alias = target
+                        .and_then(|(t, _)| draft.record(t))
+                        .map(|r| r.alias.clone())
+                        .unwrap_or_default();
+                    return Err(SessionError::FormConflict {
+                        index: i,
+                        alias,
+                        form: form.as_str(),
+                    });
+                }
+            }
+        }
+        if let Some((t, _)) = target {
+            for &i in members {
+                let Some((id, form)) = member(i) else {
+                    continue;
+                };
+                if draft.lookup(&id.value).is_some() {
+                    continue;
+                }
+                let record = draft.record_mut(t).ok_or(SessionError::BadRecord {
+                    alias: String::new(),
+                    problem: "lost record",
+                })?;
+                let slot = record.ids.slot_mut(form);
+                match slot {
+                    None => *slot = Some(id.value.clone()),
+                    Some(_) => {
+                        return Err(SessionError::FormConflict {
+                            index: i,
+                            alias: record.alias.clone(),
+                            form: form.as_str(),
+                        })
+                    }
+                }
+                draft.values.insert(id.value.clone(), t);
+            }
+            return Ok(draft.record(t).map(|r| r.alias.clone()).unwrap_or_default());
+        }
+        // A new entity.
+        let kind = members
+            .iter()
+            .find_map(|i| {
+                ids.get(*i)
+                    .and_then(|id| id.kind.as_deref())
+                    .and_then(|k| tax.kind_by_name(k))
+            })
+            .unwrap_or_else(|| tax.fallback_kind());
+        if self.records.len() + draft.new.len() >= tax.max_aliases_per_session() {
+            return Ok(sentinel(tax, kind));
+        }
+        let name = tax.kind_name(kind).to_owned();
+        let counter = draft.counters.entry(name.clone()).or_insert(0);
+        *counter = counter.saturating_add(1);
+        let alias = tax
+            .format_alias(kind, *counter)
+            .unwrap_or_else(|| sentinel(tax, kind));
+        let mut record = EntityRecord {
+            alias: alias.clone(),
+            kind: name,
+            ids: RealIds::default(),
+        };
+        let t = Target::New(draft.new.len());
+        for &i in members {
+            let Some((id, form)) = member(i) else {
+                continue;
+            };
+            *record.ids.slot_mut(form) = Some(id.value.clone());
+            draft.values.insert(id.value.clone(), t);
+        }
+        draft.new.push(record);
+        Ok(alias)
+    }
+
+    /// Plans a batch and applies it at once (for callers without persistence).
+    pub fn encode(&mut self, tax: &Taxonomy, ids: &[IdInput]) -> Result<Encoded, SessionError> {
+        let encoded = self.plan(tax, ids)?;
+        self.apply(&encoded.changes)?;
+        Ok(encoded)
+    }
+
+    /// Decodes an alias: the entity it was issued for, else the unique entity a
+    /// near-miss repair finds among this session's aliases, else `None`. A
+    /// sentinel, a foreign or an invented alias decodes to `None`.
+    pub fn decode(&self, tax: &Taxonomy, alias: &str) -> Option<Decoded<'_>> {
+        if let Some(r) = self.by_alias.get(alias).and_then(|i| self.records.get(*i)) {
+            return Some(Decoded {
+                record: r,
+                repaired: false,
+            });
+        }
+        if tax.parse_alias(alias).is_some_and(|p| p.is_sentinel()) {
+            return None;
+        }
+        let mut found = tax
+            .repair_candidates(alias)
+            .into_iter()
+            .filter_map(|c| self.by_alias.get(&c).copied());
+        let first = found.next()?;
+        // Two different repairs are ambiguous: refuse.
+        if found.any(|other| other != first) {
+            return None;
+        }
+        self.records.get(first).map(|r| Decoded {
+            record: r,
+            repaired: true,
+        })
+    }
+
+    /// The alias of a raw value, if the session knows it.
+    pub fn alias_of(&self, value: &str) -> Option<&str> {
+        self.by_value
+            .get(value)
+            .and_then(|i| self.records.get(*i))
+            .map(|r| r.alias.as_str())
+    }
+}
+
+fn sentinel(tax: &Taxonomy, kind: KindId) -> String {
+    tax.sentinel(kind).unwrap_or_else(|| "ref-000".to_owned())
+}
+
+/// The slot an input fills: its hint, except that a `uuid` hint on a value that
+/// is not a UUID is routed by shape (a FHIR id must never poison the UUID slot).
+fn form_of(id: &IdInput) -> Form {
+    match id.form {
+        Some(Form::Uuid) | None => shape::classify(&id.value),
+        Some(f) => f,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,341 @@
+use super::*;
+use proptest::prelude::*;
+
+fn tax() -> Taxonomy {
+    Taxonomy::default()
+}
+
+fn id(value: &str, kind: &str, form: Option<Form>, group: Option<u32>) -> IdInput {
+    IdInput {
+        value: value.into(),
+        kind: Some(kind.into()),
+        form,
+        group,
+    }
+}
+
+const U1: &str = "039b70b8-92f7-44b7-9c91-4e3f0e900c71";
+const U2: &str = "74229a55-de5f-4d66-af4a-88e122c37321";
+
+#[test]
+fn mints_per_kind_counters_and_never_re_mints() {
+    let t = tax();
+    let mut m = SessionMap::new();
+    let batch = [
+        id(U1, "patient", None, None),
+        id(U2, "patient", None, None),
+        id("appt-0009812", "appointment", Some(Form::Fhir), None),
+    ];
+    let e = m.encode(&t, &batch).unwrap();
+    assert_eq!(
+        e.aliases,
+        ["patient-001", "patient-002", "patient-appt-001"]
+    );
+    assert_eq!(e.changes.len(), 3);
+    let again = m.encode(&t, &batch).unwrap();
+    assert_eq!(again.aliases, e.aliases);
+    assert!(again.changes.is_empty(), "re-encoding writes nothing");
+    assert_eq!(m.len(), 3);
+}
+
+#[test]
+fn reverse_dedup_across_id_spaces_both_orders() {
+    let t = tax();
+    // {uuid, fhirId} first, fhirId alone later.
+    let mut m = SessionMap::new();
+    let a = m
+        .encode(
+            &t,
+            &[
+                id(U1, "patient", Some(Form::Uuid), Some(1)),
+                id("pat-000123", "patient", Some(Form::Fhir), Some(1)),
+            ],
+        )
+        .unwrap();
+    let b = m
+        .encode(&t, &[id("pat-000123", "patient", Some(Form::Fhir), None)])
+        .unwrap();
+    assert_eq!(a.aliases[0], a.aliases[1]);
+    assert_eq!(b.aliases[0], a.aliases[0]);
+    // fhirId alone first, then {uuid, fhirId}: the uuid joins the entity.
+    let mut m = SessionMap::new();
+    let a = m
+        .encode(&t, &[id("pat-000123", "patient", Some(Form::Fhir), None)])
+        .unwrap();
+    let b = m
+        .encode(
+            &t,
+            &[
+                id(U1, "patient", None, Some(7)),
+                id("pat-000123", "patient", Some(Form::Fhir), Some(7)),
+            ],
+        )
+        .unwrap();
+    assert_eq!(b.aliases, [a.aliases[0].clone(), a.aliases[0].clone()]);
+    assert_eq!(b.changes.len(), 1, "the extended entity is persisted");
+    let d = m.decode(&t, &a.aliases[0]).unwrap();
+    assert_eq!(d.record.ids.uuid.as_deref(), Some(U1));
+    assert_eq!(d.record.ids.fhir_id.as_deref(), Some("pat-000123"));
+    assert_eq!(m.len(), 1);
+}
+
+#[test]
+fn conflicting_members_fail_closed_and_mint_nothing() {
+    let t = tax();
+    let mut m = SessionMap::new();
+    m.encode(
+        &t,
+        &[
+            id(U1, "patient", None, Some(1)),
+            id("pat-000123", "patient", Some(Form::Fhir), Some(1)),
+        ],
+    )
+    .unwrap();
+    m.encode(
+        &t,
+        &[
+            id(U2, "patient", None, Some(1)),
+            id("pat-000871", "patient", Some(Form::Fhir), Some(1)),
+        ],
+    )
+    .unwrap();
+    let before = m.clone();
+    // A group joining two known entities.
+    let e = m
+        .encode(
+            &t,
+            &[
+                id("new-value-1", "patient", None, None),
+                id(U1, "patient", None, Some(3)),
+                id("pat-000871", "patient", Some(Form::Fhir), Some(3)),
+            ],
+        )
+        .unwrap_err();
+    assert!(matches!(e, SessionError::Conflict { index: 2, .. }), "{e}");
+    assert_eq!(m, before, "nothing minted, not even the valid first id");
+    // A group giving an entity a second UUID.
+    let e = m
+        .encode(
+            &t,
+            &[
+                id(
+                    "9396170f-6b67-4cb4-b6fa-feddf8407435",
+                    "patient",
+                    None,
+                    Some(4),
+                ),
+                id("pat-000123", "patient", Some(Form::Fhir), Some(4)),
+            ],
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, SessionError::FormConflict { ref alias, form: "uuid", .. } if alias == "patient-001"),
+        "{e}"
+    );
+    // A group with two different FHIR ids.
+    let e = m
+        .encode(
+            &t,
+            &[
+                id("pat-1", "patient", Some(Form::Fhir), Some(5)),
+                id("pat-2", "patient", Some(Form::Fhir), Some(5)),
+            ],
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, SessionError::FormConflict { form: "fhirId", .. }),
+        "{e}"
+    );
+    assert_eq!(m, before);
+    assert!(
+        !e.to_string().contains("pat-1"),
+        "errors never carry raw values: {e}"
+    );
+}
+
+#[test]
+fn sentinel_past_the_limit_decodes_to_nothing() {
+    let cfg = crate::alias::TaxonomyConfig {
+        max_aliases_per_session: 3,
+        ..Default::default()
+    };
+    let t = Taxonomy::try_from(cfg).unwrap();
+    let mut m = SessionMap::new();
+    let ids: Vec<IdInput> = (0..5)
+        .map(|i| id(&format!("pat-{i}"), "patient", Some(Form::Fhir), None))
+        .collect();
+    let e = m.encode(&t, &ids).unwrap();
+    assert_eq!(
+        e.aliases,
+        [
+            "patient-001",
+            "patient-002",
+            "patient-003",
+            "patient-000",
+            "patient-000"
+        ]
+    );
+    assert_eq!(m.len(), 3);
+    assert!(m.decode(&t, "patient-000").is_none());
+    // Known ids still resolve past the limit.
+    assert_eq!(m.encode(&t, &ids[..1]).unwrap().aliases, ["patient-001"]);
+}
+
+#[test]
+fn near_miss_repair_only_to_issued_aliases() {
+    let t = tax();
+    let mut m = SessionMap::new();
+    m.encode(&t, &[id("task-0055101", "task", Some(Form::Fhir), None)])
+        .unwrap();
+    let d = m.decode(&t, "task-group-001").unwrap();
+    assert!(d.repaired);
+    assert_eq!(d.record.alias, "task-001");
+    assert!(
+        m.decode(&t, "task-group-002").is_none(),
+        "task-002 was never issued"
+    );
+    assert!(m.decode(&t, "task-item-001").is_some());
+    assert!(m.decode(&t, "task-foo-001").is_none());
+    assert!(m.decode(&t, "patient-001").is_none());
+    // An issued task-group alias is exact, not a repair.
+    m.encode(&t, &[id("tg-000311", "task-group", Some(Form::Fhir), None)])
+        .unwrap();
+    assert!(!m.decode(&t, "task-group-001").unwrap().repaired);
+}
+
+#[test]
+fn form_routing_never_poisons_the_uuid_slot() {
+    let t = tax();
+    let mut m = SessionMap::new();
+    let e = m
+        .encode(
+            &t,
+            &[
+                id("pat-000123", "patient", Some(Form::Uuid), None),
+                id("clinic-berlin-mitte", "clinic", None, None),
+            ],
+        )
+        .unwrap();
+    let p = m.decode(&t, &e.aliases[0]).unwrap().record;
+    assert_eq!(p.ids.uuid, None);
+    assert_eq!(p.ids.fhir_id.as_deref(), Some("pat-000123"));
+    assert_eq!(
+        m.decode(&t, &e.aliases[1])
+            .unwrap()
+            .record
+            .ids
+            .slug
+            .as_deref(),
+        Some("clinic-berlin-mitte")
+    );
+}
+
+#[test]
+fn rejects_bad_inputs() {
+    let t = tax();
+    let mut m = SessionMap::new();
+    assert!(matches!(
+        m.encode(&t, &[id("x-1", "nope", None, None)]),
+        Err(SessionError::UnknownKind { index: 0, .. })
+    ));
+    assert!(matches!(
+        m.encode(&t, &[id("", "patient", None, None)]),
+        Err(SessionError::BadValue { index: 0, .. })
+    ));
+    assert!(m.is_empty());
+}
+
+#[test]
+fn plan_then_apply_equals_encode_and_records_rebuild_the_map() {
+    let t = tax();
+    let batch = [
+        id(U1, "patient", None, Some(1)),
+        id("pat-000123", "patient", Some(Form::Fhir), Some(1)),
+        id(U2, "visit", None, None),
+    ];
+    let mut a = SessionMap::new();
+    let planned = a.plan(&t, &batch).unwrap();
+    assert!(a.is_empty(), "plan changes nothing");
+    a.apply(&planned.changes).unwrap();
+    let mut b = SessionMap::new();
+    assert_eq!(b.encode(&t, &batch).unwrap(), planned);
+    assert_eq!(a, b);
+    let rebuilt = SessionMap::from_records(&t, a.records().iter().rev().cloned()).unwrap();
+    assert_eq!(rebuilt.encode_clone(&t, &batch), planned.aliases);
+    let next = rebuilt
+        .plan(&t, &[id("pat-9", "patient", Some(Form::Fhir), None)])
+        .unwrap();
+    assert_eq!(next.aliases, ["patient-002"], "counters survive a reload");
+    let dup = EntityRecord {
+        alias: "patient-009".into(),
+        kind: "patient".into(),
+        ids: RealIds {
+            uuid: Some(U1.into()),
+            ..Default::default()
+        },
+    };
+    assert!(matches!(
+        SessionMap::from_records(&t, a.records().iter().cloned().chain([dup])),
+        Err(SessionError::BadRecord { .. })
+    ));
+}
+
+impl SessionMap {
+    fn encode_clone(&self, t: &Taxonomy, ids: &[IdInput]) -> Vec<String> {
+        self.clone().encode(t, ids).unwrap().aliases
+    }
+}
+
+fn arb_value() -> impl Strategy<Value = (String, Form)> {
+    prop_oneof![
+        any::<u128>().prop_map(|n| {
+            let h = format!("{n:032x}");
+            (
+                format!(
+                    "{}-{}-{}-{}-{}",
+                    &h[..8],
+                    &h[8..12],
+                    &h[12..16],
+                    &h[16..20],
+                    &h[20..]
+                ),
+                Form::Uuid,
+            )
+        }),
+        (
+            prop::sample::select(vec!["pat", "enc", "appt", "task", "tg"]),
+            0u32..50
+        )
+            .prop_map(|(p, n)| (format!("{p}-{n:06}"), Form::Fhir)),
+        "[a-z]{3,6}-[a-z]{2,4}-[0-9]{1,2}".prop_map(|s| (s, Form::Slug)),
+    ]
+}
+
+proptest! {
+    /// decode(encode(x)) == x: every value encoded comes back in its slot, each
+    /// distinct value has one alias, and re-encoding never mints.
+    #[test]
+    fn decode_inverts_encode(batches in prop::collection::vec(prop::collection::vec((arb_value(), prop::sample::select(vec!["patient", "visit", "task", "task-group", "appointment"])), 0..12), 1..5)) {
+        let t = tax();
+        let mut m = SessionMap::new();
+        let mut seen: BTreeMap<String, String> = BTreeMap::new();
+        for batch in &batches {
+            let ids: Vec<IdInput> = batch.iter().map(|((v, f), k)| id(v, k, Some(*f), None)).collect();
+            let e = m.encode(&t, &ids).unwrap();
+            for (input, alias) in ids.iter().zip(&e.aliases) {
+                let d = m.decode(&t, alias).unwrap();
+                prop_assert!(!d.repaired);
+                prop_assert_eq!(d.record.ids.get(input.form.unwrap()), Some(input.value.as_str()));
+                if let Some(prev) = seen.insert(input.value.clone(), alias.clone()) {
+                    prop_assert_eq!(&prev, alias);
+                }
+            }
+            let again = m.encode(&t, &ids).unwrap();
+            prop_assert_eq!(again.aliases, e.aliases);
+            prop_assert!(again.changes.is_empty());
+        }
+        let distinct: std::collections::BTreeSet<&String> = seen.values().collect();
+        prop_assert_eq!(distinct.len(), seen.len(), "no alias for two entities");
+        prop_assert_eq!(m.len(), seen.len());
+    }
+}

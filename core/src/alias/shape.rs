@@ -1,0 +1,366 @@
+//! Id shapes: which form a raw id has, and where ids hide inside free text.
+//!
+//! Three forms exist: a UUID (the HMS primary key), a FHIR logical id
+//! (`pat-000123`, also whatever follows `Patient/` in a reference) and a slug
+//! (`clinic-berlin-mitte`; the catch-all for any other identifier). Inside text
+//! (URLs, error prose, non-JSON bodies) three patterns are found: UUIDs
+//! anywhere, with no boundary required; FHIR references `Type/id` for configured
+//! resource types; and FHIR ids `prefix-digits` for configured prefixes.
+
+use super::taxonomy::{KindId, Taxonomy};
+use serde::{Deserialize, Serialize};
+use std::ops::Range;
+
+/// The form of a raw id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Form {
+    /// A UUID (`039b70b8-92f7-44b7-9c91-4e3f0e900c71`).
+    #[serde(rename = "uuid")]
+    Uuid,
+    /// A FHIR logical id (`pat-000123`).
+    #[serde(rename = "fhirId")]
+    Fhir,
+    /// A slug (`clinic-berlin-mitte`) or any other identifier.
+    #[serde(rename = "slug")]
+    Slug,
+}
+
+impl Form {
+    /// The wire name (`uuid`, `fhirId`, `slug`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Form::Uuid => "uuid",
+            Form::Fhir => "fhirId",
+            Form::Slug => "slug",
+        }
+    }
+}
+
+/// Bytes that continue a token: an id next to one of these is part of a longer
+/// word. `-` counts, so `appt-001` inside `patient-appt-001` is no match.
+pub(crate) fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'-' || b == b'_'
+}
+
+/// Whether `s` is exactly a UUID (8-4-4-4-12 hex digits, any case).
+pub fn is_uuid(s: &[u8]) -> bool {
+    s.len() == 36
+        && s.iter().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => *b == b'-',
+            _ => b.is_ascii_hexdigit(),
+        })
+}
+
+/// Whether `s` has the shape of a FHIR logical id with a letter prefix:
+/// `[a-z][a-z0-9]*-[0-9]+` (`pat-000123`, `oo-5521`).
+pub fn is_fhir_like(s: &str) -> bool {
+    match s.split_once('-') {
+        Some((prefix, digits)) => {
+            prefix
+                .bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_lowercase())
+                && prefix
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+                && !digits.is_empty()
+                && digits.bytes().all(|b| b.is_ascii_digit())
+        }
+        None => false,
+    }
+}
+
+/// Routes an id of unknown form by its shape: UUID, else FHIR-like, else slug.
+pub fn classify(value: &str) -> Form {
+    if is_uuid(value.as_bytes()) {
+        Form::Uuid
+    } else if is_fhir_like(value) {
+        Form::Fhir
+    } else {
+        Form::Slug
+    }
+}
+
+/// Whether a string under an id key is an identifier rather than prose: short,
+/// no whitespace or punctuation beyond `._:-~`, and at least one digit or `-`
+/// (so `"clinic": "Berlin"` is a name, `"clinic": "clinic-berlin-mitte"` an id).
+pub(crate) fn is_identifier(value: &str, max_len: usize) -> bool {
+    !value.is_empty()
+        && value.len() <= max_len
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':' | b'~'))
+        && value.bytes().any(|b| b.is_ascii_digit() || b == b'-')
+}
+
+/// A FHIR id character (`[A-Za-z0-9.-]`).
+fn is_fhir_id_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'-' || b == b'.'
+}
+
+/// Longest FHIR id (FHIR caps logical ids at 64 characters).
+const FHIR_ID_MAX: usize = 64;
+
+/// Splits `Type/id` (the whole string) into a known resource type's kinds and
+/// the id, or `None`.
+pub(crate) fn parse_reference<'t, 'v>(
+    tax: &'t Taxonomy,
+    value: &'v str,
+) -> Option<(&'t [KindId], &'v str)> {
+    let (ty, id) = value.split_once('/')?;
+    let kinds = tax.resource_type_kinds(ty)?;
+    let ok = !id.is_empty() && id.len() <= FHIR_ID_MAX && id.bytes().all(is_fhir_id_byte);
+    ok.then_some((kinds, id))
+}
+
+/// What kind of pattern matched inside text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pattern<'t> {
+    /// A UUID; its kind comes from the text around it.
+    Uuid,
+    /// The id part of `Type/id`; kinds of the resource type.
+    Reference(&'t [KindId]),
+    /// A FHIR id with a configured prefix; kinds of the prefix.
+    FhirId(&'t [KindId]),
+}
+
+/// One id found inside text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TextHit<'t> {
+    /// Byte range of the id inside the text.
+    pub range: Range<usize>,
+    /// Which pattern found it.
+    pub pattern: Pattern<'t>,
+}
+
+/// Finds every UUID, reference id and prefixed FHIR id inside `text`, in order,
+/// without overlaps. `out` is cleared first.
+pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<TextHit<'t>>) {
+    out.clear();
+    // Every pattern holds a `-` (UUIDs, FHIR ids) or a `/` (references).
+    if !text.iter().any(|b| *b == b'-' || *b == b'/') {
+        return;
+    }
+    find_uuids(text, out);
+    let uuids = out.len();
+    let mut next_uuid = 0;
+    let mut i = 0;
+    while i < text.len() {
+        // Jump over UUIDs already found.
+        while let Some(u) = out.get(next_uuid).filter(|_| next_uuid < uuids) {
+            if u.range.end <= i {
+                next_uuid += 1;
+            } else {
+                break;
+            }
+        }
+        if let Some(u) = out.get(next_uuid).filter(|_| next_uuid < uuids) {
+            if u.range.contains(&i) {
+                i = u.range.end;
+                continue;
+            }
+        }
+        let b = text.get(i).copied().unwrap_or(0);
+        let at_start = b.is_ascii_alphabetic()
+            && (i == 0 || !text.get(i - 1).copied().is_some_and(is_token_byte));
+        if !at_start {
+            i += 1;
+            continue;
+        }
+        let word_end = i + text.get(i..).map_or(0, |t| {
+            t.iter().take_while(|b| b.is_ascii_alphanumeric()).count()
+        });
+        let word = text
+            .get(i..word_end)
+            .and_then(|w| std::str::from_utf8(w).ok())
+            .unwrap_or("");
+        let next = text.get(word_end).copied();
+        let limit = out
+            .get(next_uuid)
+            .filter(|_| next_uuid < uuids)
+            .map_or(text.len(), |u| u.range.start);
+        if next == Some(b'/') {
+            if let Some(kinds) = tax.resource_type_kinds(word) {
+                let start = word_end + 1;
+                let mut end = start
+                    + text.get(start..limit).map_or(0, |t| {
+                        t.iter()
+                            .take(FHIR_ID_MAX)
+                            .take_while(|b| is_fhir_id_byte(**b))
+                            .count()
+                    });
+                // A sentence may end right after a reference.
+                while end > start && text.get(end - 1) == Some(&b'.') {
+                    end -= 1;
+                }
+                if end > start {
+                    out.push(TextHit {
+                        range: start..end,
+                        pattern: Pattern::Reference(kinds),
+                    });
+                    i = end;
+                    continue;
+                }
+            }
+        } else if next == Some(b'-') {
+            if let Some(kinds) = tax.fhir_prefix_kinds(word) {
+                let start = word_end + 1;
+                let end = start
+                    + text
+                        .get(start..limit)
+                        .map_or(0, |t| t.iter().take_while(|b| b.is_ascii_digit()).count());
+                if end > start && !text.get(end).copied().is_some_and(is_token_byte) {
+                    out.push(TextHit {
+                        range: i..end,
+                        pattern: Pattern::FhirId(kinds),
+                    });
+                    i = end;
+                    continue;
+                }
+            }
+        }
+        i = word_end.max(i + 1);
+    }
+    out.sort_by_key(|h| h.range.start);
+}
+
+/// Appends every UUID in `text` (no boundary required: a UUID glued to other
+/// characters is still a raw id).
+fn find_uuids(text: &[u8], out: &mut Vec<TextHit<'_>>) {
+    // A UUID has its first dash at offset 8: look at each dash.
+    let mut from = 8;
+    while let Some(rel) = text.get(from..).and_then(|t| memchr::memchr(b'-', t)) {
+        let dash = from + rel;
+        let start = dash - 8;
+        if text.get(start..start + 36).is_some_and(is_uuid) {
+            out.push(TextHit {
+                range: start..start + 36,
+                pattern: Pattern::Uuid,
+            });
+            from = start + 36 + 8;
+        } else {
+            from = dash + 1;
+        }
+    }
+}
+
+/// The kind of a UUID found inside text, from what precedes it: a path segment
+/// (`/patients/<uuid>`), a resource type (`Patient/<uuid>`) or a query parameter
+/// (`?groupId=<uuid>`).
+pub(crate) fn kind_before(tax: &Taxonomy, text: &[u8], start: usize) -> Option<KindId> {
+    let before = text.get(..start)?;
+    match before.last()? {
+        b'/' => {
+            let seg_start = before.len() - 1;
+            let seg_begin = before
+                .get(..seg_start)?
+                .iter()
+                .rposition(|b| !is_token_byte(*b))
+                .map_or(0, |p| p + 1);
+            let seg = std::str::from_utf8(before.get(seg_begin..seg_start)?).ok()?;
+            tax.path_segment_kind(seg).or_else(|| {
+                tax.resource_type_kinds(seg)
+                    .and_then(|k| k.first().copied())
+            })
+        }
+        b'=' => {
+            let eq = before.len() - 1;
+            let name_begin = before
+                .get(..eq)?
+                .iter()
+                .rposition(|b| matches!(b, b'?' | b'&' | b';'))
+                .map_or(0, |p| p + 1);
+            tax.id_field_kind(std::str::from_utf8(before.get(name_begin..eq)?).ok()?)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hits(text: &str) -> Vec<(String, &'static str)> {
+        let t = Box::leak(Box::new(Taxonomy::default()));
+        let mut out = Vec::new();
+        find_in_text(t, text.as_bytes(), &mut out);
+        out.iter()
+            .map(|h| {
+                let p = match h.pattern {
+                    Pattern::Uuid => "uuid",
+                    Pattern::Reference(_) => "ref",
+                    Pattern::FhirId(_) => "fhir",
+                };
+                (text[h.range.clone()].to_owned(), p)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn classify_routes_by_shape() {
+        assert_eq!(classify("039b70b8-92f7-44b7-9c91-4e3f0e900c71"), Form::Uuid);
+        assert_eq!(classify("039B70B8-92F7-44B7-9C91-4E3F0E900C71"), Form::Uuid);
+        assert_eq!(classify("pat-000123"), Form::Fhir);
+        assert_eq!(classify("oo-5521"), Form::Fhir);
+        assert_eq!(classify("clinic-berlin-mitte"), Form::Slug);
+        assert_eq!(classify("loc-im-bm-2-14"), Form::Slug);
+        assert_eq!(classify("039b70b8-92f7-44b7-9c91-4e3f0e900c7"), Form::Slug);
+    }
+
+    #[test]
+    fn finds_ids_in_prose_and_urls() {
+        let text =
+            "Slot slot-im-bm-20250325-1100 for practitioner prac-00042 is booked by appointment \
+                    fa129b43-cd9d-43cf-b923-a08771beb1b9 (Appointment/appt-0009815).";
+        assert_eq!(
+            hits(text),
+            vec![
+                ("prac-00042".into(), "fhir"),
+                ("fa129b43-cd9d-43cf-b923-a08771beb1b9".into(), "uuid"),
+                ("appt-0009815".into(), "ref"),
+            ]
+        );
+        let url = "https://fhir.example/fhir/R4/Appointment/appt-0009812/_history/1";
+        assert_eq!(hits(url), vec![("appt-0009812".into(), "ref")]);
+        let glued = "x039b70b8-92f7-44b7-9c91-4e3f0e900c71y and Task/160.000.100.000.017.52.";
+        assert_eq!(
+            hits(glued),
+            vec![
+                ("039b70b8-92f7-44b7-9c91-4e3f0e900c71".into(), "uuid"),
+                ("160.000.100.000.017.52".into(), "ref")
+            ]
+        );
+    }
+
+    #[test]
+    fn leaves_near_misses_alone() {
+        for text in [
+            "patient-appt-001",
+            "ext-prac-20981",
+            "pat-000123x",
+            "patient-portal",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "2025-03-25T10:30:00+01:00",
+            "W/\"1\"",
+        ] {
+            assert_eq!(hits(text), vec![], "{text}");
+        }
+    }
+
+    #[test]
+    fn kind_before_reads_the_context() {
+        let t = Taxonomy::default();
+        let name = |text: &str| {
+            let start = text.find("039b").unwrap();
+            kind_before(&t, text.as_bytes(), start).map(|k| t.kind_name(k).to_owned())
+        };
+        assert_eq!(name("/api/v2/patients/039b").as_deref(), Some("patient"));
+        assert_eq!(
+            name("/api/v2/x?status=a&groupId=039b").as_deref(),
+            Some("task-group")
+        );
+        assert_eq!(name("Patient/039b").as_deref(), Some("patient"));
+        assert_eq!(name("?idempotencyKey=039b"), None);
+        assert_eq!(name("039b"), None);
+    }
+}

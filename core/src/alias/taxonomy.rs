@@ -1,0 +1,907 @@
+//! The alias taxonomy: which kinds of record exist, their alias prefixes, and the
+//! rules that tell a raw id's kind from where it sits in a body.
+//!
+//! [`TaxonomyConfig`] is what an operator writes (every field has a documented
+//! default that covers the HMS API); [`Taxonomy`] is the validated form with
+//! lookup tables. Both the filter (scanning) and control (minting) load the same
+//! configuration, so an alias minted by one is understood by the other.
+
+use super::shape::Form;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::fmt;
+
+/// One kind of record, as configured.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KindConfig {
+    /// Stable name of the kind (`patient`); stored with every alias, so renaming
+    /// a kind orphans the aliases of live sessions.
+    pub name: String,
+    /// Alias prefix: aliases read `<prefix>-NNN`. Lowercase segments joined by
+    /// `-`, no segment all digits (`patient`, `patient-appt`).
+    pub prefix: String,
+    /// Prefixes of this kind's FHIR logical ids (`pat` for `pat-000123`). One
+    /// FHIR prefix may belong to several kinds (a visit and an encounter are both
+    /// `enc-…`); where it sits then decides.
+    #[serde(default)]
+    pub fhir_prefixes: Vec<String>,
+    /// FHIR resource types of this kind (`Patient`), for references
+    /// (`Patient/pat-000123`) and `resourceType` members.
+    #[serde(default)]
+    pub resource_types: Vec<String>,
+    /// Keys whose string value is an id of this kind (`patientId`, `clinic`).
+    #[serde(default)]
+    pub id_fields: Vec<String>,
+    /// Keys whose object value (or array of objects) is a record of this kind
+    /// (`patient`, `relatedPatients`): the object's own `id`, `fhirId` and `slug`
+    /// are this kind's.
+    #[serde(default)]
+    pub object_keys: Vec<String>,
+    /// URL path segments after which an id is of this kind (`patients` in
+    /// `/api/v2/patients/<uuid>`); the last one in a request path names the kind
+    /// of the response's primary record.
+    #[serde(default)]
+    pub path_segments: Vec<String>,
+    /// The form a decoded alias takes when the target field does not ask for
+    /// one (default: the UUID when known). Clinics travel as slugs.
+    #[serde(default)]
+    pub preferred_form: Option<Form>,
+}
+
+/// The taxonomy as written by the operator. Every field may be omitted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TaxonomyConfig {
+    /// The kinds. Default: the HMS kinds (patient, appointment = `patient-appt`,
+    /// visit, encounter, task-group, task, prescription, practitioner, clinic,
+    /// department, ward, location, slot, observation, condition, allergy,
+    /// coverage, note, order, report, contact, user, record = `ref`).
+    #[serde(default = "defaults::kinds")]
+    pub kinds: Vec<KindConfig>,
+    /// The kind of an id whose kind nothing tells (a UUID in an idempotency
+    /// key). Default `record` (prefix `ref`).
+    #[serde(default = "defaults::fallback_kind")]
+    pub fallback_kind: String,
+    /// Keys holding an object's own id in any form. Default `id`, `uuid`.
+    #[serde(default = "defaults::self_id_keys")]
+    pub self_id_keys: Vec<String>,
+    /// Keys holding an object's own FHIR id; in requests, an alias under one of
+    /// these decodes to the FHIR id. Default `fhirId`, `fhir_id`.
+    #[serde(default = "defaults::fhir_id_keys")]
+    pub fhir_id_keys: Vec<String>,
+    /// Keys holding an object's own slug; in requests, an alias under one of
+    /// these (or under any key ending in `slug`, any case) decodes to the slug.
+    /// Default `slug`.
+    #[serde(default = "defaults::slug_keys")]
+    pub slug_keys: Vec<String>,
+    /// Keys holding a FHIR reference (`Type/id`) to the object itself; in
+    /// requests, an alias under one of these decodes to the FHIR id.
+    /// Default `reference`, `fhirReference`.
+    #[serde(default = "defaults::reference_keys")]
+    pub reference_keys: Vec<String>,
+    /// Top-level keys of response envelopes whose value is the primary record
+    /// (or a list of them). Default `data`.
+    #[serde(default = "defaults::envelope_keys")]
+    pub envelope_keys: Vec<String>,
+    /// Noun infixes a model inserts into an issued alias (`task-group-001` for
+    /// `task-001`); decode strips one and retries, only against issued aliases.
+    /// Default `group`, `item`, `entry`, `record`.
+    #[serde(default = "defaults::repair_infixes")]
+    pub repair_infixes: Vec<String>,
+    /// Aliases one session may hold; past it encode returns a sentinel
+    /// (`<prefix>-000`) that decodes to nothing. Default 5000.
+    #[serde(default = "defaults::max_aliases_per_session")]
+    pub max_aliases_per_session: usize,
+    /// Longest string value taken for an id under an id key; longer values are
+    /// text and only scanned for embedded ids. Default 128.
+    #[serde(default = "defaults::max_id_len")]
+    pub max_id_len: usize,
+}
+
+impl Default for TaxonomyConfig {
+    fn default() -> Self {
+        TaxonomyConfig {
+            kinds: defaults::kinds(),
+            fallback_kind: defaults::fallback_kind(),
+            self_id_keys: defaults::self_id_keys(),
+            fhir_id_keys: defaults::fhir_id_keys(),
+            slug_keys: defaults::slug_keys(),
+            reference_keys: defaults::reference_keys(),
+            envelope_keys: defaults::envelope_keys(),
+            repair_infixes: defaults::repair_infixes(),
+            max_aliases_per_session: defaults::max_aliases_per_session(),
+            max_id_len: defaults::max_id_len(),
+        }
+    }
+}
+
+mod defaults {
+    use super::{Form, KindConfig};
+
+    fn strings(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn kind(
+        name: &str,
+        prefix: &str,
+        fhir: &[&str],
+        types: &[&str],
+        fields: &[&str],
+        objects: &[&str],
+        segments: &[&str],
+        preferred_form: Option<Form>,
+    ) -> KindConfig {
+        KindConfig {
+            name: name.to_owned(),
+            prefix: prefix.to_owned(),
+            fhir_prefixes: strings(fhir),
+            resource_types: strings(types),
+            id_fields: strings(fields),
+            object_keys: strings(objects),
+            path_segments: strings(segments),
+            preferred_form,
+        }
+    }
+
+    pub fn kinds() -> Vec<KindConfig> {
+        let slug = Some(Form::Slug);
+        vec![
+            kind(
+                "patient",
+                "patient",
+                &["pat"],
+                &["Patient"],
+                &["patientId", "patient_id"],
+                &["patient", "patients", "relatedPatients", "subject"],
+                &["patients"],
+                None,
+            ),
+            kind(
+                "appointment",
+                "patient-appt",
+                &["appt"],
+                &["Appointment"],
+                &["appointmentId", "appointment_id"],
+                &["appointment", "appointments", "conflictingAppointment"],
+                &["appointments"],
+                None,
+            ),
+            // Visit before encounter: a bare `Encounter/enc-…` reference with no
+            // other context is read as the visit (the administrative case).
+            kind(
+                "visit",
+                "visit",
+                &["enc"],
+                &["Encounter"],
+                &["visitId", "visit_id"],
+                &["visit", "visits", "activeVisit"],
+                &["visits"],
+                None,
+            ),
+            kind(
+                "encounter",
+                "encounter",
+                &["enc"],
+                &["Encounter"],
+                &["encounterId", "encounter_id"],
+                &["encounter", "encounters"],
+                &["encounters"],
+                None,
+            ),
+            kind(
+                "task-group",
+                "task-group",
+                &["tg"],
+                &[],
+                &["taskGroupId", "task_group_id", "groupId"],
+                &["taskGroup", "taskGroups"],
+                &["task-groups"],
+                None,
+            ),
+            kind(
+                "task",
+                "task",
+                &["task"],
+                &["Task"],
+                &["taskId", "task_id"],
+                &["task", "tasks"],
+                &["tasks"],
+                None,
+            ),
+            kind(
+                "prescription",
+                "prescription",
+                &["mr"],
+                &["MedicationRequest"],
+                &["prescriptionId", "prescription_id", "medicationRequestId"],
+                &["prescription", "prescriptions"],
+                &["prescriptions"],
+                None,
+            ),
+            kind(
+                "practitioner",
+                "practitioner",
+                &["prac"],
+                &["Practitioner"],
+                &["practitionerId", "practitioner_id", "prescriberId"],
+                &[
+                    "practitioner",
+                    "practitioners",
+                    "prescriber",
+                    "attendingPractitioner",
+                    "participants",
+                    "signedBy",
+                ],
+                &["practitioners"],
+                None,
+            ),
+            kind(
+                "clinic",
+                "clinic",
+                &[],
+                &["Organization"],
+                &["clinic", "clinicId", "clinic_id", "clinicSlug"],
+                &["clinic", "clinics"],
+                &["clinics"],
+                slug,
+            ),
+            kind(
+                "department",
+                "department",
+                &[],
+                &[],
+                &["department", "departmentId", "departmentSlug"],
+                &["department", "departments"],
+                &["departments"],
+                slug,
+            ),
+            kind(
+                "ward",
+                "ward",
+                &[],
+                &[],
+                &["ward", "wardId", "wardSlug"],
+                &["ward", "wards"],
+                &["wards"],
+                slug,
+            ),
+            kind(
+                "location",
+                "location",
+                &["loc"],
+                &["Location"],
+                &["locationId", "location_id"],
+                &["location", "locations"],
+                &["locations"],
+                None,
+            ),
+            kind(
+                "slot",
+                "slot",
+                &[],
+                &["Slot"],
+                &["slotId", "slot_id"],
+                &["slot", "slots"],
+                &["slots"],
+                slug,
+            ),
+            kind(
+                "observation",
+                "observation",
+                &["obs"],
+                &["Observation"],
+                &["observationId"],
+                &["observation", "observations"],
+                &["observations", "vitals"],
+                None,
+            ),
+            kind(
+                "condition",
+                "condition",
+                &["cond"],
+                &["Condition"],
+                &["conditionId", "condition_id"],
+                &["condition", "conditions", "problems", "diagnoses"],
+                &["conditions", "problems"],
+                None,
+            ),
+            kind(
+                "allergy",
+                "allergy",
+                &["allg"],
+                &["AllergyIntolerance"],
+                &["allergyId"],
+                &["allergy", "allergies"],
+                &["allergies"],
+                None,
+            ),
+            kind(
+                "coverage",
+                "coverage",
+                &["cov"],
+                &["Coverage"],
+                &["coverageId", "insuranceId"],
+                &["coverage", "insurance"],
+                &["coverages"],
+                None,
+            ),
+            kind(
+                "note",
+                "note",
+                &["comp"],
+                &["Composition"],
+                &["noteId"],
+                &["note", "notes"],
+                &["notes"],
+                None,
+            ),
+            kind(
+                "order",
+                "order",
+                &["sr"],
+                &["ServiceRequest"],
+                &["orderId", "serviceRequestId"],
+                &["order", "orders"],
+                &["orders", "service-requests"],
+                None,
+            ),
+            kind(
+                "report",
+                "report",
+                &["dr"],
+                &["DiagnosticReport"],
+                &["reportId", "diagnosticReportId"],
+                &["report", "reports", "resultReport"],
+                &["reports"],
+                None,
+            ),
+            kind(
+                "contact",
+                "contact",
+                &[],
+                &["RelatedPerson"],
+                &["contactId"],
+                &["contact", "contacts"],
+                &["contacts"],
+                None,
+            ),
+            kind(
+                "user",
+                "user",
+                &[],
+                &[],
+                &["userId", "createdBy", "updatedBy"],
+                &["user", "users"],
+                &["users"],
+                None,
+            ),
+            kind("record", "ref", &[], &[], &[], &[], &[], None),
+        ]
+    }
+    pub fn fallback_kind() -> String {
+        "record".into()
+    }
+    pub fn self_id_keys() -> Vec<String> {
+        strings(&["id", "uuid"])
+    }
+    pub fn fhir_id_keys() -> Vec<String> {
+        strings(&["fhirId", "fhir_id"])
+    }
+    pub fn slug_keys() -> Vec<String> {
+        strings(&["slug"])
+    }
+    pub fn reference_keys() -> Vec<String> {
+        strings(&["reference", "fhirReference"])
+    }
+    pub fn envelope_keys() -> Vec<String> {
+        strings(&["data"])
+    }
+    pub fn repair_infixes() -> Vec<String> {
+        strings(&["group", "item", "entry", "record"])
+    }
+    pub fn max_aliases_per_session() -> usize {
+        5000
+    }
+    pub fn max_id_len() -> usize {
+        128
+    }
+}
+
+/// A lookup table keyed by configured names. Fx hashing: fast on short keys and
+/// needs no random seed (wasm hosts may not offer one); the keys come from
+/// configuration, not from traffic.
+type Table<V> = HashMap<String, V, rustc_hash::FxBuildHasher>;
+
+/// A kind, as an index into its [`Taxonomy`]. Only meaningful with the taxonomy
+/// that produced it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KindId(u16);
+
+/// A validated kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kind {
+    /// See [`KindConfig::name`].
+    pub name: String,
+    /// See [`KindConfig::prefix`].
+    pub prefix: String,
+    /// See [`KindConfig::preferred_form`].
+    pub preferred_form: Option<Form>,
+}
+
+/// What a key of an object means, for scanning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyRole {
+    /// The object's own id, any form.
+    Id,
+    /// The object's own FHIR id.
+    Fhir,
+    /// The object's own slug.
+    Slug,
+    /// A FHIR reference to the object itself.
+    Reference,
+}
+
+/// The validated taxonomy with its lookup tables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taxonomy {
+    kinds: Vec<Kind>,
+    fallback: KindId,
+    by_prefix: Table<KindId>,
+    by_name: Table<KindId>,
+    fhir_prefix: Table<Vec<KindId>>,
+    resource_type: Table<Vec<KindId>>,
+    id_field: Table<KindId>,
+    object_key: Table<KindId>,
+    path_segment: Table<KindId>,
+    key_role: Table<KeyRole>,
+    envelope_keys: Vec<String>,
+    repair_infixes: Vec<String>,
+    max_aliases: usize,
+    max_id_len: usize,
+}
+
+/// A taxonomy configuration error, naming the field (`kinds[3].prefix`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct TaxonomyError {
+    /// Path of the field (`kinds[3].prefix`), or `<root>` for the document.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl fmt::Display for TaxonomyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+fn err(field: impl Into<String>, message: impl Into<String>) -> TaxonomyError {
+    TaxonomyError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// `[a-z][a-z0-9]*`: one segment of a prefix, an infix or a FHIR prefix.
+fn valid_segment(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    matches!(bytes.next(), Some(b'a'..=b'z'))
+        && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+}
+
+fn valid_prefix(s: &str) -> bool {
+    s.split('-').all(valid_segment)
+}
+
+/// Inserts `key → kind` into a one-kind-per-key table, failing on a clash.
+fn insert_unique(
+    table: &mut Table<KindId>,
+    key: &str,
+    kind: KindId,
+    field: &str,
+    names: &[Kind],
+) -> Result<(), TaxonomyError> {
+    if key.is_empty() {
+        return Err(err(field, "must not be empty"));
+    }
+    if let Some(other) = table.insert(key.to_owned(), kind) {
+        if other != kind {
+            let other_name = names
+                .get(usize::from(other.0))
+                .map_or("?", |k| k.name.as_str());
+            return Err(err(
+                field,
+                format!("{key:?} is already used by kind {other_name:?}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl TryFrom<TaxonomyConfig> for Taxonomy {
+    type Error = TaxonomyError;
+
+    fn try_from(raw: TaxonomyConfig) -> Result<Self, Self::Error> {
+        if raw.kinds.is_empty() {
+            return Err(err("kinds", "must list at least one kind"));
+        }
+        if raw.kinds.len() > usize::from(u16::MAX) {
+            return Err(err("kinds", "too many kinds"));
+        }
+        let mut t = Taxonomy {
+            kinds: Vec::with_capacity(raw.kinds.len()),
+            fallback: KindId(0),
+            by_prefix: Table::default(),
+            by_name: Table::default(),
+            fhir_prefix: Table::default(),
+            resource_type: Table::default(),
+            id_field: Table::default(),
+            object_key: Table::default(),
+            path_segment: Table::default(),
+            key_role: Table::default(),
+            envelope_keys: raw.envelope_keys,
+            repair_infixes: Vec::new(),
+            max_aliases: raw.max_aliases_per_session,
+            max_id_len: raw.max_id_len,
+        };
+        for (i, k) in raw.kinds.iter().enumerate() {
+            let at = format!("kinds[{i}]");
+            let id = KindId(u16::try_from(i).map_err(|_| err(&at, "too many kinds"))?);
+            if !valid_prefix(&k.name) {
+                return Err(err(
+                    format!("{at}.name"),
+                    format!("must be lowercase words joined by '-', got {:?}", k.name),
+                ));
+            }
+            if !valid_prefix(&k.prefix) {
+                return Err(err(
+                    format!("{at}.prefix"),
+                    format!(
+                        "must be lowercase segments [a-z][a-z0-9]* joined by '-', got {:?}",
+                        k.prefix
+                    ),
+                ));
+            }
+            if t.by_name.insert(k.name.clone(), id).is_some() {
+                return Err(err(
+                    format!("{at}.name"),
+                    format!("kind {:?} is listed twice", k.name),
+                ));
+            }
+            if t.by_prefix.insert(k.prefix.clone(), id).is_some() {
+                return Err(err(
+                    format!("{at}.prefix"),
+                    format!("prefix {:?} is used by two kinds", k.prefix),
+                ));
+            }
+            t.kinds.push(Kind {
+                name: k.name.clone(),
+                prefix: k.prefix.clone(),
+                preferred_form: k.preferred_form,
+            });
+        }
+        for (i, k) in raw.kinds.iter().enumerate() {
+            let at = format!("kinds[{i}]");
+            let id = KindId(u16::try_from(i).map_err(|_| err(&at, "too many kinds"))?);
+            for (j, p) in k.fhir_prefixes.iter().enumerate() {
+                if !valid_segment(p) {
+                    return Err(err(
+                        format!("{at}.fhirPrefixes[{j}]"),
+                        format!("must match [a-z][a-z0-9]*, got {p:?}"),
+                    ));
+                }
+                t.fhir_prefix.entry(p.clone()).or_default().push(id);
+            }
+            for (j, r) in k.resource_types.iter().enumerate() {
+                let ok = r.bytes().next().is_some_and(|b| b.is_ascii_uppercase())
+                    && r.bytes().all(|b| b.is_ascii_alphanumeric());
+                if !ok {
+                    return Err(err(
+                        format!("{at}.resourceTypes[{j}]"),
+                        format!("must be a FHIR type name, got {r:?}"),
+                    ));
+                }
+                t.resource_type.entry(r.clone()).or_default().push(id);
+            }
+            for (j, f) in k.id_fields.iter().enumerate() {
+                insert_unique(
+                    &mut t.id_field,
+                    f,
+                    id,
+                    &format!("{at}.idFields[{j}]"),
+                    &t.kinds,
+                )?;
+            }
+            for (j, f) in k.object_keys.iter().enumerate() {
+                insert_unique(
+                    &mut t.object_key,
+                    f,
+                    id,
+                    &format!("{at}.objectKeys[{j}]"),
+                    &t.kinds,
+                )?;
+            }
+            for (j, f) in k.path_segments.iter().enumerate() {
+                insert_unique(
+                    &mut t.path_segment,
+                    f,
+                    id,
+                    &format!("{at}.pathSegments[{j}]"),
+                    &t.kinds,
+                )?;
+            }
+        }
+        t.fallback = *t.by_name.get(&raw.fallback_kind).ok_or_else(|| {
+            err(
+                "fallbackKind",
+                format!("names no kind: {:?}", raw.fallback_kind),
+            )
+        })?;
+        let roles = [
+            ("selfIdKeys", &raw.self_id_keys, KeyRole::Id),
+            ("fhirIdKeys", &raw.fhir_id_keys, KeyRole::Fhir),
+            ("slugKeys", &raw.slug_keys, KeyRole::Slug),
+            ("referenceKeys", &raw.reference_keys, KeyRole::Reference),
+        ];
+        for (field, keys, role) in roles {
+            for (j, key) in keys.iter().enumerate() {
+                if key.is_empty() {
+                    return Err(err(format!("{field}[{j}]"), "must not be empty"));
+                }
+                if t.key_role.insert(key.clone(), role).is_some() {
+                    return Err(err(
+                        format!("{field}[{j}]"),
+                        format!("key {key:?} has two roles"),
+                    ));
+                }
+            }
+        }
+        for (j, infix) in raw.repair_infixes.iter().enumerate() {
+            if !valid_segment(infix) {
+                return Err(err(
+                    format!("repairInfixes[{j}]"),
+                    format!("must match [a-z][a-z0-9]*, got {infix:?}"),
+                ));
+            }
+        }
+        t.repair_infixes = raw.repair_infixes;
+        if !(1..=1_000_000).contains(&t.max_aliases) {
+            return Err(err(
+                "maxAliasesPerSession",
+                format!("must be between 1 and 1000000, got {}", t.max_aliases),
+            ));
+        }
+        if !(36..=4096).contains(&t.max_id_len) {
+            return Err(err(
+                "maxIdLen",
+                format!("must be between 36 and 4096, got {}", t.max_id_len),
+            ));
+        }
+        Ok(t)
+    }
+}
+
+impl Default for Taxonomy {
+    /// The default HMS taxonomy. The defaults are validated by a unit test; if
+    /// they ever failed validation this returns a one-kind taxonomy rather than
+    /// panicking.
+    fn default() -> Self {
+        Taxonomy::try_from(TaxonomyConfig::default()).unwrap_or_else(|_| Taxonomy::minimal())
+    }
+}
+
+impl Taxonomy {
+    /// Parses and validates a taxonomy from JSON.
+    ///
+    /// Fails with a [`TaxonomyError`] naming the field when the JSON is
+    /// malformed, has an unknown field, or breaks a rule.
+    pub fn from_json(bytes: &[u8]) -> Result<Taxonomy, TaxonomyError> {
+        let raw: TaxonomyConfig = serde_json::from_slice(bytes).map_err(|e| {
+            let msg = e.to_string();
+            let field = msg
+                .split('`')
+                .nth(1)
+                .map_or_else(|| "<root>".to_owned(), str::to_owned);
+            err(field, msg)
+        })?;
+        Taxonomy::try_from(raw)
+    }
+
+    fn minimal() -> Taxonomy {
+        let kind = Kind {
+            name: "record".into(),
+            prefix: "ref".into(),
+            preferred_form: None,
+        };
+        Taxonomy {
+            by_prefix: Table::from_iter([(kind.prefix.clone(), KindId(0))]),
+            by_name: Table::from_iter([(kind.name.clone(), KindId(0))]),
+            kinds: vec![kind],
+            fallback: KindId(0),
+            fhir_prefix: Table::default(),
+            resource_type: Table::default(),
+            id_field: Table::default(),
+            object_key: Table::default(),
+            path_segment: Table::default(),
+            key_role: Table::from_iter([("id".to_owned(), KeyRole::Id)]),
+            envelope_keys: Vec::new(),
+            repair_infixes: Vec::new(),
+            max_aliases: 5000,
+            max_id_len: 128,
+        }
+    }
+
+    /// The kind behind an id.
+    pub fn kind(&self, id: KindId) -> Option<&Kind> {
+        self.kinds.get(usize::from(id.0))
+    }
+
+    /// The name of a kind (`"record"` for an id from another taxonomy).
+    pub fn kind_name(&self, id: KindId) -> &str {
+        self.kind(id).map_or("record", |k| k.name.as_str())
+    }
+
+    /// Looks a kind up by name.
+    pub fn kind_by_name(&self, name: &str) -> Option<KindId> {
+        self.by_name.get(name).copied()
+    }
+
+    /// Every kind, in configuration order.
+    pub fn kinds(&self) -> impl Iterator<Item = (KindId, &Kind)> {
+        self.kinds
+            .iter()
+            .enumerate()
+            .filter_map(|(i, k)| u16::try_from(i).ok().map(|i| (KindId(i), k)))
+    }
+
+    /// The kind of ids nothing else classifies.
+    pub fn fallback_kind(&self) -> KindId {
+        self.fallback
+    }
+
+    /// Aliases one session may hold.
+    pub fn max_aliases_per_session(&self) -> usize {
+        self.max_aliases
+    }
+
+    /// Longest string taken for an id under an id key.
+    pub fn max_id_len(&self) -> usize {
+        self.max_id_len
+    }
+
+    /// The kind of the primary record of a response to `path` (`/api/v2/visits/…`
+    /// → visit): the last path segment (query excluded) that names a kind.
+    pub fn kind_for_path(&self, path: &str) -> Option<KindId> {
+        let path = path.split(['?', '#']).next().unwrap_or(path);
+        path.split('/')
+            .rev()
+            .find_map(|seg| self.path_segment.get(seg).copied())
+    }
+
+    pub(crate) fn alias_prefix(&self, prefix: &str) -> Option<KindId> {
+        self.by_prefix.get(prefix).copied()
+    }
+    pub(crate) fn fhir_prefix_kinds(&self, prefix: &str) -> Option<&[KindId]> {
+        self.fhir_prefix.get(prefix).map(Vec::as_slice)
+    }
+    pub(crate) fn resource_type_kinds(&self, resource_type: &str) -> Option<&[KindId]> {
+        self.resource_type.get(resource_type).map(Vec::as_slice)
+    }
+    pub(crate) fn id_field_kind(&self, key: &str) -> Option<KindId> {
+        self.id_field.get(key).copied()
+    }
+    pub(crate) fn object_key_kind(&self, key: &str) -> Option<KindId> {
+        self.object_key.get(key).copied()
+    }
+    pub(crate) fn path_segment_kind(&self, segment: &str) -> Option<KindId> {
+        self.path_segment.get(segment).copied()
+    }
+    pub(crate) fn key_role(&self, key: &str) -> Option<KeyRole> {
+        self.key_role.get(key).copied()
+    }
+    pub(crate) fn is_envelope_key(&self, key: &str) -> bool {
+        self.envelope_keys.iter().any(|k| k == key)
+    }
+    pub(crate) fn repair_infixes(&self) -> &[String] {
+        &self.repair_infixes
+    }
+
+    /// The form a request field asks for: FHIR for FHIR-id and reference keys,
+    /// slug for slug keys (and keys ending in `slug`), otherwise none.
+    pub(crate) fn form_wanted_by_key(&self, key: &str) -> Option<Form> {
+        match self.key_role(key) {
+            Some(KeyRole::Fhir | KeyRole::Reference) => Some(Form::Fhir),
+            Some(KeyRole::Slug) => Some(Form::Slug),
+            _ if key.len() >= 4
+                && key
+                    .get(key.len() - 4..)
+                    .is_some_and(|tail| tail.eq_ignore_ascii_case("slug")) =>
+            {
+                Some(Form::Slug)
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate_and_cover_the_hms_kinds() {
+        let t = Taxonomy::try_from(TaxonomyConfig::default()).unwrap();
+        for name in [
+            "patient",
+            "appointment",
+            "visit",
+            "encounter",
+            "task",
+            "task-group",
+            "prescription",
+            "clinic",
+            "practitioner",
+            "slot",
+            "location",
+            "department",
+            "ward",
+            "condition",
+            "observation",
+        ] {
+            assert!(t.kind_by_name(name).is_some(), "{name}");
+        }
+        let appt = t.kind_by_name("appointment").unwrap();
+        assert_eq!(t.kind(appt).unwrap().prefix, "patient-appt");
+        assert_eq!(Taxonomy::default(), t);
+    }
+
+    #[test]
+    fn empty_config_means_defaults() {
+        assert_eq!(Taxonomy::from_json(b"{}").unwrap(), Taxonomy::default());
+    }
+
+    #[test]
+    fn kind_for_path_takes_the_last_kind_segment() {
+        let t = Taxonomy::default();
+        let name = |p: &str| t.kind_for_path(p).map(|k| t.kind_name(k).to_owned());
+        assert_eq!(
+            name("/api/v2/visits/10c85729-d6ad-4aca-820e-d8626e93e35d").as_deref(),
+            Some("visit")
+        );
+        assert_eq!(
+            name("/api/v2/patients/x/visits?patients=1").as_deref(),
+            Some("visit")
+        );
+        assert_eq!(
+            name("/api/v2/patients/search?q=anna").as_deref(),
+            Some("patient")
+        );
+        assert_eq!(name("/api/v2/task-groups/x").as_deref(), Some("task-group"));
+        assert_eq!(name("/health"), None);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases: [(&[u8], &str); 8] = [
+            (br#"{"kinds":[]}"#, "kinds"),
+            (br#"{"kinds":[{"name":"a","prefix":"A"}],"fallbackKind":"a"}"#, "kinds[0].prefix"),
+            (br#"{"kinds":[{"name":"a","prefix":"x-1"}],"fallbackKind":"a"}"#, "kinds[0].prefix"),
+            (br#"{"kinds":[{"name":"a","prefix":"a"},{"name":"b","prefix":"a"}],"fallbackKind":"a"}"#, "kinds[1].prefix"),
+            (
+                br#"{"kinds":[{"name":"a","prefix":"a","idFields":["x"]},{"name":"b","prefix":"b","idFields":["x"]}],"fallbackKind":"a"}"#,
+                "kinds[1].idFields[0]",
+            ),
+            (br#"{"kinds":[{"name":"a","prefix":"a"}]}"#, "fallbackKind"),
+            (br#"{"maxAliasesPerSession":0}"#, "maxAliasesPerSession"),
+            (br#"{"prefixes":[]}"#, "prefixes"),
+        ];
+        for (json, field) in cases {
+            let e = Taxonomy::from_json(json).unwrap_err();
+            assert_eq!(e.field, field, "{e}");
+            assert!(e.to_string().starts_with(field), "{e}");
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! The JSON of control's alias API (`POST /v1/alias/encode`, `POST /v1/alias/decode`).
+//!
+//! The filter and control both use these types, so a change here is a protocol
+//! change: add fields with `#[serde(default)]`.
+
+use super::shape::Form;
+use serde::{Deserialize, Serialize};
+
+/// One raw id to alias.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdInput {
+    /// The raw id.
+    pub value: String,
+    /// Kind name used if an alias must be minted (default: the taxonomy's
+    /// fallback kind). A value the session already knows keeps its alias
+    /// whatever the hint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// The slot the value fills; routed by shape when absent (a `uuid` hint on a
+    /// value that is not a UUID is routed by shape too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub form: Option<Form>,
+    /// Ids with the same group number within one request are one entity (its
+    /// UUID and FHIR id seen in one object); no group means an entity alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<u32>,
+}
+
+/// `POST /v1/alias/encode` request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EncodeRequest {
+    /// The session, as named by the agent service.
+    pub session: String,
+    /// The raw ids, in any order.
+    pub ids: Vec<IdInput>,
+}
+
+/// `POST /v1/alias/encode` response: one alias per input id, in input order.
+/// Past the session limit an alias may be a sentinel (`patient-000`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EncodeResponse {
+    /// Aliases, parallel to the request's `ids`.
+    pub aliases: Vec<String>,
+}
+
+/// `POST /v1/alias/decode` request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecodeRequest {
+    /// The session, as named by the agent service.
+    pub session: String,
+    /// Aliases as the model wrote them.
+    pub aliases: Vec<String>,
+}
+
+/// The real ids behind one alias.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RealIds {
+    /// The UUID, when seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// The FHIR logical id, when seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fhir_id: Option<String>,
+    /// The slug (or other identifier), when seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slug: Option<String>,
+}
+
+impl RealIds {
+    /// The slot of one form.
+    pub fn get(&self, form: Form) -> Option<&str> {
+        match form {
+            Form::Uuid => self.uuid.as_deref(),
+            Form::Fhir => self.fhir_id.as_deref(),
+            Form::Slug => self.slug.as_deref(),
+        }
+    }
+
+    pub(crate) fn slot_mut(&mut self, form: Form) -> &mut Option<String> {
+        match form {
+            Form::Uuid => &mut self.uuid,
+            Form::Fhir => &mut self.fhir_id,
+            Form::Slug => &mut self.slug,
+        }
+    }
+
+    /// Every value held, with its form.
+    pub fn values(&self) -> impl Iterator<Item = (Form, &str)> {
+        [Form::Uuid, Form::Fhir, Form::Slug]
+            .into_iter()
+            .filter_map(|f| self.get(f).map(|v| (f, v)))
+    }
+
+    /// The id to send where `want` is expected: that form if known, else the
+    /// others in the order UUID, FHIR id, slug. `None` only when empty.
+    pub fn pick(&self, want: Form) -> Option<&str> {
+        self.get(want)
+            .or(self.uuid.as_deref())
+            .or(self.fhir_id.as_deref())
+            .or(self.slug.as_deref())
+    }
+}
+
+/// One decoded alias.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DecodedIds {
+    /// The issued alias it resolved to; differs from the asked alias after a
+    /// near-miss repair (`task-group-001` → `task-001`).
+    pub alias: String,
+    /// The kind name of the entity.
+    pub kind: String,
+    /// The real ids.
+    #[serde(flatten)]
+    pub ids: RealIds,
+}
+
+/// `POST /v1/alias/decode` response: parallel to the request's aliases; `null`
+/// for an alias this session did not issue (or a sentinel).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecodeResponse {
+    /// Decoded ids or `null`, in request order.
+    pub ids: Vec<Option<DecodedIds>>,
+}
+
+/// A machine-readable error code of the alias API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The request body is not a valid encode/decode request.
+    BadRequest,
+    /// A group asserts members of different entities; nothing was minted.
+    Conflict,
+    /// A kind hint names no kind of the taxonomy.
+    UnknownKind,
+    /// An alias was not issued in this session (or is a sentinel).
+    UnknownAlias,
+    /// The alias store failed; nothing was persisted.
+    StoreUnavailable,
+}
+
+/// An error body of the alias API (and of the filter's local replies):
+/// `{"error": {"code": "unknown_alias", "message": "...", "alias": "patient-007"}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// The error.
+    pub error: ErrorDetail,
+}
+
+/// The content of an [`ErrorBody`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    /// Machine-readable code.
+    pub code: ErrorCode,
+    /// Human-readable message; never contains a raw id.
+    pub message: String,
+    /// The alias at fault, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alias: Option<String>,
+}
+
+impl ErrorBody {
+    /// Builds an error body.
+    pub fn new(code: ErrorCode, message: impl Into<String>, alias: Option<String>) -> Self {
+        ErrorBody {
+            error: ErrorDetail {
+                code,
+                message: message.into(),
+                alias,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_shapes_match_the_api() {
+        let req: EncodeRequest = serde_json::from_str(
+            r#"{"session":"s1","ids":[{"value":"pat-000123","kind":"patient","form":"fhirId","group":1},{"value":"x"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(req.ids[0].form, Some(Form::Fhir));
+        assert_eq!(req.ids[1].kind, None);
+        assert!(serde_json::from_str::<EncodeRequest>(
+            r#"{"session":"s","ids":[{"value":"x","extra":1}]}"#
+        )
+        .is_err());
+        let resp = DecodeResponse {
+            ids: vec![
+                Some(DecodedIds {
+                    alias: "patient-001".into(),
+                    kind: "patient".into(),
+                    ids: RealIds {
+                        uuid: Some("u".into()),
+                        fhir_id: Some("pat-1".into()),
+                        slug: None,
+                    },
+                }),
+                None,
+            ],
+        };
+        assert_eq!(
+            serde_json::to_string(&resp).unwrap(),
+            r#"{"ids":[{"alias":"patient-001","kind":"patient","uuid":"u","fhirId":"pat-1"},null]}"#
+        );
+        let err = ErrorBody::new(
+            ErrorCode::UnknownAlias,
+            "alias \"patient-007\" was not issued in this session",
+            Some("patient-007".into()),
+        );
+        assert_eq!(
+            serde_json::to_value(&err).unwrap(),
+            serde_json::json!({"error":{"code":"unknown_alias","message":"alias \"patient-007\" was not issued in this session","alias":"patient-007"}})
+        );
+    }
+
+    #[test]
+    fn pick_prefers_the_wanted_form() {
+        let ids = RealIds {
+            uuid: Some("u".into()),
+            fhir_id: Some("f".into()),
+            slug: None,
+        };
+        assert_eq!(ids.pick(Form::Fhir), Some("f"));
+        assert_eq!(ids.pick(Form::Uuid), Some("u"));
+        assert_eq!(ids.pick(Form::Slug), Some("u"));
+        assert_eq!(RealIds::default().pick(Form::Uuid), None);
+    }
+}

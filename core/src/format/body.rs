@@ -1,0 +1,216 @@
+//! The top level of a request body, read key by key.
+//!
+//! Only the keys a decision needs are kept (borrowed, unparsed); every other
+//! value is skipped. Keys that carry or force tools are checked for duplicates
+//! and for case variants (see the module docs of [`super`]).
+
+use super::{Format, FormatError};
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+use std::fmt;
+
+/// The top-level values keyhole reads; `None` when absent or `null`.
+#[derive(Default)]
+pub(super) struct Top<'a> {
+    pub tools: Option<&'a RawValue>,
+    /// OpenAI Chat's legacy `functions` array.
+    pub functions: Option<&'a RawValue>,
+    pub tool_choice: Option<&'a RawValue>,
+    /// OpenAI Chat's legacy `function_call`.
+    pub function_call: Option<&'a RawValue>,
+    /// Gemini's `toolConfig` (or `tool_config`).
+    pub tool_config: Option<&'a RawValue>,
+    pub messages: Option<&'a RawValue>,
+    pub input: Option<&'a RawValue>,
+    pub contents: Option<&'a RawValue>,
+    pub system: Option<&'a RawValue>,
+    /// The first key problem met; reported after the whole body parsed, so a
+    /// syntax error later in the body is not masked by it.
+    problem: Option<FormatError>,
+}
+
+/// Keys read, with their slot. The first five carry or force tools: they are
+/// checked for duplicates and case variants.
+const KEYS: [(&str, Slot); 10] = [
+    ("tools", Slot::Tools),
+    ("functions", Slot::Functions),
+    ("tool_choice", Slot::ToolChoice),
+    ("function_call", Slot::FunctionCall),
+    ("toolConfig", Slot::ToolConfig),
+    ("tool_config", Slot::ToolConfig),
+    ("messages", Slot::Messages),
+    ("input", Slot::Input),
+    ("contents", Slot::Contents),
+    ("system", Slot::System),
+];
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    Tools,
+    Functions,
+    ToolChoice,
+    FunctionCall,
+    ToolConfig,
+    Messages,
+    Input,
+    Contents,
+    System,
+}
+
+impl Slot {
+    fn guarded(self) -> bool {
+        matches!(self, Slot::Tools | Slot::Functions | Slot::ToolChoice | Slot::FunctionCall | Slot::ToolConfig)
+    }
+}
+
+impl<'a> Top<'a> {
+    /// Reads the top level of `body`.
+    pub fn read(body: &'a str) -> Result<Self, FormatError> {
+        if !body.trim_start().starts_with('{') {
+            return Err(FormatError::NotAnObject);
+        }
+        let mut de = serde_json::Deserializer::from_str(body);
+        let top = de.deserialize_map(TopVisitor).map_err(json_error)?;
+        de.end().map_err(json_error)?;
+        match top.problem {
+            Some(problem) => Err(problem),
+            None => Ok(top),
+        }
+    }
+
+    /// Whether the body has a tools array to read (`tools` or `functions`).
+    pub fn carries_tools(&self) -> bool {
+        self.tools.is_some() || self.functions.is_some()
+    }
+
+    /// Whether the only tools value is an empty array.
+    pub fn tools_are_empty(&self) -> bool {
+        self.functions.is_none() && self.tools.is_some_and(|t| t.get().trim() == "[]")
+    }
+
+    /// The format the body's shape names, if any (see [`super::parse`]).
+    pub fn shape(&self) -> Result<Option<Format>, FormatError> {
+        if self.contents.is_some() {
+            return Ok(Some(Format::Gemini));
+        }
+        if let Some(tools) = self.tools {
+            // Not an array of objects: no element decides, and the format
+            // parser reports the bad shape if some later rule picks a format.
+            let elements: Vec<ElementShape<'_>> = serde_json::from_str(tools.get()).unwrap_or_default();
+            if let Some(format) = elements.iter().find_map(ElementShape::format) {
+                return Ok(Some(format));
+            }
+        }
+        if let Some(choice) = self.tool_choice {
+            if serde_json::from_str::<ChoiceShape>(choice.get()).is_ok_and(|c| c.function.is_some()) {
+                return Ok(Some(Format::OpenAiChat));
+            }
+        }
+        Ok(if self.functions.is_some() {
+            Some(Format::OpenAiChat)
+        } else if self.input.is_some() {
+            Some(Format::OpenAiResponses)
+        } else if self.messages.is_some() {
+            Some(if self.system.is_some() { Format::Anthropic } else { Format::OpenAiChat })
+        } else {
+            None
+        })
+    }
+}
+
+fn json_error(source: serde_json::Error) -> FormatError {
+    FormatError::Json {
+        format: "JSON",
+        at: format!("line {} column {}", source.line(), source.column()),
+        problem: super::problem_of(&source),
+        source,
+    }
+}
+
+struct TopVisitor;
+
+impl<'de> Visitor<'de> for TopVisitor {
+    type Value = Top<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Top<'de>, A::Error> {
+        let mut top = Top::default();
+        let mut seen: Vec<Slot> = Vec::new();
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            let slot = KEYS.iter().find(|(k, _)| *k == key).map(|(_, s)| *s);
+            let Some(slot) = slot else {
+                if top.problem.is_none() {
+                    let variant = KEYS.iter().find(|(k, s)| s.guarded() && k.eq_ignore_ascii_case(&key));
+                    if let Some((k, _)) = variant {
+                        top.problem = Some(FormatError::CaseVariantKey { key: k });
+                    }
+                }
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            if slot.guarded() && seen.contains(&slot) && top.problem.is_none() {
+                let name = KEYS.iter().find(|(_, s)| *s == slot).map_or("tools", |(k, _)| *k);
+                top.problem = Some(FormatError::DuplicateKey { key: name });
+            }
+            seen.push(slot);
+            let value: Option<&'de RawValue> = map.next_value()?;
+            let target = match slot {
+                Slot::Tools => &mut top.tools,
+                Slot::Functions => &mut top.functions,
+                Slot::ToolChoice => &mut top.tool_choice,
+                Slot::FunctionCall => &mut top.function_call,
+                Slot::ToolConfig => &mut top.tool_config,
+                Slot::Messages => &mut top.messages,
+                Slot::Input => &mut top.input,
+                Slot::Contents => &mut top.contents,
+                Slot::System => &mut top.system,
+            };
+            // `Option<&RawValue>` reads `null` as `None`: a null is the same as
+            // an absent key, both to keyhole and to the providers.
+            *target = value.or(*target);
+        }
+        Ok(top)
+    }
+}
+
+/// The keys of one tool element that tell formats apart.
+#[derive(Deserialize)]
+struct ElementShape<'a> {
+    #[serde(default)]
+    function: Option<IgnoredAny>,
+    #[serde(default, rename = "functionDeclarations", alias = "function_declarations")]
+    function_declarations: Option<IgnoredAny>,
+    #[serde(default)]
+    input_schema: Option<IgnoredAny>,
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default)]
+    name: Option<IgnoredAny>,
+}
+
+impl ElementShape<'_> {
+    fn format(&self) -> Option<Format> {
+        if self.function.is_some() {
+            Some(Format::OpenAiChat)
+        } else if self.function_declarations.is_some() {
+            Some(Format::Gemini)
+        } else if self.input_schema.is_some() {
+            Some(Format::Anthropic)
+        } else if self.kind.as_deref() == Some("function") && self.name.is_some() {
+            Some(Format::OpenAiResponses)
+        } else {
+            None
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct ChoiceShape {
+    #[serde(default)]
+    function: Option<IgnoredAny>,
+}

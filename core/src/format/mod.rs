@@ -1,0 +1,569 @@
+//! Reading and rewriting LLM request bodies.
+//!
+//! A request body is read once, borrowing: only what a decision needs (each
+//! function tool's name and description, the latest user turn, a forced
+//! `tool_choice`) is looked at, and every tool object is kept as the exact byte
+//! range the client sent. Rewriting splices those ranges back together, so a
+//! kept tool is byte-for-byte the client's and the rest of the body is untouched
+//! outside the rewritten arrays.
+//!
+//! Building a DOM of an 84 KB body costs ~10× more than borrowing slices of it,
+//! and re-serialising would reorder keys and change number formatting.
+//!
+//! # Formats
+//! | [`Format`] | path | tools |
+//! |---|---|---|
+//! | [`Format::OpenAiChat`] | `…/chat/completions` | `tools[].function`, legacy `functions[]` |
+//! | [`Format::OpenAiResponses`] | `…/responses` | `tools[]` with `type: function` and a top-level `name` |
+//! | [`Format::Anthropic`] | `…/messages` | `tools[]` with `name`, `input_schema` |
+//! | [`Format::Gemini`] | `…:generateContent`, `…:streamGenerateContent` | `tools[].functionDeclarations[]` |
+//!
+//! A path names the format when it ends like one of the above; any other path
+//! is read by body shape (see [`parse`]). Custom (free-form) tools of OpenAI
+//! are client-defined and count as function tools; built-in tools of the
+//! provider (web search, code execution, …) are kept and never counted.
+//!
+//! # Hardening
+//! The top level is read key by key: a key that carries or forces tools may
+//! appear once, and a key that differs from one of them only in letter case
+//! (`"Tools"`) is refused, because some upstream parsers (Go's `encoding/json`)
+//! match keys case-insensitively and would read a list the filter did not.
+//! Every element of a tools array must be a tool of the detected format;
+//! an element the filter cannot classify makes the body unreadable.
+
+mod anthropic;
+mod body;
+mod gemini;
+mod openai;
+mod responses;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+use std::ops::Range;
+
+/// The request formats keyhole understands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// OpenAI Chat Completions: `tools[].function`.
+    OpenAiChat,
+    /// OpenAI Responses: `tools[]` with `type: function` and a top-level `name`.
+    OpenAiResponses,
+    /// Anthropic Messages: `tools[]` with `name`, `description`, `input_schema`.
+    Anthropic,
+    /// Gemini `generateContent`: `tools[].functionDeclarations[]`.
+    Gemini,
+}
+
+impl Format {
+    /// All formats, in a stable order (for metrics registration).
+    pub const ALL: [Format; 4] = [Format::OpenAiChat, Format::OpenAiResponses, Format::Anthropic, Format::Gemini];
+
+    /// A short stable name for logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::OpenAiChat => "openai-chat",
+            Format::OpenAiResponses => "openai-responses",
+            Format::Anthropic => "anthropic",
+            Format::Gemini => "gemini",
+        }
+    }
+
+    /// The format a request path names, if any. The query string is ignored and
+    /// any prefix is allowed (`/openai/deployments/x/chat/completions?api-version=…`).
+    pub fn from_path(path: &str) -> Option<Format> {
+        let path = path.split(['?', '#']).next().unwrap_or_default();
+        let path = path.trim_end_matches('/');
+        if path.ends_with("/chat/completions") {
+            Some(Format::OpenAiChat)
+        } else if path.ends_with("/responses") {
+            Some(Format::OpenAiResponses)
+        } else if path.ends_with("/messages") {
+            Some(Format::Anthropic)
+        } else if path.ends_with(":generateContent") || path.ends_with(":streamGenerateContent") {
+            Some(Format::Gemini)
+        } else {
+            None
+        }
+    }
+}
+
+impl std::fmt::Display for Format {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a request body could not be read. The filter answers these locally with
+/// a 4xx and never forwards the body: a body it cannot read could carry the
+/// whole registry.
+///
+/// Messages never quote the body (it may hold patient data): they name the
+/// format, the place (`tools[3]`, `line 1 column 20`) and a fixed description.
+/// The `#[source]` parser error may quote the body; do not log it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FormatError {
+    /// The body is not UTF-8.
+    #[error("request body is not UTF-8")]
+    NotUtf8,
+    /// The body is JSON but not a JSON object.
+    #[error("request body is not a JSON object")]
+    NotAnObject,
+    /// The body is not valid JSON, or a field keyhole reads has the wrong shape.
+    #[error("request body is not a readable {format} request at {at}: {problem}")]
+    Json {
+        /// The format being read.
+        format: &'static str,
+        /// Where: `line L column C` of the body, or the field (`tools[3]`).
+        at: String,
+        /// A fixed description of what is wrong.
+        problem: &'static str,
+        /// The parser's complaint; it may quote the body.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// An element of a tools array is not a tool of the detected format.
+    #[error("{at} is not a {format} tool: {problem}")]
+    Tool {
+        /// The format being read.
+        format: &'static str,
+        /// The element (`tools[3]`, `tools[0].functionDeclarations[2]`).
+        at: String,
+        /// What is missing or wrong.
+        problem: &'static str,
+    },
+    /// A key that carries or forces tools appears twice.
+    #[error("request body has the key {key:?} more than once")]
+    DuplicateKey {
+        /// The key, as keyhole reads it.
+        key: &'static str,
+    },
+    /// A key differs only in letter case from one that carries tools.
+    #[error("request body has a key spelled like {key:?} in another letter case")]
+    CaseVariantKey {
+        /// The key it resembles.
+        key: &'static str,
+    },
+    /// The body carries tools but matches none of the known formats. The filter
+    /// must reject it: forwarding it could forward the whole registry.
+    #[error("request body carries tools in an unknown format")]
+    UnknownFormat,
+    /// A span could not be located inside the body (never expected).
+    #[error("internal: a JSON value was not borrowed from the body")]
+    NotBorrowed,
+}
+
+impl FormatError {
+    /// Whether the body carries tools in a shape keyhole does not know, as
+    /// opposed to a body that is broken. Both are rejected; metrics may tell
+    /// them apart.
+    pub fn is_unknown_format(&self) -> bool {
+        matches!(self, FormatError::UnknownFormat)
+    }
+}
+
+/// One function tool of a request.
+#[derive(Debug, Clone)]
+pub struct FunctionTool<'a> {
+    /// The function name as sent.
+    pub name: Cow<'a, str>,
+    /// The description as sent (empty when absent).
+    pub description: Cow<'a, str>,
+}
+
+/// A parsed request: what a decision needs, plus where the tools sit in the body.
+#[derive(Debug)]
+pub struct ParsedRequest<'a> {
+    /// The detected format.
+    pub format: Format,
+    /// Function tools, in request order. Non-function tools (built-in search,
+    /// code interpreters) are not listed: they are always kept and never count
+    /// against a budget.
+    pub tools: Vec<FunctionTool<'a>>,
+    /// Text of the latest user message that has text (text parts joined by
+    /// newlines). User messages holding only tool results are skipped.
+    pub turn: String,
+    /// The first function of [`Self::forced`]: the one `tool_choice` names.
+    pub tool_choice: Option<String>,
+    /// Every function the request forces or restricts the model to, in request
+    /// order, without duplicates: `tool_choice`, legacy `function_call`, or
+    /// Gemini's `allowedFunctionNames` (which may list several). These are
+    /// always kept — yet the filter's clamp to the phase budget still applies,
+    /// since a client could name the whole registry here.
+    pub forced: Vec<String>,
+    /// The arrays that hold tools, with each element's span, in body order.
+    arrays: Vec<ToolArray>,
+}
+
+/// A JSON array inside the body whose elements are (or contain) tools.
+#[derive(Debug)]
+struct ToolArray {
+    /// Byte range of the whole array, brackets included.
+    span: Range<usize>,
+    /// The array's elements, in order.
+    elements: Vec<Element>,
+}
+
+/// One element of a [`ToolArray`].
+#[derive(Debug)]
+struct Element {
+    /// Byte range of the element.
+    span: Range<usize>,
+    /// What the element is.
+    item: Item,
+}
+
+#[derive(Debug)]
+enum Item {
+    /// A function tool: its index in [`ParsedRequest::tools`].
+    Function(usize),
+    /// A non-function tool: always kept.
+    Other,
+    /// An object holding an array of function tools (a Gemini tools entry):
+    /// the inner array is rewritten in place. When `only_key` (the entry holds
+    /// nothing but that array) and none of its functions is kept, the entry is
+    /// dropped rather than sent empty.
+    Group { inner: ToolArray, only_key: bool },
+}
+
+/// Reads `body` as a request of some known format.
+///
+/// | result | meaning | the filter |
+/// |---|---|---|
+/// | `Ok(Some(req))` | a known format carrying a `tools` (or `functions`) array | resolves and rewrites |
+/// | `Ok(None)` | no tools anywhere keyhole reads (empty body included) | forwards untouched |
+/// | `Err(FormatError::UnknownFormat)` | tools, but not in a known shape | rejects (400) |
+/// | `Err(_)` | unreadable | rejects (400) |
+///
+/// The format comes from the path ([`Format::from_path`]) when it names one,
+/// and the body must then be of that format. Otherwise the body's shape
+/// decides: `contents` means Gemini; then the first tool element that has
+/// `function`, `functionDeclarations`, `input_schema`, or `type: function` with
+/// a top-level `name`; then a `tool_choice` with a `function` object, a legacy
+/// `functions` array, an `input` (Responses), or `messages` (Anthropic when a
+/// top-level `system` is present, else Chat). A non-empty tools array that
+/// none of these settles is [`FormatError::UnknownFormat`].
+pub fn parse<'a>(path: &str, body: &'a [u8]) -> Result<Option<ParsedRequest<'a>>, FormatError> {
+    let body = std::str::from_utf8(body).map_err(|_| FormatError::NotUtf8)?;
+    if body.trim().is_empty() {
+        return Ok(None);
+    }
+    let top = body::Top::read(body)?;
+    if !top.carries_tools() {
+        return Ok(None);
+    }
+    let format = match Format::from_path(path) {
+        Some(format) => format,
+        None => match top.shape()? {
+            Some(format) => format,
+            None if top.tools_are_empty() => return Ok(None),
+            None => return Err(FormatError::UnknownFormat),
+        },
+    };
+    let parsed = match format {
+        Format::OpenAiChat => openai::parse(body, &top)?,
+        Format::OpenAiResponses => responses::parse(body, &top)?,
+        Format::Anthropic => anthropic::parse(body, &top)?,
+        Format::Gemini => gemini::parse(body, &top)?,
+    };
+    Ok(Some(parsed))
+}
+
+impl ParsedRequest<'_> {
+    /// The tool descriptors to send to control.
+    pub fn descriptors(&self) -> Vec<crate::wire::ToolDescriptor> {
+        self.tools
+            .iter()
+            .map(|t| crate::wire::ToolDescriptor {
+                name: t.name.clone().into_owned(),
+                description: t.description.clone().into_owned(),
+            })
+            .collect()
+    }
+
+    /// Indexes of the function tools to keep for a list of names: the first
+    /// tool of each name, in the order of `names`, duplicates and unknown names
+    /// skipped, at most `limit` of them.
+    pub fn select(&self, names: &[&str], limit: usize) -> Vec<usize> {
+        let mut kept: Vec<usize> = Vec::with_capacity(names.len().min(limit));
+        for name in names {
+            if kept.len() >= limit {
+                break;
+            }
+            let found = self.tools.iter().position(|t| t.name == *name);
+            if let Some(i) = found {
+                if !kept.contains(&i) {
+                    kept.push(i);
+                }
+            }
+        }
+        kept
+    }
+
+    /// The body with only the function tools at `keep` (indexes into
+    /// [`Self::tools`]); non-function tools stay. `body` must be the bytes this
+    /// request was parsed from. Kept elements keep their request order; in an
+    /// array that lost elements the separators between them become a bare `,`,
+    /// and an array that lost none is copied as it was.
+    ///
+    /// Gemini: declarations are removed inside each `functionDeclarations`
+    /// array. A tools entry holding nothing but that array is removed whole
+    /// when none of its declarations is kept (an entry with no declarations
+    /// has no meaning); an entry that also holds something else (a built-in
+    /// tool in the same object) keeps it, with an empty array.
+    pub fn rewrite(&self, body: &[u8], keep: &[usize]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(body.len().min(16 * 1024));
+        let mut at = 0;
+        for array in &self.arrays {
+            out.extend_from_slice(body.get(at..array.span.start).unwrap_or_default());
+            array.write(body, keep, &mut out);
+            at = array.span.end;
+        }
+        out.extend_from_slice(body.get(at..).unwrap_or_default());
+        out
+    }
+}
+
+// === impl ToolArray ===
+
+impl ToolArray {
+    /// Writes the array with only the kept function tools.
+    ///
+    /// An array that loses no element at its own level (a Gemini `tools`
+    /// array whose entries all stay) keeps its original whitespace; one that
+    /// loses elements is written compact.
+    fn write(&self, body: &[u8], keep: &[usize], out: &mut Vec<u8>) {
+        let emitted: Vec<&Element> = self.elements.iter().filter(|e| e.emitted(keep)).collect();
+        if emitted.len() == self.elements.len() {
+            let mut at = self.span.start;
+            for element in emitted {
+                out.extend_from_slice(body.get(at..element.span.start).unwrap_or_default());
+                element.write(body, keep, out);
+                at = element.span.end;
+            }
+            out.extend_from_slice(body.get(at..self.span.end).unwrap_or_default());
+            return;
+        }
+        out.push(b'[');
+        for (i, element) in emitted.into_iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            element.write(body, keep, out);
+        }
+        out.push(b']');
+    }
+
+    /// Whether any function tool of this array (or a nested one) is kept.
+    fn keeps_any(&self, keep: &[usize]) -> bool {
+        self.elements.iter().any(|e| match &e.item {
+            Item::Function(i) => keep.contains(i),
+            Item::Other => false,
+            Item::Group { inner, .. } => inner.keeps_any(keep),
+        })
+    }
+}
+
+// === impl Element ===
+
+impl Element {
+    /// Whether the element goes out when `keep` is kept.
+    fn emitted(&self, keep: &[usize]) -> bool {
+        match &self.item {
+            Item::Function(i) => keep.contains(i),
+            Item::Other => true,
+            Item::Group { inner, only_key } => !only_key || inner.keeps_any(keep),
+        }
+    }
+
+    /// Writes the element: its own bytes, or for a group its bytes around
+    /// the rewritten inner array.
+    fn write(&self, body: &[u8], keep: &[usize], out: &mut Vec<u8>) {
+        match &self.item {
+            Item::Group { inner, .. } => {
+                out.extend_from_slice(body.get(self.span.start..inner.span.start).unwrap_or_default());
+                inner.write(body, keep, out);
+                out.extend_from_slice(body.get(inner.span.end..self.span.end).unwrap_or_default());
+            }
+            Item::Function(_) | Item::Other => {
+                out.extend_from_slice(body.get(self.span.clone()).unwrap_or_default());
+            }
+        }
+    }
+}
+
+/// Collects function tools while the tools arrays of one request are read.
+struct Builder<'a> {
+    body: &'a str,
+    format: Format,
+    tools: Vec<FunctionTool<'a>>,
+}
+
+impl<'a> Builder<'a> {
+    fn new(body: &'a str, format: Format) -> Self {
+        Builder { body, format, tools: Vec::new() }
+    }
+
+    /// Records a function tool and returns its item.
+    fn function(&mut self, name: Cow<'a, str>, description: Option<Cow<'a, str>>) -> Item {
+        self.tools.push(FunctionTool { name, description: description.unwrap_or_default() });
+        Item::Function(self.tools.len() - 1)
+    }
+
+    /// Reads the array `raw` (named `at` in errors), classifying each element
+    /// with `each(builder, element_path, element)`.
+    fn array(
+        &mut self,
+        raw: &'a RawValue,
+        at: &str,
+        mut each: impl FnMut(&mut Self, &dyn Fn() -> String, &'a RawValue) -> Result<Item, FormatError>,
+    ) -> Result<ToolArray, FormatError> {
+        let elements: Vec<&'a RawValue> =
+            serde_json::from_str(raw.get()).map_err(|e| self.field_error(at.to_owned(), e))?;
+        let mut out = Vec::with_capacity(elements.len());
+        for (i, element) in elements.into_iter().enumerate() {
+            let path = || format!("{at}[{i}]");
+            let item = each(self, &path, element)?;
+            out.push(Element { span: span_of(self.body, element)?, item });
+        }
+        Ok(ToolArray { span: span_of(self.body, raw)?, elements: out })
+    }
+
+    /// A serde error while reading the field `at`.
+    fn field_error(&self, at: String, source: serde_json::Error) -> FormatError {
+        FormatError::Json { format: self.format.as_str(), at, problem: problem_of(&source), source }
+    }
+
+    /// An element of a tools array that is not a tool.
+    fn tool_error(&self, at: String, problem: &'static str) -> FormatError {
+        FormatError::Tool { format: self.format.as_str(), at, problem }
+    }
+
+    /// Reads `raw` as `T`, naming the field `at` on error.
+    fn read<T: Deserialize<'a>>(&self, raw: &'a RawValue, at: &dyn Fn() -> String) -> Result<T, FormatError> {
+        serde_json::from_str(raw.get()).map_err(|e| self.field_error(at(), e))
+    }
+
+    /// The finished request.
+    fn finish(self, arrays: Vec<ToolArray>, turn: String, forced: Vec<String>) -> ParsedRequest<'a> {
+        let mut arrays = arrays;
+        arrays.sort_by_key(|a| a.span.start);
+        let mut unique: Vec<String> = Vec::with_capacity(forced.len());
+        for name in forced {
+            if !unique.contains(&name) {
+                unique.push(name);
+            }
+        }
+        ParsedRequest {
+            format: self.format,
+            tools: self.tools,
+            turn,
+            tool_choice: unique.first().cloned(),
+            forced: unique,
+            arrays,
+        }
+    }
+}
+
+/// A named tool object: `{"name": …, "description": …}` (other keys skipped).
+#[derive(Deserialize)]
+struct Named<'a> {
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    description: Option<Cow<'a, str>>,
+}
+
+impl<'a> Builder<'a> {
+    /// Records the function tool `named` (at `at`), which must have a name.
+    fn named(&mut self, named: Named<'a>, at: &dyn Fn() -> String) -> Result<Item, FormatError> {
+        match named.name {
+            Some(name) => Ok(self.function(name, named.description)),
+            None => Err(self.tool_error(at(), "a function tool without a name")),
+        }
+    }
+}
+
+/// A fixed, body-free description of a serde error.
+fn problem_of(e: &serde_json::Error) -> &'static str {
+    use serde_json::error::Category;
+    match e.classify() {
+        Category::Syntax => "invalid JSON syntax",
+        Category::Eof => "unexpected end of input",
+        Category::Data => "a field is missing or has the wrong type",
+        Category::Io => "read error",
+    }
+}
+
+/// The byte range of `raw` inside `body`. `raw` must have been borrowed from
+/// `body` by the parser; anything else is reported, not trusted.
+fn span_of(body: &str, raw: &RawValue) -> Result<Range<usize>, FormatError> {
+    let start = (raw.get().as_ptr() as usize).checked_sub(body.as_ptr() as usize).ok_or(FormatError::NotBorrowed)?;
+    let end = start + raw.get().len();
+    if end > body.len() {
+        return Err(FormatError::NotBorrowed);
+    }
+    Ok(start..end)
+}
+
+/// Message content in any of the common shapes: a string, or a list of parts of
+/// which the text parts carry `text`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Content<'a> {
+    Text(#[serde(borrow)] Cow<'a, str>),
+    Parts(#[serde(borrow)] Vec<Part<'a>>),
+    Other(serde::de::IgnoredAny),
+}
+
+#[derive(Deserialize)]
+struct Part<'a> {
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+}
+
+/// The text of one message content value; non-text parts are skipped.
+fn content_text(raw: &RawValue) -> String {
+    match serde_json::from_str::<Content<'_>>(raw.get()) {
+        Ok(Content::Text(t)) => t.into_owned(),
+        Ok(Content::Parts(parts)) => {
+            let texts: Vec<&str> = parts.iter().filter_map(|p| p.text.as_deref()).collect();
+            texts.join("\n")
+        }
+        Ok(Content::Other(_)) | Err(_) => String::new(),
+    }
+}
+
+/// A message of any format: a role and its content (`content` or `parts`).
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(borrow, default)]
+    role: Option<Cow<'a, str>>,
+    #[serde(borrow, default, alias = "parts")]
+    content: Option<&'a RawValue>,
+}
+
+/// The turn: the text of the latest message for which `is_user(role)` holds
+/// and whose text is not blank. `raw` is the messages array; anything else
+/// (or an unreadable array) gives an empty turn, since the turn only steers
+/// retrieval and never widens what is forwarded.
+fn latest_user_text(raw: Option<&RawValue>, is_user: impl Fn(Option<&str>) -> bool) -> String {
+    let Some(raw) = raw else {
+        return String::new();
+    };
+    let Ok(messages) = serde_json::from_str::<Vec<Message<'_>>>(raw.get()) else {
+        return String::new();
+    };
+    messages
+        .iter()
+        .rev()
+        .filter(|m| is_user(m.role.as_deref()))
+        .filter_map(|m| m.content)
+        .map(content_text)
+        .find(|t| !t.trim().is_empty())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,452 @@
+use super::*;
+use serde_json::Value;
+
+fn catalog(name: &str) -> Vec<u8> {
+    let path = format!("{}/../../shared/catalog/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The raw bytes of each element of the body's top-level `tools` array.
+fn raw_tools(body: &[u8]) -> Vec<String> {
+    #[derive(Deserialize)]
+    struct B<'a> {
+        #[serde(borrow)]
+        tools: Vec<&'a RawValue>,
+    }
+    let b: B<'_> = serde_json::from_slice(body).unwrap();
+    b.tools.iter().map(|r| r.get().to_owned()).collect()
+}
+
+#[test]
+fn reads_the_catalog_request() {
+    let body = catalog("openai_request.json");
+    let req = parse("/v1/chat/completions", &body).unwrap().unwrap();
+    assert_eq!(req.format, Format::OpenAiChat);
+    assert_eq!(req.tools.len(), 108);
+    assert_eq!(req.tools[0].name, "appointment__manage");
+    assert!(!req.tools[0].description.is_empty());
+    assert!(!req.turn.is_empty());
+    assert_eq!(req.tool_choice, None, "\"auto\" names no function");
+}
+
+#[test]
+fn rewrite_keeps_chosen_tools_byte_for_byte_and_the_rest_of_the_body() {
+    let body = catalog("openai_request.json");
+    let req = parse("/v1/chat/completions", &body).unwrap().unwrap();
+    let keep = req.select(&["appointment__manage", "patient__search__smart", "nope"], 12);
+    let out = req.rewrite(&body, &keep);
+
+    let original = raw_tools(&body);
+    let kept = raw_tools(&out);
+    assert_eq!(kept.len(), 2);
+    for t in &kept {
+        assert!(original.contains(t), "kept tool not byte-identical: {t}");
+    }
+    // Request order is kept, not the order of the names.
+    assert!(kept[0].contains("appointment__manage"));
+
+    let mut a: Value = serde_json::from_slice(&body).unwrap();
+    let mut b: Value = serde_json::from_slice(&out).unwrap();
+    a.as_object_mut().unwrap().remove("tools");
+    b.as_object_mut().unwrap().remove("tools");
+    assert_eq!(a, b, "everything but tools is unchanged");
+    assert!(out.len() < 8 * 1024, "two tools, {} bytes", out.len());
+}
+
+#[test]
+fn rewrite_to_nothing_leaves_an_empty_array() {
+    let body = br#"{"model":"m","tools":[{"type":"function","function":{"name":"a"}}],"x":1}"#;
+    let req = parse("/", body).unwrap().unwrap();
+    assert_eq!(req.rewrite(body, &[]), br#"{"model":"m","tools":[],"x":1}"#.to_vec());
+}
+
+#[test]
+fn non_function_tools_are_kept_and_not_counted() {
+    let body = br#"{"tools":[{"type":"web_search"},{"type":"function","function":{"name":"a"}},{"type":"function","function":{"name":"b"}}]}"#;
+    let req = parse("/", body).unwrap().unwrap();
+    assert_eq!(req.tools.len(), 2);
+    let out = req.rewrite(body, &req.select(&["b"], 12));
+    assert_eq!(out, br#"{"tools":[{"type":"web_search"},{"type":"function","function":{"name":"b"}}]}"#.to_vec());
+}
+
+#[test]
+fn turn_is_the_latest_user_message_in_any_content_shape() {
+    let body = br#"{"messages":[{"role":"user","content":"old"},{"role":"assistant","content":"x"},
+        {"role":"user","content":[{"type":"text","text":"book"},{"type":"image_url","image_url":{}},{"type":"text","text":"now"}]},
+        {"role":"tool","content":"result"}],"tools":[]}"#;
+    let req = parse("/", body).unwrap().unwrap();
+    assert_eq!(req.turn, "book\nnow");
+}
+
+#[test]
+fn named_tool_choice_is_read() {
+    let body = br#"{"tools":[],"tool_choice":{"type":"function","function":{"name":"a\u005fb"}}}"#;
+    assert_eq!(parse("/", body).unwrap().unwrap().tool_choice.as_deref(), Some("a_b"));
+}
+
+#[test]
+fn no_tools_means_nothing_to_do() {
+    assert!(parse("/", br#"{"messages":[]}"#).unwrap().is_none());
+    assert!(parse("/", br#"{"tools":null}"#).unwrap().is_none());
+}
+
+#[test]
+fn unreadable_bodies_are_errors() {
+    for bad in [
+        &b"{"[..],
+        b"not json",
+        b"\xff\xfe",
+        br#"{"tools":{}}"#,
+        br#"{"tools":[1]}"#,
+        br#"{"tools":[],"tools":[{"type":"function","function":{"name":"a"}}]}"#,
+        br#"{"tools":[{"type":"function","function":{}}]}"#,
+    ] {
+        assert!(parse("/", bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+    }
+}
+
+#[test]
+fn select_respects_the_limit_and_skips_duplicates() {
+    let body = br#"{"tools":[{"function":{"name":"a"}},{"function":{"name":"b"}},{"function":{"name":"a"}}]}"#;
+    let req = parse("/", body).unwrap().unwrap();
+    assert_eq!(req.select(&["a", "a", "b"], 12), vec![0, 1]);
+    assert_eq!(req.select(&["b", "a"], 1), vec![1]);
+}
+
+// === detection ===
+
+#[test]
+fn paths_name_formats_whatever_the_prefix_and_query() {
+    for (path, format) in [
+        ("/v1/chat/completions", Some(Format::OpenAiChat)),
+        ("/openai/deployments/gpt/chat/completions?api-version=2024-10-21", Some(Format::OpenAiChat)),
+        ("/v1/responses", Some(Format::OpenAiResponses)),
+        ("/v1/messages", Some(Format::Anthropic)),
+        ("/anthropic/v1/messages/", Some(Format::Anthropic)),
+        ("/v1beta/models/gemini-2.5-flash:generateContent", Some(Format::Gemini)),
+        ("/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", Some(Format::Gemini)),
+        ("/v1/messages/count_tokens", None),
+        ("/v1/embeddings", None),
+    ] {
+        assert_eq!(Format::from_path(path), format, "{path}");
+    }
+    let names: Vec<&str> = Format::ALL.iter().map(|f| f.as_str()).collect();
+    assert_eq!(names, ["openai-chat", "openai-responses", "anthropic", "gemini"]);
+}
+
+#[test]
+fn shapes_name_formats_on_unknown_paths() {
+    for (body, format) in [
+        (r#"{"tools":[{"type":"function","function":{"name":"a"}}]}"#, Format::OpenAiChat),
+        (r#"{"functions":[{"name":"a"}]}"#, Format::OpenAiChat),
+        (r#"{"messages":[],"tools":[{"type":"web_search"}]}"#, Format::OpenAiChat),
+        (r#"{"tools":[{"type":"function","name":"a"}]}"#, Format::OpenAiResponses),
+        (r#"{"input":"hi","tools":[{"type":"web_search_preview"}]}"#, Format::OpenAiResponses),
+        (r#"{"tools":[{"name":"a","input_schema":{}}]}"#, Format::Anthropic),
+        (
+            r#"{"system":"s","messages":[],"tools":[{"type":"web_search_20250305","name":"web_search"}]}"#,
+            Format::Anthropic,
+        ),
+        (r#"{"tools":[{"functionDeclarations":[{"name":"a"}]}]}"#, Format::Gemini),
+        (r#"{"contents":[],"tools":[{"googleSearch":{}}]}"#, Format::Gemini),
+    ] {
+        let req = parse("/proxy", body.as_bytes()).unwrap().unwrap();
+        assert_eq!(req.format, format, "{body}");
+    }
+}
+
+#[test]
+fn no_tools_passes_and_unknown_tools_are_refused() {
+    for body in ["", "  \n", r#"{"model":"m","prompt":"x"}"#, r#"{"tools":[]}"#, r#"{"contents":[],"tools":null}"#] {
+        assert!(parse("/proxy", body.as_bytes()).unwrap().is_none(), "{body:?}");
+    }
+    for body in [r#"{"tools":[{"spec":{"name":"a"}}]}"#, r#"{"tools":[{"type":"web_search"}]}"#] {
+        let err = parse("/proxy", body.as_bytes()).unwrap_err();
+        assert!(err.is_unknown_format(), "{body}: {err}");
+    }
+}
+
+#[test]
+fn keys_that_carry_tools_are_read_exactly_once() {
+    for (body, message) in [
+        (
+            r#"{"Tools":[{"name":"a"}],"tools":[]}"#,
+            r#"request body has a key spelled like "tools" in another letter case"#,
+        ),
+        (
+            r#"{"TOOL_CHOICE":"auto","tools":[]}"#,
+            r#"request body has a key spelled like "tool_choice" in another letter case"#,
+        ),
+        (
+            r#"{"contents":[],"toolconfig":{},"tools":[]}"#,
+            r#"request body has a key spelled like "toolConfig" in another letter case"#,
+        ),
+        (r#"{"tools":[],"t\u006fols":[]}"#, r#"request body has the key "tools" more than once"#),
+        (r#"{"functions":null,"functions":[]}"#, r#"request body has the key "functions" more than once"#),
+        (
+            r#"{"contents":[],"toolConfig":{},"tool_config":{},"tools":[]}"#,
+            r#"request body has the key "toolConfig" more than once"#,
+        ),
+    ] {
+        assert_eq!(parse("/v1beta/models/m:generateContent", body.as_bytes()).unwrap_err().to_string(), message);
+    }
+    assert!(matches!(parse("/", b"[1]"), Err(FormatError::NotAnObject)));
+    let err = parse("/", br#"{"tools":[]"#).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "request body is not a readable JSON request at line 1 column 11: unexpected end of input"
+    );
+}
+
+#[test]
+fn elements_must_be_tools_of_the_format() {
+    for (path, body, message) in [
+        (
+            "/v1/responses",
+            r#"{"tools":[{"type":"function","function":{"name":"a"}}]}"#,
+            "tools[0] is not a openai-responses tool: a function tool without a name",
+        ),
+        (
+            "/v1/messages",
+            r#"{"tools":[{"description":"d","input_schema":{}}]}"#,
+            "tools[0] is not a anthropic tool: a client tool without a name",
+        ),
+        (
+            "/m:generateContent",
+            r#"{"tools":[{"functionDeclarations":[{"name":"a"},{"description":"b"}]}]}"#,
+            "tools[0].functionDeclarations[1] is not a gemini tool: a function tool without a name",
+        ),
+        (
+            "/m:generateContent",
+            r#"{"tools":[{"functionDeclarations":[],"function_declarations":[{"name":"a"}]}]}"#,
+            "tools[0] is not a gemini tool: functionDeclarations appears more than once",
+        ),
+        (
+            "/v1/chat/completions",
+            r#"{"tools":[{"type":"custom"}]}"#,
+            "tools[0] is not a openai-chat tool: a custom tool without a `custom` object",
+        ),
+        (
+            "/v1/chat/completions",
+            r#"{"tools":[{"type":"function","function":{"name":"a","description":7}}]}"#,
+            "request body is not a readable openai-chat request at tools[0]: a field is missing or has the wrong type",
+        ),
+    ] {
+        assert_eq!(parse(path, body.as_bytes()).unwrap_err().to_string(), message, "{body}");
+    }
+}
+
+// === per format ===
+
+#[test]
+fn chat_counts_custom_and_legacy_functions() {
+    let body = br#"{"messages":[{"role":"user","content":"go"}],
+        "tools":[{"type":"custom","custom":{"name":"c","description":"free text"}},{"type":"function","function":{"name":"f"}}],
+        "functions":[{"name":"g","description":"legacy"}],"function_call":{"name":"g"},
+        "tool_choice":{"type":"custom","custom":{"name":"c"}}}"#;
+    let req = parse("/v1/chat/completions", body).unwrap().unwrap();
+    let names: Vec<&str> = req.tools.iter().map(|t| t.name.as_ref()).collect();
+    assert_eq!(names, ["c", "f", "g"]);
+    assert_eq!(req.forced, ["c", "g"]);
+    let out = req.rewrite(body, &req.select(&["f"], 12));
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains(r#""tools":[{"type":"function","function":{"name":"f"}}]"#), "{text}");
+    assert!(text.contains(r#""functions":[],"function_call""#), "{text}");
+}
+
+#[test]
+fn responses_reads_string_and_item_input() {
+    let body = br#"{"input":"plain turn","tools":[{"type":"function","name":"a","description":"A"},{"type":"file_search","vector_store_ids":["v"]},{"type":"custom","name":"b"}],"tool_choice":{"type":"function","name":"b"}}"#;
+    let req = parse("/v1/responses", body).unwrap().unwrap();
+    assert_eq!(req.turn, "plain turn");
+    assert_eq!(req.tools.len(), 2);
+    assert_eq!(req.tools[0].description, "A");
+    assert_eq!(req.tool_choice.as_deref(), Some("b"));
+    assert_eq!(
+        req.rewrite(body, &[1]),
+        br#"{"input":"plain turn","tools":[{"type":"file_search","vector_store_ids":["v"]},{"type":"custom","name":"b"}],"tool_choice":{"type":"function","name":"b"}}"#.to_vec()
+    );
+
+    let body = br#"{"input":[{"role":"user","content":"first"},{"type":"function_call","call_id":"c","name":"a","arguments":"{}"},
+        {"type":"message","role":"user","content":[{"type":"input_text","text":"second"},{"type":"input_image","image_url":"u"},{"type":"input_text","text":"part"}]},
+        {"type":"function_call_output","call_id":"c","output":"result"}],"tools":[],"tool_choice":{"type":"web_search_preview"}}"#;
+    let req = parse("/v1/responses", body).unwrap().unwrap();
+    assert_eq!(req.turn, "second\npart");
+    assert_eq!(req.tool_choice, None);
+}
+
+#[test]
+fn anthropic_skips_tool_results_and_reads_tool_choice() {
+    let body = br#"{"system":[{"type":"text","text":"sys"}],"messages":[
+        {"role":"user","content":[{"type":"text","text":"book it"},{"type":"image","source":{}}]},
+        {"role":"assistant","content":[{"type":"tool_use","id":"t","name":"a","input":{}}]},
+        {"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"done"}]}],
+        "tools":[{"type":"custom","name":"a","input_schema":{}},{"type":"bash_20250124","name":"bash"},{"name":"b","description":"B","input_schema":{}}],
+        "tool_choice":{"type":"tool","name":"b"}}"#;
+    let req = parse("/v1/messages", body).unwrap().unwrap();
+    assert_eq!(req.turn, "book it");
+    let names: Vec<&str> = req.tools.iter().map(|t| t.name.as_ref()).collect();
+    assert_eq!(names, ["a", "b"]);
+    assert_eq!(req.forced, ["b"]);
+    let out = String::from_utf8(req.rewrite(body, &[1])).unwrap();
+    assert!(
+        out.contains(
+            r#""tools":[{"type":"bash_20250124","name":"bash"},{"name":"b","description":"B","input_schema":{}}]"#
+        ),
+        "{out}"
+    );
+}
+
+#[test]
+fn gemini_drops_emptied_entries_and_keeps_mixed_ones() {
+    let body = br#"{"contents":[{"parts":[{"text":"no role means user"}]},{"role":"model","parts":[{"text":"x"}]},
+        {"role":"user","parts":[{"functionResponse":{"name":"a","response":{}}}]}],
+        "tools":[{"functionDeclarations":[{"name":"a"},{"name":"b"}]},{"googleSearch":{}},{"function_declarations":[{"name":"c","description":"C"}],"codeExecution":{}}],
+        "tool_config":{"function_calling_config":{"mode":"ANY","allowed_function_names":["c"]}}}"#;
+    let req = parse("/v1beta/models/m:generateContent", body).unwrap().unwrap();
+    assert_eq!(req.turn, "no role means user");
+    let names: Vec<&str> = req.tools.iter().map(|t| t.name.as_ref()).collect();
+    assert_eq!(names, ["a", "b", "c"]);
+    assert_eq!(req.forced, ["c"]);
+
+    let text = |keep: &[usize]| {
+        let out = String::from_utf8(req.rewrite(body, keep)).unwrap();
+        let start = out.find(r#""tools""#).unwrap();
+        let end = out.find(r#""tool_config""#).unwrap();
+        out[start..end].trim_end_matches([',', ' ', '\n']).to_owned()
+    };
+    assert_eq!(
+        text(&[1]),
+        r#""tools":[{"functionDeclarations":[{"name":"b"}]},{"googleSearch":{}},{"function_declarations":[],"codeExecution":{}}]"#
+    );
+    assert_eq!(
+        text(&[2]),
+        r#""tools":[{"googleSearch":{}},{"function_declarations":[{"name":"c","description":"C"}],"codeExecution":{}}]"#
+    );
+    // Nothing removed at the outer level: its whitespace is the client's.
+    let all = req.rewrite(body, &[0, 1, 2]);
+    assert_eq!(all, body.to_vec());
+}
+
+// === properties ===
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// One tool element of a format: (raw JSON, is a function tool, name).
+    fn element(format: Format, name: String, builtin: bool) -> (String, bool) {
+        let n = serde_json::to_string(&name).unwrap();
+        let json = match (format, builtin) {
+            (Format::OpenAiChat, false) => {
+                format!(r#"{{"type":"function","function":{{"name":{n},"parameters":{{"type":"object"}}}}}}"#)
+            }
+            (Format::OpenAiResponses, false) => format!(r#"{{"type":"function","name":{n},"strict":true}}"#),
+            (Format::Anthropic, false) => format!(r#"{{"name":{n},"input_schema":{{"type":"object"}}}}"#),
+            (Format::Gemini, false) => {
+                format!(r#"{{"functionDeclarations":[{{"name":{n}}}, {{"name":{n},"description":"twin"}}]}}"#)
+            }
+            (Format::OpenAiChat | Format::OpenAiResponses, true) => r#"{"type":"web_search"}"#.to_owned(),
+            (Format::Anthropic, true) => r#"{"type":"web_search_20250305","name":"web_search"}"#.to_owned(),
+            (Format::Gemini, true) => r#"{"googleSearch":{}}"#.to_owned(),
+        };
+        (json, !builtin)
+    }
+
+    fn request() -> impl Strategy<Value = (Format, String, Vec<String>, Vec<usize>)> {
+        let format = prop::sample::select(Format::ALL.to_vec());
+        let tools = prop::collection::vec(("[a-z\u{e9}_\"\\\\]{1,6}", any::<bool>()), 0..20);
+        let keep = prop::collection::vec(0usize..40, 0..15);
+        let space = prop::sample::select(vec!["", " ", "\n  "]);
+        (format, tools, keep, space).prop_map(|(format, tools, keep, sp)| {
+            let elements: Vec<(String, bool)> =
+                tools.into_iter().map(|(name, builtin)| element(format, name, builtin)).collect();
+            let raw: Vec<String> = elements.iter().map(|(j, _)| j.clone()).collect();
+            let array = format!("[{sp}{}{sp}]", raw.join(&format!(",{sp}")));
+            let body = match format {
+                Format::Gemini => {
+                    format!(r#"{{"contents":[{{"parts":[{{"text":"t"}}]}}],{sp}"tools":{sp}{array},"x":1.50}}"#)
+                }
+                Format::OpenAiResponses => format!(r#"{{"input":"t","tools":{array},"x":1.50}}"#),
+                Format::Anthropic => format!(r#"{{"system":"s","messages":[],"tools":{array},"x":1.50}}"#),
+                Format::OpenAiChat => format!(r#"{{"messages":[],"tools":{array},"x":1.50}}"#),
+            };
+            (format, body, raw, keep)
+        })
+    }
+
+    /// Raw function-tool elements of a body (Gemini: declarations).
+    fn functions(body: &[u8], format: Format) -> Vec<String> {
+        #[derive(Deserialize)]
+        struct Top<'a> {
+            #[serde(borrow)]
+            tools: Vec<&'a RawValue>,
+        }
+        #[derive(Deserialize)]
+        struct Entry<'a> {
+            #[serde(borrow, default, rename = "functionDeclarations")]
+            declarations: Vec<&'a RawValue>,
+        }
+        let top: Top<'_> = serde_json::from_slice(body).unwrap();
+        let mut out = Vec::new();
+        for t in top.tools {
+            match format {
+                Format::Gemini => {
+                    let e: Entry<'_> = serde_json::from_str(t.get()).unwrap();
+                    out.extend(e.declarations.iter().map(|d| d.get().to_owned()));
+                }
+                _ if t.get().contains("web_search") => {}
+                _ => out.push(t.get().to_owned()),
+            }
+        }
+        out
+    }
+
+    proptest! {
+        #[test]
+        fn rewrite_keeps_exactly_the_chosen_tools_byte_for_byte((format, body, raw, keep) in request()) {
+            let req = parse("/any", body.as_bytes()).unwrap().unwrap();
+            prop_assert_eq!(req.format, format);
+            let keep: Vec<usize> = keep.into_iter().filter(|&i| i < req.tools.len()).collect();
+            let mut distinct = keep.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+
+            let out = req.rewrite(body.as_bytes(), &keep);
+            let value: serde_json::Value = serde_json::from_slice(&out).unwrap();
+            prop_assert_eq!(&value["x"], &serde_json::json!(1.50));
+
+            // Reads back as the same format with exactly the kept functions.
+            let again = parse("/any", &out).unwrap().unwrap();
+            prop_assert_eq!(again.format, format);
+            prop_assert_eq!(again.tools.len(), distinct.len());
+            let before = functions(body.as_bytes(), format);
+            let after = functions(&out, format);
+            let expected: Vec<String> = distinct.iter().map(|&i| before[i].clone()).collect();
+            prop_assert_eq!(after, expected);
+
+            // Built-ins all survive, byte for byte.
+            let builtins = raw.iter().filter(|r| !r.contains("name\":") || r.contains("web_search\"")).count();
+            let kept_builtins = raw.iter().filter(|r| (!r.contains("name\":") || r.contains("web_search\"")) && String::from_utf8_lossy(&out).contains(r.as_str())).count();
+            prop_assert_eq!(builtins, kept_builtins);
+        }
+
+        #[test]
+        fn parse_never_panics_on_arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..512), path in "[/a-z:]{0,30}") {
+            let _ = parse(&path, &bytes);
+        }
+
+        #[test]
+        fn parse_never_panics_on_damaged_requests((_, body, _, _) in request(), at in any::<prop::sample::Index>(), byte in any::<u8>(), cut in any::<bool>()) {
+            let mut bytes = body.into_bytes();
+            let i = at.index(bytes.len());
+            if cut { bytes.truncate(i) } else { bytes[i] = byte }
+            if let Ok(Some(req)) = parse("/any", &bytes) {
+                let all: Vec<usize> = (0..req.tools.len()).collect();
+                let out = req.rewrite(&bytes, &all[..all.len() / 2]);
+                let again = parse("/any", &out);
+                prop_assert!(again.is_ok(), "rewrite of a readable body is readable");
+            }
+        }
+    }
+}

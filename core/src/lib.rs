@@ -1,0 +1,36 @@
+//! Pure decision logic for keyhole.
+//!
+//! Nothing in this crate performs I/O, reads a clock or spawns a task: it builds for
+//! `wasm32-wasip1` (inside the Envoy filter) and for the native control binary, and
+//! both sides share one implementation of every decision.
+//!
+//! # Layout
+//! - [`admission`]: which tools an LLM response calls (edge plan validation).
+//! - [`alias`]: raw record ids ↔ per-session aliases: scanning, rewriting, session maps.
+//! - [`config`]: the filter's plugin configuration, raw and validated.
+//! - [`format`](mod@format): reading and rewriting LLM request bodies without re-serialising them.
+//! - [`phase`]: agent phases and their candidate-set budgets.
+//! - [`reply`]: the JSON error bodies the filter answers locally.
+//! - [`prior`]: a bounded per-session memory of the last audited set.
+//! - [`rank`]: the candidate-set engine: ranking, floors, phase budgets, bounded fallback.
+//! - [`surface`]: the filter's bounded decision on one LLM request.
+//! - [`wire`]: the JSON types exchanged between the filter and control.
+#![forbid(unsafe_code)]
+#![deny(rust_2018_idioms)]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)
+)]
+
+pub mod admission;
+pub mod alias;
+pub mod config;
+pub mod format;
+pub mod phase;
+pub mod prior;
+pub mod rank;
+pub mod reply;
+pub mod surface;
+pub mod wire;
+
+pub use phase::{Budget, Phase};

@@ -1,0 +1,506 @@
+//! The per-turn resolution: floors, fused ranking and its post-processing
+//! stages, the bounded composition and the structural patient-resolve floor.
+//!
+//! Stages, in order (each one recorded in the [`Trace`]):
+//!
+//! 1. prompt-conditioned floors (multi-entity, research) fire on the folded turn;
+//! 2. every business tool gets its fused score ([`FusionSettings::fuse`]);
+//! 3. score threshold (the phase minimum is still filled when possible);
+//! 4. domain scoping: the non-generic domains of the best-ranked tools (and of
+//!    fired floors) are the turn's domains; tools of other domains take a
+//!    penalty; tools without a domain, or in a generic domain, never do;
+//! 5. semantic-group dedup: the best read and the best write of one group
+//!    keep their place, further siblings are demoted (or dropped);
+//! 6. workflow boost on execute or composite turns;
+//! 7. [`bounded`] composition under the phase budget (tool_choice, floors,
+//!    hits, prior set);
+//! 8. the patient-resolve floor, then [`bounded`] again.
+//!
+//! [`FusionSettings::fuse`]: super::fuse::FusionSettings::fuse
+
+use super::config::RankConfig;
+use super::floors::{FiredFloor, SignalSettings};
+use super::fuse::{compare, Scored};
+use super::outage::{bounded, SetInputs};
+use super::registry::Registry;
+use super::tokenize::fold;
+use super::Candidate;
+use crate::wire::{Reason, ResolveResponse, Source, SurfacedTool};
+use crate::Phase;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Threshold, domain scoping, dedup and workflow boost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct PipelineSettings {
+    /// Fused scores below this are dropped (after the phase minimum is met).
+    pub threshold: f32,
+    /// Domain scoping.
+    pub domain: DomainSettings,
+    /// Semantic-group dedup.
+    pub dedup: DedupSettings,
+    /// Workflow boost.
+    pub workflow: WorkflowSettings,
+}
+
+/// Domain scoping.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct DomainSettings {
+    /// Whether domain scoping runs.
+    pub enabled: bool,
+    /// How many best-ranked tools with a scoped domain define the turn's domains.
+    pub anchor_top: usize,
+    /// Subtracted from the fused score of an off-domain tool.
+    pub penalty: f32,
+    /// Domains that are never penalised and never anchor.
+    pub generic_domains: Vec<String>,
+    /// Domains that are in scope only when a floor pinning one of their tools
+    /// fired (they never anchor by ranking alone).
+    pub floor_only_domains: Vec<String>,
+    /// Subtracted from a tool of a floor-only domain that is out of scope: a
+    /// literature search surfaced on "search for the patient" is worse than an
+    /// ordinary off-domain tool. At the default fusion weights 0.3 is the most
+    /// the lexical term can add, so lexical evidence alone never lifts such a
+    /// tool back.
+    pub floor_only_penalty: f32,
+    /// Domain of a category, for tools whose overlay entry has no domain.
+    /// Categories missing here are generic.
+    pub category_domains: BTreeMap<String, String>,
+}
+
+/// Semantic-group dedup.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct DedupSettings {
+    /// Whether dedup runs.
+    pub enabled: bool,
+    /// How many reads and how many writes of one group keep their place.
+    pub per_axis: usize,
+    /// Subtracted from further siblings; `None` drops them.
+    pub sibling_penalty: Option<f32>,
+}
+
+/// Workflow boost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct WorkflowSettings {
+    /// Categories of composite workflow tools.
+    pub categories: Vec<String>,
+    /// Added to their fused score on execute or composite turns.
+    pub boost: f32,
+    /// Signals of an execute (write/intake) intent, on the folded turn.
+    pub execute_signals: Vec<SignalSettings>,
+}
+
+impl Default for PipelineSettings {
+    fn default() -> Self {
+        PipelineSettings {
+            threshold: 0.80,
+            domain: DomainSettings::default(),
+            dedup: DedupSettings::default(),
+            workflow: WorkflowSettings::default(),
+        }
+    }
+}
+
+impl Default for DomainSettings {
+    fn default() -> Self {
+        DomainSettings {
+            enabled: true,
+            anchor_top: 3,
+            penalty: 0.03,
+            generic_domains: vec!["generic".into(), "ui".into()],
+            floor_only_domains: vec!["research".into()],
+            floor_only_penalty: 0.3,
+            category_domains: BTreeMap::new(),
+        }
+    }
+}
+
+impl Default for DedupSettings {
+    fn default() -> Self {
+        DedupSettings { enabled: true, per_axis: 1, sibling_penalty: Some(0.01) }
+    }
+}
+
+impl Default for WorkflowSettings {
+    fn default() -> Self {
+        let s = |name: &str, pattern: &str| SignalSettings { name: name.into(), pattern: pattern.into() };
+        WorkflowSettings {
+            categories: vec!["workflows".into()],
+            boost: 0.02,
+            execute_signals: vec![
+                s("execute-en", r"\b(book|schedule|create|register|admit|discharge|record|prescribe|order|start|open|write|send|add|update|cancel|transfer)\b"),
+                s("execute-de", r"\b(buchen|anlegen|aufnehmen|entlassen|eintragen|verordnen|anfordern|ausstellen|erfassen|dokumentieren|verlegen|schicken)\b"),
+                s("execute-fr", r"\b(prendre|creer|enregistrer|admettre|prescrire|inscrire|envoyer|rediger|ouvrir|annuler|decaler)\b"),
+            ],
+        }
+    }
+}
+
+/// One turn to resolve.
+#[derive(Debug, Clone, Copy)]
+pub struct Turn<'a> {
+    /// The latest user turn's text (never logged, never traced).
+    pub text: &'a str,
+    /// The agent phase.
+    pub phase: Phase,
+    /// The session's last audited set (function names, best first).
+    pub prior: &'a [String],
+    /// A function the request's `tool_choice` names.
+    pub tool_choice: Option<&'a str>,
+    /// Cosine similarity of the turn to each tool, by function name, as the
+    /// vector search returned them (any order; tools missing get no cosine
+    /// term). `None` means retrieval failed: the bounded fallback answers.
+    pub cosine: Option<&'a [(String, f32)]>,
+}
+
+/// The patient-resolve floor's decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PatientResolveTrace {
+    /// A surfaced tool that needs a patient id.
+    pub needed_by: String,
+    /// The resolver prepended.
+    pub added: String,
+}
+
+/// What each stage did on one turn: names, counts and signal names only —
+/// never the turn's text.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Trace {
+    /// Floors that fired, with their signal names.
+    pub floors: Vec<FiredFloor>,
+    /// Whether an execute intent was detected.
+    pub execute_intent: bool,
+    /// Whether the turn counts as composite (multi-entity signals).
+    pub composite_intent: bool,
+    /// Business tools scored.
+    pub scored: usize,
+    /// Tools at or above the threshold.
+    pub above_threshold: usize,
+    /// The turn's domains (domain scoping).
+    pub domains: Vec<String>,
+    /// Tools that took the off-domain penalty.
+    pub off_domain: Vec<String>,
+    /// Tools demoted or dropped by semantic-group dedup.
+    pub deduped: Vec<String>,
+    /// Tools boosted as workflows.
+    pub boosted: Vec<String>,
+    /// The patient-resolve floor, when it fired.
+    pub patient_resolve: Option<PatientResolveTrace>,
+    /// A `tool_choice` named a function the request does not carry.
+    pub tool_choice_unknown: bool,
+    /// The phase budget's ceiling.
+    pub budget_max: usize,
+}
+
+/// The answer for one turn.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Resolution {
+    /// The tools the model may see, in order, each with its reason.
+    pub candidates: Vec<Candidate>,
+    /// Whether this came from retrieval or from the bounded fallback.
+    pub source: Source,
+    /// What each stage did.
+    pub trace: Trace,
+}
+
+impl Resolution {
+    /// The wire answer for the filter.
+    pub fn to_response(&self) -> ResolveResponse {
+        ResolveResponse {
+            tools: self.candidates.iter().map(|c| SurfacedTool { name: c.name.clone(), reason: c.reason }).collect(),
+            source: self.source,
+        }
+    }
+}
+
+/// Which stages a ranking runs.
+#[derive(Debug, Clone, Copy)]
+struct Stages {
+    threshold: f32,
+    min_fill: usize,
+    scoped: bool,
+    limit: usize,
+    reason: Reason,
+}
+
+/// Resolves one turn's candidate set. Never fails; the answer never exceeds
+/// the phase budget.
+pub fn resolve(registry: &Registry, config: &RankConfig, turn: &Turn<'_>) -> Resolution {
+    let folded = fold(turn.text);
+    let floors_cfg = config.floors();
+    let mut trace = Trace { budget_max: turn.phase.budget().max, ..Trace::default() };
+    trace.floors = floors_cfg.prompt_floors(&folded, turn.phase);
+    trace.execute_intent = !config.execute_signals().matches(&folded).is_empty();
+    trace.composite_intent = floors_cfg.multi_entity.fires(&folded);
+    trace.tool_choice_unknown = turn.tool_choice.is_some_and(|n| !registry.names().contains(n));
+
+    let scores = fused_scores(registry, config, turn.text, turn.cosine.unwrap_or(&[]));
+    trace.scored = scores.len();
+    let floor_candidates = floor_candidates(registry, &scores, &trace.floors);
+    let hits = turn.cosine.map(|_| {
+        let stages = Stages {
+            threshold: config.settings().pipeline.threshold,
+            min_fill: turn.phase.budget().min,
+            scoped: true,
+            limit: usize::MAX,
+            reason: Reason::Rag,
+        };
+        rank(registry, config, &scores, &floor_candidates, stages, &mut trace)
+    });
+    let source = if turn.cosine.is_some() { Source::Retrieval } else { Source::ControlFallback };
+    let inputs = SetInputs {
+        phase: turn.phase,
+        registry: registry.names(),
+        mutating: registry.mutating(),
+        tool_choice: turn.tool_choice,
+        floors: &floor_candidates,
+        hits: hits.as_deref(),
+        prior: turn.prior,
+    };
+    let mut candidates = bounded(&inputs);
+
+    // Structural patient-resolve floor: after the set is known.
+    let pr = &floors_cfg.patient_resolve;
+    if pr.phases.contains(&turn.phase) {
+        let tool = |c: &Candidate| registry.by_name(&c.name);
+        let has_resolver = candidates.iter().filter_map(tool).any(|t| pr.is_resolver(&t.id));
+        let needed_by = candidates
+            .iter()
+            .filter_map(tool)
+            .find(|t| t.meta.as_ref().is_some_and(|m| pr.needs_patient(m)))
+            .map(|t| t.name.clone());
+        if let (false, Some(needed_by)) = (has_resolver, needed_by) {
+            if let Some(resolver) = floor_candidate(registry, &scores, &pr.prepend, Reason::FloorPatientResolve) {
+                let mut with_resolver = Vec::with_capacity(floor_candidates.len() + 1);
+                with_resolver.push(resolver.clone());
+                with_resolver.extend(floor_candidates.iter().cloned());
+                candidates = bounded(&SetInputs { floors: &with_resolver, ..inputs });
+                if candidates.iter().any(|c| c.name == resolver.name) {
+                    trace.patient_resolve = Some(PatientResolveTrace { needed_by, added: resolver.name });
+                }
+            }
+        }
+    }
+    Resolution { candidates, source, trace }
+}
+
+/// The discovery search ("is there a tool for X?"): the ranking pipeline —
+/// fusion, domain scoping, dedup, workflow boost — without floors, threshold
+/// or budget, cut to `k`.
+pub fn search(registry: &Registry, config: &RankConfig, text: &str, cosine: &[(String, f32)], k: usize) -> Vec<Candidate> {
+    let folded = fold(text);
+    let mut trace = Trace {
+        floors: config.floors().prompt_floors(&folded, Phase::Planner),
+        execute_intent: !config.execute_signals().matches(&folded).is_empty(),
+        composite_intent: config.floors().multi_entity.fires(&folded),
+        ..Trace::default()
+    };
+    let scores = fused_scores(registry, config, text, cosine);
+    // Floors are not added, but the domains they open stay in scope.
+    let floors = floor_candidates(registry, &scores, &trace.floors);
+    let stages = Stages { threshold: f32::NEG_INFINITY, min_fill: 0, scoped: true, limit: k, reason: Reason::Rag };
+    rank(registry, config, &scores, &floors, stages, &mut trace)
+}
+
+/// The broadened retry surface: a looser threshold, a larger K, no domain
+/// scoping, dedup or workflow boost. For validating a plan that named a tool
+/// outside the surfaced set; never a candidate set by itself.
+pub fn broadened(registry: &Registry, config: &RankConfig, text: &str, cosine: &[(String, f32)]) -> Vec<Candidate> {
+    let retry = &config.settings().retry;
+    let scores = fused_scores(registry, config, text, cosine);
+    let stages = Stages {
+        threshold: retry.broadened_threshold,
+        min_fill: 0,
+        scoped: false,
+        limit: retry.broadened_k,
+        reason: Reason::Broadened,
+    };
+    rank(registry, config, &scores, &[], stages, &mut Trace::default())
+}
+
+/// The per-subtask match: [`search`] on one subtask's text, cut at the
+/// threshold (keeping at least one) and capped at `retry.perSubtaskK` (6)
+/// because a subtask needs a tight matched set, not the planner budget.
+pub fn per_subtask(registry: &Registry, config: &RankConfig, text: &str, cosine: &[(String, f32)]) -> Vec<Candidate> {
+    let mut hits = search(registry, config, text, cosine, config.settings().retry.per_subtask_k);
+    let threshold = config.settings().pipeline.threshold;
+    // Keep the best one even below the threshold: a subtask always gets a tool.
+    let keep = hits.iter().skip(1).take_while(|c| c.score >= threshold).count() + 1;
+    hits.truncate(keep);
+    hits
+}
+
+/// One business tool's scores.
+#[derive(Debug, Clone, Copy)]
+struct ToolScore {
+    index: usize,
+    fused: f32,
+    coverage: f32,
+}
+
+/// Fused scores of every business tool, by registry index.
+fn fused_scores(registry: &Registry, config: &RankConfig, text: &str, cosine: &[(String, f32)]) -> Vec<ToolScore> {
+    // A name listed twice keeps its highest score: no dependence on order.
+    let mut cos: BTreeMap<&str, f32> = BTreeMap::new();
+    for (name, c) in cosine {
+        let e = cos.entry(name.as_str()).or_insert(*c);
+        if c.total_cmp(e).is_gt() {
+            *e = *c;
+        }
+    }
+    let lexical = registry.lexical();
+    let query = lexical.query(text);
+    let s = config.settings();
+    registry
+        .tools()
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.is_business())
+        .map(|(index, t)| {
+            let lex = lexical.score(index, &query);
+            let fused = s.fusion.fuse(cos.get(t.name.as_str()).copied(), lex, &s.lexical);
+            ToolScore { index, fused, coverage: lex.coverage }
+        })
+        .collect()
+}
+
+fn floor_candidate(registry: &Registry, scores: &[ToolScore], id: &str, reason: Reason) -> Option<Candidate> {
+    let tool = registry.by_id(id).filter(|t| t.is_business())?;
+    let index = registry.index_of_name(&tool.name)?;
+    let score = scores.iter().find(|s| s.index == index).map_or(0.0, |s| s.fused);
+    Some(Candidate { name: tool.name.clone(), reason, score })
+}
+
+/// The tools of fired floors, in floor order, each once.
+fn floor_candidates(registry: &Registry, scores: &[ToolScore], fired: &[FiredFloor]) -> Vec<Candidate> {
+    let mut out: Vec<Candidate> = Vec::new();
+    let all = fired.iter().flat_map(|f| f.tools.iter().map(move |id| (id, f.reason)));
+    for c in all.filter_map(|(id, reason)| floor_candidate(registry, scores, id, reason)) {
+        if !out.iter().any(|o| o.name == c.name) {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Stages 3–6 over precomputed scores; returns candidates best first.
+fn rank(
+    registry: &Registry,
+    config: &RankConfig,
+    scores: &[ToolScore],
+    floors: &[Candidate],
+    stages: Stages,
+    trace: &mut Trace,
+) -> Vec<Candidate> {
+    let p = &config.settings().pipeline;
+    let id_of = |i: usize| registry.tool(i).map_or("", |t| t.id.as_str());
+    let sort = |v: &mut Vec<ToolScore>| {
+        v.sort_by(|a, b| {
+            compare(
+                &Scored { id: id_of(a.index), score: a.fused, coverage: a.coverage },
+                &Scored { id: id_of(b.index), score: b.fused, coverage: b.coverage },
+            )
+        })
+    };
+    let mut ranked: Vec<ToolScore> = scores.to_vec();
+    sort(&mut ranked);
+
+    // 3. Threshold, keeping the phase minimum when there is anything to keep.
+    let above = ranked.iter().take_while(|s| s.fused >= stages.threshold).count();
+    trace.above_threshold = above;
+    ranked.truncate(above.max(stages.min_fill));
+
+    if stages.scoped {
+        // 4. Domain scoping.
+        if p.domain.enabled {
+            let d = &p.domain;
+            let scoped = |dom: &str| !d.generic_domains.iter().any(|g| g == dom);
+            let domain_of = |i: usize| registry.tool(i).and_then(|t| t.domain.as_deref());
+            let floor_only = |dom: &str| d.floor_only_domains.iter().any(|f| f == dom);
+            let mut domains: BTreeSet<String> = ranked
+                .iter()
+                .filter_map(|s| domain_of(s.index))
+                .filter(|dom| scoped(dom) && !floor_only(dom))
+                .take(d.anchor_top)
+                .map(str::to_owned)
+                .collect();
+            domains.extend(
+                floors.iter().filter_map(|c| registry.by_name(&c.name)).filter_map(|t| t.domain.clone()),
+            );
+            for s in ranked.iter_mut() {
+                let Some(dom) = domain_of(s.index).filter(|dom| scoped(dom) && !domains.contains(*dom)) else {
+                    continue;
+                };
+                s.fused -= if floor_only(dom) { d.floor_only_penalty } else { d.penalty };
+                if let Some(t) = registry.tool(s.index) {
+                    trace.off_domain.push(t.name.clone());
+                }
+            }
+            trace.domains = domains.into_iter().collect();
+            sort(&mut ranked);
+        }
+        // 5. Semantic-group dedup: best read and best write of a group keep their place.
+        if p.dedup.enabled {
+            let mut seen: BTreeMap<(&str, bool), usize> = BTreeMap::new();
+            let mut kept = Vec::with_capacity(ranked.len());
+            for mut s in ranked {
+                let key = registry
+                    .tool(s.index)
+                    .and_then(|t| t.meta.as_ref())
+                    .and_then(|m| m.semantic_group.as_deref().map(|g| (g, m.mutates())));
+                let Some(key) = key else {
+                    kept.push(s);
+                    continue;
+                };
+                let n = seen.entry(key).or_default();
+                *n += 1;
+                if *n <= p.dedup.per_axis {
+                    kept.push(s);
+                    continue;
+                }
+                if let Some(t) = registry.tool(s.index) {
+                    trace.deduped.push(t.name.clone());
+                }
+                if let Some(penalty) = p.dedup.sibling_penalty {
+                    s.fused -= penalty;
+                    kept.push(s);
+                }
+            }
+            ranked = kept;
+            sort(&mut ranked);
+        }
+        // 6. Workflow boost on execute or composite turns.
+        if trace.execute_intent || trace.composite_intent {
+            for s in ranked.iter_mut() {
+                let Some(t) = registry.tool(s.index) else { continue };
+                let is_workflow = t
+                    .meta
+                    .as_ref()
+                    .and_then(|m| m.category.as_ref())
+                    .is_some_and(|c| p.workflow.categories.contains(c));
+                if is_workflow {
+                    s.fused += p.workflow.boost;
+                    trace.boosted.push(t.name.clone());
+                }
+            }
+            sort(&mut ranked);
+        }
+        // A tool whose penalties outweigh all its evidence is no candidate.
+        ranked.retain(|s| s.fused > 0.0);
+    }
+    ranked
+        .into_iter()
+        .take(stages.limit)
+        .filter_map(|s| {
+            registry.tool(s.index).map(|t| Candidate { name: t.name.clone(), reason: stages.reason, score: s.fused })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

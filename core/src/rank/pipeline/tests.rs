@@ -1,0 +1,245 @@
+use super::*;
+use crate::rank::meta::{NameMapping, Overlay};
+use crate::wire::ToolDescriptor;
+use proptest::prelude::*;
+use serde_json::Value;
+
+const TOOLS: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/catalog/tools.json"));
+const DEV: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/catalog/queries.dev.jsonl"));
+
+fn config() -> RankConfig {
+    RankConfig::try_new(Default::default()).unwrap()
+}
+
+/// The catalog's business tools as a request would carry them, plus the
+/// overlay (which also knows the two control-plane tools).
+fn catalog() -> (Vec<ToolDescriptor>, Overlay) {
+    let map = NameMapping::default();
+    let all: Vec<Value> = serde_json::from_str(TOOLS).unwrap();
+    let tools = all
+        .iter()
+        .filter(|t| t["plane"] == "business")
+        .map(|t| ToolDescriptor {
+            name: map.to_name(t["id"].as_str().unwrap()),
+            description: t["description"].as_str().unwrap().into(),
+        })
+        .collect();
+    (tools, Overlay::from_json(TOOLS.as_bytes()).unwrap())
+}
+
+fn registry() -> Registry {
+    let (tools, overlay) = catalog();
+    Registry::build(&tools, Some(&overlay), &config())
+}
+
+/// Lexical-only retrieval (an empty cosine list is a successful retrieval).
+fn lexical_turn(text: &str, phase: Phase) -> Turn<'_> {
+    Turn { text, phase, prior: &[], tool_choice: None, cosine: Some(&[]) }
+}
+
+fn names(r: &Resolution) -> Vec<&str> {
+    r.candidates.iter().map(|c| c.name.as_str()).collect()
+}
+
+#[test]
+fn booking_turns_surface_the_booking_tool() {
+    let reg = registry();
+    let cfg = config();
+    for text in ["Book an appointment for Mrs. Krause on Friday at 9.", "Termin buchen für Herrn Becker", "Prendre un rendez-vous pour Mme Dubois"] {
+        let r = resolve(&reg, &cfg, &lexical_turn(text, Phase::Planner));
+        assert!(names(&r).contains(&"appointment__manage"), "{text}: {:?}", names(&r));
+        assert!(r.candidates.len() <= 12);
+    }
+}
+
+#[test]
+fn patient_searches_surface_no_research_tool() {
+    let reg = registry();
+    let cfg = config();
+    for text in ["Search for the patient Hannelore Krause, born 1941.", "Kannst du die Patientin Weiß suchen?", "Rechercher la patiente Bernard, Camille"] {
+        let r = resolve(&reg, &cfg, &lexical_turn(text, Phase::Planner));
+        assert!(!names(&r).iter().any(|n| n.starts_with("research__")), "{text}: {:?}", names(&r));
+        assert!(names(&r).contains(&"patient__search__smart"), "{text}");
+    }
+}
+
+#[test]
+fn research_phrasing_pins_the_research_tools() {
+    let r = resolve(&registry(), &config(), &lexical_turn("Find literature on lactic acidosis in CKD", Phase::Planner));
+    let research: Vec<&Candidate> = r.candidates.iter().filter(|c| c.name.starts_with("research__")).collect();
+    assert_eq!(research.len(), 4);
+    assert!(research.iter().all(|c| c.reason == Reason::FloorResearch));
+    assert!(r.trace.domains.contains(&"research".to_owned()));
+}
+
+#[test]
+fn composite_turns_pin_the_workflows_without_taking_rag_slots() {
+    let r = resolve(&registry(), &config(), &lexical_turn("Book an appointment and write a note.", Phase::Planner));
+    let floored: Vec<&str> =
+        r.candidates.iter().filter(|c| c.reason == Reason::FloorMultiEntity).map(|c| c.name.as_str()).collect();
+    assert_eq!(floored, ["intake__composite", "admission__composite", "discharge__composite"]);
+    assert!(names(&r).contains(&"appointment__manage") && names(&r).contains(&"note__write"));
+    assert!(r.candidates.len() <= 12);
+}
+
+#[test]
+fn a_tool_needing_a_patient_brings_exactly_one_resolver() {
+    let reg = registry();
+    // Cosine puts only patient-scoped tools on top; no resolver among them.
+    let cosine: Vec<(String, f32)> =
+        vec![("vitals__list".into(), 0.95), ("vitals__record".into(), 0.94), ("ui__vitals__chart".into(), 0.93)];
+    let turn = Turn { text: "blood pressure trend", phase: Phase::AgentCall, prior: &[], tool_choice: None, cosine: Some(&cosine) };
+    let r = resolve(&reg, &config(), &turn);
+    assert_eq!(r.candidates[0].name, "patient__search__smart");
+    assert_eq!(r.candidates[0].reason, Reason::FloorPatientResolve);
+    assert_eq!(r.candidates.iter().filter(|c| c.reason == Reason::FloorPatientResolve).count(), 1);
+    assert!(r.candidates.len() <= 8);
+    let pr = r.trace.patient_resolve.unwrap();
+    assert_eq!(pr.added, "patient__search__smart");
+}
+
+#[test]
+fn tool_input_surfaces_only_the_forced_tool() {
+    let turn = Turn {
+        text: "Book an appointment and write a note.",
+        phase: Phase::ToolInput,
+        prior: &[],
+        tool_choice: Some("note__write"),
+        cosine: Some(&[]),
+    };
+    let r = resolve(&registry(), &config(), &turn);
+    assert_eq!(r.candidates, [Candidate { name: "note__write".into(), reason: Reason::ToolChoice, score: 0.0 }]);
+}
+
+#[test]
+fn formatter_turns_see_no_mutating_tool() {
+    let reg = registry();
+    let r = resolve(&reg, &config(), &lexical_turn("Book an appointment and prescribe metformin 500 mg", Phase::Formatter));
+    assert!(!r.candidates.is_empty());
+    assert!(r.candidates.iter().all(|c| !reg.by_name(&c.name).unwrap().mutates()), "{:?}", names(&r));
+}
+
+#[test]
+fn outage_answers_floors_and_prior_set_only() {
+    let prior: Vec<String> = vec!["vitals__list".into(), "patient__search__smart".into()];
+    let turn = Turn {
+        text: "Find literature on metformin",
+        phase: Phase::Planner,
+        prior: &prior,
+        tool_choice: None,
+        cosine: None,
+    };
+    let r = resolve(&registry(), &config(), &turn);
+    assert_eq!(r.source, Source::ControlFallback);
+    let reasons: BTreeSet<Reason> = r.candidates.iter().map(|c| c.reason).collect();
+    assert_eq!(reasons, [Reason::FloorResearch, Reason::PriorSet].into_iter().collect());
+    assert_eq!(r.candidates.len(), 6);
+    assert_eq!(r.to_response().tools.len(), 6);
+}
+
+#[test]
+fn recovery_adds_at_most_three_to_the_prior_set() {
+    let prior: Vec<String> = ["vitals__list", "patient__search__smart", "note__read"].map(String::from).to_vec();
+    let turn = Turn { text: "Book an appointment", phase: Phase::Recovery, prior: &prior, tool_choice: None, cosine: Some(&[]) };
+    let r = resolve(&registry(), &config(), &turn);
+    assert_eq!(&names(&r)[..3], ["vitals__list", "patient__search__smart", "note__read"]);
+    assert_eq!(r.candidates.len(), 6);
+    assert!(names(&r).contains(&"appointment__manage"));
+}
+
+#[test]
+fn control_plane_tools_are_never_candidates() {
+    let (mut tools, overlay) = catalog();
+    tools.push(ToolDescriptor { name: "tool__search".into(), description: "Search the tool registry.".into() });
+    let reg = Registry::build(&tools, Some(&overlay), &config());
+    let r = resolve(&reg, &config(), &lexical_turn("search the tool registry for a tool", Phase::Planner));
+    assert!(!names(&r).contains(&"tool__search"));
+    assert!(search(&reg, &config(), "tool search", &[], 200).iter().all(|c| c.name != "tool__search"));
+}
+
+#[test]
+fn broadened_and_per_subtask_are_bounded() {
+    let reg = registry();
+    let cfg = config();
+    let b = broadened(&reg, &cfg, "lab results", &[]);
+    assert!(b.len() <= 25 && !b.is_empty());
+    assert!(b.iter().all(|c| c.reason == Reason::Broadened));
+    let s = per_subtask(&reg, &cfg, "order a CRP", &[]);
+    assert!(!s.is_empty() && s.len() <= 6);
+    assert_eq!(s[0].name, "lab__order");
+}
+
+#[test]
+fn lexical_only_retrieval_keeps_most_gold_on_the_dev_turns() {
+    // A floor for the lexical half alone (no embedder): full-gold recall within
+    // the surfaced set over the 120 dev turns.
+    let reg = registry();
+    let cfg = config();
+    let map = NameMapping::default();
+    let (mut ok, mut n) = (0, 0);
+    for line in DEV.lines() {
+        let q: Value = serde_json::from_str(line).unwrap();
+        let r = resolve(&reg, &cfg, &lexical_turn(q["query"].as_str().unwrap(), Phase::Planner));
+        let got = names(&r);
+        n += 1;
+        ok += usize::from(q["gold"].as_array().unwrap().iter().all(|g| got.contains(&map.to_name(g.as_str().unwrap()).as_str())));
+    }
+    assert!(ok as f64 / n as f64 >= 0.9, "lexical-only full-gold recall {ok}/{n}");
+}
+
+#[test]
+fn a_tools_score_does_not_depend_on_the_other_tools_cosines() {
+    let reg = registry();
+    let cfg = config();
+    let text = "Show the lab results";
+    let alone = vec![("lab__results__list".to_owned(), 0.8)];
+    let mut crowded = alone.clone();
+    crowded.extend([("vitals__list".to_owned(), 0.99), ("note__read".to_owned(), 0.2)]);
+    let score = |cos: &[(String, f32)]| {
+        fused_scores(&reg, &cfg, text, cos)
+            .into_iter()
+            .find(|s| reg.tool(s.index).unwrap().name == "lab__results__list")
+            .unwrap()
+            .fused
+    };
+    assert_eq!(score(&alone), score(&crowded));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Shuffling the request's tools and the vector hits changes nothing.
+    #[test]
+    fn resolution_does_not_depend_on_input_order(
+        seed in any::<u64>(),
+        turn in prop::sample::select(vec![
+            "Book an appointment and write a note.",
+            "Search for the patient Becker",
+            "Zeig mir den letzten Blutdruck von Anna Schmidt.",
+            "Prescrire une NFS et une CRP",
+        ]),
+        phase in prop::sample::select(Phase::ALL.to_vec()),
+    ) {
+        let (tools, overlay) = catalog();
+        let cfg = config();
+        // Cosines with many exact ties, to exercise the tie-breaks.
+        let cosine: Vec<(String, f32)> = tools.iter().enumerate()
+            .map(|(i, t)| (t.name.clone(), 0.7 + ((i as u64 * 7 + seed) % 5) as f32 * 0.05)).collect();
+        let mut rng = seed;
+        let mut shuffle = |len: usize| -> Vec<usize> {
+            let mut idx: Vec<usize> = (0..len).collect();
+            for i in (1..len).rev() {
+                rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                idx.swap(i, (rng >> 33) as usize % (i + 1));
+            }
+            idx
+        };
+        let t2: Vec<ToolDescriptor> = shuffle(tools.len()).into_iter().map(|i| tools[i].clone()).collect();
+        let c2: Vec<(String, f32)> = shuffle(cosine.len()).into_iter().map(|i| cosine[i].clone()).collect();
+        let a = resolve(&Registry::build(&tools, Some(&overlay), &cfg), &cfg,
+            &Turn { text: turn, phase, prior: &[], tool_choice: None, cosine: Some(&cosine) });
+        let b = resolve(&Registry::build(&t2, Some(&overlay), &cfg), &cfg,
+            &Turn { text: turn, phase, prior: &[], tool_choice: None, cosine: Some(&c2) });
+        prop_assert_eq!(a, b);
+    }
+}

@@ -1,0 +1,152 @@
+//! The JSON exchanged between the filter and control (`POST /v1/resolve`).
+//!
+//! Both ends use these types, so a change here is a protocol change: add fields
+//! with `#[serde(default)]` so that an older peer keeps working.
+
+use crate::Phase;
+use serde::{Deserialize, Serialize};
+
+/// One function tool as the client sent it: what retrieval needs, nothing more.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolDescriptor {
+    /// The function name as it appears in the request (`patient__search__smart`).
+    pub name: String,
+    /// The description the client sent (may be empty).
+    #[serde(default)]
+    pub description: String,
+}
+
+/// The filter's question: which of these tools may the model see on this turn?
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResolveRequest {
+    /// The session named by the agent service, if any.
+    #[serde(default)]
+    pub session: Option<String>,
+    /// The agent phase of this turn.
+    #[serde(default)]
+    pub phase: Phase,
+    /// The latest user turn's text.
+    #[serde(default)]
+    pub turn: String,
+    /// Every function tool of the request, in request order.
+    pub tools: Vec<ToolDescriptor>,
+    /// Functions the request forces (`tool_choice`, `tool_config`); always kept.
+    #[serde(default)]
+    pub forced: Vec<String>,
+}
+
+/// Why a tool was surfaced. Serialised as the machine-readable reason string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Reason {
+    /// Retrieval ranked it within the budget.
+    #[serde(rename = "rag")]
+    Rag,
+    /// The multi-entity floor pinned a composite workflow.
+    #[serde(rename = "floor:multi-entity")]
+    FloorMultiEntity,
+    /// The research floor matched research phrasing.
+    #[serde(rename = "floor:research")]
+    FloorResearch,
+    /// A surfaced tool needs a patient and no resolver was surfaced.
+    #[serde(rename = "floor:patient-resolve")]
+    FloorPatientResolve,
+    /// The request's `tool_choice` names it.
+    #[serde(rename = "tool-choice")]
+    ToolChoice,
+    /// It was in the session's previous audited set (fallback or recovery).
+    #[serde(rename = "prior-set")]
+    PriorSet,
+    /// The broadened retry surface found it.
+    #[serde(rename = "broadened")]
+    Broadened,
+}
+
+impl Reason {
+    /// The reason as it appears in headers, logs and the audit trail.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Rag => "rag",
+            Reason::FloorMultiEntity => "floor:multi-entity",
+            Reason::FloorResearch => "floor:research",
+            Reason::FloorPatientResolve => "floor:patient-resolve",
+            Reason::ToolChoice => "tool-choice",
+            Reason::PriorSet => "prior-set",
+            Reason::Broadened => "broadened",
+        }
+    }
+}
+
+/// One surfaced tool and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SurfacedTool {
+    /// Function name, as in the request.
+    pub name: String,
+    /// Activation reason.
+    pub reason: Reason,
+}
+
+/// Where a candidate set came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Source {
+    /// A successful retrieval.
+    #[default]
+    Retrieval,
+    /// Control could not retrieve (embedder or store down) and answered its
+    /// bounded fallback: prior set ∪ floors.
+    ControlFallback,
+    /// The filter could not get an answer from control and decided locally.
+    FilterFallback,
+}
+
+impl Source {
+    /// The source as it appears in logs and headers.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Retrieval => "retrieval",
+            Source::ControlFallback => "control-fallback",
+            Source::FilterFallback => "filter-fallback",
+        }
+    }
+}
+
+/// Control's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResolveResponse {
+    /// The tools the model may see, best first. The filter clamps this list to
+    /// the phase budget whatever it holds.
+    pub tools: Vec<SurfacedTool>,
+    /// How the set was obtained.
+    #[serde(default)]
+    pub source: Source,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_serialise_as_their_names() {
+        for r in [
+            Reason::Rag,
+            Reason::FloorMultiEntity,
+            Reason::FloorResearch,
+            Reason::FloorPatientResolve,
+            Reason::ToolChoice,
+            Reason::PriorSet,
+            Reason::Broadened,
+        ] {
+            let json = serde_json::to_string(&r).unwrap();
+            assert_eq!(json, format!("\"{}\"", r.as_str()));
+            assert_eq!(serde_json::from_str::<Reason>(&json).unwrap(), r);
+        }
+    }
+
+    #[test]
+    fn request_defaults_missing_optional_fields() {
+        let req: ResolveRequest = serde_json::from_str(r#"{"tools":[{"name":"a"}]}"#).unwrap();
+        assert_eq!(req.phase, Phase::Planner);
+        assert_eq!(req.tools[0].description, "");
+        assert!(req.session.is_none());
+    }
+}

@@ -1,0 +1,173 @@
+//! Direct bindings to the proxy-wasm ABI calls whose SDK wrappers panic.
+//!
+//! The SDK's `hostcalls` turn any status they do not expect into a `panic!`
+//! (seen here: Envoy answers `BadArgument` to a response-header write from a
+//! body callback), and a panic kills the worker's VM, after which every request
+//! on that worker is refused. These bindings return the raw status instead, so
+//! every host refusal becomes a value the filter decides on.
+//!
+//! Callouts still go through the SDK (`dispatch_http_call`): its dispatcher must
+//! learn each token to route `on_http_call_response`, and its wrapper already
+//! returns the statuses a missing cluster produces.
+#![allow(unsafe_code)]
+
+use proxy_wasm::types::{BufferType, MapType, StreamType};
+use std::ptr::{null, null_mut};
+
+/// A host status that is not `Ok`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostStatus(pub u32);
+
+const OK: u32 = 0;
+const NOT_FOUND: u32 = 1;
+
+#[link(wasm_import_module = "env")]
+extern "C" {
+    fn proxy_get_header_map_value(
+        map_type: MapType,
+        key_data: *const u8,
+        key_size: usize,
+        return_value_data: *mut *mut u8,
+        return_value_size: *mut usize,
+    ) -> u32;
+    fn proxy_replace_header_map_value(
+        map_type: MapType,
+        key_data: *const u8,
+        key_size: usize,
+        value_data: *const u8,
+        value_size: usize,
+    ) -> u32;
+    fn proxy_remove_header_map_value(map_type: MapType, key_data: *const u8, key_size: usize) -> u32;
+    fn proxy_get_buffer_bytes(
+        buffer_type: BufferType,
+        start: usize,
+        max_size: usize,
+        return_buffer_data: *mut *mut u8,
+        return_buffer_size: *mut usize,
+    ) -> u32;
+    fn proxy_set_buffer_bytes(
+        buffer_type: BufferType,
+        start: usize,
+        size: usize,
+        buffer_data: *const u8,
+        buffer_size: usize,
+    ) -> u32;
+    fn proxy_send_local_response(
+        status_code: u32,
+        status_code_details_data: *const u8,
+        status_code_details_size: usize,
+        body_data: *const u8,
+        body_size: usize,
+        headers_data: *const u8,
+        headers_size: usize,
+        grpc_status: i32,
+    ) -> u32;
+    fn proxy_continue_stream(stream_type: StreamType) -> u32;
+}
+
+/// Takes ownership of bytes the host allocated through the SDK's exported
+/// allocator (`proxy_on_memory_allocate`), as the SDK itself does.
+fn owned(data: *mut u8, size: usize) -> Vec<u8> {
+    if data.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: the host wrote `size` bytes into a buffer of exactly `size`
+    // bytes that it obtained from this module's allocator.
+    unsafe { Vec::from_raw_parts(data, size, size) }
+}
+
+fn check(status: u32) -> Result<(), HostStatus> {
+    if status == OK {
+        Ok(())
+    } else {
+        Err(HostStatus(status))
+    }
+}
+
+/// A header's raw value; `Ok(None)` when absent.
+pub fn get_header(map: MapType, key: &str) -> Result<Option<Vec<u8>>, HostStatus> {
+    let mut data: *mut u8 = null_mut();
+    let mut size: usize = 0;
+    // SAFETY: pointers are valid for the call; the host fills `data`/`size`.
+    let status = unsafe { proxy_get_header_map_value(map, key.as_ptr(), key.len(), &mut data, &mut size) };
+    match status {
+        OK => Ok(Some(owned(data, size))),
+        NOT_FOUND => Ok(None),
+        other => Err(HostStatus(other)),
+    }
+}
+
+/// Replaces a header (adds it when absent).
+pub fn replace_header(map: MapType, key: &str, value: &str) -> Result<(), HostStatus> {
+    // SAFETY: pointers are valid for the call.
+    check(unsafe { proxy_replace_header_map_value(map, key.as_ptr(), key.len(), value.as_ptr(), value.len()) })
+}
+
+/// Removes a header.
+pub fn remove_header(map: MapType, key: &str) -> Result<(), HostStatus> {
+    // SAFETY: pointers are valid for the call.
+    check(unsafe { proxy_remove_header_map_value(map, key.as_ptr(), key.len()) })
+}
+
+/// Bytes `[start, start + max)` of a buffer; empty when there is none.
+pub fn get_buffer(kind: BufferType, start: usize, max: usize) -> Result<Vec<u8>, HostStatus> {
+    let mut data: *mut u8 = null_mut();
+    let mut size: usize = 0;
+    // SAFETY: pointers are valid for the call; the host fills `data`/`size`.
+    let status = unsafe { proxy_get_buffer_bytes(kind, start, max, &mut data, &mut size) };
+    match status {
+        OK => Ok(owned(data, size)),
+        NOT_FOUND => Ok(Vec::new()),
+        other => Err(HostStatus(other)),
+    }
+}
+
+/// Replaces bytes `[start, start + size)` of a buffer with `value`.
+pub fn set_buffer(kind: BufferType, start: usize, size: usize, value: &[u8]) -> Result<(), HostStatus> {
+    // SAFETY: pointers are valid for the call.
+    check(unsafe { proxy_set_buffer_bytes(kind, start, size, value.as_ptr(), value.len()) })
+}
+
+/// Sends a local response with `headers` and `body`.
+pub fn send_local_response(status: u32, headers: &[(&str, &str)], body: &[u8]) -> Result<(), HostStatus> {
+    let map = serialize_map(headers);
+    // SAFETY: pointers are valid for the call.
+    check(unsafe {
+        proxy_send_local_response(status, null(), 0, body.as_ptr(), body.len(), map.as_ptr(), map.len(), -1)
+    })
+}
+
+/// Resumes a paused request or response.
+pub fn continue_stream(stream: StreamType) -> Result<(), HostStatus> {
+    // SAFETY: no pointers.
+    check(unsafe { proxy_continue_stream(stream) })
+}
+
+/// The ABI's header-map encoding: pair count, then each key and value length
+/// (u32 LE), then each key and value followed by a NUL.
+fn serialize_map(pairs: &[(&str, &str)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
+    for (k, v) in pairs {
+        out.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+    }
+    for (k, v) in pairs {
+        out.extend_from_slice(k.as_bytes());
+        out.push(0);
+        out.extend_from_slice(v.as_bytes());
+        out.push(0);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_maps_use_the_abi_layout() {
+        let bytes = serialize_map(&[("a", "bc")]);
+        assert_eq!(bytes, [1, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, b'a', 0, b'b', b'c', 0]);
+    }
+}

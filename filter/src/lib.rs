@@ -1,0 +1,118 @@
+//! keyhole's proxy-wasm filter: a thin shell over `keyhole-core`.
+//!
+//! One root context per plugin instance validates the configuration; one stream
+//! context per HTTP stream does the work. Every decision is computed by
+//! `keyhole-core`; this crate only moves bytes between the host and core.
+//!
+//! # Layout
+//! - `abi`: direct ABI bindings for the host calls whose SDK wrappers panic.
+//! - [`host`]: non-panicking host calls as the filter uses them.
+//! - [`llm`]: the tool-surface stream context (LLM listener).
+//! - [`metrics`]: counters in Envoy's `/stats`.
+#![deny(rust_2018_idioms)]
+#![deny(unsafe_code)]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)
+)]
+
+mod abi;
+pub mod host;
+pub mod llm;
+pub mod metrics;
+
+use keyhole_core::config::{Config, Mode};
+use keyhole_core::prior::PriorSets;
+use metrics::Metrics;
+use proxy_wasm::traits::{Context, HttpContext, RootContext};
+use proxy_wasm::types::{ContextType, LogLevel};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+/// Sessions whose last audited set a worker remembers for outages.
+const PRIOR_SESSIONS: usize = 4096;
+
+proxy_wasm::main! {{
+    proxy_wasm::set_log_level(LogLevel::Info);
+    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root::new()) });
+}}
+
+/// Plugin-wide state, shared by the stream contexts of one worker.
+struct Root {
+    /// The validated configuration; `None` until `on_configure` succeeds.
+    config: Option<Rc<Config>>,
+    metrics: Metrics,
+    /// Last audited set per session (per worker, bounded).
+    prior: Rc<RefCell<PriorSets>>,
+}
+
+impl Root {
+    fn new() -> Root {
+        Root {
+            config: None,
+            metrics: Metrics::default(),
+            prior: Rc::new(RefCell::new(PriorSets::new(PRIOR_SESSIONS, keyhole_core::phase::MAX_BUDGET))),
+        }
+    }
+}
+
+impl Context for Root {}
+
+impl RootContext for Root {
+    fn on_configure(&mut self, _size: usize) -> bool {
+        let bytes = match abi::get_buffer(proxy_wasm::types::BufferType::PluginConfiguration, 0, usize::MAX) {
+            Ok(bytes) if !bytes.is_empty() => bytes,
+            _ => {
+                log::error!("keyhole.config field=<root> error=\"plugin configuration is missing\"");
+                return false;
+            }
+        };
+        match Config::from_json(&bytes) {
+            Ok(config) => {
+                self.metrics = Metrics::define();
+                log::info!("keyhole.config mode={:?} cluster={}", config.mode, config.control_cluster);
+                self.config = Some(Rc::new(config));
+                true
+            }
+            Err(e) => {
+                log::error!("keyhole.config field={} error={:?}", e.field, e.message);
+                false
+            }
+        }
+    }
+
+    fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
+        // Returning `None` here makes the SDK panic; an unconfigured plugin is
+        // never instantiated by Envoy, but stay total anyway.
+        let Some(config) = self.config.clone() else {
+            return Some(Box::new(Unconfigured));
+        };
+        match config.mode {
+            Mode::Llm => Some(Box::new(llm::LlmStream::new(context_id, config, self.metrics, self.prior.clone()))),
+            Mode::Hms => Some(Box::new(Passthrough)),
+        }
+    }
+
+    fn get_type(&self) -> Option<ContextType> {
+        Some(ContextType::HttpContext)
+    }
+}
+
+/// The HMS listener's context until id aliasing lands: passes everything.
+struct Passthrough;
+
+impl Context for Passthrough {}
+
+impl HttpContext for Passthrough {}
+
+/// A stream context for a plugin without configuration: answers 503.
+struct Unconfigured;
+
+impl Context for Unconfigured {}
+
+impl HttpContext for Unconfigured {
+    fn on_http_request_headers(&mut self, _: usize, _: bool) -> proxy_wasm::types::Action {
+        host::send_json(503, br#"{"error":{"type":"keyhole_unconfigured","message":"keyhole filter has no valid configuration"}}"#, &[]);
+        proxy_wasm::types::Action::Pause
+    }
+}

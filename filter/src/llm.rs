@@ -1,0 +1,385 @@
+//! The tool-surface stream context on the LLM listener.
+//!
+//! Request path: headers (copy session and phase) → body buffered to end of
+//! stream → read by core → `POST /v1/resolve` to control → core's bounded
+//! decision → body rewritten → resumed. `envoy.filters.http.buffer` sits after
+//! this filter so the upstream gets a correct `content-length`: request headers
+//! have already left this filter when the body is rewritten.
+//!
+//! Response path: the audit header is added to the response (request headers
+//! can no longer be changed once the body is being processed).
+
+use crate::host;
+use crate::metrics::Metrics;
+use keyhole_core::admission::{self, ScanLimits, StreamScanner};
+use keyhole_core::config::{Config, OffSurface};
+use keyhole_core::format::{self, Format, ParsedRequest};
+use keyhole_core::prior::PriorSets;
+use keyhole_core::reply::{self, ErrorKind, LocalReply};
+use keyhole_core::surface::{self, Decision, Outage};
+use keyhole_core::wire::{ResolveRequest, ResolveResponse, Source, SurfacedTool};
+use keyhole_core::Phase;
+use proxy_wasm::traits::{Context, HttpContext};
+use proxy_wasm::types::{Action, BufferType};
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// Response header listing the surfaced tools as `name=reason` pairs.
+pub const AUDIT_HEADER: &str = "x-keyhole-tools";
+/// Response header naming where the set came from.
+pub const SOURCE_HEADER: &str = "x-keyhole-source";
+/// Asks the hold filter (Lua, listed before this one) to keep the response
+/// headers until the body is complete and to apply the verdict line.
+pub const HOLD_HEADER: &str = "x-keyhole-hold";
+/// Starts the verdict line: `keyhole-verdict STATUS NAMES` (status 0 = keep).
+const VERDICT_PREFIX: &str = "keyhole-verdict ";
+/// Response header listing tools the answer called but the model was not shown.
+pub const OFF_SURFACE_HEADER: &str = "x-keyhole-off-surface";
+
+/// Where a stream is in its life.
+enum State {
+    /// Not ours to touch (not a POST, or no body): everything passes.
+    Passthrough,
+    /// Buffering the request body.
+    Reading,
+    /// Waiting for control's answer to call `token` (`None` while the call is
+    /// being dispatched: Envoy may answer a dead cluster synchronously).
+    Resolving { token: Option<u32>, body: Vec<u8> },
+    /// The request was decided; the response is checked against `surfaced`.
+    Decided { surfaced: Vec<SurfacedTool>, source: Source, format: Format },
+    /// Reading a non-streaming answer whole, to check its tool calls.
+    CheckingAnswer { surfaced: Vec<SurfacedTool>, format: Format },
+    /// Passing a streamed answer through, checking tool calls as they appear.
+    CheckingStream { surfaced: Vec<SurfacedTool>, scanner: StreamScanner },
+    /// Answered locally.
+    Answered,
+}
+
+/// One LLM stream.
+pub struct LlmStream {
+    context_id: u32,
+    config: Rc<Config>,
+    metrics: Metrics,
+    prior: Rc<RefCell<PriorSets>>,
+    session: Option<String>,
+    phase: Phase,
+    /// The request's `:path` (format detection).
+    path: String,
+    state: State,
+    /// True while `on_http_request_body` runs: a callout answered inside it
+    /// must not resume the stream (the body callback's return value does).
+    in_body_callback: bool,
+}
+
+impl LlmStream {
+    /// A stream context sharing the worker's configuration and session memory.
+    pub fn new(context_id: u32, config: Rc<Config>, metrics: Metrics, prior: Rc<RefCell<PriorSets>>) -> Self {
+        LlmStream {
+            context_id,
+            config,
+            metrics,
+            prior,
+            session: None,
+            phase: Phase::default(),
+            path: String::new(),
+            state: State::Passthrough,
+            in_body_callback: false,
+        }
+    }
+
+    /// Answers locally with a JSON error and counts it.
+    fn reject(&mut self, reply: LocalReply) -> Action {
+        log::warn!("keyhole.reject context={} status={}", self.context_id, reply.status);
+        host::count(self.metrics.rejected, 1);
+        host::send_json(reply.status, &reply.body, &[]);
+        self.state = State::Answered;
+        Action::Pause
+    }
+
+    /// Reads the complete body, asks control, and pauses; or decides at once.
+    fn on_complete_body(&mut self, size: usize) -> Action {
+        let Some(body) = host::buffer(BufferType::HttpRequestBody, size) else {
+            return self.reject(reply::internal("the request body could not be read"));
+        };
+        let parsed = match format::parse(&self.path, &body) {
+            Ok(Some(parsed)) => parsed,
+            Ok(None) => {
+                self.state = State::Passthrough;
+                return Action::Continue;
+            }
+            Err(e) => return self.reject(reply::invalid_request(&e)),
+        };
+        let question = ResolveRequest {
+            session: self.session.clone(),
+            phase: self.phase,
+            turn: parsed.turn.clone(),
+            tools: parsed.descriptors(),
+            forced: parsed.forced.clone(),
+        };
+        let Ok(payload) = serde_json::to_vec(&question) else {
+            return self.apply(&parsed, &body, Err(Outage::Dispatch));
+        };
+        drop(parsed);
+        self.state = State::Resolving { token: None, body };
+        self.in_body_callback = true;
+        let dispatched = host::post_json(
+            &self.config.control_cluster,
+            &self.config.control_authority,
+            "/v1/resolve",
+            &payload,
+            Duration::from_millis(self.config.timeout_ms),
+        );
+        self.in_body_callback = false;
+        match (dispatched, &mut self.state) {
+            // Waiting for the answer.
+            (Ok(id), State::Resolving { token, .. }) => {
+                *token = Some(id);
+                Action::Pause
+            }
+            // Answered synchronously: the decision is already applied.
+            (Ok(_), State::Decided { .. }) => Action::Continue,
+            (Ok(_), _) => Action::Pause,
+            (Err(_), _) => match std::mem::replace(&mut self.state, State::Answered) {
+                State::Resolving { body, .. } => self.decide_on(&body, Err(Outage::Dispatch)),
+                other => {
+                    self.state = other;
+                    Action::Pause
+                }
+            },
+        }
+    }
+
+    /// Re-reads the buffered body and applies the decision for `answer`.
+    fn decide_on(&mut self, body: &[u8], answer: Result<&ResolveResponse, Outage>) -> Action {
+        match format::parse(&self.path, body) {
+            Ok(Some(parsed)) => self.apply(&parsed, body, answer),
+            // The body parsed before the call; it cannot fail now. Stay closed anyway.
+            _ => self.reject(reply::internal("the request body could not be re-read")),
+        }
+    }
+
+    /// Applies core's decision to the buffered body. Returns `Continue` when the
+    /// request may go on, `Pause` when it was answered locally.
+    fn apply(&mut self, parsed: &ParsedRequest<'_>, body: &[u8], answer: Result<&ResolveResponse, Outage>) -> Action {
+        let prior: Vec<String> = match &self.session {
+            Some(s) => self.prior.borrow().get(s).to_vec(),
+            None => Vec::new(),
+        };
+        if let Err(outage) = answer {
+            host::count(self.metrics.fallback, 1);
+            log::warn!(
+                "keyhole.fallback context={} reason={} prior={} on_outage={:?}",
+                self.context_id,
+                outage.as_str(),
+                prior.len(),
+                self.config.on_outage
+            );
+        }
+        let decision = surface::decide(parsed, self.phase, answer, &prior, self.config.on_outage);
+        let (keep, surfaced, source, clamped) = match decision {
+            Decision::Reject => return self.reject(reply::unavailable()),
+            Decision::Forward { keep, surfaced, source, clamped } => (keep, surfaced, source, clamped),
+        };
+        let rewritten = parsed.rewrite(body, &keep);
+        if let Err(status) = host::replace_buffer(BufferType::HttpRequestBody, body.len(), &rewritten) {
+            log::error!("keyhole.host op=set_body status={}", status.0);
+            return self.reject(reply::internal("the request body could not be rewritten"));
+        }
+        if clamped {
+            host::count(self.metrics.clamped, 1);
+        }
+        host::count(self.metrics.requests, 1);
+        host::count(self.metrics.tools_in, parsed.tools.len() as i64);
+        host::count(self.metrics.tools_out, keep.len() as i64);
+        if source == Source::Retrieval {
+            if let Some(session) = &self.session {
+                self.prior.borrow_mut().remember(session, surfaced.iter().map(|t| t.name.clone()));
+            }
+        }
+        log::info!(
+            "keyhole.candidate-set session={} phase={} source={} format={} tools_in={} tools_out={} bytes_in={} bytes_out={} clamped={}",
+            self.session.as_deref().unwrap_or("-"),
+            self.phase,
+            source.as_str(),
+            parsed.format.as_str(),
+            parsed.tools.len(),
+            keep.len(),
+            body.len(),
+            rewritten.len(),
+            clamped
+        );
+        self.state = State::Decided { surfaced, source, format: parsed.format };
+        Action::Continue
+    }
+
+    /// Counts and logs tool calls outside the surfaced set.
+    fn note_off_surface(&self, names: &[String]) {
+        host::count(self.metrics.off_surface_calls, names.len() as i64);
+        log::warn!(
+            "keyhole.off-surface session={} tools={}",
+            self.session.as_deref().unwrap_or("-"),
+            names.join(",")
+        );
+    }
+}
+
+/// The names of a surfaced set.
+fn names(surfaced: &[SurfacedTool]) -> Vec<&str> {
+    surfaced.iter().map(|t| t.name.as_str()).collect()
+}
+
+/// `name=reason,name=reason`.
+fn audit_value(surfaced: &[SurfacedTool]) -> String {
+    let pairs: Vec<String> = surfaced.iter().map(|t| format!("{}={}", t.name, t.reason.as_str())).collect();
+    pairs.join(",")
+}
+
+impl Context for LlmStream {
+    fn on_http_call_response(&mut self, token_id: u32, _headers: usize, body_size: usize, _trailers: usize) {
+        let body = match std::mem::replace(&mut self.state, State::Answered) {
+            State::Resolving { token, body } if token.is_none() || token == Some(token_id) => body,
+            other => {
+                self.state = other;
+                return;
+            }
+        };
+        // An unreachable or slow control still lands here, with Envoy's
+        // synthetic 503/504: always check the status.
+        let status = host::call_response_header(":status").and_then(|s| s.parse::<u16>().ok()).unwrap_or(0);
+        let answer: Result<ResolveResponse, Outage> = if status == 200 {
+            host::buffer(BufferType::HttpCallResponseBody, body_size)
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .ok_or(Outage::Garbage)
+        } else {
+            Err(Outage::Status(status))
+        };
+        let action = self.decide_on(&body, answer.as_ref().map_err(|e| *e));
+        if matches!(action, Action::Continue) && !self.in_body_callback {
+            host::resume_request();
+        }
+    }
+}
+
+impl HttpContext for LlmStream {
+    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        let method = host::request_header(":method").unwrap_or_default();
+        if end_of_stream || !method.eq_ignore_ascii_case("POST") {
+            return Action::Continue;
+        }
+        if let Some(len) = host::request_header("content-length").and_then(|v| v.trim().parse::<usize>().ok()) {
+            if len > self.config.max_body_bytes {
+                return self.reject(reply::body_too_large(self.config.max_body_bytes));
+            }
+        }
+        self.path = host::request_header(":path").unwrap_or_default();
+        self.session = host::request_header(&self.config.session_header).filter(|s| !s.is_empty());
+        if let Some(value) = host::request_header(&self.config.phase_header) {
+            match value.parse::<Phase>() {
+                Ok(phase) => self.phase = phase,
+                Err(e) => return self.reject(reply::error(ErrorKind::InvalidRequest, &e.to_string())),
+            }
+        }
+        // The body may be rewritten after the headers have gone on; the buffer
+        // filter after this one sets the new length once the body is complete.
+        host::remove_request_header("content-length");
+        self.state = State::Reading;
+        // Pausing in the header callback would hang the stream: continue, and
+        // hold the body instead.
+        Action::Continue
+    }
+
+    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        match self.state {
+            State::Reading => {}
+            State::Resolving { .. } | State::Answered => return Action::Pause,
+            _ => return Action::Continue,
+        }
+        if body_size > self.config.max_body_bytes {
+            return self.reject(reply::body_too_large(self.config.max_body_bytes));
+        }
+        if !end_of_stream {
+            return Action::Pause;
+        }
+        self.on_complete_body(body_size)
+    }
+
+    fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        // Only keyhole sets these; an upstream must not forge them.
+        for name in [HOLD_HEADER, OFF_SURFACE_HEADER, AUDIT_HEADER, SOURCE_HEADER] {
+            if host::response_header(name).is_some() {
+                host::set_response_header(name, None);
+            }
+        }
+        let State::Decided { surfaced, source, format } = std::mem::replace(&mut self.state, State::Answered) else {
+            return Action::Continue;
+        };
+        host::set_response_header(AUDIT_HEADER, Some(&audit_value(&surfaced)));
+        host::set_response_header(SOURCE_HEADER, Some(source.as_str()));
+        if end_of_stream {
+            return Action::Continue;
+        }
+        let content_type = host::response_header("content-type").unwrap_or_default();
+        if content_type.starts_with("text/event-stream") {
+            // Streams pass in real time; calls are checked as they appear and
+            // can only be counted (the headers are already gone).
+            self.state = State::CheckingStream { surfaced, scanner: StreamScanner::new(format, ScanLimits::default()) };
+            return Action::Continue;
+        }
+        if !content_type.contains("json") {
+            return Action::Continue;
+        }
+        // The verdict goes into a header (flag) or replaces the answer (block),
+        // so the headers must wait for the body. Pausing here would stop this
+        // filter's body callbacks too; the hold filter after us keeps the
+        // headers instead.
+        host::set_response_header(HOLD_HEADER, Some("1"));
+        self.state = State::CheckingAnswer { surfaced, format };
+        Action::Continue
+    }
+
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        match &mut self.state {
+            State::CheckingStream { surfaced, scanner } => {
+                let chunk = host::buffer(BufferType::HttpResponseBody, body_size).unwrap_or_default();
+                let mut fresh = scanner.feed(&chunk);
+                if end_of_stream {
+                    fresh.extend(scanner.finish());
+                }
+                let off: Vec<String> =
+                    fresh.into_iter().filter(|n| !admission::is_surfaced(n, &names(surfaced))).collect();
+                if !off.is_empty() {
+                    self.note_off_surface(&off);
+                }
+                Action::Continue
+            }
+            State::CheckingAnswer { surfaced, format } => {
+                if !end_of_stream {
+                    return Action::Pause;
+                }
+                let Some(body) = host::buffer(BufferType::HttpResponseBody, body_size) else {
+                    return Action::Continue;
+                };
+                let off = admission::off_surface(*format, &body, &names(surfaced)).unwrap_or_default();
+                if !off.is_empty() {
+                    self.note_off_surface(&off);
+                }
+                let (status, replacement) = match (off.is_empty(), self.config.off_surface) {
+                    (true, _) | (false, OffSurface::Flag) => (0, None),
+                    (false, OffSurface::Block) => {
+                        let reply = reply::off_surface_tool_call(&off);
+                        (reply.status, Some(reply.body))
+                    }
+                };
+                // The verdict travels to the hold filter in the body's first line.
+                let mut out = format!("{VERDICT_PREFIX}{status} {}\n", off.join(",")).into_bytes();
+                out.extend_from_slice(replacement.as_deref().unwrap_or(&body));
+                if let Err(status) = host::replace_buffer(BufferType::HttpResponseBody, body.len(), &out) {
+                    log::error!("keyhole.host op=set_response_body status={}", status.0);
+                }
+                Action::Continue
+            }
+            _ => Action::Continue,
+        }
+    }
+}

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Runs the sidecar on its embedded defaults, in the foreground, until Ctrl-C:
+# embedder, control, Envoy, and (unless LLM_UPSTREAM is set) the demo upstreams.
+#
+#   LLM_UPSTREAM=host:port   send LLM calls there instead of the local echo
+#                            (plain HTTP; see envoy/providers/ for TLS providers)
+#   HMS_UPSTREAM=host:port   send HMS calls there instead of the demo HMS
+#   LLM_PORT / HMS_PORT / ADMIN_PORT   listener ports (default 10000 / 10001 / 9901)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# The embedder runs under with-services.sh, which calls this script again.
+[ -n "${KEYHOLE_EMBEDDER_URL:-}" ] || exec scripts/with-services.sh "$0" "$@"
+ROOT=$(pwd)
+RUN=${RUN_DIR:-$ROOT/.run}
+mkdir -p "$RUN"
+export LLM_PORT=${LLM_PORT:-10000} HMS_PORT=${HMS_PORT:-10001} ADMIN_PORT=${ADMIN_PORT:-9901}
+CATALOG=${KEYHOLE_CATALOG:-$ROOT/../shared/catalog}
+
+pids=()
+cleanup() {
+  trap - EXIT INT TERM
+  echo; echo "stopping keyhole..."
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT INT TERM
+
+if [ -z "${LLM_UPSTREAM:-}" ] || [ -z "${HMS_UPSTREAM:-}" ]; then
+  samples=()
+  [ -d "$CATALOG/hms_samples" ] && samples=(--hms-samples "$CATALOG/hms_samples")
+  target/release/keyhole-demo --llm 127.0.0.1:18080 --hms 127.0.0.1:18081 "${samples[@]}" &
+  pids+=($!)
+fi
+LLM_UPSTREAM=${LLM_UPSTREAM:-127.0.0.1:18080}
+HMS_UPSTREAM=${HMS_UPSTREAM:-127.0.0.1:18081}
+export LLM_UPSTREAM_HOST=${LLM_UPSTREAM%:*} LLM_UPSTREAM_PORT=${LLM_UPSTREAM##*:}
+export HMS_UPSTREAM_HOST=${HMS_UPSTREAM%:*} HMS_UPSTREAM_PORT=${HMS_UPSTREAM##*:}
+export KEYHOLE_SOCKET=$RUN/control.sock
+export KEYHOLE_WASM=$ROOT/target/wasm32-wasip1/wasm-release/keyhole_filter.wasm
+export MAX_BODY_BYTES=${MAX_BODY_BYTES:-4194304}
+export LLM_FILTER_CONFIG=${LLM_FILTER_CONFIG:-'{"mode":"llm","timeout_ms":30000}'}
+export HMS_FILTER_CONFIG=${HMS_FILTER_CONFIG:-'{"mode":"hms","timeout_ms":5000}'}
+
+target/release/keyhole serve --socket "$KEYHOLE_SOCKET" --data-dir "$RUN/data" &
+pids+=($!)
+for _ in $(seq 1 100); do [ -S "$KEYHOLE_SOCKET" ] && break; sleep 0.1; done
+envoy/render.py envoy/envoy.yaml.tmpl >"$RUN/envoy.yaml"
+.venv/bin/envoy -c "$RUN/envoy.yaml" --disable-hot-restart --log-level info --concurrency 2 &
+pids+=($!)
+for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$ADMIN_PORT/ready" >/dev/null 2>&1 && break; sleep 0.1; done
+cat <<MSG
+
+keyhole is running.
+  LLM listener:  http://127.0.0.1:$LLM_PORT   → $LLM_UPSTREAM
+  HMS listener:  http://127.0.0.1:$HMS_PORT   → $HMS_UPSTREAM
+  Envoy admin:   http://127.0.0.1:$ADMIN_PORT/stats?filter=keyhole
+  control:       $KEYHOLE_SOCKET
+
+Send the catalog request (the answer is what the model would have received):
+  curl -s http://127.0.0.1:$LLM_PORT/v1/chat/completions -H 'content-type: application/json' \\
+       -H 'x-keyhole-session: demo' --data-binary @$CATALOG/openai_request.json -D - | head -c 2000
+
+Press Ctrl-C to stop.
+MSG
+wait -n "${pids[@]}"

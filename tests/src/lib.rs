@@ -1,0 +1,92 @@
+//! End-to-end harness: starts the real parts and talks to them over loopback.
+//!
+//! Each test gets its own temp dir, control socket, Envoy (with ports picked
+//! by the kernel and read back from the admin API) and recording upstreams.
+//! The embedder is shared: `scripts/with-services.sh` starts one and exports
+//! `KEYHOLE_EMBEDDER_URL` (Redis likewise as `KEYHOLE_REDIS_URL`).
+//!
+//! # Layout
+//! - [`paths`]: where the built artifacts and the shared data are.
+//! - [`upstream`]: a recording upstream (LLM echo, programmable HMS).
+//! - [`control`]: the control binary as a child process.
+//! - [`envoy`]: Envoy from the project venv, with the real `.wasm`.
+//! - [`fake_control`]: a misbehaving control, for fault injection.
+
+pub mod control;
+pub mod envoy;
+pub mod fake_control;
+pub mod paths;
+pub mod upstream;
+
+/// A complete local stack: upstreams, control and Envoy.
+pub struct Stack {
+    /// The LLM upstream (echoes request bodies).
+    pub llm: upstream::Upstream,
+    /// The HMS upstream.
+    pub hms: upstream::Upstream,
+    /// control, when started.
+    pub control: Option<control::Control>,
+    /// Envoy.
+    pub envoy: envoy::Envoy,
+    /// The test's scratch directory (socket, data dir, rendered config).
+    pub dir: tempfile::TempDir,
+}
+
+/// Options for [`Stack::start`].
+#[derive(Debug, Clone)]
+pub struct StackOptions {
+    /// Start control (false: its socket stays dead).
+    pub control: bool,
+    /// The LLM filter's JSON configuration.
+    pub llm_filter_config: String,
+    /// The HMS filter's JSON configuration.
+    pub hms_filter_config: String,
+    /// Envoy's buffer limit.
+    pub max_body_bytes: usize,
+    /// Extra arguments for `keyhole serve`.
+    pub control_args: Vec<String>,
+}
+
+impl Default for StackOptions {
+    fn default() -> Self {
+        StackOptions {
+            control: true,
+            llm_filter_config: r#"{"mode":"llm","timeout_ms":30000}"#.into(),
+            hms_filter_config: r#"{"mode":"hms","timeout_ms":5000}"#.into(),
+            max_body_bytes: 4 * 1024 * 1024,
+            control_args: Vec::new(),
+        }
+    }
+}
+
+impl Stack {
+    /// Starts upstreams, control (unless disabled) and Envoy, and waits until
+    /// all of them answer.
+    pub async fn start(options: StackOptions) -> anyhow::Result<Stack> {
+        let dir = tempfile::tempdir()?;
+        let socket = dir.path().join("control.sock");
+        let llm = upstream::Upstream::start().await?;
+        let hms = upstream::Upstream::start().await?;
+        let control = if options.control {
+            Some(control::Control::start(&socket, &dir.path().join("data"), &options.control_args).await?)
+        } else {
+            None
+        };
+        let envoy = envoy::Envoy::start(envoy::EnvoyOptions {
+            dir: dir.path().to_owned(),
+            socket,
+            llm_upstream: llm.addr,
+            hms_upstream: hms.addr,
+            llm_filter_config: options.llm_filter_config,
+            hms_filter_config: options.hms_filter_config,
+            max_body_bytes: options.max_body_bytes,
+        })
+        .await?;
+        Ok(Stack { llm, hms, control, envoy, dir })
+    }
+
+    /// The control socket path.
+    pub fn socket(&self) -> std::path::PathBuf {
+        self.dir.path().join("control.sock")
+    }
+}

@@ -1,0 +1,335 @@
+//! The tool-surface filter through the real Envoy: every format, every fault,
+//! streaming, admission on answers, and metrics.
+
+use keyhole_e2e::fake_control::{Fault, FakeControl};
+use keyhole_e2e::upstream::Canned;
+use keyhole_e2e::{paths, Stack, StackOptions};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+/// A catalog-sized request of one format.
+struct Case {
+    path: &'static str,
+    body: Vec<u8>,
+    gemini: bool,
+}
+
+fn read(path: std::path::PathBuf) -> Vec<u8> {
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn fixtures() -> std::path::PathBuf {
+    paths::repo().join("core/tests/fixtures")
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        Case { path: "/v1/chat/completions", body: read(paths::catalog().join("openai_request.json")), gemini: false },
+        Case { path: "/v1/messages", body: read(paths::catalog().join("anthropic_request.json")), gemini: false },
+        Case { path: "/v1/responses", body: read(fixtures().join("responses_request.json")), gemini: false },
+        Case {
+            path: "/v1beta/models/gemma-3-27b-it:generateContent",
+            body: read(fixtures().join("gemini_request.json")),
+            gemini: true,
+        },
+    ]
+}
+
+/// Raw bytes of every function tool in a body, read independently of keyhole.
+fn function_tools(body: &[u8], gemini: bool) -> Vec<String> {
+    #[derive(Deserialize)]
+    struct B<'a> {
+        #[serde(borrow, default)]
+        tools: Vec<&'a RawValue>,
+    }
+    #[derive(Deserialize)]
+    struct G<'a> {
+        #[serde(borrow, default, rename = "functionDeclarations")]
+        decls: Vec<&'a RawValue>,
+    }
+    let b: B<'_> = serde_json::from_slice(body).expect("json body");
+    let mut out = Vec::new();
+    for t in b.tools {
+        if gemini {
+            let g: G<'_> = serde_json::from_str(t.get()).expect("gemini tool");
+            out.extend(g.decls.iter().map(|d| d.get().to_owned()));
+        } else {
+            let v: Value = serde_json::from_str(t.get()).expect("tool");
+            let kind = v.get("type").and_then(Value::as_str);
+            if matches!(kind, None | Some("function") | Some("custom")) {
+                out.push(t.get().to_owned());
+            }
+        }
+    }
+    out
+}
+
+fn without_tools(body: &[u8]) -> Value {
+    let mut v: Value = serde_json::from_slice(body).expect("json");
+    v.as_object_mut().expect("object").remove("tools");
+    v
+}
+
+async fn send(stack: &Stack, path: &str, body: Vec<u8>, headers: &[(&str, &str)]) -> reqwest::Response {
+    let mut req = reqwest::Client::new()
+        .post(format!("{}{path}", stack.envoy.llm_url()))
+        .header("content-type", "application/json")
+        .body(body);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    req.send().await.expect("request through envoy")
+}
+
+fn session(s: &str) -> [(&'static str, &str); 1] {
+    [("x-keyhole-session", s)]
+}
+
+#[tokio::test]
+async fn every_format_is_cut_to_a_bounded_byte_identical_subset() {
+    let stack = Stack::start(StackOptions::default()).await.expect("stack");
+    for case in cases() {
+        stack.llm.clear();
+        let original_tools = function_tools(&case.body, case.gemini);
+        assert!(original_tools.len() >= 100, "{}: fixture has the registry", case.path);
+        let resp = send(&stack, case.path, case.body.clone(), &session("formats")).await;
+        assert_eq!(resp.status(), 200, "{}: {}", case.path, stack.envoy.log_tail());
+        let seen = stack.llm.seen();
+        assert_eq!(seen.len(), 1, "{}", case.path);
+        let got = &seen[0].body;
+        let tools = function_tools(got, case.gemini);
+        assert!((1..=12).contains(&tools.len()), "{}: {} tools", case.path, tools.len());
+        for t in &tools {
+            assert!(original_tools.contains(t), "{}: tool not byte-identical", case.path);
+        }
+        if !case.gemini {
+            assert_eq!(without_tools(got), without_tools(&case.body), "{}: other keys unchanged", case.path);
+        }
+    }
+    assert_eq!(stack.envoy.stat("wasmcustom.keyhole.requests").await.unwrap(), 4);
+    assert!(stack.envoy.stat("wasmcustom.keyhole.tools_in").await.unwrap() >= 400);
+    assert!(stack.envoy.stat("wasmcustom.keyhole.tools_out").await.unwrap() <= 48);
+}
+
+#[tokio::test]
+async fn phase_budgets_and_forced_tools_hold_end_to_end() {
+    let stack = Stack::start(StackOptions::default()).await.expect("stack");
+    let case = &cases()[0];
+    let mut body: Value = serde_json::from_slice(&case.body).unwrap();
+    body["tool_choice"] = serde_json::json!({"type": "function", "function": {"name": "billing__invoice__create"}});
+    let body = serde_json::to_vec(&body).unwrap();
+    for (phase, max) in [("tool-input", 1), ("agent-call", 8), ("planner", 12)] {
+        stack.llm.clear();
+        let resp = send(&stack, case.path, body.clone(), &[("x-keyhole-phase", phase)]).await;
+        assert_eq!(resp.status(), 200);
+        let audit = resp.headers()["x-keyhole-tools"].to_str().unwrap().to_owned();
+        let tools = function_tools(&stack.llm.seen()[0].body, false);
+        assert!(tools.len() <= max && !tools.is_empty(), "{phase}: {}", tools.len());
+        assert!(tools.iter().any(|t| t.contains("\"billing__invoice__create\"")), "{phase}: forced tool kept");
+        assert!(audit.contains("billing__invoice__create=tool-choice"), "{audit}");
+    }
+    let resp = send(&stack, case.path, body, &[("x-keyhole-phase", "everything")]).await;
+    assert_eq!(resp.status(), 400, "an unknown phase is refused");
+}
+
+/// Runs one catalog request against a misbehaving control and returns the
+/// status and the number of tools the upstream got (None: nothing forwarded).
+async fn against_fault(fault: Fault, filter_config: &str) -> (u16, Option<usize>, Stack) {
+    let stack = Stack::start(StackOptions { control: false, llm_filter_config: filter_config.into(), ..Default::default() })
+        .await
+        .expect("stack");
+    let fake = FakeControl::start(&stack.socket(), fault).await.expect("fake control");
+    let case = &cases()[0];
+    let resp = send(&stack, case.path, case.body.clone(), &session("fault")).await;
+    let status = resp.status().as_u16();
+    drop(fake);
+    let forwarded = stack.llm.seen().first().map(|r| function_tools(&r.body, false).len());
+    (status, forwarded, stack)
+}
+
+#[tokio::test]
+async fn control_faults_never_forward_the_registry() {
+    let strip = r#"{"mode":"llm","timeout_ms":300,"on_outage":"strip"}"#;
+    let reject = r#"{"mode":"llm","timeout_ms":300}"#;
+    for fault in [Fault::Slow(Duration::from_secs(3)), Fault::Status(500), Fault::Garbage] {
+        let started = Instant::now();
+        let (status, forwarded, stack) = against_fault(fault, strip).await;
+        assert_eq!((status, forwarded), (200, Some(0)), "{fault:?} with strip");
+        assert!(started.elapsed() < Duration::from_secs(10), "{fault:?}: no hang");
+        assert_eq!(stack.envoy.stat("wasmcustom.keyhole.fallback").await.unwrap(), 1, "{fault:?}");
+        assert!(stack.envoy.log_text().contains("keyhole.fallback"), "{fault:?}: the path taken is logged");
+
+        let (status, forwarded, stack) = against_fault(fault, reject).await;
+        assert_eq!((status, forwarded), (503, None), "{fault:?} with reject");
+        assert_eq!(stack.envoy.stat("wasmcustom.keyhole.rejected").await.unwrap(), 1);
+    }
+    // An over-budget answer is clamped and counted.
+    let (status, forwarded, stack) = against_fault(Fault::Everything, reject).await;
+    assert_eq!((status, forwarded), (200, Some(12)));
+    assert_eq!(stack.envoy.stat("wasmcustom.keyhole.clamped").await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn an_outage_falls_back_to_the_sessions_prior_set() {
+    let mut stack = Stack::start(StackOptions::default()).await.expect("stack");
+    let case = &cases()[0];
+    let resp = send(&stack, case.path, case.body.clone(), &session("s-prior")).await;
+    assert_eq!(resp.status(), 200);
+    let first = function_tools(&stack.llm.seen()[0].body, false);
+
+    stack.control.as_mut().unwrap().kill().await.unwrap();
+    stack.llm.clear();
+    let resp = send(&stack, case.path, case.body.clone(), &session("s-prior")).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-keyhole-source"], "filter-fallback");
+    assert!(resp.headers()["x-keyhole-tools"].to_str().unwrap().contains("=prior-set"));
+    let second = function_tools(&stack.llm.seen()[0].body, false);
+    let mut a = first.clone();
+    let mut b = second.clone();
+    a.sort();
+    b.sort();
+    assert_eq!(a, b, "the prior audited set, and nothing more");
+
+    // Another session knows nothing: policy (reject) applies.
+    let resp = send(&stack, case.path, case.body.clone(), &session("s-other")).await;
+    assert_eq!(resp.status(), 503);
+}
+
+#[tokio::test]
+async fn unreadable_and_oversize_bodies_are_answered_locally_and_the_vm_keeps_serving() {
+    let stack = Stack::start(StackOptions {
+        llm_filter_config: r#"{"mode":"llm","timeout_ms":30000,"max_body_bytes":65536}"#.into(),
+        ..Default::default()
+    })
+    .await
+    .expect("stack");
+    let bad: Vec<(&str, Vec<u8>)> = vec![
+        ("/v1/chat/completions", b"{\"tools\": [".to_vec()),
+        ("/v1/chat/completions", b"\xff\xfe\x00garbage".to_vec()),
+        ("/v1/chat/completions", br#"{"tools":[],"tools":[{"type":"function","function":{"name":"a"}}]}"#.to_vec()),
+        ("/v1/chat/completions", br#"{"tools":{"type":"function"}}"#.to_vec()),
+        ("/v1/messages", br#"{"tools":[{"name":1}]}"#.to_vec()),
+        ("/unknown", br#"{"tools":[{"weird":true}]}"#.to_vec()),
+    ];
+    for (path, body) in bad {
+        let resp = send(&stack, path, body.clone(), &[]).await;
+        assert_eq!(resp.status(), 400, "{path} {:?}", String::from_utf8_lossy(&body));
+        let err: Value = resp.json().await.expect("a JSON error");
+        assert_eq!(err["error"]["type"], "keyhole_invalid_request");
+    }
+    // Larger than the filter's limit (the catalog request is 84 KB).
+    let resp = send(&stack, "/v1/chat/completions", cases()[0].body.clone(), &[]).await;
+    assert_eq!(resp.status(), 413);
+    // Odd headers: a session that is not UTF-8, an empty phase.
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", stack.envoy.llm_url()))
+        .header("x-keyhole-session", reqwest::header::HeaderValue::from_bytes(&[0xff, 0xfe, b'a']).unwrap())
+        .header("x-keyhole-phase", "")
+        .body(r#"{"tools":[{"type":"function","function":{"name":"a"}}]}"#)
+        .send()
+        .await
+        .expect("request through envoy");
+    assert_eq!(resp.status(), 400, "an empty phase is refused");
+    assert!(stack.llm.seen().iter().all(|r| r.body.len() < 100), "nothing unreadable was forwarded");
+
+    // The VM is alive: a good request still works.
+    let small = br#"{"messages":[{"role":"user","content":"book an appointment"}],"tools":[{"type":"function","function":{"name":"appointment__manage","description":"Book"}}]}"#;
+    let resp = send(&stack, "/v1/chat/completions", small.to_vec(), &[]).await;
+    assert_eq!(resp.status(), 200, "{}", stack.envoy.log_tail());
+    assert!(!stack.envoy.log_text().contains("panicked"), "the filter never panics");
+    assert_eq!(stack.envoy.stat("wasmcustom.keyhole.rejected").await.unwrap(), 8);
+    assert_eq!(stack.envoy.stat("wasm.envoy.wasm.runtime.v8.vm_failure").await.unwrap_or(0), 0);
+}
+
+#[tokio::test]
+async fn envoy_buffer_limits_give_clear_errors() {
+    let stack = Stack::start(StackOptions { max_body_bytes: 32 * 1024, ..Default::default() }).await.expect("stack");
+    // A request over Envoy's buffer limit: 413 from Envoy, not a hang.
+    let started = Instant::now();
+    let resp = send(&stack, "/v1/chat/completions", cases()[0].body.clone(), &[]).await;
+    assert_eq!(resp.status(), 413);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(stack.llm.seen().is_empty());
+
+    // A JSON answer over the limit (the filter reads answers to check tool
+    // calls): a clear error status, not a hang.
+    let big = format!("{{\"choices\":[{{\"message\":{{\"content\":\"{}\"}}}}]}}", "x".repeat(64 * 1024));
+    stack.llm.set("/v1/chat/completions", Canned::json(big));
+    let small = br#"{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"a","description":"x"}}]}"#;
+    let started = Instant::now();
+    let resp = send(&stack, "/v1/chat/completions", small.to_vec(), &[]).await;
+    assert!(resp.status().is_server_error(), "{}", resp.status());
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+fn chat_answer_calling(name: &str) -> String {
+    format!(
+        r#"{{"id":"x","choices":[{{"index":0,"message":{{"role":"assistant","tool_calls":[{{"id":"c1","type":"function","function":{{"name":"{name}","arguments":"{{}}"}}}}]}}}}]}}"#
+    )
+}
+
+#[tokio::test]
+async fn answers_calling_unsurfaced_tools_are_flagged_or_blocked() {
+    let small = br#"{"messages":[{"role":"user","content":"book an appointment"}],"tools":[{"type":"function","function":{"name":"appointment__manage","description":"Book an appointment"}},{"type":"function","function":{"name":"fhir__bundle__export","description":"Export"}}]}"#;
+    for (mode, expect) in [("flag", 200u16), ("block", 502)] {
+        let stack = Stack::start(StackOptions {
+            llm_filter_config: format!(r#"{{"mode":"llm","timeout_ms":30000,"off_surface":"{mode}"}}"#),
+            ..Default::default()
+        })
+        .await
+        .expect("stack");
+        // A call to a tool that exists nowhere in the surfaced set.
+        stack.llm.set("/v1/chat/completions", Canned::json(chat_answer_calling("patient__delete")));
+        let resp = send(&stack, "/v1/chat/completions", small.to_vec(), &[("x-keyhole-phase", "tool-input")]).await;
+        assert_eq!(resp.status(), expect, "{mode}: {}", stack.envoy.log_tail());
+        assert_eq!(resp.headers().get("x-keyhole-off-surface").map(|v| v.to_str().unwrap()), Some("patient__delete"), "{}", stack.envoy.log_tail());
+        let body: Value = resp.json().await.unwrap();
+        if mode == "block" {
+            assert_eq!(body["error"]["type"], "keyhole_off_surface_tool_call");
+        } else {
+            assert_eq!(body["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "patient__delete");
+        }
+        assert_eq!(stack.envoy.stat("wasmcustom.keyhole.off_surface_calls").await.unwrap(), 1);
+
+        // A call to a surfaced tool passes unflagged.
+        let surfaced = stack.llm.seen()[0].body.clone();
+        let kept = function_tools(&surfaced, false);
+        assert_eq!(kept.len(), 1);
+        let name = if kept[0].contains("appointment__manage") { "appointment__manage" } else { "fhir__bundle__export" };
+        stack.llm.set("/v1/chat/completions", Canned::json(chat_answer_calling(name)));
+        let resp = send(&stack, "/v1/chat/completions", small.to_vec(), &[("x-keyhole-phase", "tool-input")]).await;
+        assert_eq!(resp.status(), 200);
+        assert!(resp.headers().get("x-keyhole-off-surface").is_none());
+    }
+}
+
+#[tokio::test]
+async fn event_streams_pass_in_real_time_and_are_checked() {
+    let stack = Stack::start(StackOptions::default()).await.expect("stack");
+    let mut events = String::new();
+    for i in 0..5 {
+        events.push_str(&format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"part {i}\"}}}}]}}\n\n"));
+    }
+    events.push_str("data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"name\":\"patient__delete\",\"arguments\":\"\"}}]}}]}\n\n");
+    events.push_str("data: [DONE]\n\n");
+    stack.llm.set(
+        "/v1/chat/completions",
+        Canned { stream_delay: Some(Duration::from_millis(300)), ..Canned::json(events.clone()) },
+    );
+    let small = br#"{"stream":true,"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"a","description":"x"}}]}"#;
+    let started = Instant::now();
+    let mut resp = send(&stack, "/v1/chat/completions", small.to_vec(), &[]).await;
+    assert_eq!(resp.status(), 200);
+    let first = resp.chunk().await.unwrap().expect("a first event");
+    let first_at = started.elapsed();
+    let mut all = first.to_vec();
+    while let Some(chunk) = resp.chunk().await.unwrap() {
+        all.extend_from_slice(&chunk);
+    }
+    let total = started.elapsed();
+    assert_eq!(String::from_utf8(all).unwrap(), events, "the stream arrives intact");
+    assert!(total - first_at >= Duration::from_millis(1500), "events arrive as they are sent, not all at the end");
+    assert_eq!(stack.envoy.stat("wasmcustom.keyhole.off_surface_calls").await.unwrap(), 1, "{}", stack.envoy.log_tail());
+}
