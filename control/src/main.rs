@@ -4,10 +4,18 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use keyhole_control::alias::{AliasStore, RedbStore, RedisStore, StoreConfig};
 use keyhole_control::embed::{Embedder, EmbedderConfig};
-use keyhole_core::alias::Taxonomy;
-use keyhole_control::resolve::Resolver;
+use keyhole_control::eval::{self, EvalOptions, Mode};
+use keyhole_control::index::{Indexer, MemoryStore, QdrantStore, VectorStore};
+use keyhole_control::load::{load_registry, LoadedRegistry};
+use keyhole_control::resolve::{Resolver, ResolverSettings};
 use keyhole_control::server::{self, AppState};
-use std::path::PathBuf;
+use keyhole_core::alias::Taxonomy;
+use keyhole_core::rank::config::{RankConfig, RankSettings};
+use keyhole_core::rank::meta::{NameMapping, Overlay, ToolMeta};
+use keyhole_core::rank::pipeline::search;
+use keyhole_core::wire::{ResolveRequest, ToolDescriptor};
+use keyhole_core::Phase;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,8 +56,102 @@ enum Command {
         #[command(flatten)]
         embedder: EmbedderArgs,
         #[command(flatten)]
+        engine: EngineArgs,
+        #[command(flatten)]
         aliases: AliasArgs,
     },
+    /// Index a registry (tools.json, tools.jsonl, or a full LLM request body).
+    Index {
+        /// The registry file.
+        file: PathBuf,
+        #[command(flatten)]
+        common: CommonArgs,
+    },
+    /// Rank the indexed registry's tools for a text ("is there a tool for X?").
+    Search {
+        /// What the tool should do.
+        query: String,
+        /// How many tools to list.
+        #[arg(long, default_value_t = 10)]
+        k: usize,
+        /// Registry file to search (default: the one `keyhole index` saved).
+        #[arg(long)]
+        tools: Option<PathBuf>,
+        #[command(flatten)]
+        common: CommonArgs,
+    },
+    /// Dry-run one LLM request: the tools the model would see, why, and the bytes.
+    /// The registry is indexed first and the retrieval deadline is at least
+    /// 10 s, so the answer is the hybrid one a warm server gives.
+    Resolve {
+        /// The LLM request body.
+        #[arg(long)]
+        request: PathBuf,
+        /// Session name (for the audit trail).
+        #[arg(long)]
+        session: Option<String>,
+        /// Agent phase.
+        #[arg(long, default_value = "planner")]
+        phase: Phase,
+        #[command(flatten)]
+        common: CommonArgs,
+    },
+    /// Measure retrieval on labelled queries.
+    Eval {
+        /// The registry (tools.json or tools.jsonl).
+        #[arg(long)]
+        tools: PathBuf,
+        /// Labelled queries (JSON lines: id, query, gold, optional forbidden).
+        #[arg(long)]
+        queries: PathBuf,
+        /// The k of recall@k.
+        #[arg(long, default_value_t = 10)]
+        k: usize,
+        /// Modes, side by side on the same embeddings.
+        #[arg(long, value_delimiter = ',', default_value = "hybrid,cosine")]
+        mode: Vec<Mode>,
+        /// Evaluate an evenly spaced subset of about this many queries.
+        #[arg(long)]
+        sample: Option<usize>,
+        /// Dataset name in the report (default: the queries file's directory name).
+        #[arg(long)]
+        name: Option<String>,
+        /// Merge the figures into this JSON file (replacing this dataset's).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        common: CommonArgs,
+    },
+}
+
+#[derive(clap::Args, Clone)]
+struct CommonArgs {
+    /// Directory for durable state (embedding cache, indexes).
+    #[arg(long, env = "KEYHOLE_DATA_DIR", default_value = ".keyhole")]
+    data_dir: PathBuf,
+    #[command(flatten)]
+    embedder: EmbedderArgs,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+#[derive(clap::Args, Clone)]
+struct EngineArgs {
+    /// Metadata overlay (the format of the catalog's tools.json).
+    #[arg(long, env = "KEYHOLE_OVERLAY")]
+    overlay: Option<PathBuf>,
+    /// Ranking settings (JSON; every field defaults for the catalog).
+    #[arg(long, env = "KEYHOLE_RANK_CONFIG")]
+    rank_config: Option<PathBuf>,
+    /// Qdrant server (gRPC URL); the embedded index in the data directory when absent.
+    #[arg(long, env = "KEYHOLE_QDRANT_URL")]
+    qdrant_url: Option<String>,
+    /// Registry namespace: one collection each.
+    #[arg(long, env = "KEYHOLE_NAMESPACE", default_value = "default")]
+    namespace: String,
+    /// Deadline for embedding a turn and searching, in milliseconds.
+    #[arg(long, env = "KEYHOLE_RETRIEVAL_TIMEOUT_MS", default_value_t = 300)]
+    retrieval_timeout_ms: u64,
 }
 
 #[derive(clap::Args, Clone)]
@@ -103,16 +205,206 @@ fn embedder(args: &EmbedderArgs, cache: Option<PathBuf>) -> anyhow::Result<Arc<E
     Ok(Arc::new(Embedder::try_new(config).context("starting the embedder client")?))
 }
 
+/// The registry `keyhole index` saved for `keyhole search`.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SavedRegistry {
+    tools: Vec<ToolDescriptor>,
+    overlay: Option<Vec<ToolMeta>>,
+    names: Option<NameMapping>,
+}
+
+fn saved_registry_path(data_dir: &Path, namespace: &str) -> PathBuf {
+    data_dir.join("registries").join(format!("{namespace}.json"))
+}
+
+/// Builds the resolver: ranking settings, overlay, store, indexer.
+/// `names` overrides the configured name mapping (registries whose names are ids).
+async fn resolver(
+    data_dir: &Path,
+    args: &EmbedderArgs,
+    engine: &EngineArgs,
+    overlay: Option<Overlay>,
+    names: Option<NameMapping>,
+) -> anyhow::Result<Resolver> {
+    let mut settings: RankSettings = match &engine.rank_config {
+        Some(path) => {
+            let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            serde_json::from_slice(&bytes).with_context(|| format!("{}", path.display()))?
+        }
+        None => RankSettings::default(),
+    };
+    if let Some(names) = names {
+        settings.names = names;
+    }
+    let rank = RankConfig::try_new(settings).context("ranking settings")?;
+    let overlay = match (&engine.overlay, overlay) {
+        (Some(path), _) => {
+            let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            Some(Overlay::from_json(&bytes).with_context(|| format!("{}", path.display()))?)
+        }
+        (None, from_file) => from_file,
+    };
+    let store: Arc<dyn VectorStore> = match &engine.qdrant_url {
+        Some(url) => Arc::new(QdrantStore::connect(url, Duration::from_secs(5)).context("connecting to Qdrant")?),
+        None => Arc::new(MemoryStore::open(&data_dir.join("index")).context("opening the vector index")?),
+    };
+    let embedder = embedder(args, Some(data_dir.join("embeddings.cache")))?;
+    let indexer = Indexer::try_new(embedder, store, &engine.namespace).context("registry namespace")?;
+    let settings = ResolverSettings {
+        retrieval_timeout: Duration::from_millis(engine.retrieval_timeout_ms),
+        ..ResolverSettings::default()
+    };
+    Ok(Resolver::new(Arc::new(indexer), Arc::new(rank), overlay.map(Arc::new), settings))
+}
+
+async fn resolver_for(common: &CommonArgs, loaded: &mut LoadedRegistry) -> anyhow::Result<Resolver> {
+    resolver(&common.data_dir, &common.embedder, &common.engine, loaded.overlay.take(), loaded.names.take()).await
+}
+
+fn load(path: &Path) -> anyhow::Result<LoadedRegistry> {
+    load_registry(path, &NameMapping::default()).with_context(|| format!("loading the registry {}", path.display()))
+}
+
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve { socket, data_dir, embedder: args, aliases } => {
-            let embedder = embedder(&args, Some(data_dir.join("embeddings.cache")))?;
+        Command::Serve { socket, data_dir, embedder: args, engine, aliases } => {
+            let resolver = resolver(&data_dir, &args, &engine, None, None).await?;
             let aliases = alias_store(&aliases, &data_dir).await?;
             spawn_sweeper(aliases.clone());
-            let state = AppState { resolver: Arc::new(Resolver::new(embedder)), aliases };
+            let state = AppState { resolver: Arc::new(resolver), aliases };
             server::serve_unix(&socket, server::router(state), server::shutdown_signal())
                 .await
                 .with_context(|| format!("serving on {}", socket.display()))?;
+        }
+        Command::Index { file, common } => {
+            let mut loaded = load(&file)?;
+            let saved = SavedRegistry {
+                tools: loaded.tools.clone(),
+                overlay: loaded.overlay.as_ref().map(|o| o.iter().cloned().collect()),
+                names: loaded.names.clone(),
+            };
+            let resolver = resolver_for(&common, &mut loaded).await?;
+            let embedded_before = resolver.indexer().embedder().texts_embedded();
+            let started = std::time::Instant::now();
+            let (_, report) = resolver.prepare(&loaded.tools).await.context("indexing")?;
+            let path = saved_registry_path(&common.data_dir, &common.engine.namespace);
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            }
+            std::fs::write(&path, serde_json::to_vec(&saved)?).with_context(|| format!("writing {}", path.display()))?;
+            println!(
+                "indexed {} tools into {} ({}): {} unchanged, {} upserted, {} pruned{}, {} texts embedded, {} ms",
+                report.tools,
+                resolver.indexer().collection(),
+                resolver.indexer().store().backend(),
+                report.unchanged,
+                report.upserted,
+                report.pruned,
+                if report.rebuilt { ", rebuilt" } else { "" },
+                resolver.indexer().embedder().texts_embedded() - embedded_before,
+                started.elapsed().as_millis()
+            );
+        }
+        Command::Search { query, k, tools, common } => {
+            let (loaded_tools, overlay, names) = match tools {
+                Some(path) => {
+                    let l = load(&path)?;
+                    (l.tools, l.overlay, l.names)
+                }
+                None => {
+                    let path = saved_registry_path(&common.data_dir, &common.engine.namespace);
+                    let bytes = std::fs::read(&path)
+                        .with_context(|| format!("reading {} (run `keyhole index FILE` first)", path.display()))?;
+                    let saved: SavedRegistry = serde_json::from_slice(&bytes).with_context(|| format!("{}", path.display()))?;
+                    let overlay = saved.overlay.map(Overlay::try_from_entries).transpose()?;
+                    (saved.tools, overlay, saved.names)
+                }
+            };
+            let resolver = resolver(&common.data_dir, &common.embedder, &common.engine, overlay, names).await?;
+            let (prepared, _) = resolver.prepare(&loaded_tools).await.context("indexing")?;
+            let registry = prepared.registry();
+            let hits = resolver.turn_cosine(&prepared, &query).await.context("retrieval")?;
+            let cosine: std::collections::HashMap<&str, f32> = hits.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+            for c in search(registry, resolver.rank_config(), &query, &hits, k) {
+                let id = registry.by_name(&c.name).map_or(c.name.as_str(), |t| t.id.as_str());
+                let cos = cosine.get(c.name.as_str()).copied().unwrap_or(0.0);
+                println!("{:.4}  {id}  (cosine {cos:.4})", c.score);
+            }
+        }
+        Command::Resolve { request, session, phase, mut common } => {
+            common.engine.retrieval_timeout_ms = common.engine.retrieval_timeout_ms.max(10_000);
+            let body = std::fs::read(&request).with_context(|| format!("reading {}", request.display()))?;
+            let parsed = keyhole_core::format::parse(&request.to_string_lossy(), &body)
+                .with_context(|| format!("{}", request.display()))?
+                .with_context(|| format!("{} carries no tools", request.display()))?;
+            let resolver = resolver(&common.data_dir, &common.embedder, &common.engine, None, None).await?;
+            let tools = parsed.descriptors();
+            resolver.prepare(&tools).await.context("indexing")?;
+            let req = ResolveRequest { session: session.clone(), phase, turn: parsed.turn.clone(), tools, forced: parsed.forced.clone() };
+            let answer = resolver.resolve(&req).await;
+            let names: Vec<&str> = answer.tools.iter().map(|t| t.name.as_str()).collect();
+            let after = parsed.rewrite(&body, &parsed.select(&names, phase.budget().max));
+            println!("format: {}  phase: {phase}  source: {}", parsed.format, answer.source.as_str());
+            for t in &answer.tools {
+                println!("  {:<40} {}", t.name, t.reason.as_str());
+            }
+            println!(
+                "tools: {} -> {}   request bytes: {} -> {}",
+                parsed.tools.len(),
+                answer.tools.len(),
+                body.len(),
+                after.len()
+            );
+        }
+        Command::Eval { tools, queries, k, mode, sample, name, out, common } => {
+            let mut loaded = load(&tools)?;
+            let dataset = name.unwrap_or_else(|| {
+                queries
+                    .parent()
+                    .and_then(|p| p.file_name())
+                    .map_or_else(|| "dataset".into(), |n| n.to_string_lossy().into_owned())
+            });
+            let mut common = common;
+            if common.engine.namespace == "default" {
+                // One collection per dataset: datasets must not prune each other.
+                common.engine.namespace =
+                    dataset.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).take(64).collect();
+            }
+            let resolver = resolver_for(&common, &mut loaded).await?;
+            let queries = eval::load_queries(&queries, sample).context("loading the queries")?;
+            let started = std::time::Instant::now();
+            let options = EvalOptions { dataset: dataset.clone(), k, modes: mode };
+            let metrics = eval::evaluate(&resolver, &loaded, &queries, &options).await?;
+            println!(
+                "{:<16} {:<8} {:>6} {:>6} {:>9} {:>8} {:>7} {:>8} {:>8} {:>9} {:>11} {:>10}",
+                "dataset", "mode", "tools", "turns", "full-gold", format!("R@{k}"), "MRR", "nDCG@10", "surfaced", "forbidden", "bytes-in", "bytes-out"
+            );
+            for m in &metrics {
+                println!(
+                    "{:<16} {:<8} {:>6} {:>6} {:>9.3} {:>8.3} {:>7.3} {:>8.3} {:>8.2} {:>9} {:>11} {:>10.0}",
+                    m.dataset,
+                    format!("{:?}", m.mode).to_lowercase(),
+                    m.tools,
+                    m.queries,
+                    m.full_gold_recall,
+                    m.recall_at_k,
+                    m.mrr,
+                    m.ndcg_at_10,
+                    m.mean_surfaced,
+                    format!("{}/{}", m.forbidden_surfaced, m.queries_with_forbidden),
+                    m.request_bytes_before,
+                    m.request_bytes_after
+                );
+            }
+            eprintln!(
+                "{} queries in {:.1} s, {} texts embedded",
+                queries.len(),
+                started.elapsed().as_secs_f64(),
+                resolver.indexer().embedder().texts_embedded()
+            );
+            if let Some(out) = out {
+                eval::merge_json(&out, &dataset, &metrics).with_context(|| format!("writing {}", out.display()))?;
+            }
         }
     }
     Ok(())

@@ -1,105 +1,375 @@
 //! Answers `/v1/resolve`: which of a request's tools a turn may see.
 //!
-//! Tools are embedded as documents (cached, so an unchanged registry costs no
-//! embedder call), the turn as a query; tools are ranked by cosine and cut to
-//! the phase budget. A forced `tool_choice` is always kept. When the embedder
-//! fails, control answers the session's prior audited set (bounded), or reports
-//! the outage so that the filter applies its own bounded policy.
+//! The decision itself is the pure engine ([`keyhole_core::rank`]); this module
+//! feeds it:
+//! - the request's tools, joined with the metadata overlay into a
+//!   [`Registry`] — built once per distinct tool list (cached by a hash of the
+//!   descriptors) and indexed into the vector store in the background, so the
+//!   first request carrying a new registry never waits for 100+ embeddings;
+//! - the turn's cosine similarities: embed the turn, search the namespace's
+//!   collection. Until the registry's vectors are ready the engine ranks
+//!   lexically (`cosine: Some(&[])`); once indexed, hybrid;
+//! - the session's prior audited set.
+//!
+//! An embedder or store failure (or the retrieval deadline passing) is an
+//! outage: the engine's bounded fallback answers (`cosine: None`,
+//! `source: control-fallback`) over the session's prior set and the floors,
+//! never more than the phase budget. Only a successful retrieval updates the
+//! session's audited set. Every answer is appended to the session's bounded
+//! audit trail (names, reasons, source and timings — never the turn's text).
 
-use crate::embed::{EmbedError, Embedder, Side};
-use keyhole_core::wire::{Reason, ResolveRequest, ResolveResponse, Source, SurfacedTool};
+mod audit;
+
+pub use audit::{AuditEntry, Retrieval, Timings};
+
+use crate::embed::Side;
+use crate::index::sync::SyncError;
+use crate::index::{Indexer, Search, SyncReport};
+use audit::Sessions;
+use keyhole_core::rank::config::RankConfig;
+use keyhole_core::rank::meta::Overlay;
+use keyhole_core::rank::pipeline::{resolve as rank_turn, Resolution, Turn};
+use keyhole_core::rank::registry::Registry;
+use keyhole_core::wire::{ResolveRequest, ResolveResponse, Source, ToolDescriptor};
+use sha2::{Digest, Sha256};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 
-/// Why a resolve has no answer at all.
+/// Why the turn's cosines could not be computed (an outage).
 #[derive(Debug, thiserror::Error)]
-pub enum ResolveError {
-    /// Retrieval failed and the session has no prior set to fall back to.
-    #[error("retrieval unavailable and no prior set for this session: {0}")]
-    Unavailable(#[source] EmbedError),
+#[non_exhaustive]
+pub enum RetrievalError {
+    /// Embedding the turn failed.
+    #[error(transparent)]
+    Embed(#[from] crate::embed::EmbedError),
+    /// The vector search failed.
+    #[error(transparent)]
+    Index(#[from] crate::index::IndexError),
 }
 
-/// The resolver and its per-session memory.
-pub struct Resolver {
-    embedder: Arc<Embedder>,
-    /// Last set surfaced by a successful retrieval, per session.
-    prior: Mutex<HashMap<String, Vec<String>>>,
+/// Resolver settings.
+#[derive(Debug, Clone)]
+pub struct ResolverSettings {
+    /// How many nearest tools the vector search returns; `None` = every
+    /// business tool of the registry (an exact scan makes this cheap, and the
+    /// engine then fuses cosine with lexical evidence for every tool).
+    pub search_k: Option<usize>,
+    /// Deadline for embedding the turn and searching; past it the bounded
+    /// fallback answers. Keep it under the filter's `timeout_ms`.
+    pub retrieval_timeout: Duration,
+    /// Distinct registries kept built and indexed (least recently used evicted).
+    pub max_registries: usize,
+    /// Sessions remembered (least recently used evicted).
+    pub max_sessions: usize,
+    /// Audit entries kept per session (oldest dropped).
+    pub audit_len: usize,
+    /// Wait before retrying a failed background index of one registry.
+    pub index_retry: Duration,
 }
 
-fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    let (mut dot, mut na, mut nb) = (0f32, 0f32, 0f32);
-    for (x, y) in a.iter().zip(b) {
-        dot += x * y;
-        na += x * x;
-        nb += y * y;
+impl Default for ResolverSettings {
+    fn default() -> Self {
+        ResolverSettings {
+            search_k: None,
+            retrieval_timeout: Duration::from_millis(300),
+            max_registries: 16,
+            max_sessions: 10_000,
+            audit_len: 64,
+            index_retry: Duration::from_secs(5),
+        }
     }
-    if na == 0.0 || nb == 0.0 { 0.0 } else { dot / (na.sqrt() * nb.sqrt()) }
+}
+
+/// One distinct registry: built once, indexed in the background.
+pub struct PreparedRegistry {
+    registry: Registry,
+    /// Its vectors are in the store.
+    ready: AtomicBool,
+    /// A background sync of it runs.
+    syncing: AtomicBool,
+    /// The indexer generation this registry was last synced at.
+    synced_at: AtomicU64,
+    /// When the last background index failed (retry gate).
+    failed_at: std::sync::Mutex<Option<Instant>>,
+    /// Last use, for eviction.
+    used: AtomicU64,
+}
+
+impl PreparedRegistry {
+    /// The engine's registry.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Whether its vectors are in the store.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+}
+
+/// The resolver: registry cache, indexer, engine configuration and
+/// per-session memory. Share it behind an `Arc`; a benchmark can call
+/// [`Resolver::resolve`] in-process after [`Resolver::prepare`].
+pub struct Resolver {
+    indexer: Arc<Indexer>,
+    rank: Arc<RankConfig>,
+    overlay: Option<Arc<Overlay>>,
+    settings: ResolverSettings,
+    /// Registries by descriptor hash.
+    registries: Mutex<HashMap<[u8; 32], Arc<PreparedRegistry>>>,
+    /// Bumped whenever a sync changed the collection, so registries synced
+    /// earlier re-check theirs (another registry may have pruned their tools).
+    generation: Arc<AtomicU64>,
+    sessions: Mutex<Sessions>,
+    clock: AtomicU64,
+}
+
+/// A hash of the tool descriptors, in request order (the same list in
+/// another order is a different key but builds the same registry).
+fn registry_key(tools: &[ToolDescriptor]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    for t in tools {
+        h.update((t.name.len() as u64).to_le_bytes());
+        h.update(t.name.as_bytes());
+        h.update((t.description.len() as u64).to_le_bytes());
+        h.update(t.description.as_bytes());
+    }
+    h.finalize().into()
 }
 
 impl Resolver {
-    /// A resolver over `embedder`.
-    pub fn new(embedder: Arc<Embedder>) -> Resolver {
-        Resolver { embedder, prior: Mutex::new(HashMap::new()) }
-    }
-
-    /// Resolves one turn.
-    pub async fn resolve(&self, req: &ResolveRequest) -> Result<ResolveResponse, ResolveError> {
-        let max = req.phase.budget().max;
-        match self.retrieve(req, max).await {
-            Ok(tools) => {
-                if let Some(session) = &req.session {
-                    let names = tools.iter().map(|t| t.name.clone()).collect();
-                    self.prior.lock().await.insert(session.clone(), names);
-                }
-                Ok(ResolveResponse { tools, source: Source::Retrieval })
-            }
-            Err(e) => {
-                let prior = match &req.session {
-                    Some(s) => self.prior.lock().await.get(s).cloned().unwrap_or_default(),
-                    None => Vec::new(),
-                };
-                tracing::warn!(error = %e, prior = prior.len(), "retrieval failed; answering the bounded fallback");
-                if prior.is_empty() {
-                    return Err(ResolveError::Unavailable(e));
-                }
-                let tools = prior
-                    .into_iter()
-                    .filter(|n| req.tools.iter().any(|t| &t.name == n))
-                    .take(max)
-                    .map(|name| SurfacedTool { name, reason: Reason::PriorSet })
-                    .collect();
-                Ok(ResolveResponse { tools, source: Source::ControlFallback })
-            }
+    /// A resolver over an indexer, a ranking configuration and an optional overlay.
+    pub fn new(indexer: Arc<Indexer>, rank: Arc<RankConfig>, overlay: Option<Arc<Overlay>>, settings: ResolverSettings) -> Resolver {
+        let sessions = Sessions::new(settings.max_sessions, settings.audit_len);
+        Resolver {
+            indexer,
+            rank,
+            overlay,
+            settings,
+            registries: Mutex::new(HashMap::new()),
+            generation: Arc::new(AtomicU64::new(0)),
+            sessions: Mutex::new(sessions),
+            clock: AtomicU64::new(0),
         }
     }
 
-    async fn retrieve(&self, req: &ResolveRequest, max: usize) -> Result<Vec<SurfacedTool>, EmbedError> {
-        let docs: Vec<String> = req.tools.iter().map(|t| format!("{}\n{}", t.name, t.description)).collect();
-        let doc_refs: Vec<&str> = docs.iter().map(String::as_str).collect();
-        let doc_vecs = self.embedder.embed(Side::Document, &doc_refs).await?;
-        let query = self.embedder.embed(Side::Query, &[req.turn.as_str()]).await?;
-        let Some(q) = query.first() else { return Ok(Vec::new()) };
+    /// The indexer (store, embedder, collection).
+    pub fn indexer(&self) -> &Arc<Indexer> {
+        &self.indexer
+    }
 
-        let mut scored: Vec<(f32, &str)> =
-            req.tools.iter().zip(&doc_vecs).map(|(t, v)| (cosine(q, v), t.name.as_str())).collect();
-        // Best first; ties by name so the order never depends on request order.
-        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+    /// The ranking configuration.
+    pub fn rank_config(&self) -> &RankConfig {
+        &self.rank
+    }
 
-        let mut out: Vec<SurfacedTool> = Vec::with_capacity(max);
-        for forced in &req.forced {
-            if out.len() < max && req.tools.iter().any(|t| &t.name == forced) && !out.iter().any(|t| &t.name == forced) {
-                out.push(SurfacedTool { name: forced.clone(), reason: Reason::ToolChoice });
+    /// The cached registry for `tools`, built on first sight.
+    pub async fn registry(&self, tools: &[ToolDescriptor]) -> Arc<PreparedRegistry> {
+        let key = registry_key(tools);
+        let now = self.clock.fetch_add(1, Ordering::Relaxed);
+        let mut all = self.registries.lock().await;
+        if let Some(p) = all.get(&key) {
+            p.used.store(now, Ordering::Relaxed);
+            return p.clone();
+        }
+        if all.len() >= self.settings.max_registries.max(1) {
+            let oldest = all.iter().min_by_key(|(_, p)| p.used.load(Ordering::Relaxed)).map(|(k, _)| *k);
+            if let Some(k) = oldest {
+                all.remove(&k);
             }
         }
-        for (_, name) in scored {
-            if out.len() >= max {
-                break;
-            }
-            if !out.iter().any(|t| t.name == name) {
-                out.push(SurfacedTool { name: name.to_owned(), reason: Reason::Rag });
-            }
+        let registry = Registry::build(tools, self.overlay.as_deref(), &self.rank);
+        let prepared = Arc::new(PreparedRegistry {
+            registry,
+            ready: AtomicBool::new(false),
+            syncing: AtomicBool::new(false),
+            synced_at: AtomicU64::new(0),
+            failed_at: std::sync::Mutex::new(None),
+            used: AtomicU64::new(now),
+        });
+        all.insert(key, prepared.clone());
+        prepared
+    }
+
+    /// Builds and indexes the registry of `tools` now, waiting for it (the
+    /// command line, tests and benchmarks use this; requests index in the
+    /// background instead). Fails when the embedder or the store does.
+    pub async fn prepare(&self, tools: &[ToolDescriptor]) -> Result<(Arc<PreparedRegistry>, SyncReport), SyncError> {
+        let prepared = self.registry(tools).await;
+        let report = sync(&self.indexer, &self.generation, &prepared).await?;
+        Ok((prepared, report))
+    }
+
+    /// Starts a background index of `prepared` unless one runs, or one
+    /// failed less than `index_retry` ago.
+    fn spawn_index(&self, prepared: &Arc<PreparedRegistry>) {
+        let recently_failed = prepared
+            .failed_at
+            .lock()
+            .map(|f| f.is_some_and(|at| at.elapsed() < self.settings.index_retry))
+            .unwrap_or(false);
+        if recently_failed {
+            return;
         }
-        Ok(out)
+        if prepared.syncing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let indexer = self.indexer.clone();
+        let generation = self.generation.clone();
+        let prepared = prepared.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let result = sync(&indexer, &generation, &prepared).await;
+            prepared.syncing.store(false, Ordering::Release);
+            match result {
+                Ok(r) => tracing::info!(
+                    tools = r.tools,
+                    upserted = r.upserted,
+                    pruned = r.pruned,
+                    rebuilt = r.rebuilt,
+                    millis = started.elapsed().as_millis() as u64,
+                    "registry indexed"
+                ),
+                Err(e) => {
+                    if let Ok(mut f) = prepared.failed_at.lock() {
+                        *f = Some(Instant::now());
+                    }
+                    tracing::warn!(error = %e, "indexing the registry failed; ranking lexically until it succeeds");
+                }
+            }
+        });
+    }
+
+    /// Resolves one turn. Never fails: an outage answers the bounded fallback.
+    pub async fn resolve(&self, req: &ResolveRequest) -> ResolveResponse {
+        let started = Instant::now();
+        let prepared = self.registry(&req.tools).await;
+        let stale = prepared.synced_at.load(Ordering::Acquire) != self.generation.load(Ordering::Acquire);
+        if !prepared.is_ready() || stale {
+            self.spawn_index(&prepared);
+        }
+        let mut timings = Timings::default();
+        let retrieval = if prepared.is_ready() {
+            match tokio::time::timeout(self.settings.retrieval_timeout, self.cosine(&prepared, &req.turn, &mut timings)).await {
+                Ok(Ok(Some(hits))) => Ok(hits),
+                Ok(Ok(None)) => {
+                    // The collection is gone (dropped, or a fresh Qdrant): rank
+                    // lexically and rebuild it.
+                    prepared.ready.store(false, Ordering::Release);
+                    self.spawn_index(&prepared);
+                    Err(Retrieval::Lexical)
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "retrieval failed; answering the bounded fallback");
+                    Err(Retrieval::Outage)
+                }
+                Err(_) => {
+                    tracing::warn!(timeout = ?self.settings.retrieval_timeout, "retrieval timed out; answering the bounded fallback");
+                    Err(Retrieval::Outage)
+                }
+            }
+        } else {
+            Err(Retrieval::Lexical)
+        };
+        let (cosine, how) = match retrieval {
+            Ok(hits) => (Some(hits), Retrieval::Hybrid),
+            Err(Retrieval::Lexical) => (Some(Vec::new()), Retrieval::Lexical),
+            Err(other) => (None, other),
+        };
+        let prior = match &req.session {
+            Some(s) => self.sessions.lock().await.prior(s),
+            None => Vec::new(),
+        };
+        let rank_started = Instant::now();
+        let resolution = rank_turn(
+            prepared.registry(),
+            &self.rank,
+            &Turn {
+                text: &req.turn,
+                phase: req.phase,
+                prior: &prior,
+                tool_choice: req.forced.first().map(String::as_str),
+                cosine: cosine.as_deref(),
+            },
+        );
+        timings.rank_us = rank_started.elapsed().as_micros() as u64;
+        timings.total_us = started.elapsed().as_micros() as u64;
+        let response = resolution.to_response();
+        if resolution.source == Source::ControlFallback {
+            tracing::warn!(
+                phase = %req.phase,
+                kept = response.tools.len(),
+                prior = prior.len(),
+                "control fallback: bounded over the prior set and floors"
+            );
+        }
+        if let Some(session) = &req.session {
+            let entry = AuditEntry::new(req, &resolution, how, timings);
+            self.sessions.lock().await.record(session, &resolution, entry);
+        }
+        response
+    }
+
+    /// The turn's cosine similarities, by function name (`None`: the
+    /// collection does not exist).
+    async fn cosine(
+        &self,
+        prepared: &PreparedRegistry,
+        turn: &str,
+        timings: &mut Timings,
+    ) -> Result<Option<Vec<(String, f32)>>, RetrievalError> {
+        let t = Instant::now();
+        let q = self.indexer.embedder().embed(Side::Query, &[turn]).await?;
+        timings.embed_us = t.elapsed().as_micros() as u64;
+        let Some(q) = q.first() else { return Ok(Some(Vec::new())) };
+        let t = Instant::now();
+        let registry = prepared.registry();
+        let k = self.settings.search_k.unwrap_or(registry.len()).max(1);
+        let found = self.indexer.search(q, k).await?;
+        timings.search_us = t.elapsed().as_micros() as u64;
+        Ok(match found {
+            Search::Missing => None,
+            Search::Hits(hits) => Some(
+                hits.into_iter().filter(|h| registry.names().contains(&h.name)).map(|h| (h.name, h.score)).collect(),
+            ),
+        })
+    }
+
+    /// The cosine similarity of `text` to every tool of an indexed registry,
+    /// best first (empty when its collection does not exist). For discovery
+    /// (`keyhole search`). Fails when the embedder or the store does.
+    pub async fn turn_cosine(&self, prepared: &PreparedRegistry, text: &str) -> Result<Vec<(String, f32)>, RetrievalError> {
+        Ok(self.cosine(prepared, text, &mut Timings::default()).await?.unwrap_or_default())
+    }
+
+    /// The full resolution of one turn against an already prepared registry
+    /// with explicit cosines (evaluation and dry runs; no session state).
+    pub fn rank(&self, prepared: &PreparedRegistry, turn: &Turn<'_>) -> Resolution {
+        rank_turn(prepared.registry(), &self.rank, turn)
+    }
+
+    /// A session's audit trail, oldest first; `None` for an unknown session.
+    pub async fn audit(&self, session: &str) -> Option<Vec<AuditEntry>> {
+        self.sessions.lock().await.trail(session)
     }
 }
+
+/// Syncs one registry and marks it ready at the generation it saw. A failed
+/// sync changes nothing: a registry that was ready keeps its stored vectors.
+async fn sync(indexer: &Indexer, generation: &AtomicU64, prepared: &PreparedRegistry) -> Result<SyncReport, SyncError> {
+    let report = indexer.sync(prepared.registry()).await?;
+    let gen = if report.upserted > 0 || report.pruned > 0 || report.rebuilt {
+        generation.fetch_add(1, Ordering::AcqRel) + 1
+    } else {
+        generation.load(Ordering::Acquire)
+    };
+    prepared.synced_at.store(gen, Ordering::Release);
+    prepared.ready.store(true, Ordering::Release);
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests;

@@ -5,8 +5,8 @@
 //! shutdown future resolves, drains, and removes the socket file.
 
 use crate::alias::{AliasState, AliasStore};
-use crate::resolve::{ResolveError, Resolver};
-use axum::extract::State;
+use crate::resolve::{AuditEntry, Resolver};
+use axum::extract::{Path as UrlPath, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -29,15 +29,15 @@ pub struct AppState {
 /// An error a handler returns; rendered as `{"error":{"type","message"}}`.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
-    /// Retrieval is down and nothing bounded can be answered.
-    #[error(transparent)]
-    Resolve(#[from] ResolveError),
+    /// `/v1/audit/{session}` for a session control does not know.
+    #[error("no audit trail for this session")]
+    UnknownSession,
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, kind) = match &self {
-            ApiError::Resolve(ResolveError::Unavailable(_)) => (StatusCode::SERVICE_UNAVAILABLE, "retrieval_unavailable"),
+            ApiError::UnknownSession => (StatusCode::NOT_FOUND, "unknown_session"),
         };
         let body = serde_json::json!({"error": {"type": kind, "message": self.to_string()}});
         (status, Json(body)).into_response()
@@ -50,6 +50,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/v1/resolve", post(resolve))
+        .route("/v1/audit/{session}", get(audit))
         .merge(aliases)
         .with_state(state)
 }
@@ -58,9 +59,9 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-async fn resolve(State(state): State<AppState>, Json(req): Json<ResolveRequest>) -> Result<Json<ResolveResponse>, ApiError> {
+async fn resolve(State(state): State<AppState>, Json(req): Json<ResolveRequest>) -> Json<ResolveResponse> {
     let started = std::time::Instant::now();
-    let answer = state.resolver.resolve(&req).await?;
+    let answer = state.resolver.resolve(&req).await;
     tracing::debug!(
         session = req.session.as_deref().unwrap_or("-"),
         phase = %req.phase,
@@ -70,7 +71,12 @@ async fn resolve(State(state): State<AppState>, Json(req): Json<ResolveRequest>)
         micros = started.elapsed().as_micros() as u64,
         "resolved"
     );
-    Ok(Json(answer))
+    Json(answer)
+}
+
+/// A session's audit trail (names, reasons, source, timings; never prompt text).
+async fn audit(State(state): State<AppState>, UrlPath(session): UrlPath<String>) -> Result<Json<Vec<AuditEntry>>, ApiError> {
+    state.resolver.audit(&session).await.map(Json).ok_or(ApiError::UnknownSession)
 }
 
 /// Errors binding the socket.

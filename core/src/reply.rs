@@ -32,6 +32,8 @@ pub enum ErrorKind {
     OffSurfaceToolCall,
     /// An alias in an HMS request was not issued in this session (404).
     UnknownAlias,
+    /// An HMS response holds an id that could not be aliased; it was withheld (502).
+    Unaliasable,
     /// The filter failed in a way that is not the client's fault (500).
     Internal,
 }
@@ -45,6 +47,7 @@ impl ErrorKind {
             ErrorKind::Unavailable => "keyhole_unavailable",
             ErrorKind::OffSurfaceToolCall => "keyhole_off_surface_tool_call",
             ErrorKind::UnknownAlias => "keyhole_unknown_alias",
+            ErrorKind::Unaliasable => "keyhole_unaliasable_response",
             ErrorKind::Internal => "keyhole_internal",
         }
     }
@@ -57,6 +60,7 @@ impl ErrorKind {
             ErrorKind::Unavailable => 503,
             ErrorKind::OffSurfaceToolCall => 502,
             ErrorKind::UnknownAlias => 404,
+            ErrorKind::Unaliasable => 502,
             ErrorKind::Internal => 500,
         }
     }
@@ -134,6 +138,15 @@ pub fn unknown_alias(alias: &str) -> LocalReply {
     error(ErrorKind::UnknownAlias, &format!("alias {alias:?} was not issued in this session"))
 }
 
+/// An HMS response that cannot be passed on because an id in it could not be
+/// aliased (502). `reason` says why and must not quote the response.
+pub fn unaliasable(reason: &str) -> LocalReply {
+    error(
+        ErrorKind::Unaliasable,
+        &format!("keyhole withheld this HMS response: an id in it could not be aliased ({reason})"),
+    )
+}
+
 /// An internal failure (500); `message` says what could not be done.
 pub fn internal(message: &str) -> LocalReply {
     error(ErrorKind::Internal, message)
@@ -152,6 +165,7 @@ mod tests {
             (unavailable(), ErrorKind::Unavailable),
             (off_surface_tool_call(&["drop__table"]), ErrorKind::OffSurfaceToolCall),
             (unknown_alias("patient-042"), ErrorKind::UnknownAlias),
+            (unaliasable("control unavailable"), ErrorKind::Unaliasable),
         ];
         for (reply, kind) in replies {
             assert_eq!(reply.status, kind.status());

@@ -38,6 +38,7 @@ extern "C" {
         value_size: usize,
     ) -> u32;
     fn proxy_remove_header_map_value(map_type: MapType, key_data: *const u8, key_size: usize) -> u32;
+    fn proxy_get_header_map_pairs(map_type: MapType, return_map_data: *mut *mut u8, return_map_size: *mut usize) -> u32;
     fn proxy_get_buffer_bytes(
         buffer_type: BufferType,
         start: usize,
@@ -93,6 +94,20 @@ pub fn get_header(map: MapType, key: &str) -> Result<Option<Vec<u8>>, HostStatus
     match status {
         OK => Ok(Some(owned(data, size))),
         NOT_FOUND => Ok(None),
+        other => Err(HostStatus(other)),
+    }
+}
+
+/// Every header of a map, in order; names and values that are not UTF-8 are
+/// read lossily.
+pub fn get_header_pairs(map: MapType) -> Result<Vec<(String, String)>, HostStatus> {
+    let mut data: *mut u8 = null_mut();
+    let mut size: usize = 0;
+    // SAFETY: pointers are valid for the call; the host fills `data`/`size`.
+    let status = unsafe { proxy_get_header_map_pairs(map, &mut data, &mut size) };
+    match status {
+        OK => Ok(deserialize_map(&owned(data, size))),
+        NOT_FOUND => Ok(Vec::new()),
         other => Err(HostStatus(other)),
     }
 }
@@ -161,9 +176,49 @@ fn serialize_map(pairs: &[(&str, &str)]) -> Vec<u8> {
     out
 }
 
+/// Reads the ABI's header-map encoding (see [`serialize_map`]); a truncated
+/// map yields the pairs read before the damage.
+fn deserialize_map(bytes: &[u8]) -> Vec<(String, String)> {
+    let u32_at = |at: usize| -> Option<usize> {
+        let b: [u8; 4] = bytes.get(at..at + 4)?.try_into().ok()?;
+        usize::try_from(u32::from_le_bytes(b)).ok()
+    };
+    let Some(count) = u32_at(0) else {
+        return Vec::new();
+    };
+    let mut pairs = Vec::with_capacity(count.min(256));
+    let mut at = 4 + count.saturating_mul(8);
+    for n in 0..count {
+        let (Some(key_len), Some(value_len)) = (u32_at(4 + n * 8), u32_at(8 + n * 8)) else {
+            break;
+        };
+        let Some(key) = bytes.get(at..at + key_len) else {
+            break;
+        };
+        at += key_len + 1;
+        let Some(value) = bytes.get(at..at + value_len) else {
+            break;
+        };
+        at += value_len + 1;
+        pairs.push((String::from_utf8_lossy(key).into_owned(), String::from_utf8_lossy(value).into_owned()));
+    }
+    pairs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn header_maps_round_trip_and_truncation_is_safe() {
+        let bytes = serialize_map(&[("location", "/a/b"), (":status", "201")]);
+        assert_eq!(
+            deserialize_map(&bytes),
+            vec![("location".to_owned(), "/a/b".to_owned()), (":status".to_owned(), "201".to_owned())]
+        );
+        assert_eq!(deserialize_map(bytes.get(..bytes.len() - 6).unwrap()).len(), 1);
+        assert!(deserialize_map(&[]).is_empty());
+    }
 
     #[test]
     fn header_maps_use_the_abi_layout() {

@@ -42,6 +42,35 @@ pub fn remove_request_header(name: &str) {
     }
 }
 
+/// Sets (or, with `None`, removes) a request header. Effective while the
+/// request headers are still held by this filter: in the request-headers
+/// callback, or later while that callback's `Pause` holds them. Returns false
+/// when the host refused.
+pub fn set_request_header(name: &str, value: Option<&str>) -> bool {
+    let result = match value {
+        Some(v) => abi::replace_header(MapType::HttpRequestHeaders, name, v),
+        None => abi::remove_header(MapType::HttpRequestHeaders, name),
+    };
+    match result {
+        Ok(()) => true,
+        Err(status) => {
+            log::warn!("keyhole.host op=set_request_header header={name} status={}", status.0);
+            false
+        }
+    }
+}
+
+/// Every response header (pseudo-headers included); `None` when the host refuses.
+pub fn response_headers() -> Option<Vec<(String, String)>> {
+    match abi::get_header_pairs(MapType::HttpResponseHeaders) {
+        Ok(pairs) => Some(pairs),
+        Err(status) => {
+            log::warn!("keyhole.host op=get_header_pairs map=response status={}", status.0);
+            None
+        }
+    }
+}
+
 /// Sets (or, with `None`, removes) a response header. Returns false when the
 /// host refused (e.g. the headers have already left).
 pub fn set_response_header(name: &str, value: Option<&str>) -> bool {

@@ -8,6 +8,8 @@
 //! - `abi`: direct ABI bindings for the host calls whose SDK wrappers panic.
 //! - [`host`]: non-panicking host calls as the filter uses them.
 //! - [`llm`]: the tool-surface stream context (LLM listener).
+//! - [`hms`]: the id-alias stream context (HMS listener).
+//! - [`hold`]: the response-hold protocol with the `keyhole_hold` Lua filter.
 //! - [`metrics`]: counters in Envoy's `/stats`.
 #![deny(rust_2018_idioms)]
 #![deny(unsafe_code)]
@@ -17,6 +19,8 @@
 )]
 
 mod abi;
+pub mod hms;
+pub mod hold;
 pub mod host;
 pub mod llm;
 pub mod metrics;
@@ -89,7 +93,7 @@ impl RootContext for Root {
         };
         match config.mode {
             Mode::Llm => Some(Box::new(llm::LlmStream::new(context_id, config, self.metrics, self.prior.clone()))),
-            Mode::Hms => Some(Box::new(Passthrough)),
+            Mode::Hms => Some(Box::new(hms::HmsStream::new(context_id, config, self.metrics))),
         }
     }
 
@@ -97,13 +101,6 @@ impl RootContext for Root {
         Some(ContextType::HttpContext)
     }
 }
-
-/// The HMS listener's context until id aliasing lands: passes everything.
-struct Passthrough;
-
-impl Context for Passthrough {}
-
-impl HttpContext for Passthrough {}
 
 /// A stream context for a plugin without configuration: answers 503.
 struct Unconfigured;

@@ -67,15 +67,13 @@ fn spawn(socket: &Path, data_dir: &Path, extra: &[String]) -> anyhow::Result<Chi
         .append(true)
         .open(data_dir.with_extension("log"))
         .context("opening control's log")?;
-    Command::new(&bin)
-        .arg("serve")
-        .arg("--socket")
-        .arg(socket)
-        .arg("--data-dir")
-        .arg(data_dir)
-        .arg("--embedder-url")
-        .arg(crate::paths::embedder_url())
-        .args(extra)
+    let mut cmd = Command::new(&bin);
+    cmd.arg("serve").arg("--socket").arg(socket).arg("--data-dir").arg(data_dir);
+    // The shared embedder, unless the caller names another.
+    if !extra.iter().any(|a| a == "--embedder-url") {
+        cmd.arg("--embedder-url").arg(crate::paths::embedder_url());
+    }
+    cmd.args(extra)
         .env("KEYHOLE_LOG", "info")
         .stdout(Stdio::null())
         .stderr(Stdio::from(log))

@@ -24,6 +24,8 @@ pub struct EnvoyOptions {
     pub hms_filter_config: String,
     /// Buffer limit.
     pub max_body_bytes: usize,
+    /// Plain Envoy without keyhole (`envoy/baseline.yaml.tmpl`), for side-by-side measurements.
+    pub baseline: bool,
 }
 
 /// A running Envoy; killed when dropped.
@@ -42,10 +44,15 @@ pub struct Envoy {
 
 /// Renders the shipped template with `vars` through `envoy/render.py`.
 pub fn render(vars: &[(&str, String)]) -> anyhow::Result<String> {
+    render_template("envoy/envoy.yaml.tmpl", vars)
+}
+
+/// Renders `template` (relative to the repository) with `vars`.
+pub fn render_template(template: &str, vars: &[(&str, String)]) -> anyhow::Result<String> {
     let repo = crate::paths::repo();
     let out = std::process::Command::new("python3")
         .arg(repo.join("envoy/render.py"))
-        .arg(repo.join("envoy/envoy.yaml.tmpl"))
+        .arg(repo.join(template))
         .envs(vars.iter().map(|(k, v)| (*k, v.as_str())))
         .output()
         .context("running envoy/render.py")?;
@@ -58,11 +65,15 @@ pub fn render(vars: &[(&str, String)]) -> anyhow::Result<String> {
 /// The template variables for `o`, with every port left to the kernel.
 pub fn vars(o: &EnvoyOptions) -> Vec<(&'static str, String)> {
     vec![
+        ("LISTEN_ADDRESS", "127.0.0.1".into()),
         ("ADMIN_PORT", "0".into()),
         ("LLM_PORT", "0".into()),
         ("HMS_PORT", "0".into()),
         ("KEYHOLE_WASM", crate::paths::wasm().display().to_string()),
         ("KEYHOLE_SOCKET", o.socket.display().to_string()),
+        ("LLM_CLUSTER", "llm_upstream".into()),
+        ("LLM_TLS_HOST", "api.openai.com".into()),
+        ("CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt".into()),
         ("LLM_UPSTREAM_HOST", o.llm_upstream.ip().to_string()),
         ("LLM_UPSTREAM_PORT", o.llm_upstream.port().to_string()),
         ("HMS_UPSTREAM_HOST", o.hms_upstream.ip().to_string()),
@@ -89,7 +100,8 @@ pub fn validate(config: &str, dir: &std::path::Path) -> anyhow::Result<(bool, St
 impl Envoy {
     /// Renders the config, starts Envoy and waits until its listeners are up.
     pub async fn start(o: EnvoyOptions) -> anyhow::Result<Envoy> {
-        let config = render(&vars(&o))?;
+        let template = if o.baseline { "envoy/baseline.yaml.tmpl" } else { "envoy/envoy.yaml.tmpl" };
+        let config = render_template(template, &vars(&o))?;
         let config_path = o.dir.join("envoy.yaml");
         std::fs::write(&config_path, config)?;
         let admin_path = o.dir.join("admin.addr");

@@ -80,6 +80,7 @@ impl Stack {
             llm_filter_config: options.llm_filter_config,
             hms_filter_config: options.hms_filter_config,
             max_body_bytes: options.max_body_bytes,
+            baseline: false,
         })
         .await?;
         Ok(Stack { llm, hms, control, envoy, dir })

@@ -120,6 +120,7 @@ fn envoy_validates_the_shipped_config_and_names_a_bad_plugin_field() {
         llm_filter_config: r#"{"mode":"llm"}"#.into(),
         hms_filter_config: r#"{"mode":"hms"}"#.into(),
         max_body_bytes: 1 << 20,
+        baseline: false,
     };
     let good = envoy::render(&envoy::vars(&options)).unwrap();
     let (ok, out) = envoy::validate(&good, dir.path()).unwrap();

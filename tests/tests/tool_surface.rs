@@ -333,3 +333,74 @@ async fn event_streams_pass_in_real_time_and_are_checked() {
     assert!(total - first_at >= Duration::from_millis(1500), "events arrive as they are sent, not all at the end");
     assert_eq!(stack.envoy.stat("wasmcustom.keyhole.off_surface_calls").await.unwrap(), 1, "{}", stack.envoy.log_tail());
 }
+
+#[tokio::test]
+async fn a_thousand_requests_across_control_crashes_never_exceed_the_budget() {
+    let mut stack = Stack::start(StackOptions {
+        llm_filter_config: r#"{"mode":"llm","timeout_ms":3000}"#.into(),
+        ..Default::default()
+    })
+    .await
+    .expect("stack");
+    let body = cases()[0].body.clone();
+    // Warm control's registry, as a running deployment would be.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while send(&stack, "/v1/chat/completions", body.clone(), &session("warm")).await.status() != 200 {
+        assert!(Instant::now() < deadline, "control never answered");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    stack.llm.clear();
+    let mut control = stack.control.take().expect("control");
+    let url = stack.envoy.llm_url();
+
+    const TOTAL: usize = 1000;
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for w in 0..4 {
+        let (url, body, sent) = (url.clone(), body.clone(), sent.clone());
+        workers.push(tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            let mut statuses = Vec::new();
+            loop {
+                let i = sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if i >= TOTAL {
+                    return statuses;
+                }
+                let resp = client
+                    .post(format!("{url}/v1/chat/completions"))
+                    .header("content-type", "application/json")
+                    .header("x-keyhole-session", format!("s-{}", (i + w) % 16))
+                    .body(body.clone())
+                    .send()
+                    .await
+                    .expect("envoy answers");
+                statuses.push(resp.status().as_u16());
+            }
+        }));
+    }
+    // Crash and restart control while requests are in flight.
+    let mut crashes = 0;
+    while sent.load(std::sync::atomic::Ordering::SeqCst) < TOTAL {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        control.kill().await.unwrap();
+        crashes += 1;
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        control.restart().await.unwrap();
+    }
+    let mut statuses = Vec::new();
+    for w in workers {
+        statuses.extend(w.await.unwrap());
+    }
+    assert_eq!(statuses.len(), TOTAL);
+    assert!(crashes >= 2, "control crashed {crashes} times during the run");
+
+    let seen = stack.llm.seen();
+    let over: Vec<usize> =
+        seen.iter().map(|r| function_tools(&r.body, false).len()).filter(|&n| n > 12).collect();
+    assert!(over.is_empty(), "{} requests reached the upstream over budget", over.len());
+    let ok = statuses.iter().filter(|&&s| s == 200).count();
+    let unavailable = statuses.iter().filter(|&&s| s == 503).count();
+    assert_eq!(ok + unavailable, TOTAL, "only forwarded-bounded or a clear 503: {statuses:?}");
+    assert_eq!(seen.len(), ok, "every 200 was forwarded (bounded), no 503 was");
+    println!("1000 requests, {crashes} control crashes: {ok} forwarded bounded, {unavailable} answered 503, 0 over budget");
+}

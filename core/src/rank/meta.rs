@@ -194,7 +194,8 @@ impl Overlay {
 /// The mapping between tool ids and the function names requests carry.
 ///
 /// The catalog's rule is `.` ↔ `__`: ids never contain `_`, so the inverse is
-/// unambiguous. Other registries may use other separators.
+/// unambiguous. Other registries may use other separators, or none: both
+/// separators empty means function names are the ids ([`NameMapping::identity`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct NameMapping {
@@ -211,8 +212,22 @@ impl Default for NameMapping {
 }
 
 impl NameMapping {
-    /// Checks that both separators are non-empty and differ.
+    /// The mapping of registries whose function names are their ids.
+    pub fn identity() -> Self {
+        NameMapping { id_separator: String::new(), name_separator: String::new() }
+    }
+
+    /// Whether names are ids (both separators empty).
+    pub fn is_identity(&self) -> bool {
+        self.id_separator.is_empty() && self.name_separator.is_empty()
+    }
+
+    /// Checks that both separators are non-empty and differ, or are both
+    /// empty (the identity).
     pub fn validate(&self) -> Result<(), MetaError> {
+        if self.is_identity() {
+            return Ok(());
+        }
         if self.id_separator.is_empty() {
             return Err(MetaError::BadSeparator { field: "idSeparator", problem: "must not be empty" });
         }
@@ -230,11 +245,17 @@ impl NameMapping {
 
     /// The tool id of a function name (`patient__search__smart` → `patient.search.smart`).
     pub fn to_id(&self, name: &str) -> String {
+        if self.is_identity() {
+            return name.to_owned();
+        }
         name.replace(&self.name_separator, &self.id_separator)
     }
 
     /// The function name of a tool id (`patient.search.smart` → `patient__search__smart`).
     pub fn to_name(&self, id: &str) -> String {
+        if self.is_identity() {
+            return id.to_owned();
+        }
         id.replace(&self.id_separator, &self.name_separator)
     }
 }
@@ -283,6 +304,10 @@ mod tests {
         assert_eq!(same.validate().unwrap_err().to_string(), "names.nameSeparator: must differ from idSeparator");
         let empty = NameMapping { id_separator: String::new(), name_separator: "__".into() };
         assert!(empty.validate().is_err());
+        let identity = NameMapping::identity();
+        identity.validate().unwrap();
+        assert_eq!(identity.to_id("Image::charcoal__get"), "Image::charcoal__get");
+        assert_eq!(identity.to_name("math.factorial"), "math.factorial");
     }
 
     #[test]

@@ -1,0 +1,210 @@
+use super::*;
+use crate::alias::{RedbStore, StoreConfig};
+use crate::index::{MemoryStore, VectorStore};
+use crate::server::{router, AppState};
+use crate::test_util::FakeEmbedder;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt as _;
+use keyhole_core::alias::Taxonomy;
+use keyhole_core::wire::Reason;
+use keyhole_core::Phase;
+use std::sync::atomic::Ordering;
+use tower::ServiceExt as _;
+
+const CATALOG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/catalog/tools.json");
+
+struct Fixture {
+    fake: FakeEmbedder,
+    store: Arc<dyn VectorStore>,
+    resolver: Arc<Resolver>,
+    tools: Vec<ToolDescriptor>,
+}
+
+/// A resolver over the catalog (overlay included), a fake embedder and an
+/// in-memory store.
+async fn fixture() -> Fixture {
+    let fake = FakeEmbedder::start(64).await;
+    let store: Arc<dyn VectorStore> = Arc::new(MemoryStore::in_memory());
+    let bytes = std::fs::read(CATALOG).unwrap();
+    let overlay = Overlay::from_json(&bytes).unwrap();
+    let rank = RankConfig::try_new(Default::default()).unwrap();
+    let tools: Vec<ToolDescriptor> = overlay
+        .iter()
+        .filter(|m| m.plane == keyhole_core::rank::meta::Plane::Business)
+        .map(|m| ToolDescriptor { name: rank.settings().names.to_name(&m.id), description: m.description.clone() })
+        .collect();
+    let indexer = Arc::new(Indexer::try_new(fake.client(), store.clone(), "test").unwrap());
+    let settings = ResolverSettings { retrieval_timeout: Duration::from_secs(2), ..ResolverSettings::default() };
+    let resolver = Arc::new(Resolver::new(indexer, Arc::new(rank), Some(Arc::new(overlay)), settings));
+    Fixture { fake, store, resolver, tools }
+}
+
+fn request(f: &Fixture, session: &str, turn: &str, phase: Phase) -> ResolveRequest {
+    ResolveRequest { session: Some(session.into()), phase, turn: turn.into(), tools: f.tools.clone(), forced: vec![] }
+}
+
+async fn wait_ready(f: &Fixture) {
+    let prepared = f.resolver.registry(&f.tools).await;
+    for _ in 0..500 {
+        if prepared.is_ready() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the registry was never indexed");
+}
+
+#[tokio::test]
+async fn a_new_registry_is_ranked_lexically_while_it_is_indexed_then_hybrid() {
+    let f = fixture().await;
+    let turn = "Book an appointment for Mrs. Krause on Friday at 9.";
+    let first = f.resolver.resolve(&request(&f, "s1", turn, Phase::Planner)).await;
+    assert_eq!(first.source, Source::Retrieval);
+    assert!((6..=12).contains(&first.tools.len()), "{}", first.tools.len());
+    assert!(first.tools.iter().any(|t| t.name == "appointment__manage"), "{:?}", first.tools);
+
+    wait_ready(&f).await;
+    assert_eq!(f.store.info("keyhole-test").await.unwrap().map(|i| i.points), Some(108));
+    let second = f.resolver.resolve(&request(&f, "s1", turn, Phase::Planner)).await;
+    assert!(second.tools.iter().any(|t| t.name == "appointment__manage"));
+
+    let trail = f.resolver.audit("s1").await.unwrap();
+    let how: Vec<Retrieval> = trail.iter().map(|e| e.retrieval).collect();
+    assert_eq!(how, [Retrieval::Lexical, Retrieval::Hybrid]);
+    assert!(trail[1].timings.embed_us > 0 && trail[1].timings.total_us >= trail[1].timings.rank_us);
+    assert_eq!(trail[1].tools, second.tools);
+    assert_eq!(trail[1].tools_in, 108);
+}
+
+#[tokio::test]
+async fn a_registry_sent_again_costs_no_embedding_and_no_rebuild() {
+    let f = fixture().await;
+    let (first, report) = f.resolver.prepare(&f.tools).await.unwrap();
+    assert_eq!(report.upserted, 108);
+    let embedded = f.resolver.indexer().embedder().texts_embedded();
+    assert_eq!(embedded, 108);
+    let (again, report) = f.resolver.prepare(&f.tools).await.unwrap();
+    assert!(Arc::ptr_eq(&first, &again), "the built registry is cached by content");
+    assert_eq!((report.upserted, report.unchanged), (0, 108));
+    for turn in ["Show the vital signs of Anna Schmidt", "Show the vital signs of Anna Schmidt"] {
+        f.resolver.resolve(&request(&f, "s", turn, Phase::Planner)).await;
+    }
+    assert_eq!(f.resolver.indexer().embedder().texts_embedded(), embedded + 1, "one query embedding, cached");
+}
+
+#[tokio::test]
+async fn an_outage_answers_the_bounded_fallback_and_keeps_the_audited_set() {
+    let f = fixture().await;
+    f.resolver.prepare(&f.tools).await.unwrap();
+    let ok = f.resolver.resolve(&request(&f, "s", "Show the latest lab results of Anna Schmidt", Phase::Planner)).await;
+    assert_eq!(ok.source, Source::Retrieval);
+    let audited: Vec<String> = ok.tools.iter().map(|t| t.name.clone()).collect();
+
+    f.fake.failing.store(true, Ordering::Relaxed);
+    for phase in [Phase::Planner, Phase::AgentCall, Phase::ToolInput] {
+        let down = f.resolver.resolve(&request(&f, "s", "Prescribe metformin 500 mg twice daily", phase)).await;
+        assert_eq!(down.source, Source::ControlFallback, "{phase}");
+        assert!(down.tools.len() <= phase.budget().max, "{phase}: {}", down.tools.len());
+        for t in &down.tools {
+            let from_prior = audited.contains(&t.name) && t.reason == Reason::PriorSet;
+            assert!(from_prior || t.reason != Reason::Rag, "{phase}: {t:?} is neither prior nor a floor");
+        }
+    }
+    // Fallbacks never replace the audited set.
+    assert_eq!(f.resolver.sessions.lock().await.prior("s"), audited);
+    let trail = f.resolver.audit("s").await.unwrap();
+    assert_eq!(trail.len(), 4);
+    assert!(trail[1..].iter().all(|e| e.retrieval == Retrieval::Outage && e.source == Source::ControlFallback));
+
+    // A session with no prior set gets floors at most, never the registry.
+    let cold = f.resolver.resolve(&request(&f, "cold", "Show the vital signs", Phase::Planner)).await;
+    assert_eq!(cold.source, Source::ControlFallback);
+    assert!(cold.tools.iter().all(|t| t.reason != Reason::Rag && t.reason != Reason::PriorSet), "{:?}", cold.tools);
+}
+
+#[tokio::test]
+async fn a_dropped_collection_degrades_to_lexical_and_heals() {
+    let f = fixture().await;
+    f.resolver.prepare(&f.tools).await.unwrap();
+    f.store.drop_collection("keyhole-test").await.unwrap();
+    let answer = f.resolver.resolve(&request(&f, "s", "Order a lipid panel for Anna Schmidt", Phase::Planner)).await;
+    assert_eq!(answer.source, Source::Retrieval, "a missing collection is no outage");
+    assert_eq!(f.resolver.audit("s").await.unwrap()[0].retrieval, Retrieval::Lexical);
+    wait_ready(&f).await;
+    assert_eq!(f.store.info("keyhole-test").await.unwrap().map(|i| i.points), Some(108));
+    f.resolver.resolve(&request(&f, "s", "Order a lipid panel for Anna Schmidt", Phase::Planner)).await;
+    assert_eq!(f.resolver.audit("s").await.unwrap()[1].retrieval, Retrieval::Hybrid);
+}
+
+#[tokio::test]
+async fn sessions_and_their_trails_are_bounded() {
+    let mut s = Sessions::new(2, 3);
+    let res = Resolution { candidates: vec![], source: Source::Retrieval, trace: Default::default() };
+    let entry = |n: usize| AuditEntry {
+        at_ms: n as u64,
+        phase: Phase::Planner,
+        source: Source::Retrieval,
+        retrieval: Retrieval::Hybrid,
+        tools_in: n,
+        tools: vec![],
+        floors: vec![],
+        domains: vec![],
+        timings: Timings::default(),
+    };
+    for n in 0..5 {
+        s.record("a", &res, entry(n));
+    }
+    let kept: Vec<usize> = s.trail("a").unwrap().iter().map(|e| e.tools_in).collect();
+    assert_eq!(kept, [2, 3, 4]);
+    s.record("b", &res, entry(0));
+    s.record("a", &res, entry(5));
+    s.record("c", &res, entry(0));
+    assert!(s.trail("b").is_none(), "the least recently used session is evicted");
+    assert!(s.trail("a").is_some() && s.trail("c").is_some());
+}
+
+async fn call(app: axum::Router, req: Request<Body>) -> (StatusCode, serde_json::Value) {
+    let resp = app.oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null))
+}
+
+#[tokio::test]
+async fn handlers_resolve_and_show_the_audit_trail_without_prompt_text() {
+    let f = fixture().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = StoreConfig::new(Arc::new(Taxonomy::default()), Duration::from_secs(3600));
+    let aliases = Arc::new(RedbStore::open(&dir.path().join("aliases"), config).unwrap());
+    let app = router(AppState { resolver: f.resolver.clone(), aliases });
+    f.resolver.prepare(&f.tools).await.unwrap();
+
+    let turn = "Search for the patient Hannelore Krause, born 1941.";
+    let mut req = request(&f, "sess-1", turn, Phase::AgentCall);
+    req.forced = vec!["billing__invoice__create".into()];
+    let post = Request::post("/v1/resolve")
+        .header("content-type", "application/json")
+        .body(Body::from(serde_json::to_vec(&req).unwrap()))
+        .unwrap();
+    let (status, body) = call(app.clone(), post).await;
+    assert_eq!(status, StatusCode::OK);
+    let answer: ResolveResponse = serde_json::from_value(body).unwrap();
+    assert_eq!(answer.source, Source::Retrieval);
+    assert!(answer.tools.len() <= 8);
+    assert_eq!(answer.tools[0], keyhole_core::wire::SurfacedTool { name: "billing__invoice__create".into(), reason: Reason::ToolChoice });
+    assert!(answer.tools.iter().any(|t| t.name == "patient__search__smart"), "{:?}", answer.tools);
+
+    let (status, body) = call(app.clone(), Request::get("/v1/audit/sess-1").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::OK);
+    let text = body.to_string();
+    assert!(!text.contains("Krause") && !text.contains("1941"), "no prompt text in the audit trail: {text}");
+    assert_eq!(body[0]["source"], "retrieval");
+    assert_eq!(body[0]["retrieval"], "hybrid");
+    assert_eq!(body[0]["phase"], "agent-call");
+    assert_eq!(body[0]["tools"][0]["reason"], "tool-choice");
+
+    let (status, body) = call(app, Request::get("/v1/audit/nobody").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(body["error"]["type"], "unknown_session");
+}

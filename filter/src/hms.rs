@@ -1,0 +1,553 @@
+//! The id-alias stream context on the HMS listener.
+//!
+//! Requests: aliases in the path, the query and the body are decoded by control
+//! (`POST /v1/alias/decode`) and replaced with the real ids in the form each
+//! place expects ([`RequestScan`]). An alias this session did not issue (or a
+//! sentinel) is answered locally with a 404 naming it; nothing reaches HMS.
+//!
+//! Responses: every raw id in the body (JSON or text, however many chunks) and
+//! in the headers (`Location`, `Link`, …) is replaced by its alias
+//! ([`ResponseScan`], encoded by control at `POST /v1/alias/encode`, persisted
+//! before control answers). An id that cannot be aliased (control down, store
+//! down, conflicting members, a body that is not what it claims) replaces the
+//! response with a 502 JSON error: a raw id is never passed on.
+//!
+//! A request or response without the session header fails closed (400).
+//!
+//! # How this works in Envoy 1.40 (measured with the end-to-end tests)
+//! - Request headers are changed while this filter holds them. A bodiless
+//!   request with aliases pauses in the request-headers callback
+//!   (`end_of_stream` is true there), and `:path` is set from the decode answer
+//!   before the request is resumed.
+//! - A request with a body also pauses in the request-headers callback: Envoy
+//!   keeps delivering the body to this filter, which pauses each chunk until
+//!   the end of the stream, decodes path and body in one callout, then sets
+//!   `:path`, the body and `content-length` and resumes. (Pausing the headers
+//!   and then continuing from the body callback without a resume is what hangs.)
+//! - Response headers cannot be changed from a body callback, and pausing
+//!   them stops this filter's body callbacks: responses with a body use the
+//!   hold protocol ([`crate::hold`], closed variant). A bodiless response whose
+//!   headers carry ids pauses in the response-headers callback and has its
+//!   headers set from the encode answer.
+//! - A callout to a dead cluster may be answered inside `dispatch_http_call`;
+//!   then the callback's return value, not a resume, moves the stream on.
+
+use crate::hold::{self, HeaderEdit, Verdict};
+use crate::host;
+use crate::metrics::Metrics;
+use keyhole_core::alias::{
+    BodyKind, DecodeRequest, DecodeResponse, EncodeRequest, EncodeResponse, PartId, RequestError, RequestScan,
+    ResponseScan, Taxonomy,
+};
+use keyhole_core::config::Config;
+use keyhole_core::reply::{self, ErrorKind, LocalReply};
+use proxy_wasm::traits::{Context, HttpContext};
+use proxy_wasm::types::{Action, BufferType};
+use std::rc::Rc;
+use std::time::Duration;
+
+/// Response headers that are never scanned: they carry no ids and the hold
+/// filter (or Envoy) sets them.
+const UNSCANNED: [&str; 3] = ["content-length", "content-type", hold::HOLD_HEADER];
+/// Response headers kept when a response is withheld; every other scanned
+/// header is removed, since it may hold a raw id.
+const KEPT_ON_FAILURE: [&str; 3] = ["date", "server", "x-envoy-upstream-service-time"];
+
+/// The taxonomy of this worker. Built once and leaked: scans borrow it across
+/// callouts, and a VM never drops its worker state anyway.
+fn taxonomy() -> &'static Taxonomy {
+    thread_local! {
+        static TAXONOMY: &'static Taxonomy = Box::leak(Box::new(Taxonomy::default()));
+    }
+    TAXONOMY.with(|t| *t)
+}
+
+/// A response being aliased: the scan and everything needed to apply it.
+struct ResponseJob {
+    scan: ResponseScan<'static>,
+    /// The complete body and its part (`None` for an empty body).
+    body: Vec<u8>,
+    body_part: Option<PartId>,
+    /// Scanned headers: name, original value, part.
+    headers: Vec<(String, String, PartId)>,
+    /// False for a bodiless response (headers paused, no hold).
+    held: bool,
+}
+
+/// Where a stream is in its life.
+enum State {
+    /// Request headers not seen yet.
+    Start,
+    /// Buffering the request body (headers paused).
+    ReadingRequest,
+    /// Waiting for the decode answer to call `token` (`None` while dispatching).
+    Decoding { token: Option<u32>, scan: RequestScan, body: Option<Vec<u8>> },
+    /// The request went upstream; its response will be aliased.
+    Forwarded,
+    /// Buffering the response body (headers held by the hold filter).
+    ReadingResponse { headers: Vec<(String, String)>, kind: BodyKind },
+    /// Waiting for the encode answer to call `token`.
+    Encoding { token: Option<u32>, job: Box<ResponseJob> },
+    /// Answered locally, or the response is done.
+    Done,
+}
+
+/// One HMS stream.
+pub struct HmsStream {
+    context_id: u32,
+    config: Rc<Config>,
+    metrics: Metrics,
+    session: String,
+    /// The request's `:path` as the client sent it.
+    path: String,
+    /// The request's body kind.
+    request_kind: BodyKind,
+    state: State,
+    /// True while a callback that dispatches runs: an answer that arrives
+    /// inside the dispatch must not resume the stream (the callback's return
+    /// value does).
+    in_callback: bool,
+}
+
+/// How a callout ended.
+enum Answer<T> {
+    Ok(T),
+    /// Control's status (or Envoy's synthetic 503/504), or 0 for garbage.
+    Failed(u16),
+}
+
+fn read_answer<T: serde::de::DeserializeOwned>(body_size: usize) -> Answer<T> {
+    // An unreachable or slow control still lands here, with Envoy's synthetic
+    // 503/504: always check the status.
+    let status = host::call_response_header(":status").and_then(|s| s.parse::<u16>().ok()).unwrap_or(0);
+    if status != 200 {
+        return Answer::Failed(status);
+    }
+    match host::buffer(BufferType::HttpCallResponseBody, body_size).and_then(|b| serde_json::from_slice(&b).ok()) {
+        Some(v) => Answer::Ok(v),
+        None => Answer::Failed(0),
+    }
+}
+
+fn body_kind(content_type: Option<&str>) -> BodyKind {
+    match content_type {
+        Some(ct) if ct.to_ascii_lowercase().contains("json") => BodyKind::Json,
+        _ => BodyKind::Text,
+    }
+}
+
+impl HmsStream {
+    /// A stream context sharing the worker's configuration.
+    pub fn new(context_id: u32, config: Rc<Config>, metrics: Metrics) -> Self {
+        HmsStream {
+            context_id,
+            config,
+            metrics,
+            session: String::new(),
+            path: String::new(),
+            request_kind: BodyKind::Text,
+            state: State::Start,
+            in_callback: false,
+        }
+    }
+
+    /// Answers locally (the request goes no further) and counts it.
+    fn reject(&mut self, reply: LocalReply) -> Action {
+        log::warn!("keyhole.alias-reject context={} session={} status={}", self.context_id, self.session, reply.status);
+        host::count(self.metrics.rejected, 1);
+        host::send_json(reply.status, &reply.body, &[]);
+        self.state = State::Done;
+        Action::Pause
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_millis(self.config.timeout_ms)
+    }
+
+    // === requests ===
+
+    /// Scans the request and either lets it go (no alias), refuses it, or asks
+    /// control to decode. Returns the callback's action.
+    fn decode(&mut self, body: Option<Vec<u8>>) -> Action {
+        let tax = taxonomy();
+        let scan = match RequestScan::new(tax, &self.path, body.as_deref().map(|b| (b, self.request_kind))) {
+            Ok(scan) => scan,
+            Err(e) => return self.reject(reply::error(ErrorKind::InvalidRequest, &e.to_string())),
+        };
+        if scan.aliases().is_empty() {
+            self.state = State::Forwarded;
+            return Action::Continue;
+        }
+        if let Some(alias) = scan.sentinel(tax) {
+            let err = RequestError::Sentinel { alias: alias.to_owned() };
+            return self.reject(reply::error(ErrorKind::UnknownAlias, &err.to_string()));
+        }
+        let question = DecodeRequest { session: self.session.clone(), aliases: scan.aliases().to_vec() };
+        let Ok(payload) = serde_json::to_vec(&question) else {
+            return self.reject(reply::internal("the decode request could not be built"));
+        };
+        self.state = State::Decoding { token: None, scan, body };
+        self.in_callback = true;
+        let dispatched = host::post_json(
+            &self.config.control_cluster,
+            &self.config.control_authority,
+            "/v1/alias/decode",
+            &payload,
+            self.timeout(),
+        );
+        self.in_callback = false;
+        match (dispatched, &mut self.state) {
+            (Ok(id), State::Decoding { token, .. }) => {
+                *token = Some(id);
+                Action::Pause
+            }
+            // Answered inside the dispatch: the request was rewritten already.
+            (Ok(_), State::Forwarded) => Action::Continue,
+            (Ok(_), _) => Action::Pause,
+            (Err(status), _) => {
+                log::warn!("keyhole.alias-dispatch context={} status={status:?}", self.context_id);
+                self.reject(reply::error(ErrorKind::Unavailable, "keyhole cannot decode aliases right now (control unreachable); retry later"))
+            }
+        }
+    }
+
+    /// Applies control's decode answer. Returns `Continue` when the request
+    /// may go on, `Pause` when it was answered locally.
+    fn on_decoded(&mut self, answer: Answer<DecodeResponse>) -> Action {
+        let State::Decoding { scan, body, .. } = std::mem::replace(&mut self.state, State::Done) else {
+            return Action::Pause;
+        };
+        let decoded = match answer {
+            Answer::Ok(d) => d.ids,
+            Answer::Failed(status) => {
+                log::warn!("keyhole.alias-decode context={} control_status={status}", self.context_id);
+                return self.reject(reply::error(
+                    ErrorKind::Unavailable,
+                    &format!("keyhole cannot decode aliases right now (control answered {status}); retry later"),
+                ));
+            }
+        };
+        let (path, new_body) = match scan.rewrite(taxonomy(), &self.path, body.as_deref(), &decoded) {
+            Ok(rewritten) => rewritten,
+            Err(e @ (RequestError::UnknownAlias { .. } | RequestError::Sentinel { .. })) => {
+                return self.reject(reply::error(ErrorKind::UnknownAlias, &e.to_string()))
+            }
+            Err(e) => return self.reject(reply::internal(&format!("the request could not be rewritten: {e}"))),
+        };
+        if path != self.path && !host::set_request_header(":path", Some(&path)) {
+            return self.reject(reply::internal("the request path could not be rewritten"));
+        }
+        if let (Some(old), Some(new)) = (body.as_deref(), new_body) {
+            if let Err(status) = host::replace_buffer(BufferType::HttpRequestBody, old.len(), &new) {
+                log::error!("keyhole.host op=set_request_body status={}", status.0);
+                return self.reject(reply::internal("the request body could not be rewritten"));
+            }
+            if !host::set_request_header("content-length", Some(&new.len().to_string())) {
+                return self.reject(reply::internal("the request length could not be set"));
+            }
+        }
+        log::info!(
+            "keyhole.alias-decode context={} session={} aliases={}",
+            self.context_id,
+            self.session,
+            decoded.len()
+        );
+        self.state = State::Forwarded;
+        Action::Continue
+    }
+
+    // === responses ===
+
+    /// Scans a complete response and asks control to encode its ids.
+    fn encode(&mut self, headers: Vec<(String, String)>, body: Vec<u8>, kind: BodyKind, held: bool) -> Action {
+        let tax = taxonomy();
+        let held_body = held.then_some(body.len());
+        let mut scan = ResponseScan::new(tax);
+        let body_part = if body.is_empty() {
+            None
+        } else {
+            match scan.add(&body, kind, tax.kind_for_path(&self.path)) {
+                Ok(part) => Some(part),
+                Err(e) => return self.withhold(held_body, &headers, &e.to_string()),
+            }
+        };
+        let mut scanned = Vec::with_capacity(headers.len());
+        for (name, value) in &headers {
+            match scan.add(value.as_bytes(), BodyKind::Text, None) {
+                Ok(part) => scanned.push((name.clone(), value.clone(), part)),
+                Err(e) => return self.withhold(held_body, &headers, &e.to_string()),
+            }
+        }
+        let job = Box::new(ResponseJob { scan, body, body_part, headers: scanned, held });
+        if job.scan.is_empty() {
+            return self.apply(*job, &[]);
+        }
+        let question = EncodeRequest { session: self.session.clone(), ids: job.scan.ids().to_vec() };
+        let Ok(payload) = serde_json::to_vec(&question) else {
+            return self.withhold(held_body, &headers, "the encode request could not be built");
+        };
+        self.state = State::Encoding { token: None, job };
+        self.in_callback = true;
+        let dispatched = host::post_json(
+            &self.config.control_cluster,
+            &self.config.control_authority,
+            "/v1/alias/encode",
+            &payload,
+            self.timeout(),
+        );
+        self.in_callback = false;
+        match (dispatched, &mut self.state) {
+            (Ok(id), State::Encoding { token, .. }) => {
+                *token = Some(id);
+                Action::Pause
+            }
+            (Ok(_), State::Done) => Action::Continue,
+            (Ok(_), _) => Action::Pause,
+            (Err(status), _) => {
+                log::warn!("keyhole.alias-dispatch context={} status={status:?}", self.context_id);
+                self.withhold(held_body, &headers, "control unreachable")
+            }
+        }
+    }
+
+    /// Applies control's encode answer.
+    fn on_encoded(&mut self, answer: Answer<EncodeResponse>) -> Action {
+        let State::Encoding { job, .. } = std::mem::replace(&mut self.state, State::Done) else {
+            return Action::Pause;
+        };
+        match answer {
+            Answer::Ok(e) => self.apply(*job, &e.aliases),
+            Answer::Failed(status) => {
+                let reason = match status {
+                    409 => "conflicting ids for one record".to_owned(),
+                    503 => "alias store unavailable".to_owned(),
+                    0 => "control answered garbage".to_owned(),
+                    s => format!("control answered {s}"),
+                };
+                let headers: Vec<(String, String)> = job.headers.into_iter().map(|(n, v, _)| (n, v)).collect();
+                self.withhold(job.held.then_some(job.body.len()), &headers, &reason)
+            }
+        }
+    }
+
+    /// Rewrites body and headers with `aliases` (parallel to the scan's ids)
+    /// and hands the response on.
+    fn apply(&mut self, job: ResponseJob, aliases: &[String]) -> Action {
+        let original: Vec<(String, String)> = job.headers.iter().map(|(n, v, _)| (n.clone(), v.clone())).collect();
+        let body = match job.body_part {
+            Some(part) => match job.scan.rewrite(part, &job.body, aliases) {
+                Ok(out) => out,
+                Err(e) => return self.withhold(job.held.then_some(job.body.len()), &original, &e.to_string()),
+            },
+            None => Vec::new(),
+        };
+        let mut edits = Vec::new();
+        for (name, value, part) in &job.headers {
+            match job.scan.rewrite(*part, value.as_bytes(), aliases) {
+                Ok(out) if out == value.as_bytes() => {}
+                Ok(out) => match String::from_utf8(out) {
+                    Ok(new) => edits.push(HeaderEdit::Set(name.clone(), new)),
+                    Err(_) => return self.withhold(job.held.then_some(job.body.len()), &original, "a header could not be rewritten"),
+                },
+                Err(e) => return self.withhold(job.held.then_some(job.body.len()), &original, &e.to_string()),
+            }
+        }
+        log::info!(
+            "keyhole.alias-encode context={} session={} ids={} headers_rewritten={} bytes_in={} bytes_out={}",
+            self.context_id,
+            self.session,
+            aliases.len(),
+            edits.len(),
+            job.body.len(),
+            body.len()
+        );
+        self.state = State::Done;
+        if !job.held {
+            for edit in &edits {
+                let ok = match edit {
+                    HeaderEdit::Set(name, value) => host::set_response_header(name, Some(value)),
+                    HeaderEdit::Remove(name) => host::set_response_header(name, None),
+                };
+                if !ok {
+                    return self.withhold(None, &original, "a header could not be rewritten");
+                }
+            }
+            return Action::Continue;
+        }
+        let framed = match Verdict::keep(edits).frame(&body) {
+            Ok(framed) => framed,
+            Err(e) => return self.withhold(Some(job.body.len()), &original, &e.to_string()),
+        };
+        self.replace_held_body(job.body.len(), &framed)
+    }
+
+    /// Replaces the response with a 502 JSON error, removing every scanned
+    /// header that may hold an id. `held_body` is the length of the held body
+    /// (`None` for a bodiless response, whose headers are paused here).
+    /// `reason` must not quote the response.
+    fn withhold(&mut self, held_body: Option<usize>, headers: &[(String, String)], reason: &str) -> Action {
+        log::warn!(
+            "keyhole.alias-withheld context={} session={} reason={reason:?}",
+            self.context_id,
+            self.session
+        );
+        host::count(self.metrics.rejected, 1);
+        self.state = State::Done;
+        let reply = reply::unaliasable(reason);
+        let removals: Vec<HeaderEdit> = headers
+            .iter()
+            .filter(|(n, _)| !KEPT_ON_FAILURE.contains(&n.as_str()))
+            .map(|(n, _)| HeaderEdit::Remove(n.clone()))
+            .collect();
+        if let Some(old_len) = held_body {
+            let verdict = Verdict { status: reply.status, names: Vec::new(), edits: removals };
+            return match verdict.frame(&reply.body) {
+                Ok(framed) => self.replace_held_body(old_len, &framed),
+                Err(_) => self.refuse_response(&reply),
+            };
+        }
+        // Bodiless: the headers are still paused in this filter.
+        for edit in &removals {
+            if let HeaderEdit::Remove(name) = edit {
+                host::set_response_header(name, None);
+            }
+        }
+        self.refuse_response(&reply)
+    }
+
+    /// Puts the verdict-framed body in place of the held body; on failure the
+    /// response is refused and never resumed.
+    fn replace_held_body(&mut self, old_len: usize, framed: &[u8]) -> Action {
+        match host::replace_buffer(BufferType::HttpResponseBody, old_len, framed) {
+            Ok(()) => Action::Continue,
+            Err(status) => {
+                log::error!("keyhole.host op=set_response_body status={}", status.0);
+                self.refuse_response(&reply::unaliasable("the response body could not be rewritten"))
+            }
+        }
+    }
+
+    /// Last resort: a local 502 while the response headers have not left
+    /// Envoy (held or paused). The stream is never resumed afterwards, so the
+    /// upstream response cannot follow.
+    fn refuse_response(&mut self, reply: &LocalReply) -> Action {
+        host::send_json(reply.status, &reply.body, &[]);
+        self.state = State::Done;
+        Action::Pause
+    }
+}
+
+impl Context for HmsStream {
+    fn on_http_call_response(&mut self, token_id: u32, _headers: usize, body_size: usize, _trailers: usize) {
+        let ours = match &self.state {
+            State::Decoding { token, .. } | State::Encoding { token, .. } => token.is_none() || *token == Some(token_id),
+            _ => false,
+        };
+        if !ours {
+            return;
+        }
+        let (action, request) = match self.state {
+            State::Decoding { .. } => (self.on_decoded(read_answer(body_size)), true),
+            _ => (self.on_encoded(read_answer(body_size)), false),
+        };
+        if matches!(action, Action::Continue) && !self.in_callback {
+            if request {
+                host::resume_request();
+            } else {
+                host::resume_response();
+            }
+        }
+    }
+}
+
+impl HttpContext for HmsStream {
+    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        let Some(session) = host::request_header(&self.config.session_header).filter(|s| !s.trim().is_empty()) else {
+            let message = format!("keyhole needs the session header {} on every HMS request", self.config.session_header);
+            return self.reject(reply::error(ErrorKind::InvalidRequest, &message));
+        };
+        self.session = session;
+        self.path = host::request_header(":path").unwrap_or_default();
+        self.request_kind = body_kind(host::request_header("content-type").as_deref());
+        // Responses must come back readable: an encoded body cannot be scanned
+        // and would be withheld.
+        host::set_request_header("accept-encoding", None);
+        if end_of_stream {
+            return self.decode(None);
+        }
+        if let Some(len) = host::request_header("content-length").and_then(|v| v.trim().parse::<usize>().ok()) {
+            if len > self.config.max_body_bytes {
+                return self.reject(reply::body_too_large(self.config.max_body_bytes));
+            }
+        }
+        // Held until the body is complete: path and body are decoded together
+        // and the headers changed before they leave.
+        self.state = State::ReadingRequest;
+        Action::Pause
+    }
+
+    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        match self.state {
+            State::ReadingRequest => {}
+            State::Forwarded => return Action::Continue,
+            _ => return Action::Pause,
+        }
+        if body_size > self.config.max_body_bytes {
+            return self.reject(reply::body_too_large(self.config.max_body_bytes));
+        }
+        if !end_of_stream {
+            return Action::Pause;
+        }
+        let Some(body) = host::buffer(BufferType::HttpRequestBody, body_size) else {
+            return self.reject(reply::internal("the request body could not be read"));
+        };
+        self.decode(if body.is_empty() { None } else { Some(body) })
+    }
+
+    fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        // Only keyhole sets the hold header; an upstream must not forge it.
+        if host::response_header(hold::HOLD_HEADER).is_some() {
+            host::set_response_header(hold::HOLD_HEADER, None);
+        }
+        if !matches!(self.state, State::Forwarded) {
+            return Action::Continue;
+        }
+        let Some(all) = host::response_headers() else {
+            return self.withhold(None, &[], "the response headers could not be read");
+        };
+        let kind = body_kind(all.iter().find(|(n, _)| n == "content-type").map(|(_, v)| v.as_str()));
+        let headers: Vec<(String, String)> = all
+            .into_iter()
+            .filter(|(n, _)| !n.starts_with(':') && !UNSCANNED.contains(&n.as_str()))
+            .collect();
+        if end_of_stream {
+            return self.encode(headers, Vec::new(), kind, false);
+        }
+        if !host::set_response_header(hold::HOLD_HEADER, Some(hold::HOLD_CLOSED)) {
+            return self.refuse_response(&reply::unaliasable("the response could not be held"));
+        }
+        self.state = State::ReadingResponse { headers, kind };
+        Action::Continue
+    }
+
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        match self.state {
+            State::ReadingResponse { .. } => {}
+            State::Encoding { .. } => return Action::Pause,
+            _ => return Action::Continue,
+        }
+        if !end_of_stream {
+            return Action::Pause;
+        }
+        let State::ReadingResponse { headers, kind } = std::mem::replace(&mut self.state, State::Done) else {
+            return Action::Pause;
+        };
+        let Some(body) = host::buffer(BufferType::HttpResponseBody, body_size) else {
+            return self.withhold(Some(body_size), &headers, "the response body could not be read");
+        };
+        if headers.iter().any(|(n, v)| n == "content-encoding" && !v.trim().eq_ignore_ascii_case("identity")) {
+            return self.withhold(Some(body.len()), &headers, "encoded response bodies cannot be read");
+        }
+        self.encode(headers, body, kind, true)
+    }
+}

@@ -1,0 +1,563 @@
+//! `keyhole-bench`: every figure side by side in one run (`make bench`).
+//!
+//! The machine is shared and noisy, so what matters is measured as a pair in
+//! the same run: Envoy with keyhole against the same Envoy without it, with
+//! requests interleaved so that both see the same noise. Load comes from this
+//! binary's HTTP client over loopback, with bounded counts and durations.
+//!
+//! Writes `bench/results/latest.json` and `bench/RESULTS.md`.
+
+use anyhow::Context as _;
+use keyhole_core::alias::{BodyKind, ResponseScan, Taxonomy};
+use keyhole_core::format;
+use keyhole_core::wire::{ResolveRequest, ToolDescriptor};
+use keyhole_core::Phase;
+use keyhole_e2e::control::{self, Control};
+use keyhole_e2e::envoy::{Envoy, EnvoyOptions};
+use keyhole_e2e::upstream::Canned;
+use keyhole_e2e::{paths, Stack, StackOptions};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Latency summary in milliseconds.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+struct Lat {
+    n: usize,
+    p50_ms: f64,
+    p99_ms: f64,
+    mean_ms: f64,
+}
+
+fn summarize(mut v: Vec<Duration>) -> Lat {
+    v.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let at = |q: f64| v.get(((v.len() as f64 - 1.0) * q).round() as usize).copied().map(ms).unwrap_or(0.0);
+    let mean = if v.is_empty() { 0.0 } else { v.iter().copied().map(ms).sum::<f64>() / v.len() as f64 };
+    Lat { n: v.len(), p50_ms: at(0.5), p99_ms: at(0.99), mean_ms: mean }
+}
+
+/// A pair measured in one run.
+#[derive(Debug, serde::Serialize)]
+struct Pair {
+    with_keyhole: Lat,
+    without: Lat,
+    added_p50_ms: f64,
+    added_p99_ms: f64,
+}
+
+fn pair(with: Vec<Duration>, without: Vec<Duration>) -> Pair {
+    let (a, b) = (summarize(with), summarize(without));
+    Pair { added_p50_ms: a.p50_ms - b.p50_ms, added_p99_ms: a.p99_ms - b.p99_ms, with_keyhole: a, without: b }
+}
+
+/// One request: method, path, headers, body.
+#[derive(Clone)]
+struct Req {
+    method: reqwest::Method,
+    path: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Req {
+    fn post(path: &str, body: Vec<u8>, session: &str) -> Req {
+        Req {
+            method: reqwest::Method::POST,
+            path: path.into(),
+            headers: vec![("content-type".into(), "application/json".into()), ("x-keyhole-session".into(), session.into())],
+            body,
+        }
+    }
+    fn get(path: &str, session: &str) -> Req {
+        Req {
+            method: reqwest::Method::GET,
+            path: path.into(),
+            headers: vec![("x-keyhole-session".into(), session.into())],
+            body: Vec::new(),
+        }
+    }
+}
+
+async fn send(client: &reqwest::Client, base: &str, r: &Req) -> anyhow::Result<(Duration, u16, usize)> {
+    let mut b = client.request(r.method.clone(), format!("{base}{}", r.path)).body(r.body.clone());
+    for (k, v) in &r.headers {
+        b = b.header(k, v);
+    }
+    let started = Instant::now();
+    let resp = b.send().await?;
+    let status = resp.status().as_u16();
+    let bytes = resp.bytes().await?.len();
+    Ok((started.elapsed(), status, bytes))
+}
+
+/// `n` rounds, each sending every request once to each side, alternating which
+/// side goes first.
+async fn interleaved(a: &str, b: &str, reqs: &[Req], n: usize) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
+    let client = reqwest::Client::new();
+    let (mut va, mut vb) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        for r in reqs {
+            let order: [(&str, bool); 2] = if i % 2 == 0 { [(a, true), (b, false)] } else { [(b, false), (a, true)] };
+            for (base, is_a) in order {
+                let (d, status, _) = send(&client, base, r).await?;
+                anyhow::ensure!(status < 500, "{base}{} answered {status}", r.path);
+                if is_a { va.push(d) } else { vb.push(d) }
+            }
+        }
+    }
+    Ok((va, vb))
+}
+
+/// Requests per second with `conns` concurrent clients for `secs`.
+async fn throughput(base: &str, r: &Req, conns: usize, secs: u64) -> anyhow::Result<f64> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut tasks = Vec::new();
+    for _ in 0..conns {
+        let (base, r) = (base.to_owned(), r.clone());
+        tasks.push(tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            let mut done = 0u64;
+            while Instant::now() < deadline {
+                if let Ok((_, s, _)) = send(&client, &base, &r).await {
+                    if s < 500 {
+                        done += 1;
+                    }
+                }
+            }
+            done
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await?;
+    }
+    Ok(total as f64 / secs as f64)
+}
+
+fn rss_kib(pid: Option<u32>) -> u64 {
+    let Some(pid) = pid else { return 0 };
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).map(str::to_owned))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}
+
+fn machine() -> Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned()))
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    json!({"cpu": cpu, "cores": cores})
+}
+
+/// The catalog request with `turn` as its user message.
+fn with_turn(catalog: &Value, turn: &str) -> Vec<u8> {
+    let mut v = catalog.clone();
+    if let Some(msgs) = v["messages"].as_array_mut() {
+        if let Some(user) = msgs.iter_mut().rev().find(|m| m["role"] == "user") {
+            user["content"] = json!(turn);
+        }
+    }
+    serde_json::to_vec(&v).unwrap_or_default()
+}
+
+fn percentile(mut v: Vec<f64>, q: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(((v.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0)
+}
+
+/// A synthetic HMS list body of about `target` bytes with fresh ids.
+fn synthetic_hms(target: usize) -> Vec<u8> {
+    let mut items = Vec::new();
+    let mut size = 0;
+    let mut i = 0u64;
+    while size < target {
+        let uuid = format!("{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}", i * 7919 + 1, i % 65536, i % 4096, (i * 3) % 4096, i * 104729);
+        let item = json!({
+            "id": uuid,
+            "fhirId": format!("pat-{:06}", i),
+            "name": {"family": "Muster", "given": ["Erika"]},
+            "birthDate": "1950-01-01",
+            "links": {"self": format!("/api/v2/patients/{uuid}"), "fhir": format!("https://fhir.example/Patient/pat-{:06}", i)},
+            "note": format!("Seen at clinic for follow-up; record {uuid} reviewed."),
+        });
+        size += item.to_string().len() + 1;
+        items.push(item);
+        i += 1;
+    }
+    serde_json::to_vec(&json!({"data": items, "page": {"size": items.len()}})).unwrap_or_default()
+}
+
+/// Native core rewrite: scan + rewrite + verify, MB/s and ms per body.
+fn core_rewrite(body: &[u8], rounds: usize) -> anyhow::Result<(f64, f64)> {
+    let tax = Taxonomy::default();
+    let root = tax.kind_for_path("/api/v2/patients");
+    let started = Instant::now();
+    for _ in 0..rounds {
+        let mut scan = ResponseScan::new(&tax);
+        let part = scan.add(body, BodyKind::Json, root).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let aliases: Vec<String> = (0..scan.ids().len()).map(|i| format!("patient-{:03}", i + 1)).collect();
+        let out = scan.rewrite(part, body, &aliases).map_err(|e| anyhow::anyhow!("{e}"))?;
+        std::hint::black_box(out);
+    }
+    let per = started.elapsed().as_secs_f64() / rounds as f64;
+    Ok((body.len() as f64 / per / 1e6, per * 1e3))
+}
+
+/// An OpenAI-compatible embedder that answers deterministic vectors at once:
+/// the far side of the network for the scaling runs, where thousands of
+/// synthetic tools would take the real embedder minutes to embed.
+async fn hash_embedder() -> anyhow::Result<(std::net::SocketAddr, std::sync::Arc<std::sync::atomic::AtomicU64>)> {
+    use axum::routing::post;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let count = std::sync::Arc::new(AtomicU64::new(0));
+    let c = count.clone();
+    let app = axum::Router::new().route(
+        "/v1/embeddings",
+        post(move |axum::Json(req): axum::Json<Value>| {
+            let c = c.clone();
+            async move {
+                let inputs: Vec<String> = match &req["input"] {
+                    Value::String(s) => vec![s.clone()],
+                    Value::Array(a) => a.iter().map(|v| v.as_str().unwrap_or("").to_owned()).collect(),
+                    _ => Vec::new(),
+                };
+                c.fetch_add(inputs.len() as u64, Ordering::Relaxed);
+                let data: Vec<Value> = inputs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, text)| {
+                        let mut state: u64 = 1469598103934665603;
+                        for b in text.bytes() {
+                            state = (state ^ u64::from(b)).wrapping_mul(1099511628211);
+                        }
+                        let v: Vec<f32> = (0..384)
+                            .map(|_| {
+                                state ^= state << 13;
+                                state ^= state >> 7;
+                                state ^= state << 17;
+                                (state % 2000) as f32 / 1000.0 - 1.0
+                            })
+                            .collect();
+                        json!({"index": i, "embedding": v})
+                    })
+                    .collect();
+                axum::Json(json!({"data": data, "model": "hash"}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok((addr, count))
+}
+
+fn synthetic_registry(n: usize) -> Vec<ToolDescriptor> {
+    const WORDS: &[&str] = &[
+        "patient", "appointment", "invoice", "lab", "order", "note", "vitals", "record", "search", "create", "update",
+        "list", "cancel", "schedule", "report", "export", "allergy", "medication", "referral", "document",
+    ];
+    (0..n)
+        .map(|i| {
+            let w = |k: usize| WORDS[(i / (k + 1) + k * 7) % WORDS.len()];
+            ToolDescriptor {
+                name: format!("synthetic__{}__{}__{i}", w(0), w(1)),
+                description: format!("{} the {} {} for a {} ({i}).", w(2), w(3), w(4), w(5)),
+            }
+        })
+        .collect()
+}
+
+async fn resolve_over_socket(socket: &Path, req: &ResolveRequest, n: usize) -> anyhow::Result<Lat> {
+    let body = serde_json::to_string(req)?;
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        let started = Instant::now();
+        let resp = control::request(socket, "POST", "/v1/resolve", Some(&body)).await?;
+        v.push(started.elapsed());
+        anyhow::ensure!(resp.starts_with("HTTP/1.1 200"), "resolve failed: {}", resp.lines().next().unwrap_or(""));
+    }
+    Ok(summarize(v))
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let quick = std::env::var("KEYHOLE_BENCH_QUICK").is_ok();
+    let rounds = if quick { 30 } else { 300 };
+    let mut results: BTreeMap<&str, Value> = BTreeMap::new();
+    results.insert("machine", machine());
+
+    eprintln!("starting keyhole (Envoy + filter + control) and plain Envoy…");
+    let stack = Stack::start(StackOptions {
+        llm_filter_config: r#"{"mode":"llm","timeout_ms":30000}"#.into(),
+        ..Default::default()
+    })
+    .await?;
+    let base_dir = tempfile::tempdir()?;
+    let baseline = Envoy::start(EnvoyOptions {
+        dir: base_dir.path().to_owned(),
+        socket: base_dir.path().join("unused.sock"),
+        llm_upstream: stack.llm.addr,
+        hms_upstream: stack.hms.addr,
+        llm_filter_config: String::new(),
+        hms_filter_config: String::new(),
+        max_body_bytes: 4 * 1024 * 1024,
+        baseline: true,
+    })
+    .await?;
+    let (k, b) = (stack.envoy.llm_url(), baseline.llm_url());
+    let catalog_bytes = std::fs::read(paths::catalog().join("openai_request.json"))?;
+    let catalog: Value = serde_json::from_slice(&catalog_bytes)?;
+
+    // 1. LLM route, catalog request, warm query embedding.
+    eprintln!("scenario 1: catalog request, warm…");
+    let warm = Req::post("/v1/chat/completions", catalog_bytes.clone(), "bench");
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while send(&client, &k, &warm).await?.1 != 200 {
+        anyhow::ensure!(Instant::now() < deadline, "keyhole never answered the catalog request");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for _ in 0..5 {
+        send(&client, &k, &warm).await?;
+    }
+    let (a, z) = interleaved(&k, &b, std::slice::from_ref(&warm), rounds).await?;
+    let warm_pair = pair(a, z);
+    let tput_k = throughput(&k, &warm, 4, if quick { 2 } else { 5 }).await?;
+    let tput_b = throughput(&b, &warm, 4, if quick { 2 } else { 5 }).await?;
+    // Cold: a new turn each time, so the query is embedded on the request path.
+    eprintln!("scenario 1: catalog request, cold query embedding…");
+    let cold: Vec<Req> = (0..if quick { 5 } else { 30 })
+        .map(|i| Req::post("/v1/chat/completions", with_turn(&catalog, &format!("Book Anna Schmidt a follow-up, request {i} at {:?}", Instant::now())), "bench-cold"))
+        .collect();
+    let (a, z) = interleaved(&k, &b, &cold, 1).await?;
+    let cold_pair = pair(a, z);
+    results.insert(
+        "llm_catalog",
+        json!({"warm": warm_pair, "cold_query_embedding": cold_pair,
+               "throughput_rps": {"with_keyhole": tput_k, "without": tput_b, "connections": 4}}),
+    );
+
+    // 2. Non-LLM traffic through the same listener.
+    eprintln!("scenario 2: GET passthrough…");
+    let get = Req::get("/v1/models", "bench");
+    let (a, z) = interleaved(&k, &b, std::slice::from_ref(&get), rounds * 3).await?;
+    results.insert("llm_get", json!(pair(a, z)));
+
+    // 3. HMS route: every sample and a ~1 MB body.
+    eprintln!("scenario 3: HMS route…");
+    let mut hms = Vec::new();
+    let samples_dir = paths::catalog().join("hms_samples");
+    let mut samples: Vec<(String, Vec<u8>)> = Vec::new();
+    for entry in std::fs::read_dir(&samples_dir)? {
+        let p = entry?.path();
+        samples.push((p.file_name().unwrap_or_default().to_string_lossy().into_owned(), std::fs::read(&p)?));
+    }
+    samples.sort();
+    samples.push(("synthetic-1MB.json".into(), synthetic_hms(1 << 20)));
+    let (hk, hb) = (stack.envoy.hms_url(), baseline.hms_url());
+    for (name, body) in &samples {
+        let path = format!("/api/v2/bench/{}", name.trim_end_matches(".json"));
+        stack.hms.set(&path, Canned::json(body.clone()));
+        let n = if body.len() > 100_000 { rounds / 10 } else { rounds / 3 };
+        let (a, z) = interleaved(&hk, &hb, &[Req::get(&path, "bench-hms")], n.max(3)).await?;
+        let p = pair(a, z);
+        let mbps = if p.added_p50_ms > 0.0 { body.len() as f64 / (p.added_p50_ms / 1e3) / 1e6 } else { f64::INFINITY };
+        let (core_mbps, _) = core_rewrite(body, if body.len() > 100_000 { 5 } else { 50 }).unwrap_or((0.0, 0.0));
+        hms.push(json!({"sample": name, "bytes": body.len(), "latency": p, "route_mb_per_s": mbps, "core_rewrite_mb_per_s": core_mbps}));
+    }
+    results.insert("hms", json!(hms));
+
+    // 5. Prompt bytes over the catalog dev turns.
+    eprintln!("scenario 5: prompt bytes over the dev turns…");
+    let queries = std::fs::read_to_string(paths::catalog().join("queries.dev.jsonl"))?;
+    let (mut bytes_out, mut tools_out) = (Vec::new(), Vec::new());
+    stack.llm.clear();
+    for (i, line) in queries.lines().enumerate().take(if quick { 20 } else { usize::MAX }) {
+        let q: Value = serde_json::from_str(line)?;
+        let body = with_turn(&catalog, q["query"].as_str().unwrap_or(""));
+        let (_, status, _) = send(&client, &k, &Req::post("/v1/chat/completions", body, &format!("dev-{i}"))).await?;
+        anyhow::ensure!(status == 200, "dev turn {i}: {status}");
+    }
+    for r in stack.llm.seen() {
+        bytes_out.push(r.body.len() as f64);
+        let parsed = format::parse("/v1/chat/completions", &r.body).map_err(|e| anyhow::anyhow!("{e}"))?;
+        tools_out.push(parsed.map_or(0, |p| p.tools.len()) as f64);
+    }
+    let n = bytes_out.len().max(1) as f64;
+    results.insert(
+        "prompt_bytes",
+        json!({"turns": bytes_out.len(), "bytes_in": catalog_bytes.len(), "tools_in": 108,
+               "bytes_out_mean": bytes_out.iter().sum::<f64>() / n, "bytes_out_p95": percentile(bytes_out.clone(), 0.95),
+               "tools_out_mean": tools_out.iter().sum::<f64>() / n, "tools_out_max": percentile(tools_out, 1.0)}),
+    );
+
+    // 4. control alone, and memory.
+    eprintln!("scenario 4: control alone…");
+    let parsed = format::parse("/v1/chat/completions", &catalog_bytes).map_err(|e| anyhow::anyhow!("{e}"))?.context("tools")?;
+    let catalog_req = ResolveRequest {
+        session: Some("bench".into()),
+        phase: Phase::Planner,
+        turn: parsed.turn.clone(),
+        tools: parsed.descriptors(),
+        forced: Vec::new(),
+    };
+    let socket = stack.socket();
+    let resolve_108 = resolve_over_socket(&socket, &catalog_req, rounds).await?;
+    let ids: Vec<Value> = (0..10).map(|i| json!({"value": format!("00000000-0000-4000-8000-{:012}", i), "kind": "patient"})).collect();
+    let encode = serde_json::to_string(&json!({"session": "bench-alias", "ids": ids}))?;
+    let started = Instant::now();
+    let alias_rounds = rounds;
+    let mut aliases = Vec::new();
+    for _ in 0..alias_rounds {
+        let resp = control::request(&socket, "POST", "/v1/alias/encode", Some(&encode)).await?;
+        if aliases.is_empty() {
+            let body = resp.split("\r\n\r\n").nth(1).unwrap_or("{}");
+            let v: Value = serde_json::from_str(body).unwrap_or_default();
+            aliases = v["aliases"].as_array().cloned().unwrap_or_default();
+        }
+    }
+    let encode_ops = (alias_rounds * 10) as f64 / started.elapsed().as_secs_f64();
+    let decode = serde_json::to_string(&json!({"session": "bench-alias", "aliases": aliases}))?;
+    let started = Instant::now();
+    for _ in 0..alias_rounds {
+        control::request(&socket, "POST", "/v1/alias/decode", Some(&decode)).await?;
+    }
+    let decode_ops = (alias_rounds * aliases.len().max(1)) as f64 / started.elapsed().as_secs_f64();
+    results.insert(
+        "control",
+        json!({"resolve_108_tools": resolve_108,
+               "alias_encode_ids_per_s": encode_ops, "alias_decode_ids_per_s": decode_ops,
+               "note": "one HTTP/1.1 connection per call over the Unix socket, batches of 10 ids"}),
+    );
+    results.insert(
+        "rss_kib",
+        json!({"control": rss_kib(stack.control.as_ref().and_then(|c| c.child.id())),
+               "envoy_with_keyhole": rss_kib(stack.envoy.child.id()),
+               "envoy_without": rss_kib(baseline.child.id())}),
+    );
+
+    // 6. Scaling: resolve at 100 … 20,000 tools (deterministic embedder), and
+    // the core HMS rewrite at 10 KB … 1 MB.
+    eprintln!("scenario 6: scaling…");
+    let (emb, embedded) = hash_embedder().await?;
+    let scale_dir = tempfile::tempdir()?;
+    let scale_socket = scale_dir.path().join("c.sock");
+    let scale_control =
+        Control::start(&scale_socket, &scale_dir.path().join("data"), &["--embedder-url".into(), format!("http://{emb}")]).await?;
+    let mut scaling = Vec::new();
+    for n in [100usize, 1_000, 5_000, 20_000] {
+        let req = ResolveRequest {
+            session: Some(format!("scale-{n}")),
+            phase: Phase::Planner,
+            turn: "create an invoice for the patient".into(),
+            tools: synthetic_registry(n),
+            forced: Vec::new(),
+        };
+        // Index, then wait until every tool has been embedded once.
+        let before = embedded.load(std::sync::atomic::Ordering::Relaxed);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            resolve_over_socket(&scale_socket, &req, 1).await?;
+            let done = embedded.load(std::sync::atomic::Ordering::Relaxed) - before;
+            if done >= n as u64 || Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        resolve_over_socket(&scale_socket, &req, 3).await?;
+        let lat = resolve_over_socket(&scale_socket, &req, if n >= 5_000 { rounds / 5 } else { rounds / 2 }).await?;
+        let request_bytes = serde_json::to_vec(&req)?.len();
+        eprintln!("  {n} tools: p50 {:.3} ms", lat.p50_ms);
+        scaling.push(json!({"tools": n, "resolve": lat, "request_bytes": request_bytes}));
+    }
+    let control_rss_20k = rss_kib(scale_control.child.id());
+    let mut rewrite = Vec::new();
+    for size in [10 * 1024, 100 * 1024, 1 << 20] {
+        let body = synthetic_hms(size);
+        let (mbps, ms) = core_rewrite(&body, if size > 100_000 { 5 } else { 50 })?;
+        rewrite.push(json!({"bytes": body.len(), "ms": ms, "mb_per_s": mbps}));
+    }
+    results.insert(
+        "scaling",
+        json!({"resolve": scaling, "control_rss_kib_after_20k": control_rss_20k, "hms_core_rewrite": rewrite,
+               "note": "resolve over the Unix socket, deterministic embedder (embedding excluded), warm index"}),
+    );
+
+    let out = paths::repo().join("bench/results");
+    std::fs::create_dir_all(&out)?;
+    let json_text = serde_json::to_string_pretty(&results)?;
+    std::fs::write(out.join("latest.json"), &json_text)?;
+    let md = markdown(&results);
+    std::fs::write(paths::repo().join("bench/RESULTS.md"), &md)?;
+    println!("{md}");
+    Ok(())
+}
+
+fn f(v: &Value) -> String {
+    match v.as_f64() {
+        Some(x) if x.is_finite() && x.abs() >= 100.0 => format!("{x:.0}"),
+        Some(x) if x.is_finite() => format!("{x:.3}"),
+        Some(_) => "∞".into(),
+        None => "–".into(),
+    }
+}
+
+fn markdown(r: &BTreeMap<&str, Value>) -> String {
+    let m = &r["machine"];
+    let mut s = format!(
+        "# keyhole benchmarks\n\nMachine: {} cores, {}. Written by `make bench` (`keyhole-bench`); raw figures in `bench/results/latest.json`.\nEvery \"added\" figure is keyhole minus plain Envoy, measured interleaved in the same run.\n\n",
+        m["cores"], m["cpu"].as_str().unwrap_or("?")
+    );
+    let l = &r["llm_catalog"];
+    s += "| scenario | with keyhole p50 / p99 (ms) | plain Envoy p50 / p99 (ms) | added p50 / p99 (ms) |\n|---|---|---|---|\n";
+    let row = |name: &str, p: &Value| {
+        format!(
+            "| {name} | {} / {} | {} / {} | {} / {} |\n",
+            f(&p["with_keyhole"]["p50_ms"]), f(&p["with_keyhole"]["p99_ms"]), f(&p["without"]["p50_ms"]), f(&p["without"]["p99_ms"]),
+            f(&p["added_p50_ms"]), f(&p["added_p99_ms"])
+        )
+    };
+    s += &row("1. LLM catalog request (84 KB), warm", &l["warm"]);
+    s += &row("1. LLM catalog request, cold query embedding", &l["cold_query_embedding"]);
+    s += &row("2. GET through the LLM listener", &r["llm_get"]);
+    for h in r["hms"].as_array().into_iter().flatten() {
+        s += &row(&format!("3. HMS {} ({} B)", h["sample"].as_str().unwrap_or("?"), h["bytes"]), &h["latency"]);
+    }
+    s += &format!(
+        "\nThroughput, catalog request, 4 connections: {} req/s with keyhole, {} req/s plain Envoy.\n\n",
+        f(&l["throughput_rps"]["with_keyhole"]), f(&l["throughput_rps"]["without"])
+    );
+    let c = &r["control"];
+    s += &format!(
+        "control alone: `/v1/resolve` at 108 tools p50 {} ms, p99 {} ms; alias encode {} ids/s, decode {} ids/s ({}).\n\n",
+        f(&c["resolve_108_tools"]["p50_ms"]), f(&c["resolve_108_tools"]["p99_ms"]), f(&c["alias_encode_ids_per_s"]),
+        f(&c["alias_decode_ids_per_s"]), c["note"].as_str().unwrap_or("")
+    );
+    let m = &r["rss_kib"];
+    s += &format!(
+        "Memory (RSS): control {} KiB; Envoy with keyhole {} KiB, plain Envoy {} KiB.\n\n",
+        m["control"], m["envoy_with_keyhole"], m["envoy_without"]
+    );
+    let p = &r["prompt_bytes"];
+    s += &format!(
+        "Prompt bytes over {} catalog dev turns: {} B in → mean {} B, p95 {} B out; tools {} in → mean {}, max {} out.\n\n",
+        p["turns"], p["bytes_in"], f(&p["bytes_out_mean"]), f(&p["bytes_out_p95"]), p["tools_in"], f(&p["tools_out_mean"]), f(&p["tools_out_max"])
+    );
+    s += "| scaling: tools | resolve p50 (ms) | resolve p99 (ms) | request bytes |\n|---|---|---|---|\n";
+    for x in r["scaling"]["resolve"].as_array().into_iter().flatten() {
+        s += &format!("| {} | {} | {} | {} |\n", x["tools"], f(&x["resolve"]["p50_ms"]), f(&x["resolve"]["p99_ms"]), x["request_bytes"]);
+    }
+    s += &format!("\ncontrol RSS after the 20,000-tool registry: {} KiB.\n\n", r["scaling"]["control_rss_kib_after_20k"]);
+    s += "| HMS core rewrite (scan + rewrite + verify, native) | ms | MB/s |\n|---|---|---|\n";
+    for x in r["scaling"]["hms_core_rewrite"].as_array().into_iter().flatten() {
+        s += &format!("| {} B | {} | {} |\n", x["bytes"], f(&x["ms"]), f(&x["mb_per_s"]));
+    }
+    s
+}

