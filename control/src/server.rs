@@ -52,8 +52,14 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/resolve", post(resolve))
         .route("/v1/audit/{session}", get(audit))
         .merge(aliases)
+        // A request carries the whole registry (tens of thousands of tools in
+        // the largest deployments); the filter's own limit is 64 MiB.
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_REQUEST_BYTES))
         .with_state(state)
 }
+
+/// Largest request body control reads.
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024 * 1024;
 
 async fn healthz() -> &'static str {
     "ok\n"

@@ -15,29 +15,35 @@
 //! A request or response without the session header fails closed (400).
 //!
 //! # How this works in Envoy 1.40 (measured with the end-to-end tests)
-//! - Request headers are changed while this filter holds them. A bodiless
-//!   request with aliases pauses in the request-headers callback
-//!   (`end_of_stream` is true there), and `:path` is set from the decode answer
-//!   before the request is resumed.
-//! - A request with a body also pauses in the request-headers callback: Envoy
-//!   keeps delivering the body to this filter, which pauses each chunk until
-//!   the end of the stream, decodes path and body in one callout, then sets
-//!   `:path`, the body and `content-length` and resumes. (Pausing the headers
-//!   and then continuing from the body callback without a resume is what hangs.)
-//! - Response headers cannot be changed from a body callback, and pausing
-//!   them stops this filter's body callbacks: responses with a body use the
-//!   hold protocol ([`crate::hold`], closed variant). A bodiless response whose
-//!   headers carry ids pauses in the response-headers callback and has its
-//!   headers set from the encode answer.
+//! - A bodiless request (`end_of_stream` in the request-headers callback) with
+//!   aliases pauses in that callback; the decode answer sets `:path` and
+//!   resumes it. This works: the headers are still held by this filter.
+//! - A request with a body must not pause in the request-headers callback:
+//!   Envoy then never calls this filter's body callback and the stream hangs
+//!   until the idle timeout. So the headers go on (without `content-length`;
+//!   `envoy.filters.http.buffer` after this filter sets the new one), the body
+//!   is held until its end, and path and body are decoded in one callout. The
+//!   headers can no longer be changed from here, so when the path holds an
+//!   alias the request-headers callback sets `x-keyhole-hold: closed` on the
+//!   request, and the request hold filter after this one (Lua) takes the new
+//!   `:path` from a verdict line prepended to the body ([`crate::hold`]).
+//! - Response headers cannot be changed from a body callback (`BadArgument`),
+//!   and pausing them stops this filter's body callbacks: responses with a
+//!   body use the response hold (closed variant): the hold filter before this
+//!   one keeps the headers until the verdict line arrives with the body. A
+//!   bodiless response whose headers carry ids pauses in the response-headers
+//!   callback instead and has its headers set from the encode answer.
 //! - A callout to a dead cluster may be answered inside `dispatch_http_call`;
 //!   then the callback's return value, not a resume, moves the stream on.
+//! - A local reply while the response headers are held (or paused) reaches
+//!   the client in place of the upstream response.
 
 use crate::hold::{self, HeaderEdit, Verdict};
 use crate::host;
 use crate::metrics::Metrics;
 use keyhole_core::alias::{
-    BodyKind, DecodeRequest, DecodeResponse, EncodeRequest, EncodeResponse, PartId, RequestError, RequestScan,
-    ResponseScan, Taxonomy,
+    BodyKind, DecodeRequest, DecodeResponse, EncodeRequest, EncodeResponse, PartId, RequestError,
+    RequestScan, ResponseScan, Taxonomy,
 };
 use keyhole_core::config::Config;
 use keyhole_core::reply::{self, ErrorKind, LocalReply};
@@ -78,16 +84,28 @@ struct ResponseJob {
 enum State {
     /// Request headers not seen yet.
     Start,
-    /// Buffering the request body (headers paused).
-    ReadingRequest,
+    /// Buffering the request body. `path_held`: the path holds aliases and the
+    /// request hold filter waits for a verdict carrying the new `:path`.
+    ReadingRequest { path_held: bool },
     /// Waiting for the decode answer to call `token` (`None` while dispatching).
-    Decoding { token: Option<u32>, scan: RequestScan, body: Option<Vec<u8>> },
+    Decoding {
+        token: Option<u32>,
+        scan: RequestScan,
+        body: Option<Vec<u8>>,
+        path_held: bool,
+    },
     /// The request went upstream; its response will be aliased.
     Forwarded,
     /// Buffering the response body (headers held by the hold filter).
-    ReadingResponse { headers: Vec<(String, String)>, kind: BodyKind },
+    ReadingResponse {
+        headers: Vec<(String, String)>,
+        kind: BodyKind,
+    },
     /// Waiting for the encode answer to call `token`.
-    Encoding { token: Option<u32>, job: Box<ResponseJob> },
+    Encoding {
+        token: Option<u32>,
+        job: Box<ResponseJob>,
+    },
     /// Answered locally, or the response is done.
     Done,
 }
@@ -103,6 +121,8 @@ pub struct HmsStream {
     /// The request's body kind.
     request_kind: BodyKind,
     state: State,
+    /// True once this filter answered the request itself: that answer passes.
+    answered_locally: bool,
     /// True while a callback that dispatches runs: an answer that arrives
     /// inside the dispatch must not resume the stream (the callback's return
     /// value does).
@@ -119,11 +139,15 @@ enum Answer<T> {
 fn read_answer<T: serde::de::DeserializeOwned>(body_size: usize) -> Answer<T> {
     // An unreachable or slow control still lands here, with Envoy's synthetic
     // 503/504: always check the status.
-    let status = host::call_response_header(":status").and_then(|s| s.parse::<u16>().ok()).unwrap_or(0);
+    let status = host::call_response_header(":status")
+        .and_then(|s| s.parse::<u16>().ok())
+        .unwrap_or(0);
     if status != 200 {
         return Answer::Failed(status);
     }
-    match host::buffer(BufferType::HttpCallResponseBody, body_size).and_then(|b| serde_json::from_slice(&b).ok()) {
+    match host::buffer(BufferType::HttpCallResponseBody, body_size)
+        .and_then(|b| serde_json::from_slice(&b).ok())
+    {
         Some(v) => Answer::Ok(v),
         None => Answer::Failed(0),
     }
@@ -147,15 +171,22 @@ impl HmsStream {
             path: String::new(),
             request_kind: BodyKind::Text,
             state: State::Start,
+            answered_locally: false,
             in_callback: false,
         }
     }
 
     /// Answers locally (the request goes no further) and counts it.
     fn reject(&mut self, reply: LocalReply) -> Action {
-        log::warn!("keyhole.alias-reject context={} session={} status={}", self.context_id, self.session, reply.status);
+        log::warn!(
+            "keyhole.alias-reject context={} session={} status={}",
+            self.context_id,
+            self.session,
+            reply.status
+        );
         host::count(self.metrics.rejected, 1);
         host::send_json(reply.status, &reply.body, &[]);
+        self.answered_locally = true;
         self.state = State::Done;
         Action::Pause
     }
@@ -168,9 +199,13 @@ impl HmsStream {
 
     /// Scans the request and either lets it go (no alias), refuses it, or asks
     /// control to decode. Returns the callback's action.
-    fn decode(&mut self, body: Option<Vec<u8>>) -> Action {
+    fn decode(&mut self, body: Option<Vec<u8>>, path_held: bool) -> Action {
         let tax = taxonomy();
-        let scan = match RequestScan::new(tax, &self.path, body.as_deref().map(|b| (b, self.request_kind))) {
+        let scan = match RequestScan::new(
+            tax,
+            &self.path,
+            body.as_deref().map(|b| (b, self.request_kind)),
+        ) {
             Ok(scan) => scan,
             Err(e) => return self.reject(reply::error(ErrorKind::InvalidRequest, &e.to_string())),
         };
@@ -179,14 +214,24 @@ impl HmsStream {
             return Action::Continue;
         }
         if let Some(alias) = scan.sentinel(tax) {
-            let err = RequestError::Sentinel { alias: alias.to_owned() };
+            let err = RequestError::Sentinel {
+                alias: alias.to_owned(),
+            };
             return self.reject(reply::error(ErrorKind::UnknownAlias, &err.to_string()));
         }
-        let question = DecodeRequest { session: self.session.clone(), aliases: scan.aliases().to_vec() };
+        let question = DecodeRequest {
+            session: self.session.clone(),
+            aliases: scan.aliases().to_vec(),
+        };
         let Ok(payload) = serde_json::to_vec(&question) else {
             return self.reject(reply::internal("the decode request could not be built"));
         };
-        self.state = State::Decoding { token: None, scan, body };
+        self.state = State::Decoding {
+            token: None,
+            scan,
+            body,
+            path_held,
+        };
         self.in_callback = true;
         let dispatched = host::post_json(
             &self.config.control_cluster,
@@ -205,8 +250,14 @@ impl HmsStream {
             (Ok(_), State::Forwarded) => Action::Continue,
             (Ok(_), _) => Action::Pause,
             (Err(status), _) => {
-                log::warn!("keyhole.alias-dispatch context={} status={status:?}", self.context_id);
-                self.reject(reply::error(ErrorKind::Unavailable, "keyhole cannot decode aliases right now (control unreachable); retry later"))
+                log::warn!(
+                    "keyhole.alias-dispatch context={} status={status:?}",
+                    self.context_id
+                );
+                self.reject(reply::error(
+                    ErrorKind::Unavailable,
+                    "keyhole cannot decode aliases right now (control unreachable); retry later",
+                ))
             }
         }
     }
@@ -214,36 +265,73 @@ impl HmsStream {
     /// Applies control's decode answer. Returns `Continue` when the request
     /// may go on, `Pause` when it was answered locally.
     fn on_decoded(&mut self, answer: Answer<DecodeResponse>) -> Action {
-        let State::Decoding { scan, body, .. } = std::mem::replace(&mut self.state, State::Done) else {
+        let State::Decoding {
+            scan,
+            body,
+            path_held,
+            ..
+        } = std::mem::replace(&mut self.state, State::Done)
+        else {
             return Action::Pause;
         };
         let decoded = match answer {
             Answer::Ok(d) => d.ids,
             Answer::Failed(status) => {
-                log::warn!("keyhole.alias-decode context={} control_status={status}", self.context_id);
+                log::warn!(
+                    "keyhole.alias-decode context={} control_status={status}",
+                    self.context_id
+                );
                 return self.reject(reply::error(
                     ErrorKind::Unavailable,
                     &format!("keyhole cannot decode aliases right now (control answered {status}); retry later"),
                 ));
             }
         };
-        let (path, new_body) = match scan.rewrite(taxonomy(), &self.path, body.as_deref(), &decoded) {
+        let (path, new_body) = match scan.rewrite(taxonomy(), &self.path, body.as_deref(), &decoded)
+        {
             Ok(rewritten) => rewritten,
             Err(e @ (RequestError::UnknownAlias { .. } | RequestError::Sentinel { .. })) => {
                 return self.reject(reply::error(ErrorKind::UnknownAlias, &e.to_string()))
             }
-            Err(e) => return self.reject(reply::internal(&format!("the request could not be rewritten: {e}"))),
+            Err(e) => {
+                return self.reject(reply::internal(&format!(
+                    "the request could not be rewritten: {e}"
+                )))
+            }
         };
-        if path != self.path && !host::set_request_header(":path", Some(&path)) {
-            return self.reject(reply::internal("the request path could not be rewritten"));
-        }
-        if let (Some(old), Some(new)) = (body.as_deref(), new_body) {
-            if let Err(status) = host::replace_buffer(BufferType::HttpRequestBody, old.len(), &new) {
+        let old_len = body.as_deref().map_or(0, <[u8]>::len);
+        if path_held {
+            // The headers have left this filter: the request hold filter after
+            // it sets `:path` from the verdict line.
+            let verdict = Verdict::keep(vec![HeaderEdit::Set(":path".into(), path)]);
+            let framed = match verdict.frame(new_body.as_deref().unwrap_or_default()) {
+                Ok(framed) => framed,
+                Err(e) => {
+                    return self.reject(reply::internal(&format!(
+                        "the request path could not be rewritten: {e}"
+                    )))
+                }
+            };
+            if let Err(status) = host::replace_buffer(BufferType::HttpRequestBody, old_len, &framed)
+            {
                 log::error!("keyhole.host op=set_request_body status={}", status.0);
                 return self.reject(reply::internal("the request body could not be rewritten"));
             }
-            if !host::set_request_header("content-length", Some(&new.len().to_string())) {
-                return self.reject(reply::internal("the request length could not be set"));
+        } else {
+            // Either bodiless (the headers are still paused here) or the path
+            // holds no alias (it is unchanged).
+            if path != self.path && !host::set_request_header(":path", Some(&path)) {
+                return self.reject(reply::internal("the request path could not be rewritten"));
+            }
+            if let Some(new) = new_body {
+                // A body with aliases in it only (the path had none). The
+                // buffer filter after this one sets the new length.
+                if let Err(status) =
+                    host::replace_buffer(BufferType::HttpRequestBody, old_len, &new)
+                {
+                    log::error!("keyhole.host op=set_request_body status={}", status.0);
+                    return self.reject(reply::internal("the request body could not be rewritten"));
+                }
             }
         }
         log::info!(
@@ -259,7 +347,13 @@ impl HmsStream {
     // === responses ===
 
     /// Scans a complete response and asks control to encode its ids.
-    fn encode(&mut self, headers: Vec<(String, String)>, body: Vec<u8>, kind: BodyKind, held: bool) -> Action {
+    fn encode(
+        &mut self,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+        kind: BodyKind,
+        held: bool,
+    ) -> Action {
         let tax = taxonomy();
         let held_body = held.then_some(body.len());
         let mut scan = ResponseScan::new(tax);
@@ -278,11 +372,20 @@ impl HmsStream {
                 Err(e) => return self.withhold(held_body, &headers, &e.to_string()),
             }
         }
-        let job = Box::new(ResponseJob { scan, body, body_part, headers: scanned, held });
+        let job = Box::new(ResponseJob {
+            scan,
+            body,
+            body_part,
+            headers: scanned,
+            held,
+        });
         if job.scan.is_empty() {
             return self.apply(*job, &[]);
         }
-        let question = EncodeRequest { session: self.session.clone(), ids: job.scan.ids().to_vec() };
+        let question = EncodeRequest {
+            session: self.session.clone(),
+            ids: job.scan.ids().to_vec(),
+        };
         let Ok(payload) = serde_json::to_vec(&question) else {
             return self.withhold(held_body, &headers, "the encode request could not be built");
         };
@@ -304,7 +407,10 @@ impl HmsStream {
             (Ok(_), State::Done) => Action::Continue,
             (Ok(_), _) => Action::Pause,
             (Err(status), _) => {
-                log::warn!("keyhole.alias-dispatch context={} status={status:?}", self.context_id);
+                log::warn!(
+                    "keyhole.alias-dispatch context={} status={status:?}",
+                    self.context_id
+                );
                 self.withhold(held_body, &headers, "control unreachable")
             }
         }
@@ -324,7 +430,8 @@ impl HmsStream {
                     0 => "control answered garbage".to_owned(),
                     s => format!("control answered {s}"),
                 };
-                let headers: Vec<(String, String)> = job.headers.into_iter().map(|(n, v, _)| (n, v)).collect();
+                let headers: Vec<(String, String)> =
+                    job.headers.into_iter().map(|(n, v, _)| (n, v)).collect();
                 self.withhold(job.held.then_some(job.body.len()), &headers, &reason)
             }
         }
@@ -333,11 +440,21 @@ impl HmsStream {
     /// Rewrites body and headers with `aliases` (parallel to the scan's ids)
     /// and hands the response on.
     fn apply(&mut self, job: ResponseJob, aliases: &[String]) -> Action {
-        let original: Vec<(String, String)> = job.headers.iter().map(|(n, v, _)| (n.clone(), v.clone())).collect();
+        let original: Vec<(String, String)> = job
+            .headers
+            .iter()
+            .map(|(n, v, _)| (n.clone(), v.clone()))
+            .collect();
         let body = match job.body_part {
             Some(part) => match job.scan.rewrite(part, &job.body, aliases) {
                 Ok(out) => out,
-                Err(e) => return self.withhold(job.held.then_some(job.body.len()), &original, &e.to_string()),
+                Err(e) => {
+                    return self.withhold(
+                        job.held.then_some(job.body.len()),
+                        &original,
+                        &e.to_string(),
+                    )
+                }
             },
             None => Vec::new(),
         };
@@ -347,9 +464,21 @@ impl HmsStream {
                 Ok(out) if out == value.as_bytes() => {}
                 Ok(out) => match String::from_utf8(out) {
                     Ok(new) => edits.push(HeaderEdit::Set(name.clone(), new)),
-                    Err(_) => return self.withhold(job.held.then_some(job.body.len()), &original, "a header could not be rewritten"),
+                    Err(_) => {
+                        return self.withhold(
+                            job.held.then_some(job.body.len()),
+                            &original,
+                            "a header could not be rewritten",
+                        )
+                    }
                 },
-                Err(e) => return self.withhold(job.held.then_some(job.body.len()), &original, &e.to_string()),
+                Err(e) => {
+                    return self.withhold(
+                        job.held.then_some(job.body.len()),
+                        &original,
+                        &e.to_string(),
+                    )
+                }
             }
         }
         log::info!(
@@ -385,7 +514,12 @@ impl HmsStream {
     /// header that may hold an id. `held_body` is the length of the held body
     /// (`None` for a bodiless response, whose headers are paused here).
     /// `reason` must not quote the response.
-    fn withhold(&mut self, held_body: Option<usize>, headers: &[(String, String)], reason: &str) -> Action {
+    fn withhold(
+        &mut self,
+        held_body: Option<usize>,
+        headers: &[(String, String)],
+        reason: &str,
+    ) -> Action {
         log::warn!(
             "keyhole.alias-withheld context={} session={} reason={reason:?}",
             self.context_id,
@@ -400,7 +534,11 @@ impl HmsStream {
             .map(|(n, _)| HeaderEdit::Remove(n.clone()))
             .collect();
         if let Some(old_len) = held_body {
-            let verdict = Verdict { status: reply.status, names: Vec::new(), edits: removals };
+            let verdict = Verdict {
+                status: reply.status,
+                names: Vec::new(),
+                edits: removals,
+            };
             return match verdict.frame(&reply.body) {
                 Ok(framed) => self.replace_held_body(old_len, &framed),
                 Err(_) => self.refuse_response(&reply),
@@ -422,7 +560,9 @@ impl HmsStream {
             Ok(()) => Action::Continue,
             Err(status) => {
                 log::error!("keyhole.host op=set_response_body status={}", status.0);
-                self.refuse_response(&reply::unaliasable("the response body could not be rewritten"))
+                self.refuse_response(&reply::unaliasable(
+                    "the response body could not be rewritten",
+                ))
             }
         }
     }
@@ -438,9 +578,17 @@ impl HmsStream {
 }
 
 impl Context for HmsStream {
-    fn on_http_call_response(&mut self, token_id: u32, _headers: usize, body_size: usize, _trailers: usize) {
+    fn on_http_call_response(
+        &mut self,
+        token_id: u32,
+        _headers: usize,
+        body_size: usize,
+        _trailers: usize,
+    ) {
         let ours = match &self.state {
-            State::Decoding { token, .. } | State::Encoding { token, .. } => token.is_none() || *token == Some(token_id),
+            State::Decoding { token, .. } | State::Encoding { token, .. } => {
+                token.is_none() || *token == Some(token_id)
+            }
             _ => false,
         };
         if !ours {
@@ -462,8 +610,17 @@ impl Context for HmsStream {
 
 impl HttpContext for HmsStream {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        let Some(session) = host::request_header(&self.config.session_header).filter(|s| !s.trim().is_empty()) else {
-            let message = format!("keyhole needs the session header {} on every HMS request", self.config.session_header);
+        // Only keyhole asks the request hold filter for a verdict.
+        if host::request_header(hold::HOLD_HEADER).is_some() {
+            host::set_request_header(hold::HOLD_HEADER, None);
+        }
+        let Some(session) =
+            host::request_header(&self.config.session_header).filter(|s| !s.trim().is_empty())
+        else {
+            let message = format!(
+                "keyhole needs the session header {} on every HMS request",
+                self.config.session_header
+            );
             return self.reject(reply::error(ErrorKind::InvalidRequest, &message));
         };
         self.session = session;
@@ -473,25 +630,49 @@ impl HttpContext for HmsStream {
         // and would be withheld.
         host::set_request_header("accept-encoding", None);
         if end_of_stream {
-            return self.decode(None);
+            // Measured: pausing a bodiless request here and setting `:path` from
+            // the decode answer works.
+            return self.decode(None, false);
         }
-        if let Some(len) = host::request_header("content-length").and_then(|v| v.trim().parse::<usize>().ok()) {
+        if let Some(len) =
+            host::request_header("content-length").and_then(|v| v.trim().parse::<usize>().ok())
+        {
             if len > self.config.max_body_bytes {
                 return self.reject(reply::body_too_large(self.config.max_body_bytes));
             }
         }
-        // Held until the body is complete: path and body are decoded together
-        // and the headers changed before they leave.
-        self.state = State::ReadingRequest;
-        Action::Pause
+        // Measured: pausing here when a body follows hangs the stream (the body
+        // callbacks never come). Continue, and decode path and body together
+        // once the body is complete; the buffer filter after this one sets the
+        // new length, and the request hold filter the new path.
+        host::remove_request_header("content-length");
+        let tax = taxonomy();
+        let path_held = match RequestScan::new(tax, &self.path, None) {
+            Ok(scan) if scan.aliases().is_empty() => false,
+            Ok(scan) => {
+                if let Some(alias) = scan.sentinel(tax) {
+                    let err = RequestError::Sentinel {
+                        alias: alias.to_owned(),
+                    };
+                    return self.reject(reply::error(ErrorKind::UnknownAlias, &err.to_string()));
+                }
+                if !host::set_request_header(hold::HOLD_HEADER, Some(hold::HOLD_CLOSED)) {
+                    return self.reject(reply::internal("the request could not be held"));
+                }
+                true
+            }
+            Err(e) => return self.reject(reply::error(ErrorKind::InvalidRequest, &e.to_string())),
+        };
+        self.state = State::ReadingRequest { path_held };
+        Action::Continue
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        match self.state {
-            State::ReadingRequest => {}
+        let path_held = match self.state {
+            State::ReadingRequest { path_held } => path_held,
             State::Forwarded => return Action::Continue,
             _ => return Action::Pause,
-        }
+        };
         if body_size > self.config.max_body_bytes {
             return self.reject(reply::body_too_large(self.config.max_body_bytes));
         }
@@ -501,7 +682,7 @@ impl HttpContext for HmsStream {
         let Some(body) = host::buffer(BufferType::HttpRequestBody, body_size) else {
             return self.reject(reply::internal("the request body could not be read"));
         };
-        self.decode(if body.is_empty() { None } else { Some(body) })
+        self.decode(if body.is_empty() { None } else { Some(body) }, path_held)
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
@@ -509,13 +690,24 @@ impl HttpContext for HmsStream {
         if host::response_header(hold::HOLD_HEADER).is_some() {
             host::set_response_header(hold::HOLD_HEADER, None);
         }
-        if !matches!(self.state, State::Forwarded) {
+        // Every response but keyhole's own answers is aliased, including the
+        // ones Envoy makes up (an upstream that cannot be reached).
+        if self.answered_locally
+            || matches!(
+                self.state,
+                State::ReadingResponse { .. } | State::Encoding { .. }
+            )
+        {
             return Action::Continue;
         }
         let Some(all) = host::response_headers() else {
             return self.withhold(None, &[], "the response headers could not be read");
         };
-        let kind = body_kind(all.iter().find(|(n, _)| n == "content-type").map(|(_, v)| v.as_str()));
+        let kind = body_kind(
+            all.iter()
+                .find(|(n, _)| n == "content-type")
+                .map(|(_, v)| v.as_str()),
+        );
         let headers: Vec<(String, String)> = all
             .into_iter()
             .filter(|(n, _)| !n.starts_with(':') && !UNSCANNED.contains(&n.as_str()))
@@ -539,15 +731,50 @@ impl HttpContext for HmsStream {
         if !end_of_stream {
             return Action::Pause;
         }
-        let State::ReadingResponse { headers, kind } = std::mem::replace(&mut self.state, State::Done) else {
+        let State::ReadingResponse { headers, kind } =
+            std::mem::replace(&mut self.state, State::Done)
+        else {
             return Action::Pause;
         };
         let Some(body) = host::buffer(BufferType::HttpResponseBody, body_size) else {
-            return self.withhold(Some(body_size), &headers, "the response body could not be read");
+            return self.withhold(
+                Some(body_size),
+                &headers,
+                "the response body could not be read",
+            );
         };
-        if headers.iter().any(|(n, v)| n == "content-encoding" && !v.trim().eq_ignore_ascii_case("identity")) {
-            return self.withhold(Some(body.len()), &headers, "encoded response bodies cannot be read");
+        if headers
+            .iter()
+            .any(|(n, v)| n == "content-encoding" && !v.trim().eq_ignore_ascii_case("identity"))
+        {
+            return self.withhold(
+                Some(body.len()),
+                &headers,
+                "encoded response bodies cannot be read",
+            );
         }
         self.encode(headers, body, kind, true)
+    }
+
+    fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
+        // The body ends without an end-of-stream body callback: it was never
+        // decoded, so it must not go on.
+        if matches!(self.state, State::ReadingRequest { .. }) {
+            return self.reject(reply::error(
+                ErrorKind::InvalidRequest,
+                "keyhole does not forward HMS requests with trailers",
+            ));
+        }
+        Action::Continue
+    }
+
+    fn on_http_response_trailers(&mut self, _num_trailers: usize) -> Action {
+        // Likewise: the buffered body was never scanned.
+        if matches!(self.state, State::ReadingResponse { .. }) {
+            return self.refuse_response(&reply::unaliasable(
+                "responses with trailers cannot be aliased",
+            ));
+        }
+        Action::Continue
     }
 }

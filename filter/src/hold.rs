@@ -22,7 +22,14 @@
 //!   sets `content-type: application/json` (the body is then keyhole's error).
 //! - `NAMES`: comma-separated tool names for `x-keyhole-off-surface` (LLM
 //!   listener); empty on the HMS listener.
-//! - `EDIT`: `name: value` replaces a header, `-name` removes it.
+//! - `EDIT`: `name: value` replaces a header, `-name` removes it; `name` is a
+//!   lower-case token or a pseudo-header (`:path`).
+//!
+//! The same line works on requests: on the HMS listener a request hold filter
+//! sits *after* keyhole and applies a verdict that keyhole prepended to a
+//! request body (a new `:path`, decoded once the body is complete, when the
+//! request headers have already left keyhole). On requests `STATUS` must be
+//! `0`; keyhole answers refusals itself.
 //!
 //! The hold header's value says what the hold filter does with a body that
 //! carries no valid verdict line: [`HOLD_OPEN`] passes it unchanged (the LLM
@@ -77,14 +84,23 @@ pub enum VerdictError {
     TooLong(usize),
 }
 
+/// A lower-case header token, or a pseudo-header (`:path`, `:status`).
 fn valid_name(name: &str) -> bool {
-    !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+    let token = name.strip_prefix(':').unwrap_or(name);
+    !token.is_empty()
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
 impl Verdict {
     /// Keeps the status and applies `edits`.
     pub fn keep(edits: Vec<HeaderEdit>) -> Verdict {
-        Verdict { status: 0, names: Vec::new(), edits }
+        Verdict {
+            status: 0,
+            names: Vec::new(),
+            edits,
+        }
     }
 
     /// Encodes the verdict line, `\n` included.
@@ -93,7 +109,11 @@ impl Verdict {
     /// character, or the line is too long for the hold filter.
     pub fn line(&self) -> Result<Vec<u8>, VerdictError> {
         let mut line = format!("{VERDICT_PREFIX}{} {}", self.status, self.names.join(","));
-        if self.names.iter().any(|n| n.contains(['\t', '\r', '\n', ' '])) {
+        if self
+            .names
+            .iter()
+            .any(|n| n.contains(['\t', '\r', '\n', ' ']))
+        {
             return Err(VerdictError::ControlChar("x-keyhole-off-surface".into()));
         }
         for edit in &self.edits {
@@ -105,7 +125,9 @@ impl Verdict {
                 return Err(VerdictError::HeaderName(name.clone()));
             }
             match value {
-                Some(v) if v.contains(['\t', '\r', '\n']) => return Err(VerdictError::ControlChar(name.clone())),
+                Some(v) if v.contains(['\t', '\r', '\n']) => {
+                    return Err(VerdictError::ControlChar(name.clone()))
+                }
                 Some(v) => line.push_str(&format!("\t{name}: {v}")),
                 None => line.push_str(&format!("\t-{name}")),
             }
@@ -134,10 +156,25 @@ mod tests {
         let v = Verdict {
             status: 0,
             names: vec![],
-            edits: vec![HeaderEdit::Set("location".into(), "/a/patient-001".into()), HeaderEdit::Remove("link".into())],
+            edits: vec![
+                HeaderEdit::Set("location".into(), "/a/patient-001".into()),
+                HeaderEdit::Remove("link".into()),
+            ],
         };
-        assert_eq!(v.frame(b"{}").unwrap(), b"keyhole-verdict 0 \tlocation: /a/patient-001\t-link\n{}");
-        let llm = Verdict { status: 502, names: vec!["a".into(), "b".into()], edits: vec![] };
+        assert_eq!(
+            v.frame(b"{}").unwrap(),
+            b"keyhole-verdict 0 \tlocation: /a/patient-001\t-link\n{}"
+        );
+        let llm = Verdict {
+            status: 502,
+            names: vec!["a".into(), "b".into()],
+            edits: vec![],
+        };
+        let path = Verdict::keep(vec![HeaderEdit::Set(":path".into(), "/p/1?q=2".into())]);
+        assert_eq!(
+            path.line().unwrap(),
+            b"keyhole-verdict 0 \t:path: /p/1?q=2\n"
+        );
         assert_eq!(llm.line().unwrap(), b"keyhole-verdict 502 a,b\n");
     }
 
@@ -146,8 +183,14 @@ mod tests {
         let tab = Verdict::keep(vec![HeaderEdit::Set("x".into(), "a\tb".into())]);
         assert_eq!(tab.line(), Err(VerdictError::ControlChar("x".into())));
         let name = Verdict::keep(vec![HeaderEdit::Remove("Bad Name".into())]);
-        assert_eq!(name.line(), Err(VerdictError::HeaderName("Bad Name".into())));
-        let long = Verdict::keep(vec![HeaderEdit::Set("x".into(), "a".repeat(MAX_VERDICT_LINE))]);
+        assert_eq!(
+            name.line(),
+            Err(VerdictError::HeaderName("Bad Name".into()))
+        );
+        let long = Verdict::keep(vec![HeaderEdit::Set(
+            "x".into(),
+            "a".repeat(MAX_VERDICT_LINE),
+        )]);
         assert!(matches!(long.line(), Err(VerdictError::TooLong(_))));
     }
 }

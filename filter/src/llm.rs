@@ -9,6 +9,7 @@
 //! Response path: the audit header is added to the response (request headers
 //! can no longer be changed once the body is being processed).
 
+use crate::hold::{Verdict, HOLD_HEADER, HOLD_OPEN};
 use crate::host;
 use crate::metrics::Metrics;
 use keyhole_core::admission::{self, ScanLimits, StreamScanner};
@@ -29,11 +30,6 @@ use std::time::Duration;
 pub const AUDIT_HEADER: &str = "x-keyhole-tools";
 /// Response header naming where the set came from.
 pub const SOURCE_HEADER: &str = "x-keyhole-source";
-/// Asks the hold filter (Lua, listed before this one) to keep the response
-/// headers until the body is complete and to apply the verdict line.
-pub const HOLD_HEADER: &str = "x-keyhole-hold";
-/// Starts the verdict line: `keyhole-verdict STATUS NAMES` (status 0 = keep).
-const VERDICT_PREFIX: &str = "keyhole-verdict ";
 /// Response header listing tools the answer called but the model was not shown.
 pub const OFF_SURFACE_HEADER: &str = "x-keyhole-off-surface";
 
@@ -44,8 +40,9 @@ enum State {
     /// Buffering the request body.
     Reading,
     /// Waiting for control's answer to call `token` (`None` while the call is
-    /// being dispatched: Envoy may answer a dead cluster synchronously).
-    Resolving { token: Option<u32>, body: Vec<u8> },
+    /// being dispatched: Envoy may answer a dead cluster synchronously). The
+    /// request is kept as read, with the body its spans refer to.
+    Resolving { token: Option<u32>, body: Vec<u8>, parsed: ParsedRequest<'static> },
     /// The request was decided; the response is checked against `surfaced`.
     Decided { surfaced: Vec<SurfacedTool>, source: Source, format: Format },
     /// Reading a non-streaming answer whole, to check its tool calls.
@@ -120,8 +117,8 @@ impl LlmStream {
         let Ok(payload) = serde_json::to_vec(&question) else {
             return self.apply(&parsed, &body, Err(Outage::Dispatch));
         };
-        drop(parsed);
-        self.state = State::Resolving { token: None, body };
+        let parsed = parsed.into_owned();
+        self.state = State::Resolving { token: None, body, parsed };
         self.in_body_callback = true;
         let dispatched = host::post_json(
             &self.config.control_cluster,
@@ -141,7 +138,7 @@ impl LlmStream {
             (Ok(_), State::Decided { .. }) => Action::Continue,
             (Ok(_), _) => Action::Pause,
             (Err(_), _) => match std::mem::replace(&mut self.state, State::Answered) {
-                State::Resolving { body, .. } => self.decide_on(&body, Err(Outage::Dispatch)),
+                State::Resolving { body, parsed, .. } => self.apply(&parsed, &body, Err(Outage::Dispatch)),
                 other => {
                     self.state = other;
                     Action::Pause
@@ -150,14 +147,6 @@ impl LlmStream {
         }
     }
 
-    /// Re-reads the buffered body and applies the decision for `answer`.
-    fn decide_on(&mut self, body: &[u8], answer: Result<&ResolveResponse, Outage>) -> Action {
-        match format::parse(&self.path, body) {
-            Ok(Some(parsed)) => self.apply(&parsed, body, answer),
-            // The body parsed before the call; it cannot fail now. Stay closed anyway.
-            _ => self.reject(reply::internal("the request body could not be re-read")),
-        }
-    }
 
     /// Applies core's decision to the buffered body. Returns `Continue` when the
     /// request may go on, `Pause` when it was answered locally.
@@ -182,6 +171,15 @@ impl LlmStream {
             Decision::Forward { keep, surfaced, source, clamped } => (keep, surfaced, source, clamped),
         };
         let rewritten = parsed.rewrite(body, &keep);
+        // The hard clamp: count what is about to leave, independently of how
+        // the set was chosen. Over budget (or unreadable) never leaves.
+        let budget = self.phase.budget().max;
+        let leaving = format::parse(&self.path, &rewritten).ok().map(|r| r.map_or(0, |r| r.tools.len()));
+        if !matches!(leaving, Some(n) if n <= budget) {
+            host::count(self.metrics.clamped, 1);
+            log::error!("keyhole.violation context={} budget={budget} leaving={leaving:?}", self.context_id);
+            return self.reject(reply::internal("the rewritten request failed the tool budget check"));
+        }
         if let Err(status) = host::replace_buffer(BufferType::HttpRequestBody, body.len(), &rewritten) {
             log::error!("keyhole.host op=set_body status={}", status.0);
             return self.reject(reply::internal("the request body could not be rewritten"));
@@ -224,6 +222,16 @@ impl LlmStream {
     }
 }
 
+/// Tool names as the model wrote them, made fit for a header: at most 16
+/// names of at most 64 visible ASCII characters (others become `?`).
+fn header_safe(names: &[String]) -> Vec<String> {
+    names
+        .iter()
+        .take(16)
+        .map(|n| n.chars().take(64).map(|c| if c.is_ascii_graphic() && c != ',' { c } else { '?' }).collect())
+        .collect()
+}
+
 /// The names of a surfaced set.
 fn names(surfaced: &[SurfacedTool]) -> Vec<&str> {
     surfaced.iter().map(|t| t.name.as_str()).collect()
@@ -237,8 +245,8 @@ fn audit_value(surfaced: &[SurfacedTool]) -> String {
 
 impl Context for LlmStream {
     fn on_http_call_response(&mut self, token_id: u32, _headers: usize, body_size: usize, _trailers: usize) {
-        let body = match std::mem::replace(&mut self.state, State::Answered) {
-            State::Resolving { token, body } if token.is_none() || token == Some(token_id) => body,
+        let (body, parsed) = match std::mem::replace(&mut self.state, State::Answered) {
+            State::Resolving { token, body, parsed } if token.is_none() || token == Some(token_id) => (body, parsed),
             other => {
                 self.state = other;
                 return;
@@ -254,7 +262,7 @@ impl Context for LlmStream {
         } else {
             Err(Outage::Status(status))
         };
-        let action = self.decide_on(&body, answer.as_ref().map_err(|e| *e));
+        let action = self.apply(&parsed, &body, answer.as_ref().map_err(|e| *e));
         if matches!(action, Action::Continue) && !self.in_body_callback {
             host::resume_request();
         }
@@ -333,7 +341,7 @@ impl HttpContext for LlmStream {
         // so the headers must wait for the body. Pausing here would stop this
         // filter's body callbacks too; the hold filter after us keeps the
         // headers instead.
-        host::set_response_header(HOLD_HEADER, Some("1"));
+        host::set_response_header(HOLD_HEADER, Some(HOLD_OPEN));
         self.state = State::CheckingAnswer { surfaced, format };
         Action::Continue
     }
@@ -372,9 +380,19 @@ impl HttpContext for LlmStream {
                     }
                 };
                 // The verdict travels to the hold filter in the body's first line.
-                let mut out = format!("{VERDICT_PREFIX}{status} {}\n", off.join(",")).into_bytes();
-                out.extend_from_slice(replacement.as_deref().unwrap_or(&body));
-                if let Err(status) = host::replace_buffer(BufferType::HttpResponseBody, body.len(), &out) {
+                let verdict = Verdict { status, names: header_safe(&off), edits: Vec::new() };
+                let framed = match verdict.frame(replacement.as_deref().unwrap_or(&body)) {
+                    Ok(framed) => framed,
+                    Err(e) => {
+                        // Tool names that cannot travel in a header: withhold the answer.
+                        log::error!("keyhole.verdict error={e}");
+                        let reply = reply::internal("the answer's verdict could not be written");
+                        Verdict { status: reply.status, names: Vec::new(), edits: Vec::new() }
+                            .frame(&reply.body)
+                            .unwrap_or_default()
+                    }
+                };
+                if let Err(status) = host::replace_buffer(BufferType::HttpResponseBody, body.len(), &framed) {
                     log::error!("keyhole.host op=set_response_body status={}", status.0);
                 }
                 Action::Continue

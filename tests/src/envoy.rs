@@ -28,6 +28,23 @@ pub struct EnvoyOptions {
     pub baseline: bool,
 }
 
+impl EnvoyOptions {
+    /// Options for rendering a config that is only validated, never served:
+    /// upstreams on the discard port, default filter configurations.
+    pub fn for_validation(dir: &std::path::Path) -> EnvoyOptions {
+        EnvoyOptions {
+            dir: dir.to_owned(),
+            socket: dir.join("control.sock"),
+            llm_upstream: SocketAddr::from(([127, 0, 0, 1], 9)),
+            hms_upstream: SocketAddr::from(([127, 0, 0, 1], 9)),
+            llm_filter_config: r#"{"mode":"llm"}"#.into(),
+            hms_filter_config: r#"{"mode":"hms"}"#.into(),
+            max_body_bytes: 1 << 20,
+            baseline: false,
+        }
+    }
+}
+
 /// A running Envoy; killed when dropped.
 pub struct Envoy {
     /// The child process.

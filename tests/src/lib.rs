@@ -3,7 +3,7 @@
 //! Each test gets its own temp dir, control socket, Envoy (with ports picked
 //! by the kernel and read back from the admin API) and recording upstreams.
 //! The embedder is shared: `scripts/with-services.sh` starts one and exports
-//! `KEYHOLE_EMBEDDER_URL` (Redis likewise as `KEYHOLE_REDIS_URL`).
+//! `KEYHOLE_EMBEDDER_URL` (Redis likewise as `KEYHOLE_TEST_REDIS_URL`; not `KEYHOLE_REDIS_URL`, which control itself reads).
 //!
 //! # Layout
 //! - [`paths`]: where the built artifacts and the shared data are.

@@ -67,16 +67,7 @@ fn the_compose_envoy_config_is_current_and_valid() {
 fn the_tls_provider_configs_validate() {
     let dir = tempfile::tempdir().unwrap();
     for host in ["api.openai.com", "api.anthropic.com"] {
-        let mut vars = envoy::vars(&envoy::EnvoyOptions {
-            dir: dir.path().to_owned(),
-            socket: dir.path().join("c.sock"),
-            llm_upstream: "127.0.0.1:9".parse().unwrap(),
-            hms_upstream: "127.0.0.1:9".parse().unwrap(),
-            llm_filter_config: r#"{"mode":"llm"}"#.into(),
-            hms_filter_config: r#"{"mode":"hms"}"#.into(),
-            max_body_bytes: 1 << 20,
-            baseline: false,
-        });
+        let mut vars = envoy::vars(&envoy::EnvoyOptions::for_validation(dir.path()));
         for (k, v) in vars.iter_mut() {
             match *k {
                 "LLM_CLUSTER" => *v = "llm_provider_tls".into(),
@@ -103,5 +94,31 @@ fn the_documented_filter_configuration_parses() {
     assert!(!blocks.is_empty(), "README.md documents the filter configuration");
     for block in blocks {
         Config::from_json(block.as_bytes()).unwrap_or_else(|e| panic!("README example does not parse: {e}\n{block}"));
+    }
+}
+
+/// The ```toml keyhole-control example in README.md passes `keyhole config
+/// check`; a file with mistakes fails, naming each field.
+#[test]
+fn the_documented_control_configuration_checks() {
+    let readme = std::fs::read_to_string(paths::repo().join("README.md")).unwrap();
+    let block = readme
+        .split("```toml keyhole-control\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n```").next())
+        .expect("README.md documents the control configuration");
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("keyhole.toml");
+    std::fs::write(&good, block).unwrap();
+    let out = Command::new(paths::keyhole_bin()).args(["config", "check"]).arg(&good).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "socket = 1\n[embedder]\ntimeout_ms = 0\nurl = \"nope\"\n[aliases]\nttl = 5\n").unwrap();
+    let out = Command::new(paths::keyhole_bin()).args(["config", "check"]).arg(&bad).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    for path in ["socket:", "embedder.timeout_ms:", "embedder.url:", "aliases.ttl: unknown setting"] {
+        assert!(err.contains(path), "{path} not reported:\n{err}");
     }
 }

@@ -1,5 +1,5 @@
 //! The HMS listener end to end: the real `.wasm` in a real Envoy, the real
-//! control binary (redb, or Redis when `KEYHOLE_REDIS_URL` is set), and a
+//! control binary (redb, or Redis when `KEYHOLE_TEST_REDIS_URL` is set), and a
 //! recording HMS upstream. These tests try to make a raw id reach the client,
 //! or an alias this session did not issue reach HMS.
 
@@ -17,25 +17,50 @@ const SESSION_HEADER: &str = "x-keyhole-session";
 /// The samples with the request path each answers.
 fn samples() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     [
-        ("01_patients.search.json", "/api/v2/patients/search?q=anna%20schmidt"),
-        ("02_patient.detail.json", "/api/v2/patients/039b70b8-92f7-44b7-9c91-4e3f0e900c71"),
-        ("03_appointments.list.json", "/api/v2/appointments?practitionerId=0ac775b2-ad2e-4163-99ac-3a87a51d563e"),
-        ("04_visit.detail.json", "/api/v2/visits/10c85729-d6ad-4aca-820e-d8626e93e35d"),
-        ("05_prescription.detail.json", "/api/v2/prescriptions/69d3e45a-488e-411b-a82d-240378a07637"),
-        ("06_task-group.detail.json", "/api/v2/task-groups/14164bd6-1627-4547-8c46-6476270980f7"),
-        ("07_appointment.create.response.json", "/api/v2/appointments"),
+        (
+            "01_patients.search.json",
+            "/api/v2/patients/search?q=anna%20schmidt",
+        ),
+        (
+            "02_patient.detail.json",
+            "/api/v2/patients/039b70b8-92f7-44b7-9c91-4e3f0e900c71",
+        ),
+        (
+            "03_appointments.list.json",
+            "/api/v2/appointments?practitionerId=0ac775b2-ad2e-4163-99ac-3a87a51d563e",
+        ),
+        (
+            "04_visit.detail.json",
+            "/api/v2/visits/10c85729-d6ad-4aca-820e-d8626e93e35d",
+        ),
+        (
+            "05_prescription.detail.json",
+            "/api/v2/prescriptions/69d3e45a-488e-411b-a82d-240378a07637",
+        ),
+        (
+            "06_task-group.detail.json",
+            "/api/v2/task-groups/14164bd6-1627-4547-8c46-6476270980f7",
+        ),
+        (
+            "07_appointment.create.response.json",
+            "/api/v2/appointments",
+        ),
         ("08_error.appointment-conflict.json", "/api/v2/appointments"),
     ]
     .into_iter()
     .map(|(file, path)| {
-        let body = std::fs::read(paths::catalog().join("hms_samples").join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let body = std::fs::read(paths::catalog().join("hms_samples").join(file))
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
         (file, path, body)
     })
     .collect()
 }
 
 fn sample(prefix: &str) -> (&'static str, &'static str, Vec<u8>) {
-    samples().into_iter().find(|(f, _, _)| f.starts_with(prefix)).expect("sample")
+    samples()
+        .into_iter()
+        .find(|(f, _, _)| f.starts_with(prefix))
+        .expect("sample")
 }
 
 /// Every raw id in a text, found by shape alone (no knowledge of keyhole's
@@ -53,7 +78,12 @@ fn raw_ids(text: &str) -> BTreeSet<String> {
     ];
     let mut out = BTreeSet::new();
     for p in patterns {
-        out.extend(Regex::new(p).unwrap().find_iter(text).map(|m| m.as_str().to_owned()));
+        out.extend(
+            Regex::new(p)
+                .unwrap()
+                .find_iter(text)
+                .map(|m| m.as_str().to_owned()),
+        );
     }
     let reference = Regex::new(
         r"\b(?:Patient|Practitioner|Appointment|Encounter|Location|Slot|MedicationRequest|ServiceRequest|DiagnosticReport|Task|Organization)/([A-Za-z0-9.\-]*[A-Za-z0-9])",
@@ -70,14 +100,19 @@ fn raw_ids(text: &str) -> BTreeSet<String> {
 
 /// `<prefix>-NNN` with a lowercase prefix: what keyhole hands out.
 fn is_alias_like(s: &str) -> bool {
-    Regex::new(r"^[a-z]+(?:-[a-z]+)*-[0-9]{3,}$").unwrap().is_match(s)
+    Regex::new(r"^[a-z]+(?:-[a-z]+)*-[0-9]{3,}$")
+        .unwrap()
+        .is_match(s)
 }
 
 /// Asserts that no raw id of `original` appears in `text`.
 fn assert_no_raw_id(what: &str, original: &str, text: &str) {
     let raw = raw_ids(original);
     for id in &raw {
-        assert!(!text.contains(id.as_str()), "{what}: raw id {id} reached the client:\n{text}");
+        assert!(
+            !text.contains(id.as_str()),
+            "{what}: raw id {id} reached the client:\n{text}"
+        );
     }
 }
 
@@ -86,7 +121,9 @@ fn skeleton(v: &Value) -> Value {
     match v {
         Value::String(_) => Value::String(String::new()),
         Value::Array(a) => Value::Array(a.iter().map(skeleton).collect()),
-        Value::Object(o) => Value::Object(o.iter().map(|(k, x)| (k.clone(), skeleton(x))).collect()),
+        Value::Object(o) => {
+            Value::Object(o.iter().map(|(k, x)| (k.clone(), skeleton(x))).collect())
+        }
         other => other.clone(),
     }
 }
@@ -104,20 +141,32 @@ impl Reply {
     }
 
     fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
     }
 
     fn header(&self, name: &str) -> Option<String> {
-        self.headers.get(name).map(|v| v.to_str().unwrap().to_owned())
+        self.headers
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
     }
 
     /// Every header as `name: value` lines.
     fn header_text(&self) -> String {
-        self.headers.iter().map(|(k, v)| format!("{k}: {}\n", v.to_str().unwrap_or("?"))).collect()
+        self.headers
+            .iter()
+            .map(|(k, v)| format!("{k}: {}\n", v.to_str().unwrap_or("?")))
+            .collect()
     }
 }
 
-async fn send(base: &str, method: &str, path: &str, session: Option<&str>, body: Option<Vec<u8>>) -> Reply {
+async fn send(
+    base: &str,
+    method: &str,
+    path: &str,
+    session: Option<&str>,
+    body: Option<Vec<u8>>,
+) -> Reply {
     let client = reqwest::Client::new();
     let mut req = client.request(method.parse().unwrap(), format!("{base}{path}"));
     if let Some(s) = session {
@@ -131,9 +180,17 @@ async fn send(base: &str, method: &str, path: &str, session: Option<&str>, body:
     let headers = resp.headers().clone();
     let body = resp.bytes().await.expect("body").to_vec();
     if let Some(len) = headers.get("content-length") {
-        assert_eq!(len.to_str().unwrap().parse::<usize>().unwrap(), body.len(), "content-length is the body's");
+        assert_eq!(
+            len.to_str().unwrap().parse::<usize>().unwrap(),
+            body.len(),
+            "content-length is the body's"
+        );
     }
-    Reply { status, headers, body }
+    Reply {
+        status,
+        headers,
+        body,
+    }
 }
 
 async fn get(stack: &Stack, session: &str, path: &str) -> Reply {
@@ -143,13 +200,17 @@ async fn get(stack: &Stack, session: &str, path: &str) -> Reply {
 /// Serves one sample from the HMS upstream and fetches it through Envoy.
 async fn fetch(stack: &Stack, session: &str, prefix: &str) -> (Vec<u8>, Reply) {
     let (_, path, body) = sample(prefix);
-    stack.hms.set(path.split('?').next().unwrap(), Canned::json(body.clone()));
+    stack
+        .hms
+        .set(path.split('?').next().unwrap(), Canned::json(body.clone()));
     let reply = get(stack, session, path).await;
     (body, reply)
 }
 
 fn str_at<'v>(v: &'v Value, pointer: &str) -> &'v str {
-    v.pointer(pointer).and_then(Value::as_str).unwrap_or_else(|| panic!("{pointer} missing in {v}"))
+    v.pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("{pointer} missing in {v}"))
 }
 
 /// The one request HMS saw since the last `clear`.
@@ -164,8 +225,15 @@ fn assert_refused(stack: &Stack, reply: &Reply, status: u16, alias: &str, case: 
     assert_eq!(reply.status, status, "{case}: {}", reply.text());
     let v = reply.json();
     let message = v["error"]["message"].as_str().unwrap_or_default();
-    assert!(message.contains(alias), "{case}: the error names {alias}: {message}");
-    assert!(stack.hms.seen().is_empty(), "{case}: HMS received {:?}", stack.hms.seen().iter().map(|r| &r.uri).collect::<Vec<_>>());
+    assert!(
+        message.contains(alias),
+        "{case}: the error names {alias}: {message}"
+    );
+    assert!(
+        stack.hms.seen().is_empty(),
+        "{case}: HMS received {:?}",
+        stack.hms.seen().iter().map(|r| &r.uri).collect::<Vec<_>>()
+    );
 }
 
 #[tokio::test]
@@ -175,45 +243,82 @@ async fn every_sample_reaches_the_client_without_a_raw_id_and_aliases_are_stable
     let mut total_ids = 0;
     for round in 0..2 {
         for (file, path, original) in samples() {
-            stack.hms.set(path.split('?').next().unwrap(), Canned::json(original.clone()));
+            stack.hms.set(
+                path.split('?').next().unwrap(),
+                Canned::json(original.clone()),
+            );
             let reply = get(&stack, "s-samples", path).await;
-            assert_eq!(reply.status, 200, "{file}: {}\n{}", reply.text(), stack.envoy.log_tail());
+            assert_eq!(
+                reply.status,
+                200,
+                "{file}: {}\n{}",
+                reply.text(),
+                stack.envoy.log_tail()
+            );
             let original_text = String::from_utf8(original.clone()).unwrap();
             let raw = raw_ids(&original_text);
             assert!(raw.len() >= 3, "{file}: the oracle found only {raw:?}");
             total_ids += raw.len();
             assert_no_raw_id(file, &original_text, &reply.text());
             assert_no_raw_id(file, &original_text, &reply.header_text());
-            assert!(!reply.text().contains("keyhole-verdict"), "{file}: the verdict line is stripped");
+            assert!(
+                !reply.text().contains("keyhole-verdict"),
+                "{file}: the verdict line is stripped"
+            );
             let (a, b): (Value, Value) = (serde_json::from_slice(&original).unwrap(), reply.json());
-            assert_eq!(skeleton(&a), skeleton(&b), "{file}: the document's shape changed");
+            assert_eq!(
+                skeleton(&a),
+                skeleton(&b),
+                "{file}: the document's shape changed"
+            );
             match first.get(file) {
                 None => {
                     first.insert(file, reply.body.clone());
                 }
-                Some(before) => assert_eq!(before, &reply.body, "{file}: aliases changed when fetched again"),
+                Some(before) => assert_eq!(
+                    before, &reply.body,
+                    "{file}: aliases changed when fetched again"
+                ),
             }
         }
-        assert!(round == 1 || total_ids > 100, "the oracle found {total_ids} ids");
+        assert!(
+            round == 1 || total_ids > 100,
+            "the oracle found {total_ids} ids"
+        );
     }
-    let out = |p: &str| -> Value { serde_json::from_slice(&first[samples().iter().find(|s| s.0.starts_with(p)).unwrap().0]).unwrap() };
+    let out = |p: &str| -> Value {
+        serde_json::from_slice(&first[samples().iter().find(|s| s.0.starts_with(p)).unwrap().0])
+            .unwrap()
+    };
     // One patient, one alias, in every response and every form.
     let anna = str_at(&out("01"), "/data/0/id").to_owned();
     assert!(anna.starts_with("patient-"), "{anna}");
     assert_eq!(str_at(&out("01"), "/data/0/fhirId"), anna);
     assert_eq!(str_at(&out("02"), "/data/id"), anna);
-    assert_eq!(str_at(&out("02"), "/data/fhirReference"), format!("Patient/{anna}"));
+    assert_eq!(
+        str_at(&out("02"), "/data/fhirReference"),
+        format!("Patient/{anna}")
+    );
     assert_eq!(str_at(&out("04"), "/data/patient/id"), anna);
-    assert_eq!(str_at(&out("06"), "/data/patient/reference"), format!("Patient/{anna}"));
+    assert_eq!(
+        str_at(&out("06"), "/data/patient/reference"),
+        format!("Patient/{anna}")
+    );
     assert!(str_at(&out("08"), "/errors/1/message").contains(&format!("{anna} (Patient/{anna})")));
     // The FHIR-only create response (07) gets the alias of the UUID+FHIR list entry (03).
     let list = out("03")["data"].as_array().unwrap().clone();
-    let booked = list.iter().find(|a| a["start"] == "2025-03-25T10:30:00+01:00").expect("booked entry");
+    let booked = list
+        .iter()
+        .find(|a| a["start"] == "2025-03-25T10:30:00+01:00")
+        .expect("booked entry");
     let appt = booked["id"].as_str().unwrap();
     assert!(appt.starts_with("patient-appt-"), "{appt}");
     assert_eq!(booked["fhirId"], appt);
     assert_eq!(str_at(&out("07"), "/fhirId"), appt);
-    assert_eq!(str_at(&out("07"), "/reference"), format!("Appointment/{appt}"));
+    assert_eq!(
+        str_at(&out("07"), "/reference"),
+        format!("Appointment/{appt}")
+    );
     assert!(str_at(&out("07"), "/location").contains(&format!("/Appointment/{appt}/")));
 }
 
@@ -262,8 +367,21 @@ async fn a_request_built_from_aliases_reaches_hms_with_the_real_ids() {
     });
     let sent = serde_json::to_vec(&body).unwrap();
     stack.hms.clear();
-    let reply = send(&stack.envoy.hms_url(), "POST", &format!("/api/v2/patients/{anna}/notes"), Some("s-round"), Some(sent)).await;
-    assert_eq!(reply.status, 200, "{}", reply.text());
+    let reply = send(
+        &stack.envoy.hms_url(),
+        "POST",
+        &format!("/api/v2/patients/{anna}/notes"),
+        Some("s-round"),
+        Some(sent),
+    )
+    .await;
+    assert_eq!(
+        reply.status,
+        200,
+        "{}\n{}",
+        reply.text(),
+        stack.envoy.log_tail()
+    );
     let seen = only_seen(&stack);
     assert_eq!(seen.uri, format!("/api/v2/patients/{anna_uuid}/notes"));
     let got: Value = serde_json::from_slice(&seen.body).unwrap();
@@ -272,12 +390,36 @@ async fn a_request_built_from_aliases_reaches_hms_with_the_real_ids() {
     assert_eq!(got["patient"]["fhirId"], "pat-000123");
     let (_, _, list03) = sample("03");
     let list03: Value = serde_json::from_slice(&list03).unwrap();
-    let booked_uuid = list03["data"].as_array().unwrap().iter().find(|a| a["start"] == "2025-03-25T10:30:00+01:00").unwrap()["id"].clone();
-    assert_eq!(got["appointmentId"], booked_uuid, "a plain id field gets the UUID");
-    assert_eq!(got["note"], format!("Kontrolle für {anna_uuid}, bitte \"dringend\""));
-    let length = seen.headers.get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
-    assert_eq!(length, Some(seen.body.len()), "HMS got a correct content-length");
-    assert_eq!(reply.json(), body, "the echo comes back with the same aliases");
+    let booked_uuid = list03["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["start"] == "2025-03-25T10:30:00+01:00")
+        .unwrap()["id"]
+        .clone();
+    assert_eq!(
+        got["appointmentId"], booked_uuid,
+        "a plain id field gets the UUID"
+    );
+    assert_eq!(
+        got["note"],
+        format!("Kontrolle für {anna_uuid}, bitte \"dringend\"")
+    );
+    let length = seen
+        .headers
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    assert_eq!(
+        length,
+        Some(seen.body.len()),
+        "HMS got a correct content-length"
+    );
+    assert_eq!(
+        reply.json(),
+        body,
+        "the echo comes back with the same aliases"
+    );
 }
 
 #[tokio::test]
@@ -287,11 +429,41 @@ async fn foreign_invented_sentinel_and_near_miss_aliases_never_reach_hms() {
     let anna = str_at(&list.json(), "/data/0/id").to_owned();
     let hms = stack.envoy.hms_url();
     let cases: Vec<(&str, &str, String, Option<Value>, &str)> = vec![
-        ("foreign", "s-intruder", format!("/api/v2/patients/{anna}"), None, anna.as_str()),
-        ("invented", "s-owner", "/api/v2/patients/patient-777".into(), None, "patient-777"),
-        ("sentinel", "s-owner", "/api/v2/patients/patient-000".into(), None, "patient-000"),
-        ("near miss never issued", "s-owner", "/api/v2/patients/patient-record-042".into(), None, "patient-record-042"),
-        ("invented in the query", "s-owner", format!("/api/v2/appointments?patientId={anna}&practitionerId=practitioner-404"), None, "practitioner-404"),
+        (
+            "foreign",
+            "s-intruder",
+            format!("/api/v2/patients/{anna}"),
+            None,
+            anna.as_str(),
+        ),
+        (
+            "invented",
+            "s-owner",
+            "/api/v2/patients/patient-777".into(),
+            None,
+            "patient-777",
+        ),
+        (
+            "sentinel",
+            "s-owner",
+            "/api/v2/patients/patient-000".into(),
+            None,
+            "patient-000",
+        ),
+        (
+            "near miss never issued",
+            "s-owner",
+            "/api/v2/patients/patient-record-042".into(),
+            None,
+            "patient-record-042",
+        ),
+        (
+            "invented in the query",
+            "s-owner",
+            format!("/api/v2/appointments?patientId={anna}&practitionerId=practitioner-404"),
+            None,
+            "practitioner-404",
+        ),
         (
             "invented in the body",
             "s-owner",
@@ -310,13 +482,28 @@ async fn foreign_invented_sentinel_and_near_miss_aliases_never_reach_hms() {
     for (case, session, path, body, alias) in cases {
         stack.hms.clear();
         let method = if body.is_some() { "POST" } else { "GET" };
-        let reply = send(&hms, method, &path, Some(session), body.map(|b| serde_json::to_vec(&b).unwrap())).await;
+        let reply = send(
+            &hms,
+            method,
+            &path,
+            Some(session),
+            body.map(|b| serde_json::to_vec(&b).unwrap()),
+        )
+        .await;
         assert_refused(&stack, &reply, 404, alias, case);
     }
     // The owner's alias still works: the refusals changed nothing.
     stack.hms.clear();
-    assert_eq!(get(&stack, "s-owner", &format!("/api/v2/patients/{anna}")).await.status, 200);
-    assert_eq!(only_seen(&stack).uri, "/api/v2/patients/039b70b8-92f7-44b7-9c91-4e3f0e900c71");
+    assert_eq!(
+        get(&stack, "s-owner", &format!("/api/v2/patients/{anna}"))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        only_seen(&stack).uri,
+        "/api/v2/patients/039b70b8-92f7-44b7-9c91-4e3f0e900c71"
+    );
 }
 
 #[tokio::test]
@@ -332,7 +519,10 @@ async fn a_request_without_the_session_header_fails_closed() {
         let reply = send(&hms, method, path, Some(""), None).await;
         assert_eq!(reply.status, 400, "{method} with an empty session");
     }
-    assert!(stack.hms.seen().is_empty(), "HMS received a request without a session");
+    assert!(
+        stack.hms.seen().is_empty(),
+        "HMS received a request without a session"
+    );
 }
 
 #[tokio::test]
@@ -345,25 +535,51 @@ async fn control_down_withholds_responses_and_refuses_aliased_requests() {
     // A response full of ids: a 502 JSON error, no raw id in body or headers.
     let (file, path, original) = sample("04");
     let mut canned = Canned::json(original.clone());
-    canned.headers.push(("location".into(), "/api/v2/visits/10c85729-d6ad-4aca-820e-d8626e93e35d".into()));
-    canned.headers.push(("x-hms-record".into(), "Encounter/enc-0045120".into()));
+    canned.headers.push((
+        "location".into(),
+        "/api/v2/visits/10c85729-d6ad-4aca-820e-d8626e93e35d".into(),
+    ));
+    canned
+        .headers
+        .push(("x-hms-record".into(), "Encounter/enc-0045120".into()));
     stack.hms.set(path.split('?').next().unwrap(), canned);
     let reply = get(&stack, "s-down", path).await;
     assert_eq!(reply.status, 502, "{file}: {}", reply.text());
-    assert_eq!(reply.json()["error"]["type"], "keyhole_unaliasable_response");
+    assert_eq!(
+        reply.json()["error"]["type"],
+        "keyhole_unaliasable_response"
+    );
     let original_text = String::from_utf8(original).unwrap();
     assert_no_raw_id(file, &original_text, &reply.text());
-    assert_no_raw_id(file, "/api/v2/visits/10c85729-d6ad-4aca-820e-d8626e93e35d Encounter/enc-0045120", &reply.header_text());
+    assert_no_raw_id(
+        file,
+        "/api/v2/visits/10c85729-d6ad-4aca-820e-d8626e93e35d Encounter/enc-0045120",
+        &reply.header_text(),
+    );
     assert!(reply.header("location").is_none());
 
     // A bodiless response whose Location carries an id: withheld too.
     let mut created = Canned::json(Vec::new());
     created.status = 201;
-    created.headers.push(("location".into(), "/api/v2/patients/74229a55-de5f-4d66-af4a-88e122c37321".into()));
+    created.headers.push((
+        "location".into(),
+        "/api/v2/patients/74229a55-de5f-4d66-af4a-88e122c37321".into(),
+    ));
     stack.hms.set("/api/v2/patients", created);
-    let reply = send(&stack.envoy.hms_url(), "POST", "/api/v2/patients", Some("s-down"), Some(b"{}".to_vec())).await;
+    let reply = send(
+        &stack.envoy.hms_url(),
+        "POST",
+        "/api/v2/patients",
+        Some("s-down"),
+        Some(b"{}".to_vec()),
+    )
+    .await;
     assert_eq!(reply.status, 502, "{}", reply.text());
-    assert!(!reply.header_text().contains("74229a55"), "{}", reply.header_text());
+    assert!(
+        !reply.header_text().contains("74229a55"),
+        "{}",
+        reply.header_text()
+    );
 
     // A request with an alias cannot be decoded: refused, HMS sees nothing.
     stack.hms.clear();
@@ -372,23 +588,72 @@ async fn control_down_withholds_responses_and_refuses_aliased_requests() {
     assert!(stack.hms.seen().is_empty());
 
     // Back up: everything works again, with the same aliases.
-    stack.control.as_mut().unwrap().restart().await.expect("restart");
+    stack
+        .control
+        .as_mut()
+        .unwrap()
+        .restart()
+        .await
+        .expect("restart");
     let (_, again) = fetch(&stack, "s-down", "01").await;
     assert_eq!(again.status, 200);
     assert_eq!(again.body, list.body);
 }
 
 #[tokio::test]
-async fn conflicting_ids_for_one_record_are_withheld() {
+async fn conflicting_ids_and_unreadable_bodies_are_withheld() {
     let stack = Stack::start(StackOptions::default()).await.expect("stack");
     fetch(&stack, "s-conflict", "01").await;
     // Anna's UUID with another patient's FHIR id: a corrupt projection.
     let body = br#"{"data":{"id":"039b70b8-92f7-44b7-9c91-4e3f0e900c71","fhirId":"pat-000871","name":"x"}}"#;
-    stack.hms.set("/api/v2/patients/x", Canned::json(body.to_vec()));
+    stack
+        .hms
+        .set("/api/v2/patients/x", Canned::json(body.to_vec()));
     let reply = get(&stack, "s-conflict", "/api/v2/patients/x").await;
     assert_eq!(reply.status, 502, "{}", reply.text());
-    assert_no_raw_id("conflict", std::str::from_utf8(body).unwrap(), &reply.text());
+    assert_no_raw_id(
+        "conflict",
+        std::str::from_utf8(body).unwrap(),
+        &reply.text(),
+    );
     assert!(reply.text().contains("conflict"), "{}", reply.text());
+
+    // A body keyhole cannot read is never passed on: broken JSON, an encoding.
+    let broken = br#"{"data":{"id":"74229a55-de5f-4d66-af4a-88e122c37321","#;
+    stack
+        .hms
+        .set("/api/v2/patients/broken", Canned::json(broken.to_vec()));
+    let mut gzipped = Canned::json(b"\x1f\x8b 74229a55-de5f-4d66-af4a-88e122c37321".to_vec());
+    gzipped
+        .headers
+        .push(("content-encoding".into(), "gzip".into()));
+    stack.hms.set("/api/v2/patients/gzipped", gzipped);
+    for path in ["/api/v2/patients/broken", "/api/v2/patients/gzipped"] {
+        let reply = get(&stack, "s-conflict", path).await;
+        assert_eq!(reply.status, 502, "{path}: {}", reply.text());
+        assert_eq!(
+            reply.json()["error"]["type"],
+            "keyhole_unaliasable_response"
+        );
+        assert!(
+            !reply.text().contains("74229a55") && !reply.header_text().contains("gzip"),
+            "{path}"
+        );
+    }
+    // HMS is asked for bodies keyhole can read.
+    stack.hms.clear();
+    let resp = reqwest::Client::new()
+        .get(format!("{}/api/v2/patients/broken", stack.envoy.hms_url()))
+        .header(SESSION_HEADER, "s-conflict")
+        .header("accept-encoding", "gzip, br")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 502);
+    assert!(
+        only_seen(&stack).headers.get("accept-encoding").is_none(),
+        "accept-encoding reached HMS"
+    );
 }
 
 #[tokio::test]
@@ -402,42 +667,91 @@ async fn headers_and_text_bodies_are_aliased() {
     let (_, _, created) = sample("07");
     let mut canned = Canned::json(created);
     canned.status = 201;
-    canned.headers.push(("location".into(), "/api/v2/appointments/appt-0009812".into()));
-    canned.headers.push(("link".into(), "</api/v2/patients/039b70b8-92f7-44b7-9c91-4e3f0e900c71>; rel=\"patient\"".into()));
+    canned.headers.push((
+        "location".into(),
+        "/api/v2/appointments/appt-0009812".into(),
+    ));
+    canned.headers.push((
+        "link".into(),
+        "</api/v2/patients/039b70b8-92f7-44b7-9c91-4e3f0e900c71>; rel=\"patient\"".into(),
+    ));
     stack.hms.set("/api/v2/appointments", canned);
-    let reply = send(&stack.envoy.hms_url(), "POST", "/api/v2/appointments", Some("s-headers"), Some(b"{}".to_vec())).await;
+    let reply = send(
+        &stack.envoy.hms_url(),
+        "POST",
+        "/api/v2/appointments",
+        Some("s-headers"),
+        Some(b"{}".to_vec()),
+    )
+    .await;
     assert_eq!(reply.status, 201, "{}", reply.text());
     let appt = str_at(&reply.json(), "/fhirId").to_owned();
-    assert_eq!(reply.header("location").unwrap(), format!("/api/v2/appointments/{appt}"));
-    assert_eq!(reply.header("link").unwrap(), format!("</api/v2/patients/{anna}>; rel=\"patient\""));
+    assert_eq!(
+        reply.header("location").unwrap(),
+        format!("/api/v2/appointments/{appt}")
+    );
+    assert_eq!(
+        reply.header("link").unwrap(),
+        format!("</api/v2/patients/{anna}>; rel=\"patient\"")
+    );
 
     // 201 without a body: the headers alone are aliased.
     let mut bare = Canned::json(Vec::new());
     bare.status = 201;
-    bare.headers.push(("location".into(), "/api/v2/patients/74229a55-de5f-4d66-af4a-88e122c37321".into()));
+    bare.headers.push((
+        "location".into(),
+        "/api/v2/patients/74229a55-de5f-4d66-af4a-88e122c37321".into(),
+    ));
     stack.hms.set("/api/v2/patients", bare);
-    let reply = send(&stack.envoy.hms_url(), "POST", "/api/v2/patients", Some("s-headers"), Some(b"{}".to_vec())).await;
+    let reply = send(
+        &stack.envoy.hms_url(),
+        "POST",
+        "/api/v2/patients",
+        Some("s-headers"),
+        Some(b"{}".to_vec()),
+    )
+    .await;
     assert_eq!(reply.status, 201, "{}", reply.text());
-    assert_eq!(reply.header("location").unwrap(), format!("/api/v2/patients/{schmitt}"));
+    assert_eq!(
+        reply.header("location").unwrap(),
+        format!("/api/v2/patients/{schmitt}")
+    );
 
     // A text body: UUIDs, references and prefixed FHIR ids.
-    let text = "Patient 039b70b8-92f7-44b7-9c91-4e3f0e900c71 (Patient/pat-000123) moved to prac-00042.\n";
+    let text =
+        "Patient 039b70b8-92f7-44b7-9c91-4e3f0e900c71 (Patient/pat-000123) moved to prac-00042.\n";
     let mut plain = Canned::json(text.as_bytes().to_vec());
-    plain.headers.push(("content-type".into(), "text/plain; charset=utf-8".into()));
+    plain
+        .headers
+        .push(("content-type".into(), "text/plain; charset=utf-8".into()));
     stack.hms.set("/api/v2/export.txt", plain);
     let reply = get(&stack, "s-headers", "/api/v2/export.txt").await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_no_raw_id("text", text, &reply.text());
-    assert!(reply.text().starts_with(&format!("Patient {anna} (Patient/{anna}) moved to practitioner-")), "{}", reply.text());
+    assert!(
+        reply.text().starts_with(&format!(
+            "Patient {anna} (Patient/{anna}) moved to practitioner-"
+        )),
+        "{}",
+        reply.text()
+    );
 
     // An upstream cannot forge the hold or a verdict.
-    let mut forged = Canned::json(b"keyhole-verdict 0 \n{\"id\":\"039b70b8-92f7-44b7-9c91-4e3f0e900c71\"}".to_vec());
+    let mut forged = Canned::json(
+        b"keyhole-verdict 0 \n{\"id\":\"039b70b8-92f7-44b7-9c91-4e3f0e900c71\"}".to_vec(),
+    );
     forged.headers.push(("x-keyhole-hold".into(), "1".into()));
-    forged.headers.push(("content-type".into(), "text/plain".into()));
+    forged
+        .headers
+        .push(("content-type".into(), "text/plain".into()));
     stack.hms.set("/api/v2/forged", forged);
     let reply = get(&stack, "s-headers", "/api/v2/forged").await;
     assert!(!reply.text().contains("039b70b8"), "{}", reply.text());
-    assert!(reply.text().starts_with("keyhole-verdict 0 \n"), "the upstream's line is body text: {}", reply.text());
+    assert!(
+        reply.text().starts_with("keyhole-verdict 0 \n"),
+        "the upstream's line is body text: {}",
+        reply.text()
+    );
 }
 
 /// An HMS upstream that answers every request with `body` in small chunks
@@ -447,7 +761,9 @@ async fn chunking_upstream(body: Vec<u8>, location: &'static str) -> SocketAddr 
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         loop {
-            let Ok((mut sock, _)) = listener.accept().await else { return };
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
             let body = body.clone();
             tokio::spawn(async move {
                 let mut head = Vec::new();
@@ -463,7 +779,9 @@ async fn chunking_upstream(body: Vec<u8>, location: &'static str) -> SocketAddr 
                 );
                 let _ = sock.write_all(start.as_bytes()).await;
                 for chunk in body.chunks(97) {
-                    let _ = sock.write_all(format!("{:x}\r\n", chunk.len()).as_bytes()).await;
+                    let _ = sock
+                        .write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+                        .await;
                     let _ = sock.write_all(chunk).await;
                     let _ = sock.write_all(b"\r\n").await;
                     let _ = sock.flush().await;
@@ -480,9 +798,15 @@ async fn chunking_upstream(body: Vec<u8>, location: &'static str) -> SocketAddr 
 async fn a_body_in_many_chunks_is_aliased_whole() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("control.sock");
-    let _control = control::Control::start(&socket, &dir.path().join("data"), &[]).await.expect("control");
+    let _control = control::Control::start(&socket, &dir.path().join("data"), &[])
+        .await
+        .expect("control");
     let (file, path, original) = sample("04");
-    let upstream = chunking_upstream(original.clone(), "/api/v2/visits/10c85729-d6ad-4aca-820e-d8626e93e35d").await;
+    let upstream = chunking_upstream(
+        original.clone(),
+        "/api/v2/visits/10c85729-d6ad-4aca-820e-d8626e93e35d",
+    )
+    .await;
     let defaults = StackOptions::default();
     let envoy = envoy::Envoy::start(envoy::EnvoyOptions {
         dir: dir.path().to_owned(),
@@ -503,7 +827,10 @@ async fn a_body_in_many_chunks_is_aliased_whole() {
     let (a, b): (Value, Value) = (serde_json::from_slice(&original).unwrap(), reply.json());
     assert_eq!(skeleton(&a), skeleton(&b));
     let visit = str_at(&b, "/data/id");
-    assert_eq!(reply.header("location").unwrap(), format!("/api/v2/visits/{visit}"));
+    assert_eq!(
+        reply.header("location").unwrap(),
+        format!("/api/v2/visits/{visit}")
+    );
 }
 
 #[tokio::test]
@@ -513,14 +840,33 @@ async fn aliases_survive_a_kill_9_of_control() {
     let (_, created) = fetch(&stack, "s-crash", "07").await;
     // Killed right after the responses were aliased: no shutdown, no flush.
     stack.control.as_mut().unwrap().kill().await.expect("kill");
-    stack.control.as_mut().unwrap().restart().await.expect("restart");
+    stack
+        .control
+        .as_mut()
+        .unwrap()
+        .restart()
+        .await
+        .expect("restart");
     let anna = str_at(&list.json(), "/data/0/id").to_owned();
     let appt = str_at(&created.json(), "/fhirId").to_owned();
     stack.hms.clear();
-    assert_eq!(get(&stack, "s-crash", &format!("/api/v2/patients/{anna}")).await.status, 200);
-    assert_eq!(only_seen(&stack).uri, "/api/v2/patients/039b70b8-92f7-44b7-9c91-4e3f0e900c71");
+    assert_eq!(
+        get(&stack, "s-crash", &format!("/api/v2/patients/{anna}"))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        only_seen(&stack).uri,
+        "/api/v2/patients/039b70b8-92f7-44b7-9c91-4e3f0e900c71"
+    );
     stack.hms.clear();
-    assert_eq!(get(&stack, "s-crash", &format!("/fhir/R4/Appointment/{appt}")).await.status, 200);
+    assert_eq!(
+        get(&stack, "s-crash", &format!("/fhir/R4/Appointment/{appt}"))
+            .await
+            .status,
+        200
+    );
     assert_eq!(only_seen(&stack).uri, "/fhir/R4/Appointment/appt-0009812");
     // Re-fetching mints nothing new.
     let (_, again) = fetch(&stack, "s-crash", "01").await;
@@ -529,22 +875,29 @@ async fn aliases_survive_a_kill_9_of_control() {
 
 /// The Redis URL the test set-up started (`scripts/with-services.sh`).
 fn redis_url() -> String {
-    std::env::var("KEYHOLE_REDIS_URL")
-        .expect("KEYHOLE_REDIS_URL is not set: run through scripts/with-services.sh with redis-server installed")
+    std::env::var("KEYHOLE_TEST_REDIS_URL")
+        .expect("KEYHOLE_TEST_REDIS_URL is not set: run through scripts/with-services.sh with redis-server installed")
 }
 
 #[tokio::test]
 async fn two_controls_sharing_redis_agree_under_concurrent_encoding_and_survive_kill_9() {
     let prefix = format!("keyhole-e2e-{}-{}", std::process::id(), rand_seed());
     let options = StackOptions {
-        control_args: vec!["--redis-url".into(), redis_url(), "--redis-prefix".into(), prefix],
+        control_args: vec![
+            "--redis-url".into(),
+            redis_url(),
+            "--redis-prefix".into(),
+            prefix,
+        ],
         ..StackOptions::default()
     };
     let mut a = Stack::start(options.clone()).await.expect("stack a");
     let b = Stack::start(options).await.expect("stack b");
     for (_, path, body) in samples() {
-        a.hms.set(path.split('?').next().unwrap(), Canned::json(body.clone()));
-        b.hms.set(path.split('?').next().unwrap(), Canned::json(body));
+        a.hms
+            .set(path.split('?').next().unwrap(), Canned::json(body.clone()));
+        b.hms
+            .set(path.split('?').next().unwrap(), Canned::json(body));
     }
     // The same entities, encoded by both controls at once, over and over.
     for round in 0..3 {
@@ -553,11 +906,20 @@ async fn two_controls_sharing_redis_agree_under_concurrent_encoding_and_survive_
         let mut from_b = Vec::new();
         for (file, path, original) in samples() {
             let (ra, rb) = tokio::join!(get(&a, &session, path), get(&b, &session, path));
-            assert_eq!((ra.status, rb.status), (200, 200), "{file}: {} / {}", ra.text(), rb.text());
+            assert_eq!(
+                (ra.status, rb.status),
+                (200, 200),
+                "{file}: {} / {}",
+                ra.text(),
+                rb.text()
+            );
             let original_text = String::from_utf8(original).unwrap();
             assert_no_raw_id(file, &original_text, &ra.text());
             assert_no_raw_id(file, &original_text, &rb.text());
-            assert_eq!(ra.body, rb.body, "{file}: the two controls gave different aliases");
+            assert_eq!(
+                ra.body, rb.body,
+                "{file}: the two controls gave different aliases"
+            );
             from_a.push(ra);
             from_b.push(rb);
         }
@@ -570,15 +932,31 @@ async fn two_controls_sharing_redis_agree_under_concurrent_encoding_and_survive_
     let (_, list) = fetch(&b, "s-shared-0", "01").await;
     let schmitt = str_at(&list.json(), "/data/1/id").to_owned();
     a.control.as_mut().unwrap().kill().await.expect("kill");
-    a.control.as_mut().unwrap().restart().await.expect("restart");
+    a.control
+        .as_mut()
+        .unwrap()
+        .restart()
+        .await
+        .expect("restart");
     a.hms.clear();
-    assert_eq!(get(&a, "s-shared-0", &format!("/api/v2/patients/{schmitt}")).await.status, 200);
-    assert_eq!(only_seen(&a).uri, "/api/v2/patients/74229a55-de5f-4d66-af4a-88e122c37321");
+    assert_eq!(
+        get(&a, "s-shared-0", &format!("/api/v2/patients/{schmitt}"))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        only_seen(&a).uri,
+        "/api/v2/patients/74229a55-de5f-4d66-af4a-88e122c37321"
+    );
 }
 
 /// Distinguishes Redis key prefixes of runs that share one server.
 fn rand_seed() -> u128 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
 }
 
 /// Median and 90th percentile of `n` sequential GETs, in microseconds.
@@ -587,7 +965,12 @@ async fn timings(base: &str, path: &str, n: usize) -> (u128, u128) {
     let mut all = Vec::with_capacity(n);
     for _ in 0..n {
         let started = Instant::now();
-        let resp = client.get(format!("{base}{path}")).header(SESSION_HEADER, "s-latency").send().await.unwrap();
+        let resp = client
+            .get(format!("{base}{path}"))
+            .header(SESSION_HEADER, "s-latency")
+            .send()
+            .await
+            .unwrap();
         assert_eq!(resp.status(), 200);
         resp.bytes().await.unwrap();
         all.push(started.elapsed().as_micros());
@@ -618,10 +1001,18 @@ async fn latency_of_the_hms_route_with_and_without_keyhole() {
     .expect("baseline envoy");
     let (largest, _, body) = samples().into_iter().max_by_key(|s| s.2.len()).unwrap();
     stack.hms.set("/api/v2/largest", Canned::json(body.clone()));
-    let all: Vec<Value> = samples().iter().map(|s| serde_json::from_slice(&s.2).unwrap()).collect();
+    let all: Vec<Value> = samples()
+        .iter()
+        .map(|s| serde_json::from_slice(&s.2).unwrap())
+        .collect();
     let combined = serde_json::to_vec_pretty(&serde_json::json!({ "data": all })).unwrap();
-    stack.hms.set("/api/v2/combined", Canned::json(combined.clone()));
-    for (name, path, size) in [(largest, "/api/v2/largest", body.len()), ("all samples", "/api/v2/combined", combined.len())] {
+    stack
+        .hms
+        .set("/api/v2/combined", Canned::json(combined.clone()));
+    for (name, path, size) in [
+        (largest, "/api/v2/largest", body.len()),
+        ("all samples", "/api/v2/combined", combined.len()),
+    ] {
         // Warm up both (first request mints the aliases).
         timings(&stack.envoy.hms_url(), path, 5).await;
         timings(&baseline.hms_url(), path, 5).await;

@@ -112,16 +112,7 @@ async fn with_control_down_nothing_unbounded_is_forwarded() {
 #[test]
 fn envoy_validates_the_shipped_config_and_names_a_bad_plugin_field() {
     let dir = tempfile::tempdir().unwrap();
-    let options = envoy::EnvoyOptions {
-        dir: dir.path().to_owned(),
-        socket: dir.path().join("control.sock"),
-        llm_upstream: "127.0.0.1:9".parse().unwrap(),
-        hms_upstream: "127.0.0.1:9".parse().unwrap(),
-        llm_filter_config: r#"{"mode":"llm"}"#.into(),
-        hms_filter_config: r#"{"mode":"hms"}"#.into(),
-        max_body_bytes: 1 << 20,
-        baseline: false,
-    };
+    let options = envoy::EnvoyOptions::for_validation(dir.path());
     let good = envoy::render(&envoy::vars(&options)).unwrap();
     let (ok, out) = envoy::validate(&good, dir.path()).unwrap();
     assert!(ok, "shipped config must validate:\n{out}");

@@ -271,6 +271,27 @@ pub fn parse<'a>(path: &str, body: &'a [u8]) -> Result<Option<ParsedRequest<'a>>
 }
 
 impl ParsedRequest<'_> {
+    /// The same request, owning its strings, so it can outlive the body it was
+    /// read from (the filter keeps it across the callout to control instead of
+    /// reading the body twice). Spans still refer to that body.
+    pub fn into_owned(self) -> ParsedRequest<'static> {
+        ParsedRequest {
+            format: self.format,
+            tools: self
+                .tools
+                .into_iter()
+                .map(|t| FunctionTool {
+                    name: Cow::Owned(t.name.into_owned()),
+                    description: Cow::Owned(t.description.into_owned()),
+                })
+                .collect(),
+            turn: self.turn,
+            tool_choice: self.tool_choice,
+            forced: self.forced,
+            arrays: self.arrays,
+        }
+    }
+
     /// The tool descriptors to send to control.
     pub fn descriptors(&self) -> Vec<crate::wire::ToolDescriptor> {
         self.tools

@@ -366,7 +366,14 @@ async fn main() -> anyhow::Result<()> {
         let path = format!("/api/v2/bench/{}", name.trim_end_matches(".json"));
         stack.hms.set(&path, Canned::json(body.clone()));
         let n = if body.len() > 100_000 { rounds / 10 } else { rounds / 3 };
-        let (a, z) = interleaved(&hk, &hb, &[Req::get(&path, "bench-hms")], n.max(3)).await?;
+        let (a, z) = match interleaved(&hk, &hb, &[Req::get(&path, "bench-hms")], n.max(3)).await {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!("  {name}: {e}");
+                hms.push(json!({"sample": name, "bytes": body.len(), "error": e.to_string()}));
+                continue;
+            }
+        };
         let p = pair(a, z);
         let mbps = if p.added_p50_ms > 0.0 { body.len() as f64 / (p.added_p50_ms / 1e3) / 1e6 } else { f64::INFINITY };
         let (core_mbps, _) = core_rewrite(body, if body.len() > 100_000 { 5 } else { 50 }).unwrap_or((0.0, 0.0));
@@ -452,6 +459,8 @@ async fn main() -> anyhow::Result<()> {
     let scale_control =
         Control::start(&scale_socket, &scale_dir.path().join("data"), &["--embedder-url".into(), format!("http://{emb}")]).await?;
     let mut scaling = Vec::new();
+    // Each registry extends the previous one; only the new tools are embedded.
+    let mut previous = 0usize;
     for n in [100usize, 1_000, 5_000, 20_000] {
         let req = ResolveRequest {
             session: Some(format!("scale-{n}")),
@@ -466,13 +475,14 @@ async fn main() -> anyhow::Result<()> {
         loop {
             resolve_over_socket(&scale_socket, &req, 1).await?;
             let done = embedded.load(std::sync::atomic::Ordering::Relaxed) - before;
-            if done >= n as u64 || Instant::now() > deadline {
+            if done >= (n - previous) as u64 || Instant::now() > deadline {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         resolve_over_socket(&scale_socket, &req, 3).await?;
         let lat = resolve_over_socket(&scale_socket, &req, if n >= 5_000 { rounds / 5 } else { rounds / 2 }).await?;
+        previous = n;
         let request_bytes = serde_json::to_vec(&req)?.len();
         eprintln!("  {n} tools: p50 {:.3} ms", lat.p50_ms);
         scaling.push(json!({"tools": n, "resolve": lat, "request_bytes": request_bytes}));
@@ -528,6 +538,10 @@ fn markdown(r: &BTreeMap<&str, Value>) -> String {
     s += &row("1. LLM catalog request, cold query embedding", &l["cold_query_embedding"]);
     s += &row("2. GET through the LLM listener", &r["llm_get"]);
     for h in r["hms"].as_array().into_iter().flatten() {
+        if let Some(e) = h["error"].as_str() {
+            s += &format!("| 3. HMS {} ({} B) | failed: {e} | | |\n", h["sample"].as_str().unwrap_or("?"), h["bytes"]);
+            continue;
+        }
         s += &row(&format!("3. HMS {} ({} B)", h["sample"].as_str().unwrap_or("?"), h["bytes"]), &h["latency"]);
     }
     s += &format!(
