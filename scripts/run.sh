@@ -51,7 +51,11 @@ export MAX_BODY_BYTES=${MAX_BODY_BYTES:-4194304}
 export LLM_FILTER_CONFIG=${LLM_FILTER_CONFIG:-'{"mode":"llm","timeout_ms":30000}'}
 export HMS_FILTER_CONFIG=${HMS_FILTER_CONFIG:-'{"mode":"hms","timeout_ms":5000}'}
 
-target/release/keyhole serve --socket "$KEYHOLE_SOCKET" --data-dir "$RUN/data" &
+# The catalog's metadata overlay (categories, retrieval descriptions, keywords,
+# patient requirements) when the catalog is there; keyhole works without one.
+overlay=()
+[ -f "$CATALOG/tools.json" ] && overlay=(--overlay "$CATALOG/tools.json")
+target/release/keyhole serve --socket "$KEYHOLE_SOCKET" --data-dir "$RUN/data" "${overlay[@]}" &
 pids+=($!)
 for _ in $(seq 1 100); do [ -S "$KEYHOLE_SOCKET" ] && break; sleep 0.1; done
 envoy/render.py envoy/envoy.yaml.tmpl >"$RUN/envoy.yaml"

@@ -54,7 +54,8 @@ impl Default for StackOptions {
             llm_filter_config: r#"{"mode":"llm","timeout_ms":30000}"#.into(),
             hms_filter_config: r#"{"mode":"hms","timeout_ms":5000}"#.into(),
             max_body_bytes: 4 * 1024 * 1024,
-            control_args: Vec::new(),
+            // The catalog's metadata overlay, as `make run` and compose use it.
+            control_args: vec!["--overlay".into(), paths::catalog().join("tools.json").display().to_string()],
         }
     }
 }

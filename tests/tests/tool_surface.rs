@@ -404,3 +404,30 @@ async fn a_thousand_requests_across_control_crashes_never_exceed_the_budget() {
     assert_eq!(seen.len(), ok, "every 200 was forwarded (bounded), no 503 was");
     println!("1000 requests, {crashes} control crashes: {ok} forwarded bounded, {unavailable} answered 503, 0 over budget");
 }
+
+#[tokio::test]
+async fn with_the_embedder_down_control_answers_its_bounded_fallback() {
+    // control is up, but its embedder is not: nothing listens on the discard port.
+    let stack = Stack::start(StackOptions {
+        control_args: vec!["--embedder-url".into(), "http://127.0.0.1:9".into()],
+        ..Default::default()
+    })
+    .await
+    .expect("stack");
+    let case = &cases()[0];
+    let resp = send(&stack, case.path, case.body.clone(), &session("no-embedder")).await;
+    assert_eq!(resp.status(), 200, "{}", stack.envoy.log_tail());
+    let source = resp.headers()["x-keyhole-source"].to_str().unwrap().to_owned();
+    let tools = function_tools(&stack.llm.seen()[0].body, false);
+    assert!(tools.len() <= 12, "{} tools", tools.len());
+    // Either the bounded fallback or lexical ranking of a registry that cannot be
+    // embedded: never the registry, and the source says which.
+    assert!(source == "control-fallback" || source == "retrieval", "{source}");
+    // control says how it ranked, in the session's audit trail.
+    let audit = keyhole_e2e::control::get(&stack.socket(), "/v1/audit/no-embedder").await.unwrap();
+    assert!(
+        audit.contains(r#""retrieval":"lexical""#) || audit.contains(r#""retrieval":"outage""#),
+        "the audit trail names the degraded ranking: {audit}"
+    );
+    assert!(!audit.contains("Book Anna"), "no prompt text in the audit trail");
+}

@@ -296,6 +296,8 @@ async fn main() -> anyhow::Result<()> {
     eprintln!("starting keyhole (Envoy + filter + control) and plain Envoy…");
     let stack = Stack::start(StackOptions {
         llm_filter_config: r#"{"mode":"llm","timeout_ms":30000}"#.into(),
+        // The filter's default limit is 1 MiB; scenario 3 sends a ~1 MB body.
+        hms_filter_config: r#"{"mode":"hms","timeout_ms":30000,"max_body_bytes":4194304}"#.into(),
         ..Default::default()
     })
     .await?;
