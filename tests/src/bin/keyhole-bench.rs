@@ -365,7 +365,14 @@ async fn main() -> anyhow::Result<()> {
     samples.push(("synthetic-1MB.json".into(), synthetic_hms(1 << 20)));
     let (hk, hb) = (stack.envoy.hms_url(), baseline.hms_url());
     for (name, body) in &samples {
-        let path = format!("/api/v2/bench/{}", name.trim_end_matches(".json"));
+        // The synthetic body is a patient list: served where a patient list lives,
+        // so the path names its kind (at an unknown path its ids are ambiguous and
+        // the filter refuses them).
+        let path = if name.starts_with("synthetic") {
+            "/api/v2/patients".to_owned()
+        } else {
+            format!("/api/v2/bench/{}", name.trim_end_matches(".json"))
+        };
         stack.hms.set(&path, Canned::json(body.clone()));
         let n = if body.len() > 100_000 { rounds / 10 } else { rounds / 3 };
         let (a, z) = match interleaved(&hk, &hb, &[Req::get(&path, "bench-hms")], n.max(3)).await {
