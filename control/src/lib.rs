@@ -10,6 +10,7 @@
 //! - [`index`]: the vector store trait, its embedded and Qdrant backends, and
 //!   incremental indexing by content hash.
 //! - [`load`]: reading registries (tools.json, tools.jsonl, request bodies).
+//! - [`metrics`]: control's counters at `GET /metrics` (Prometheus text).
 //! - [`eval`]: retrieval metrics over labelled queries (`keyhole eval`).
 //! - [`resolve`]: answers `/v1/resolve` from embeddings and per-session memory.
 //! - [`server`]: the HTTP API (router, errors, serving with graceful shutdown).
@@ -22,6 +23,7 @@ pub mod embed;
 pub mod eval;
 pub mod index;
 pub mod load;
+pub mod metrics;
 pub mod resolve;
 pub mod server;
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! shutdown future resolves, drains, and removes the socket file.
 
 use crate::alias::{AliasState, AliasStore};
+use crate::metrics::Metrics;
 use crate::resolve::{AuditEntry, Resolver};
 use axum::extract::{Path as UrlPath, State};
 use axum::http::StatusCode;
@@ -47,11 +48,16 @@ impl IntoResponse for ApiError {
 /// The routes over `state`.
 pub fn router(state: AppState) -> Router {
     let aliases = crate::alias::routes(AliasState { store: state.aliases.clone() });
+    let metrics = Arc::new(Metrics::default());
     Router::new()
         .route("/healthz", get(healthz))
         .route("/v1/resolve", post(resolve))
         .route("/v1/audit/{session}", get(audit))
         .merge(aliases)
+        .route("/metrics", get(render_metrics))
+        // Counts every matched route (after routing, so the route is known).
+        .route_layer(axum::middleware::from_fn_with_state(metrics.clone(), crate::metrics::track))
+        .layer(axum::Extension(metrics))
         // A request carries the whole registry (tens of thousands of tools in
         // the largest deployments); the filter's own limit is 64 MiB.
         .layer(axum::extract::DefaultBodyLimit::max(MAX_REQUEST_BYTES))
@@ -65,9 +71,19 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-async fn resolve(State(state): State<AppState>, Json(req): Json<ResolveRequest>) -> Json<ResolveResponse> {
+/// `GET /metrics`: Prometheus text.
+async fn render_metrics(axum::Extension(metrics): axum::Extension<Arc<Metrics>>) -> impl IntoResponse {
+    ([("content-type", "text/plain; version=0.0.4")], metrics.render().await)
+}
+
+async fn resolve(
+    State(state): State<AppState>,
+    axum::Extension(metrics): axum::Extension<Arc<Metrics>>,
+    Json(req): Json<ResolveRequest>,
+) -> Json<ResolveResponse> {
     let started = std::time::Instant::now();
     let answer = state.resolver.resolve(&req).await;
+    metrics.resolved(answer.source, req.tools.len(), answer.tools.len());
     tracing::debug!(
         session = req.session.as_deref().unwrap_or("-"),
         phase = %req.phase,

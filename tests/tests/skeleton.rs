@@ -70,6 +70,12 @@ async fn catalog_request_reaches_the_upstream_as_a_bounded_byte_identical_subset
         assert!(got_tools.iter().any(|t| t.contains(&format!("\"name\":\"{name}\""))), "{name}");
     }
     assert!(stack.envoy.log_text().contains("keyhole.candidate-set"), "the per-turn line is logged");
+
+    // control's own metrics, in Prometheus text.
+    let metrics = keyhole_e2e::control::get(&stack.socket(), "/metrics").await.expect("metrics");
+    assert!(metrics.contains("keyhole_control_requests_total{route=\"/v1/resolve\",status=\"200\"} 1"), "{metrics}");
+    assert!(metrics.contains("keyhole_control_tools_total{direction=\"in\"} 108"), "{metrics}");
+    assert!(!metrics.contains("s-skeleton"), "no session in metric labels");
 }
 
 #[tokio::test]

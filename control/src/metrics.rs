@@ -1,0 +1,78 @@
+//! control's own metrics, served at `GET /metrics` in the Prometheus text format.
+//!
+//! Requests are counted per route and status with their total duration, and
+//! resolves per source (retrieval or fallback) with tools in and out. No label
+//! carries a session, an id or any request content.
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use keyhole_core::wire::Source;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio::sync::Mutex;
+
+/// Counters shared by the handlers.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// (route, status) → (requests, seconds).
+    requests: Mutex<BTreeMap<(String, u16), (u64, f64)>>,
+    resolves_retrieval: AtomicU64,
+    resolves_fallback: AtomicU64,
+    tools_in: AtomicU64,
+    tools_out: AtomicU64,
+}
+
+impl Metrics {
+    /// Counts one resolve.
+    pub fn resolved(&self, source: Source, tools_in: usize, tools_out: usize) {
+        let counter = match source {
+            Source::Retrieval => &self.resolves_retrieval,
+            Source::ControlFallback | Source::FilterFallback => &self.resolves_fallback,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        self.tools_in.fetch_add(tools_in as u64, Ordering::Relaxed);
+        self.tools_out.fetch_add(tools_out as u64, Ordering::Relaxed);
+    }
+
+    /// The Prometheus text exposition of every counter.
+    pub async fn render(&self) -> String {
+        let mut out = String::new();
+        out.push_str("# HELP keyhole_control_requests_total HTTP requests answered, by route and status.\n");
+        out.push_str("# TYPE keyhole_control_requests_total counter\n");
+        let requests = self.requests.lock().await;
+        for ((route, status), (n, _)) in requests.iter() {
+            let _ = writeln!(out, "keyhole_control_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}");
+        }
+        out.push_str("# HELP keyhole_control_request_seconds_total Time spent answering, by route and status.\n");
+        out.push_str("# TYPE keyhole_control_request_seconds_total counter\n");
+        for ((route, status), (_, secs)) in requests.iter() {
+            let _ = writeln!(out, "keyhole_control_request_seconds_total{{route=\"{route}\",status=\"{status}\"}} {secs:.6}");
+        }
+        drop(requests);
+        out.push_str("# HELP keyhole_control_resolves_total Candidate sets answered, by source.\n");
+        out.push_str("# TYPE keyhole_control_resolves_total counter\n");
+        let _ = writeln!(out, "keyhole_control_resolves_total{{source=\"retrieval\"}} {}", self.resolves_retrieval.load(Ordering::Relaxed));
+        let _ = writeln!(out, "keyhole_control_resolves_total{{source=\"fallback\"}} {}", self.resolves_fallback.load(Ordering::Relaxed));
+        out.push_str("# HELP keyhole_control_tools_total Function tools received and surfaced by resolves.\n");
+        out.push_str("# TYPE keyhole_control_tools_total counter\n");
+        let _ = writeln!(out, "keyhole_control_tools_total{{direction=\"in\"}} {}", self.tools_in.load(Ordering::Relaxed));
+        let _ = writeln!(out, "keyhole_control_tools_total{{direction=\"out\"}} {}", self.tools_out.load(Ordering::Relaxed));
+        out
+    }
+}
+
+/// Middleware counting each matched route's requests and time.
+pub async fn track(State(metrics): State<Arc<Metrics>>, path: Option<MatchedPath>, req: Request, next: Next) -> Response {
+    let route = path.map(|p| p.as_str().to_owned()).unwrap_or_else(|| "other".to_owned());
+    let started = std::time::Instant::now();
+    let resp = next.run(req).await;
+    let secs = started.elapsed().as_secs_f64();
+    let mut requests = metrics.requests.lock().await;
+    let entry = requests.entry((route, resp.status().as_u16())).or_insert((0, 0.0));
+    entry.0 += 1;
+    entry.1 += secs;
+    resp
+}
