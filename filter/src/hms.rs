@@ -50,7 +50,6 @@ use keyhole_core::reply::{self, ErrorKind, LocalReply};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType};
 use std::rc::Rc;
-use std::time::Duration;
 
 /// Response headers that are never scanned: they carry no ids and the hold
 /// filter (or Envoy) sets them.
@@ -191,10 +190,6 @@ impl HmsStream {
         Action::Pause
     }
 
-    fn timeout(&self) -> Duration {
-        Duration::from_millis(self.config.timeout_ms)
-    }
-
     // === requests ===
 
     /// Scans the request and either lets it go (no alias), refuses it, or asks
@@ -232,15 +227,7 @@ impl HmsStream {
             body,
             path_held,
         };
-        self.in_callback = true;
-        let dispatched = host::post_json(
-            &self.config.control_cluster,
-            &self.config.control_authority,
-            "/v1/alias/decode",
-            &payload,
-            self.timeout(),
-        );
-        self.in_callback = false;
+        let dispatched = host::dispatch_to_control(&self.config, "/v1/alias/decode", &payload, &mut self.in_callback);
         match (dispatched, &mut self.state) {
             (Ok(id), State::Decoding { token, .. }) => {
                 *token = Some(id);
@@ -390,15 +377,7 @@ impl HmsStream {
             return self.withhold(held_body, &headers, "the encode request could not be built");
         };
         self.state = State::Encoding { token: None, job };
-        self.in_callback = true;
-        let dispatched = host::post_json(
-            &self.config.control_cluster,
-            &self.config.control_authority,
-            "/v1/alias/encode",
-            &payload,
-            self.timeout(),
-        );
-        self.in_callback = false;
+        let dispatched = host::dispatch_to_control(&self.config, "/v1/alias/encode", &payload, &mut self.in_callback);
         match (dispatched, &mut self.state) {
             (Ok(id), State::Encoding { token, .. }) => {
                 *token = Some(id);

@@ -5,6 +5,7 @@
 //! caller checks the result.
 
 use crate::abi;
+use keyhole_core::config::Config;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType, Status, StreamType};
 use std::time::Duration;
@@ -126,21 +127,34 @@ pub fn resume_response() {
     }
 }
 
-/// Dispatches a POST with a JSON body to `cluster`. Returns the call token.
-pub fn post_json(
-    cluster: &str,
-    authority: &str,
+/// Dispatches a POST with a JSON body to control and returns the call token.
+///
+/// Envoy may answer a call to a dead cluster synchronously, running
+/// `on_http_call_response` inside this call. `dispatching` is true for exactly
+/// that span, so the response callback knows not to resume a stream that the
+/// calling callback is still deciding about (its return value does that).
+pub fn dispatch_to_control(
+    config: &Config,
     path: &str,
     body: &[u8],
-    timeout: Duration,
+    dispatching: &mut bool,
 ) -> Result<u32, Status> {
     let headers = vec![
         (":method", "POST"),
         (":path", path),
-        (":authority", authority),
+        (":authority", config.control_authority.as_str()),
         ("content-type", "application/json"),
     ];
-    hostcalls::dispatch_http_call(cluster, headers, Some(body), vec![], timeout)
+    *dispatching = true;
+    let result = hostcalls::dispatch_http_call(
+        &config.control_cluster,
+        headers,
+        Some(body),
+        vec![],
+        Duration::from_millis(config.timeout_ms),
+    );
+    *dispatching = false;
+    result
 }
 
 /// Adds `offset` to a counter; failures are ignored (metrics never decide).

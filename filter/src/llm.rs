@@ -24,7 +24,6 @@ use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType};
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::time::Duration;
 
 /// Response header listing the surfaced tools as `name=reason` pairs.
 pub const AUDIT_HEADER: &str = "x-keyhole-tools";
@@ -119,15 +118,7 @@ impl LlmStream {
         };
         let parsed = parsed.into_owned();
         self.state = State::Resolving { token: None, body, parsed };
-        self.in_body_callback = true;
-        let dispatched = host::post_json(
-            &self.config.control_cluster,
-            &self.config.control_authority,
-            "/v1/resolve",
-            &payload,
-            Duration::from_millis(self.config.timeout_ms),
-        );
-        self.in_body_callback = false;
+        let dispatched = host::dispatch_to_control(&self.config, "/v1/resolve", &payload, &mut self.in_body_callback);
         match (dispatched, &mut self.state) {
             // Waiting for the answer.
             (Ok(id), State::Resolving { token, .. }) => {
