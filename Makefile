@@ -34,8 +34,9 @@ build: setup
 run: build
 	scripts/run.sh
 
+# Under with-services.sh too: the vector-store tests run on Qdrant as well.
 unit: setup
-	$(CARGO) test --release --locked -p keyhole-core -p keyhole-control
+	scripts/with-services.sh $(CARGO) test --release --locked -p keyhole-core -p keyhole-control
 
 test: build
 	$(CARGO) build --locked -p keyhole-core --target wasm32-wasip1

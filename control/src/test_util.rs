@@ -1,4 +1,5 @@
-//! Test helpers: a local OpenAI-compatible embeddings endpoint.
+//! Test helpers: a local OpenAI-compatible embeddings endpoint, and the
+//! Qdrant server `scripts/with-services.sh` starts.
 //!
 //! Vectors are hashed bags of words (each lowercase word adds 1 to one of
 //! `dim` buckets), so cosine similarity follows word overlap and tests can
@@ -81,4 +82,32 @@ impl FakeEmbedder {
         };
         Arc::new(Embedder::try_new(config).unwrap())
     }
+}
+
+/// The gRPC URL of the Qdrant server `scripts/with-services.sh` starts
+/// (`KEYHOLE_TEST_QDRANT_URL`). Panics when it is unset: the Qdrant backend is
+/// never skipped — run the tests through `make test` / `make unit`.
+pub(crate) fn qdrant_url() -> String {
+    std::env::var("KEYHOLE_TEST_QDRANT_URL").unwrap_or_else(|_| {
+        panic!(
+            "KEYHOLE_TEST_QDRANT_URL is not set: the Qdrant backend is tested in every run; \
+             run the tests with `make test` or `make unit` (scripts/with-services.sh starts Qdrant)"
+        )
+    })
+}
+
+/// A client of the test Qdrant server.
+pub(crate) fn qdrant_store() -> crate::index::QdrantStore {
+    crate::index::QdrantStore::connect(&qdrant_url(), Duration::from_secs(10)).unwrap()
+}
+
+/// A registry namespace no other test uses (the Qdrant server is shared by
+/// every test of the run, and by reruns against the same server).
+pub(crate) fn fresh_namespace(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Both vector-store backends, named: the embedded store and the test Qdrant.
+pub(crate) fn stores() -> Vec<(&'static str, Arc<dyn crate::index::VectorStore>)> {
+    vec![("memory", Arc::new(crate::index::MemoryStore::in_memory())), ("qdrant", Arc::new(qdrant_store()))]
 }

@@ -1,8 +1,10 @@
-//! One conformance suite for every [`VectorStore`]: it runs on
-//! [`MemoryStore`] always and on [`QdrantStore`] when `QDRANT_URL` is set.
+//! One conformance suite for every [`VectorStore`]: every test of the store
+//! contract runs on [`MemoryStore`] and on [`QdrantStore`] (the server
+//! `scripts/with-services.sh` starts; a missing server fails the test, it is
+//! never skipped). Each test uses a collection of its own.
 
 use super::*;
-use crate::test_util::FakeEmbedder;
+use crate::test_util::{fresh_namespace, qdrant_store, stores, FakeEmbedder};
 use keyhole_core::rank::config::RankConfig;
 use keyhole_core::rank::registry::Registry;
 use keyhole_core::wire::ToolDescriptor;
@@ -99,12 +101,45 @@ async fn memory_store_conforms() {
 
 #[tokio::test]
 async fn qdrant_store_conforms() {
-    let Ok(url) = std::env::var("QDRANT_URL") else {
-        eprintln!("skipped: QDRANT_URL is not set (no Qdrant server to test against)");
-        return;
-    };
-    let store = QdrantStore::connect(&url, std::time::Duration::from_secs(10)).unwrap();
-    conformance(&store, "keyhole-conformance-test").await;
+    let coll = collection_name(&fresh_namespace("conformance")).unwrap();
+    conformance(&qdrant_store(), &coll).await;
+}
+
+#[tokio::test]
+async fn qdrant_collections_are_cosine_with_payload_indexes_and_reads_see_writes() {
+    // What a Qdrant operator sees, read back through Qdrant's own API rather
+    // than the store's: one unnamed cosine vector, keyword indexes on the
+    // predicate fields; and writes are visible to the very next read (`wait`).
+    use qdrant_client::qdrant::{vectors_config, Distance};
+    let store = qdrant_store();
+    let coll = collection_name(&fresh_namespace("shape")).unwrap();
+    store.ensure_collection(&coll, 3).await.unwrap();
+    let client = qdrant_client::Qdrant::from_url(&crate::test_util::qdrant_url()).skip_compatibility_check().build().unwrap();
+    let info = client.collection_info(&coll).await.unwrap().result.unwrap();
+    let params = info.config.unwrap().params.unwrap().vectors_config.unwrap().config.unwrap();
+    let vectors_config::Config::Params(p) = params else { panic!("named vectors: {params:?}") };
+    assert_eq!((p.size, p.distance), (3, Distance::Cosine as i32));
+    let mut indexed: Vec<&String> = info.payload_schema.keys().collect();
+    indexed.sort();
+    assert_eq!(indexed, ["category", "domain"]);
+    for round in 0..5u8 {
+        let name = format!("p{round}");
+        let mut p = point(&name, [1.0, f32::from(round), 0.5], "x", "clinical");
+        p.id = point_id("conformance", &name);
+        store.upsert(&coll, vec![p]).await.unwrap();
+        assert_eq!(store.info(&coll).await.unwrap().map(|i| i.points), Some(usize::from(round) + 1));
+    }
+    // More points than one upsert chunk and one scroll page.
+    let many: Vec<Point> = (0..1500)
+        .map(|i| {
+            let name = format!("m{i}");
+            Point { id: point_id("conformance", &name), vector: vec![1.0, i as f32, 2.0], payload: payload(&name, "y", "administrative") }
+        })
+        .collect();
+    store.upsert(&coll, many).await.unwrap();
+    assert_eq!(store.payloads(&coll).await.unwrap().len(), 1505);
+    assert_eq!(store.info(&coll).await.unwrap().map(|i| i.points), Some(1505));
+    store.drop_collection(&coll).await.unwrap();
 }
 
 #[tokio::test]
@@ -163,17 +198,24 @@ fn tools(descriptions: &[(&str, &str)]) -> Vec<ToolDescriptor> {
 
 #[tokio::test]
 async fn an_unchanged_registry_is_never_re_embedded_and_leavers_are_pruned() {
+    for (backend, store) in stores() {
+        unchanged_registry_is_not_re_embedded(store, &fresh_namespace("sync")).await;
+        eprintln!("{backend}: ok");
+    }
+}
+
+async fn unchanged_registry_is_not_re_embedded(store: Arc<dyn VectorStore>, ns: &str) {
+    let coll = collection_name(ns).unwrap();
     let fake = FakeEmbedder::start(32).await;
-    let store: Arc<dyn VectorStore> = Arc::new(MemoryStore::in_memory());
     let config = RankConfig::try_new(Default::default()).unwrap();
     let first = tools(&[("a__list", "Lists things."), ("b__get", "Gets one thing."), ("c__make", "Makes a thing.")]);
-    let indexer = Indexer::try_new(fake.client(), store.clone(), "t").unwrap();
+    let indexer = Indexer::try_new(fake.client(), store.clone(), ns).unwrap();
     let report = indexer.sync(&Registry::build(&first, None, &config)).await.unwrap();
     assert_eq!((report.upserted, report.unchanged, report.pruned), (3, 0, 0));
     assert_eq!(indexer.embedder().texts_embedded(), 3);
 
     // A fresh client (empty cache) over the same store: nothing to embed.
-    let again = Indexer::try_new(fake.client(), store.clone(), "t").unwrap();
+    let again = Indexer::try_new(fake.client(), store.clone(), ns).unwrap();
     let report = again.sync(&Registry::build(&first, None, &config)).await.unwrap();
     assert_eq!((report.upserted, report.unchanged), (0, 3));
     assert_eq!(again.embedder().texts_embedded(), 0, "an unchanged registry costs zero embedder calls");
@@ -183,29 +225,63 @@ async fn an_unchanged_registry_is_never_re_embedded_and_leavers_are_pruned() {
     let report = again.sync(&Registry::build(&second, None, &config)).await.unwrap();
     assert_eq!((report.upserted, report.unchanged, report.pruned), (2, 1, 1));
     assert_eq!(again.embedder().texts_embedded(), 2);
-    let mut stored: Vec<String> = store.payloads("keyhole-t").await.unwrap().into_iter().map(|(_, p)| p.name).collect();
+    let mut stored: Vec<String> = store.payloads(&coll).await.unwrap().into_iter().map(|(_, p)| p.name).collect();
     stored.sort();
     assert_eq!(stored, ["a__list", "b__get", "d__drop"]);
+    // The stored vectors answer searches: the changed tool is found by its new text.
+    let q = again.embedder().embed(crate::embed::Side::Query, &["gets one thing by id"]).await.unwrap();
+    let Search::Hits(hits) = again.search(&q[0], 1).await.unwrap() else { panic!("missing") };
+    assert_eq!(hits[0].name, "b__get");
+    store.drop_collection(&coll).await.unwrap();
 }
 
 #[tokio::test]
 async fn a_collection_of_another_vector_size_is_dropped_and_rebuilt() {
+    for (backend, store) in stores() {
+        another_vector_size_rebuilds(store, &fresh_namespace("resize")).await;
+        eprintln!("{backend}: ok");
+    }
+}
+
+#[tokio::test]
+async fn a_collection_deleted_behind_the_indexers_back_is_rebuilt() {
+    for (backend, store) in stores() {
+        let ns = fresh_namespace("deleted");
+        let coll = collection_name(&ns).unwrap();
+        let fake = FakeEmbedder::start(16).await;
+        let config = RankConfig::try_new(Default::default()).unwrap();
+        let registry = Registry::build(&tools(&[("a__list", "Lists things."), ("b__get", "Gets one.")]), None, &config);
+        let indexer = Indexer::try_new(fake.client(), store.clone(), &ns).unwrap();
+        indexer.sync(&registry).await.unwrap();
+        store.drop_collection(&coll).await.unwrap();
+        let q = indexer.embedder().embed(crate::embed::Side::Query, &["things"]).await.unwrap();
+        assert_eq!(indexer.search(&q[0], 5).await.unwrap(), Search::Missing, "{backend}");
+        let report = indexer.sync(&registry).await.unwrap();
+        assert_eq!((report.upserted, report.unchanged), (2, 0), "{backend}");
+        assert_eq!(store.info(&coll).await.unwrap(), Some(CollectionInfo { vector_size: 16, points: 2 }), "{backend}");
+        assert!(matches!(indexer.search(&q[0], 5).await.unwrap(), Search::Hits(h) if h.len() == 2), "{backend}");
+        store.drop_collection(&coll).await.unwrap();
+    }
+}
+
+async fn another_vector_size_rebuilds(store: Arc<dyn VectorStore>, ns: &str) {
+    let coll = collection_name(ns).unwrap();
     let fake = FakeEmbedder::start(16).await;
-    let store: Arc<dyn VectorStore> = Arc::new(MemoryStore::in_memory());
     let config = RankConfig::try_new(Default::default()).unwrap();
     let registry = Registry::build(&tools(&[("a__list", "Lists things."), ("b__get", "Gets one.")]), None, &config);
-    let indexer = Indexer::try_new(fake.client(), store.clone(), "t").unwrap();
+    let indexer = Indexer::try_new(fake.client(), store.clone(), ns).unwrap();
     indexer.sync(&registry).await.unwrap();
-    assert_eq!(store.info("keyhole-t").await.unwrap().map(|i| i.vector_size), Some(16));
+    assert_eq!(store.info(&coll).await.unwrap().map(|i| i.vector_size), Some(16));
 
     // The embedder now answers another size (a new model behind the same names).
     fake.dim.store(24, std::sync::atomic::Ordering::Relaxed);
-    let indexer = Indexer::try_new(fake.client(), store.clone(), "t").unwrap();
+    let indexer = Indexer::try_new(fake.client(), store.clone(), ns).unwrap();
     let q = indexer.embedder().embed(crate::embed::Side::Query, &["things"]).await.unwrap();
     indexer.note_dimension(q[0].len());
     let report = indexer.sync(&registry).await.unwrap();
     assert!(report.rebuilt);
     assert_eq!(report.upserted, 2);
-    assert_eq!(store.info("keyhole-t").await.unwrap(), Some(CollectionInfo { vector_size: 24, points: 2 }));
+    assert_eq!(store.info(&coll).await.unwrap(), Some(CollectionInfo { vector_size: 24, points: 2 }));
     assert!(matches!(indexer.search(&q[0], 5).await.unwrap(), Search::Hits(h) if h.len() == 2));
+    store.drop_collection(&coll).await.unwrap();
 }

@@ -2,7 +2,7 @@ use super::*;
 use crate::alias::{RedbStore, StoreConfig};
 use crate::index::{MemoryStore, VectorStore};
 use crate::server::{router, AppState};
-use crate::test_util::FakeEmbedder;
+use crate::test_util::{fresh_namespace, stores, FakeEmbedder};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt as _;
@@ -17,6 +17,8 @@ const CATALOG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/catalog
 struct Fixture {
     fake: FakeEmbedder,
     store: Arc<dyn VectorStore>,
+    /// The namespace's collection (a fresh one per fixture).
+    coll: String,
     resolver: Arc<Resolver>,
     tools: Vec<ToolDescriptor>,
 }
@@ -24,8 +26,14 @@ struct Fixture {
 /// A resolver over the catalog (overlay included), a fake embedder and an
 /// in-memory store.
 async fn fixture() -> Fixture {
+    fixture_on(Arc::new(MemoryStore::in_memory())).await
+}
+
+/// A resolver over the catalog, a fake embedder and `store`, in a fresh namespace.
+async fn fixture_on(store: Arc<dyn VectorStore>) -> Fixture {
     let fake = FakeEmbedder::start(64).await;
-    let store: Arc<dyn VectorStore> = Arc::new(MemoryStore::in_memory());
+    let namespace = fresh_namespace("test");
+    let coll = crate::index::collection_name(&namespace).unwrap();
     let bytes = std::fs::read(CATALOG).unwrap();
     let overlay = Overlay::from_json(&bytes).unwrap();
     let rank = RankConfig::try_new(Default::default()).unwrap();
@@ -34,10 +42,10 @@ async fn fixture() -> Fixture {
         .filter(|m| m.plane == keyhole_core::rank::meta::Plane::Business)
         .map(|m| ToolDescriptor { name: rank.settings().names.to_name(&m.id), description: m.description.clone() })
         .collect();
-    let indexer = Arc::new(Indexer::try_new(fake.client(), store.clone(), "test").unwrap());
+    let indexer = Arc::new(Indexer::try_new(fake.client(), store.clone(), &namespace).unwrap());
     let settings = ResolverSettings { retrieval_timeout: Duration::from_secs(2), ..ResolverSettings::default() };
     let resolver = Arc::new(Resolver::new(indexer, Arc::new(rank), Some(Arc::new(overlay)), settings));
-    Fixture { fake, store, resolver, tools }
+    Fixture { fake, store, coll, resolver, tools }
 }
 
 fn request(f: &Fixture, session: &str, turn: &str, phase: Phase) -> ResolveRequest {
@@ -57,7 +65,12 @@ async fn wait_ready(f: &Fixture) {
 
 #[tokio::test]
 async fn a_new_registry_is_ranked_lexically_while_it_is_indexed_then_hybrid() {
-    let f = fixture().await;
+    for (_, store) in stores() {
+        new_registry_lexical_then_hybrid(fixture_on(store).await).await;
+    }
+}
+
+async fn new_registry_lexical_then_hybrid(f: Fixture) {
     let turn = "Book an appointment for Mrs. Krause on Friday at 9.";
     let first = f.resolver.resolve(&request(&f, "s1", turn, Phase::Planner)).await;
     assert_eq!(first.source, Source::Retrieval);
@@ -65,7 +78,7 @@ async fn a_new_registry_is_ranked_lexically_while_it_is_indexed_then_hybrid() {
     assert!(first.tools.iter().any(|t| t.name == "appointment__manage"), "{:?}", first.tools);
 
     wait_ready(&f).await;
-    assert_eq!(f.store.info("keyhole-test").await.unwrap().map(|i| i.points), Some(108));
+    assert_eq!(f.store.info(&f.coll).await.unwrap().map(|i| i.points), Some(108));
     let second = f.resolver.resolve(&request(&f, "s1", turn, Phase::Planner)).await;
     assert!(second.tools.iter().any(|t| t.name == "appointment__manage"));
 
@@ -79,7 +92,12 @@ async fn a_new_registry_is_ranked_lexically_while_it_is_indexed_then_hybrid() {
 
 #[tokio::test]
 async fn a_registry_sent_again_costs_no_embedding_and_no_rebuild() {
-    let f = fixture().await;
+    for (_, store) in stores() {
+        registry_sent_again(fixture_on(store).await).await;
+    }
+}
+
+async fn registry_sent_again(f: Fixture) {
     let (first, report) = f.resolver.prepare(&f.tools).await.unwrap();
     assert_eq!(report.upserted, 108);
     let embedded = f.resolver.indexer().embedder().texts_embedded();
@@ -125,14 +143,19 @@ async fn an_outage_answers_the_bounded_fallback_and_keeps_the_audited_set() {
 
 #[tokio::test]
 async fn a_dropped_collection_degrades_to_lexical_and_heals() {
-    let f = fixture().await;
+    for (_, store) in stores() {
+        dropped_collection_heals(fixture_on(store).await).await;
+    }
+}
+
+async fn dropped_collection_heals(f: Fixture) {
     f.resolver.prepare(&f.tools).await.unwrap();
-    f.store.drop_collection("keyhole-test").await.unwrap();
+    f.store.drop_collection(&f.coll).await.unwrap();
     let answer = f.resolver.resolve(&request(&f, "s", "Order a lipid panel for Anna Schmidt", Phase::Planner)).await;
     assert_eq!(answer.source, Source::Retrieval, "a missing collection is no outage");
     assert_eq!(f.resolver.audit("s").await.unwrap()[0].retrieval, Retrieval::Lexical);
     wait_ready(&f).await;
-    assert_eq!(f.store.info("keyhole-test").await.unwrap().map(|i| i.points), Some(108));
+    assert_eq!(f.store.info(&f.coll).await.unwrap().map(|i| i.points), Some(108));
     f.resolver.resolve(&request(&f, "s", "Order a lipid panel for Anna Schmidt", Phase::Planner)).await;
     assert_eq!(f.resolver.audit("s").await.unwrap()[1].retrieval, Retrieval::Hybrid);
 }
@@ -140,7 +163,7 @@ async fn a_dropped_collection_degrades_to_lexical_and_heals() {
 #[tokio::test]
 async fn sessions_and_their_trails_are_bounded() {
     let mut s = Sessions::new(2, 3);
-    let res = Resolution { candidates: vec![], source: Source::Retrieval, trace: Default::default() };
+    let res = Resolution { candidates: vec![], source: Source::Retrieval, trace: Default::default(), mutating: Default::default() };
     let entry = |n: usize| AuditEntry {
         at_ms: n as u64,
         phase: Phase::Planner,
@@ -192,7 +215,7 @@ async fn handlers_resolve_and_show_the_audit_trail_without_prompt_text() {
     let answer: ResolveResponse = serde_json::from_value(body).unwrap();
     assert_eq!(answer.source, Source::Retrieval);
     assert!(answer.tools.len() <= 8);
-    assert_eq!(answer.tools[0], keyhole_core::wire::SurfacedTool { name: "billing__invoice__create".into(), reason: Reason::ToolChoice });
+    assert_eq!(answer.tools[0], keyhole_core::wire::SurfacedTool { name: "billing__invoice__create".into(), reason: Reason::ToolChoice, mutating: true });
     assert!(answer.tools.iter().any(|t| t.name == "patient__search__smart"), "{:?}", answer.tools);
 
     let (status, body) = call(app.clone(), Request::get("/v1/audit/sess-1").body(Body::empty()).unwrap()).await;
