@@ -11,11 +11,13 @@
 //! - [`control`]: the control binary as a child process.
 //! - [`envoy`]: Envoy from the project venv, with the real `.wasm`.
 //! - [`fake_control`]: a misbehaving control, for fault injection.
+//! - [`qdrant`]: the shared Qdrant server and private ones for fault tests.
 
 pub mod control;
 pub mod envoy;
 pub mod fake_control;
 pub mod paths;
+pub mod qdrant;
 pub mod upstream;
 
 /// A complete local stack: upstreams, control and Envoy.
