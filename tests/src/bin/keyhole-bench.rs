@@ -286,10 +286,101 @@ async fn resolve_over_socket(socket: &Path, req: &ResolveRequest, n: usize) -> a
     Ok(summarize(v))
 }
 
+/// The vector-store backends control can run on, as `keyhole serve` arguments.
+fn backends() -> anyhow::Result<Vec<(&'static str, Vec<String>)>> {
+    // The Qdrant server `scripts/with-services.sh` starts (the one `make test` uses).
+    let qdrant = std::env::var("KEYHOLE_TEST_QDRANT_URL")
+        .context("KEYHOLE_TEST_QDRANT_URL is not set: run the benchmark with `make bench` (scripts/with-services.sh starts Qdrant)")?;
+    let namespace = format!("bench-{}", std::process::id());
+    Ok(vec![
+        ("embedded", Vec::new()),
+        ("qdrant", vec!["--qdrant-url".into(), qdrant, "--namespace".into(), namespace]),
+    ])
+}
+
+/// control's `keyhole_control_resolves_total{source="fallback"}`.
+async fn fallbacks(socket: &Path) -> anyhow::Result<u64> {
+    let text = control::get(socket, "/metrics").await?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("keyhole_control_resolves_total{source=\"fallback\"} "))
+        .and_then(|v| v.trim().parse().ok())
+        .context("no fallback counter in /metrics")
+}
+
+/// Scenario 6: resolve latency at 100 … 20,000 tools on each backend, and the
+/// core HMS rewrite at 10 KB … 1 MB.
+async fn scaling(rounds: usize) -> anyhow::Result<Value> {
+    eprintln!("scenario 6: scaling…");
+    let (emb, embedded) = hash_embedder().await?;
+    let mut per_backend = serde_json::Map::new();
+    let mut rss_20k = serde_json::Map::new();
+    for (backend, args) in backends()? {
+        let scale_dir = tempfile::tempdir()?;
+        let scale_socket = scale_dir.path().join("c.sock");
+        let mut control_args = vec!["--embedder-url".into(), format!("http://{emb}")];
+        // A deadline no search of this scale reaches: every answer measured is a
+        // real retrieval (the fallback count below checks it), not a fallback.
+        control_args.extend(["--retrieval-timeout-ms".into(), "30000".into()]);
+        control_args.extend(args);
+        let scale_control = Control::start(&scale_socket, &scale_dir.path().join("data"), &control_args).await?;
+        let mut scaling = Vec::new();
+        // Each registry extends the previous one; only the new tools are embedded.
+        let mut previous = 0usize;
+        for n in [100usize, 1_000, 5_000, 20_000] {
+            let req = ResolveRequest {
+                session: Some(format!("scale-{n}")),
+                phase: Phase::Planner,
+                turn: "create an invoice for the patient".into(),
+                tools: synthetic_registry(n),
+                forced: Vec::new(),
+            };
+            // Index, then wait until every tool has been embedded once and the
+            // registry is ranked by vector search.
+            let before = embedded.load(std::sync::atomic::Ordering::Relaxed);
+            let deadline = Instant::now() + Duration::from_secs(300);
+            loop {
+                resolve_over_socket(&scale_socket, &req, 1).await?;
+                let done = embedded.load(std::sync::atomic::Ordering::Relaxed) - before;
+                let trail = control::get(&scale_socket, &format!("/v1/audit/scale-{n}")).await?;
+                let hybrid = trail.rsplit("\"retrieval\":").next().is_some_and(|t| t.starts_with("\"hybrid\""));
+                if (done >= (n - previous) as u64 && hybrid) || Instant::now() > deadline {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            resolve_over_socket(&scale_socket, &req, 3).await?;
+            let fallbacks_before = fallbacks(&scale_socket).await?;
+            let lat = resolve_over_socket(&scale_socket, &req, if n >= 5_000 { rounds / 5 } else { rounds / 2 }).await?;
+            let fell_back = fallbacks(&scale_socket).await? - fallbacks_before;
+            previous = n;
+            let request_bytes = serde_json::to_vec(&req)?.len();
+            eprintln!("  {backend}, {n} tools: p50 {:.3} ms, p99 {:.3} ms ({fell_back} fallbacks)", lat.p50_ms, lat.p99_ms);
+            scaling.push(json!({"tools": n, "resolve": lat, "request_bytes": request_bytes, "fallbacks": fell_back}));
+        }
+        rss_20k.insert(backend.into(), json!(rss_kib(scale_control.child.id())));
+        per_backend.insert(backend.into(), Value::Array(scaling));
+    }
+    let mut rewrite = Vec::new();
+    for size in [10 * 1024, 100 * 1024, 1 << 20] {
+        let body = synthetic_hms(size);
+        let (mbps, ms) = core_rewrite(&body, if size > 100_000 { 5 } else { 50 })?;
+        rewrite.push(json!({"bytes": body.len(), "ms": ms, "mb_per_s": mbps}));
+    }
+    Ok(json!({"resolve": per_backend, "control_rss_kib_after_20k": rss_20k, "hms_core_rewrite": rewrite,
+              "qdrant_version": "1.18.3",
+              "note": "resolve over the Unix socket, deterministic embedder (embedding excluded), warm index; \
+                       qdrant: the server scripts/with-services.sh starts, over gRPC on loopback"}))
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let quick = std::env::var("KEYHOLE_BENCH_QUICK").is_ok();
     let rounds = if quick { 30 } else { 300 };
+    // `KEYHOLE_BENCH_ONLY=scaling`: scenario 6 alone, printed, nothing written.
+    if std::env::var("KEYHOLE_BENCH_ONLY").as_deref() == Ok("scaling") {
+        println!("{}", serde_json::to_string_pretty(&scaling(rounds).await?)?);
+        return Ok(());
+    }
     let mut results: BTreeMap<&str, Value> = BTreeMap::new();
     results.insert("machine", machine());
 
@@ -459,55 +550,9 @@ async fn main() -> anyhow::Result<()> {
                "envoy_without": rss_kib(baseline.child.id())}),
     );
 
-    // 6. Scaling: resolve at 100 … 20,000 tools (deterministic embedder), and
-    // the core HMS rewrite at 10 KB … 1 MB.
-    eprintln!("scenario 6: scaling…");
-    let (emb, embedded) = hash_embedder().await?;
-    let scale_dir = tempfile::tempdir()?;
-    let scale_socket = scale_dir.path().join("c.sock");
-    let scale_control =
-        Control::start(&scale_socket, &scale_dir.path().join("data"), &["--embedder-url".into(), format!("http://{emb}")]).await?;
-    let mut scaling = Vec::new();
-    // Each registry extends the previous one; only the new tools are embedded.
-    let mut previous = 0usize;
-    for n in [100usize, 1_000, 5_000, 20_000] {
-        let req = ResolveRequest {
-            session: Some(format!("scale-{n}")),
-            phase: Phase::Planner,
-            turn: "create an invoice for the patient".into(),
-            tools: synthetic_registry(n),
-            forced: Vec::new(),
-        };
-        // Index, then wait until every tool has been embedded once.
-        let before = embedded.load(std::sync::atomic::Ordering::Relaxed);
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            resolve_over_socket(&scale_socket, &req, 1).await?;
-            let done = embedded.load(std::sync::atomic::Ordering::Relaxed) - before;
-            if done >= (n - previous) as u64 || Instant::now() > deadline {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        resolve_over_socket(&scale_socket, &req, 3).await?;
-        let lat = resolve_over_socket(&scale_socket, &req, if n >= 5_000 { rounds / 5 } else { rounds / 2 }).await?;
-        previous = n;
-        let request_bytes = serde_json::to_vec(&req)?.len();
-        eprintln!("  {n} tools: p50 {:.3} ms", lat.p50_ms);
-        scaling.push(json!({"tools": n, "resolve": lat, "request_bytes": request_bytes}));
-    }
-    let control_rss_20k = rss_kib(scale_control.child.id());
-    let mut rewrite = Vec::new();
-    for size in [10 * 1024, 100 * 1024, 1 << 20] {
-        let body = synthetic_hms(size);
-        let (mbps, ms) = core_rewrite(&body, if size > 100_000 { 5 } else { 50 })?;
-        rewrite.push(json!({"bytes": body.len(), "ms": ms, "mb_per_s": mbps}));
-    }
-    results.insert(
-        "scaling",
-        json!({"resolve": scaling, "control_rss_kib_after_20k": control_rss_20k, "hms_core_rewrite": rewrite,
-               "note": "resolve over the Unix socket, deterministic embedder (embedding excluded), warm index"}),
-    );
+    // 6. Scaling: resolve at 100 … 20,000 tools on each vector-store backend
+    // (deterministic embedder), and the core HMS rewrite at 10 KB … 1 MB.
+    results.insert("scaling", scaling(rounds).await?);
 
     let out = paths::repo().join("bench/results");
     std::fs::create_dir_all(&out)?;
@@ -573,11 +618,19 @@ fn markdown(r: &BTreeMap<&str, Value>) -> String {
         "Prompt bytes over {} catalog dev turns: {} B in → mean {} B, p95 {} B out; tools {} in → mean {}, max {} out.\n\n",
         p["turns"], p["bytes_in"], f(&p["bytes_out_mean"]), f(&p["bytes_out_p95"]), p["tools_in"], f(&p["tools_out_mean"]), f(&p["tools_out_max"])
     );
-    s += "| scaling: tools | resolve p50 (ms) | resolve p99 (ms) | request bytes |\n|---|---|---|---|\n";
-    for x in r["scaling"]["resolve"].as_array().into_iter().flatten() {
-        s += &format!("| {} | {} | {} | {} |\n", x["tools"], f(&x["resolve"]["p50_ms"]), f(&x["resolve"]["p99_ms"]), x["request_bytes"]);
+    s += "| scaling: backend | tools | resolve p50 (ms) | resolve p99 (ms) | fallbacks | request bytes |\n|---|---|---|---|---|---|\n";
+    for (backend, rows) in r["scaling"]["resolve"].as_object().into_iter().flatten() {
+        for x in rows.as_array().into_iter().flatten() {
+            s += &format!(
+                "| {backend} | {} | {} | {} | {} | {} |\n",
+                x["tools"], f(&x["resolve"]["p50_ms"]), f(&x["resolve"]["p99_ms"]), x["fallbacks"], x["request_bytes"]
+            );
+        }
     }
-    s += &format!("\ncontrol RSS after the 20,000-tool registry: {} KiB.\n\n", r["scaling"]["control_rss_kib_after_20k"]);
+    for (backend, kib) in r["scaling"]["control_rss_kib_after_20k"].as_object().into_iter().flatten() {
+        s += &format!("\ncontrol RSS after the 20,000-tool registry ({backend}): {kib} KiB.");
+    }
+    s += &format!("\nQdrant: {}.\n\n", r["scaling"]["qdrant_version"].as_str().unwrap_or("?"));
     s += "| HMS core rewrite (scan + rewrite + verify, native) | ms | MB/s |\n|---|---|---|\n";
     for x in r["scaling"]["hms_core_rewrite"].as_array().into_iter().flatten() {
         s += &format!("| {} B | {} | {} |\n", x["bytes"], f(&x["ms"]), f(&x["mb_per_s"]));
