@@ -6,8 +6,13 @@ Usage: render.py [--env-file FILE] TEMPLATE > envoy.yaml
 Values come from the environment, or from an env file of literal KEY=VALUE
 lines (no shell quoting; `#` starts a comment line). Every ${NAME} in the
 template must be set; a missing one is an error naming it.
+
+A line holding only `@include(FILE)` is replaced by FILE (relative to this
+script's directory), each line indented like the directive and not
+substituted: the Lua hold filters live in envoy/*.lua and are inlined here.
 """
 import os
+import re
 import string
 import sys
 
@@ -26,6 +31,24 @@ if len(args) != 1:
 with open(args[0], encoding="utf-8") as f:
     template = string.Template(f.read())
 try:
-    sys.stdout.write(template.substitute(values))
+    rendered = template.substitute(values)
 except KeyError as e:
     sys.exit(f"render.py: {args[0]}: variable {e.args[0]} is not set")
+
+INCLUDE = re.compile(r"^([ ]*)@include\(([\w.-]+)\)[ ]*$")
+here = os.path.dirname(os.path.abspath(__file__))
+out = []
+for line in rendered.splitlines(keepends=True):
+    m = INCLUDE.match(line.rstrip("\n"))
+    if m is None:
+        out.append(line)
+        continue
+    indent, name = m.groups()
+    try:
+        with open(os.path.join(here, name), encoding="utf-8") as f:
+            included = f.read()
+    except OSError as e:
+        sys.exit(f"render.py: {args[0]}: @include({name}): {e.strerror}")
+    for inc in included.splitlines():
+        out.append(indent + inc + "\n" if inc.strip() else "\n")
+sys.stdout.write("".join(out))

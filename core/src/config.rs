@@ -5,11 +5,10 @@
 //! every error it returns names the offending field, so `on_configure` (and
 //! `envoy --mode validate`) can say exactly what is wrong.
 
-use serde::Deserialize;
-use std::fmt;
+use serde::{Deserialize, Serialize};
 
 /// What a listener's filter instance does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Tool surface on LLM requests.
@@ -20,7 +19,7 @@ pub enum Mode {
 
 /// What to do when control gives no usable answer and nothing is known about
 /// the session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OnOutage {
     /// Answer the client with a 503 JSON error.
@@ -30,7 +29,7 @@ pub enum OnOutage {
 }
 
 /// What to do with an LLM answer that calls a tool the model was not shown.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OffSurface {
     /// Pass the answer on, with an `x-keyhole-off-surface` header and a counter.
@@ -39,12 +38,24 @@ pub enum OffSurface {
     Block,
 }
 
-/// The configuration as written by the operator.
-#[derive(Debug, Clone, Deserialize)]
+/// The configuration as written by the operator: one JSON object whose `mode`
+/// says which listener it configures and which fields it may carry.
+///
+/// A field of the other mode, or an unknown field, is an error naming it
+/// ([`Config::from_json`]).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(tag = "mode", rename_all = "lowercase")]
+pub enum FilterConfig {
+    /// The tool surface on an LLM listener.
+    Llm(LlmFilterConfig),
+    /// Id aliasing on an HMS listener.
+    Hms(HmsFilterConfig),
+}
+
+/// The fields of an `llm` listener's configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct FilterConfig {
-    /// `llm` or `hms`.
-    pub mode: Mode,
+pub struct LlmFilterConfig {
     /// Envoy cluster name of control (a `pipe` cluster).
     #[serde(default = "defaults::control_cluster")]
     pub control_cluster: String,
@@ -70,6 +81,44 @@ pub struct FilterConfig {
     #[serde(default = "defaults::off_surface")]
     pub off_surface: OffSurface,
 }
+
+/// The fields of an `hms` listener's configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HmsFilterConfig {
+    /// Envoy cluster name of control (a `pipe` cluster).
+    #[serde(default = "defaults::control_cluster")]
+    pub control_cluster: String,
+    /// `:authority` sent to control.
+    #[serde(default = "defaults::control_authority")]
+    pub control_authority: String,
+    /// Timeout of one control call, in milliseconds.
+    #[serde(default = "defaults::timeout_ms")]
+    pub timeout_ms: u64,
+    /// Request header naming the session.
+    #[serde(default = "defaults::session_header")]
+    pub session_header: String,
+    /// Largest request or response body the filter reads.
+    #[serde(default = "defaults::max_body_bytes")]
+    pub max_body_bytes: usize,
+}
+
+/// The fields each mode accepts (besides `mode`); a field in the other list
+/// is reported as belonging to the other mode. A test checks these lists are
+/// exactly the fields of [`LlmFilterConfig`] and [`HmsFilterConfig`].
+pub const LLM_FIELDS: [&str; 8] = [
+    "control_cluster",
+    "control_authority",
+    "timeout_ms",
+    "session_header",
+    "phase_header",
+    "max_body_bytes",
+    "on_outage",
+    "off_surface",
+];
+/// See [`LLM_FIELDS`].
+pub const HMS_FIELDS: [&str; 5] =
+    ["control_cluster", "control_authority", "timeout_ms", "session_header", "max_body_bytes"];
 
 mod defaults {
     use super::OnOutage;
@@ -99,43 +148,56 @@ mod defaults {
     }
 }
 
-/// The validated configuration the filter runs with.
+/// How the filter reaches control (the same on both listeners).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Config {
-    /// See [`FilterConfig::mode`].
-    pub mode: Mode,
-    /// See [`FilterConfig::control_cluster`].
-    pub control_cluster: String,
-    /// See [`FilterConfig::control_authority`].
-    pub control_authority: String,
-    /// See [`FilterConfig::timeout_ms`].
+pub struct Control {
+    /// See [`LlmFilterConfig::control_cluster`].
+    pub cluster: String,
+    /// See [`LlmFilterConfig::control_authority`].
+    pub authority: String,
+    /// See [`LlmFilterConfig::timeout_ms`].
     pub timeout_ms: u64,
+}
+
+/// The validated configuration of an `llm` listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LlmConfig {
+    /// How to reach control.
+    pub control: Control,
     /// Lower-cased header name.
     pub session_header: String,
     /// Lower-cased header name.
     pub phase_header: String,
-    /// See [`FilterConfig::max_body_bytes`].
+    /// See [`LlmFilterConfig::max_body_bytes`].
     pub max_body_bytes: usize,
-    /// See [`FilterConfig::on_outage`].
+    /// See [`LlmFilterConfig::on_outage`].
     pub on_outage: OnOutage,
-    /// See [`FilterConfig::off_surface`].
+    /// See [`LlmFilterConfig::off_surface`].
     pub off_surface: OffSurface,
 }
 
-/// A configuration error, naming the field.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct ConfigError {
-    /// Dotted path of the field (`timeout_ms`), or `<root>` for the document.
-    pub field: String,
-    /// What is wrong with it.
-    pub message: String,
+/// The validated configuration of an `hms` listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HmsConfig {
+    /// How to reach control.
+    pub control: Control,
+    /// Lower-cased header name.
+    pub session_header: String,
+    /// See [`HmsFilterConfig::max_body_bytes`].
+    pub max_body_bytes: usize,
 }
 
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.field, self.message)
-    }
+/// The validated configuration the filter runs with, per mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Config {
+    /// An `llm` listener.
+    Llm(LlmConfig),
+    /// An `hms` listener.
+    Hms(HmsConfig),
 }
+
+/// A configuration error, naming the field.
+pub type ConfigError = crate::field::FieldError;
 
 fn err(field: &str, message: impl Into<String>) -> ConfigError {
     ConfigError { field: field.to_owned(), message: message.into() }
@@ -152,54 +214,127 @@ fn valid_header_name(name: &str) -> bool {
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
+/// Checks every key of `doc` against its mode's fields, so that a field of the
+/// other mode is named as such (serde would only call it unknown).
+fn check_fields(doc: &serde_json::Map<String, serde_json::Value>) -> Result<(), ConfigError> {
+    let (fields, other, mode, other_mode): (&[&str], &[&str], &str, &str) =
+        match doc.get("mode").and_then(serde_json::Value::as_str) {
+            Some("llm") => (&LLM_FIELDS, &HMS_FIELDS, "llm", "hms"),
+            Some("hms") => (&HMS_FIELDS, &LLM_FIELDS, "hms", "llm"),
+            Some(other) => return Err(err("mode", format!("must be `llm` or `hms`, got {other:?}"))),
+            None if doc.contains_key("mode") => return Err(err("mode", "must be a string (`llm` or `hms`)")),
+            None => return Err(err("mode", "missing field `mode`")),
+        };
+    for key in doc.keys().filter(|k| *k != "mode") {
+        if fields.contains(&key.as_str()) {
+            continue;
+        }
+        return Err(if other.contains(&key.as_str()) {
+            err(key, format!("is a setting of mode {other_mode}, not of mode {mode}"))
+        } else {
+            err(key, format!("unknown field `{key}`"))
+        });
+    }
+    Ok(())
+}
+
+/// Names the field behind a serde error: serde_json does not say which key
+/// held a value of the wrong type, so each field is tried alone.
+fn blame(doc: &serde_json::Map<String, serde_json::Value>, msg: &str) -> ConfigError {
+    for (key, value) in doc.iter().filter(|(k, _)| *k != "mode") {
+        let mut one = serde_json::Map::new();
+        if let Some(mode) = doc.get("mode") {
+            one.insert("mode".to_owned(), mode.clone());
+        }
+        one.insert(key.clone(), value.clone());
+        if let Err(e) = serde_json::from_value::<FilterConfig>(serde_json::Value::Object(one)) {
+            return err(key, e.to_string());
+        }
+    }
+    ConfigError { field: field_of_serde_error(msg), message: msg.to_owned() }
+}
+
 impl Config {
     /// Parses and validates plugin configuration bytes.
     ///
     /// Fails with a [`ConfigError`] naming the field when the JSON is malformed,
-    /// has an unknown field, or a value is out of range.
+    /// `mode` is missing or unknown, a field is unknown or belongs to the other
+    /// mode, or a value is out of range.
     pub fn from_json(bytes: &[u8]) -> Result<Config, ConfigError> {
-        let raw: FilterConfig = serde_json::from_slice(bytes).map_err(|e| {
-            let msg = e.to_string();
-            ConfigError { field: field_of_serde_error(&msg), message: msg }
-        })?;
+        let doc: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| err("<root>", e.to_string()))?;
+        let serde_json::Value::Object(map) = &doc else {
+            return Err(err("<root>", "must be a JSON object"));
+        };
+        check_fields(map)?;
+        let raw: FilterConfig = match serde_json::from_value(doc.clone()) {
+            Ok(raw) => raw,
+            Err(e) => return Err(blame(map, &e.to_string())),
+        };
         Config::try_from(raw)
     }
+
+    /// The listener's mode.
+    pub fn mode(&self) -> Mode {
+        match self {
+            Config::Llm(_) => Mode::Llm,
+            Config::Hms(_) => Mode::Hms,
+        }
+    }
+
+    /// How this listener reaches control.
+    pub fn control(&self) -> &Control {
+        match self {
+            Config::Llm(c) => &c.control,
+            Config::Hms(c) => &c.control,
+        }
+    }
+}
+
+fn control(cluster: String, authority: String, timeout_ms: u64) -> Result<Control, ConfigError> {
+    if cluster.trim().is_empty() {
+        return Err(err("control_cluster", "must not be empty"));
+    }
+    if authority.trim().is_empty() {
+        return Err(err("control_authority", "must not be empty"));
+    }
+    if !(1..=60_000).contains(&timeout_ms) {
+        return Err(err("timeout_ms", format!("must be between 1 and 60000, got {timeout_ms}")));
+    }
+    Ok(Control { cluster, authority, timeout_ms })
+}
+
+fn header(field: &str, value: &str) -> Result<String, ConfigError> {
+    if !valid_header_name(value) {
+        return Err(err(field, format!("must be a header name ([A-Za-z0-9_-]+), got {value:?}")));
+    }
+    Ok(value.to_ascii_lowercase())
+}
+
+fn max_body_bytes(value: usize) -> Result<usize, ConfigError> {
+    if !(1024..=64 * 1024 * 1024).contains(&value) {
+        return Err(err("max_body_bytes", format!("must be between 1024 and 67108864, got {value}")));
+    }
+    Ok(value)
 }
 
 impl TryFrom<FilterConfig> for Config {
     type Error = ConfigError;
 
     fn try_from(raw: FilterConfig) -> Result<Self, Self::Error> {
-        if raw.control_cluster.trim().is_empty() {
-            return Err(err("control_cluster", "must not be empty"));
-        }
-        if raw.control_authority.trim().is_empty() {
-            return Err(err("control_authority", "must not be empty"));
-        }
-        if !(1..=60_000).contains(&raw.timeout_ms) {
-            return Err(err("timeout_ms", format!("must be between 1 and 60000, got {}", raw.timeout_ms)));
-        }
-        for (field, value) in [("session_header", &raw.session_header), ("phase_header", &raw.phase_header)] {
-            if !valid_header_name(value) {
-                return Err(err(field, format!("must be a header name ([A-Za-z0-9_-]+), got {value:?}")));
-            }
-        }
-        if !(1024..=64 * 1024 * 1024).contains(&raw.max_body_bytes) {
-            return Err(err(
-                "max_body_bytes",
-                format!("must be between 1024 and 67108864, got {}", raw.max_body_bytes),
-            ));
-        }
-        Ok(Config {
-            mode: raw.mode,
-            control_cluster: raw.control_cluster,
-            control_authority: raw.control_authority,
-            timeout_ms: raw.timeout_ms,
-            session_header: raw.session_header.to_ascii_lowercase(),
-            phase_header: raw.phase_header.to_ascii_lowercase(),
-            max_body_bytes: raw.max_body_bytes,
-            on_outage: raw.on_outage,
-            off_surface: raw.off_surface,
+        Ok(match raw {
+            FilterConfig::Llm(raw) => Config::Llm(LlmConfig {
+                control: control(raw.control_cluster, raw.control_authority, raw.timeout_ms)?,
+                session_header: header("session_header", &raw.session_header)?,
+                phase_header: header("phase_header", &raw.phase_header)?,
+                max_body_bytes: max_body_bytes(raw.max_body_bytes)?,
+                on_outage: raw.on_outage,
+                off_surface: raw.off_surface,
+            }),
+            FilterConfig::Hms(raw) => Config::Hms(HmsConfig {
+                control: control(raw.control_cluster, raw.control_authority, raw.timeout_ms)?,
+                session_header: header("session_header", &raw.session_header)?,
+                max_body_bytes: max_body_bytes(raw.max_body_bytes)?,
+            }),
         })
     }
 }
@@ -210,26 +345,56 @@ mod tests {
 
     #[test]
     fn minimal_config_gets_defaults() {
-        let c = Config::from_json(br#"{"mode":"llm"}"#).unwrap();
-        assert_eq!(c.control_cluster, "keyhole_control");
+        let Config::Llm(c) = Config::from_json(br#"{"mode":"llm"}"#).unwrap() else { panic!("llm") };
+        assert_eq!(c.control.cluster, "keyhole_control");
         assert_eq!(c.on_outage, OnOutage::Reject);
         assert_eq!(c.session_header, "x-keyhole-session");
+        let Config::Hms(c) = Config::from_json(br#"{"mode":"hms"}"#).unwrap() else { panic!("hms") };
+        assert_eq!(c.control.timeout_ms, 500);
+        assert_eq!(c.max_body_bytes, 1 << 20);
     }
 
     #[test]
     fn errors_name_the_field() {
-        let cases: [(&[u8], &str); 6] = [
+        let cases: [(&[u8], &str); 11] = [
             (br#"{"mode":"llm","timeout_ms":0}"#, "timeout_ms"),
             (br#"{"mode":"llm","timeout_msec":5}"#, "timeout_msec"),
             (br#"{"mode":"llm","session_header":"x y"}"#, "session_header"),
             (br#"{"mode":"llm","control_cluster":" "}"#, "control_cluster"),
             (br#"{"mode":"llm","max_body_bytes":10}"#, "max_body_bytes"),
             (br#"{}"#, "mode"),
+            (br#"{"mode":"sql"}"#, "mode"),
+            (br#"{"mode":"hms","on_outage":"strip"}"#, "on_outage"),
+            (br#"{"mode":"hms","phase_header":"x-p"}"#, "phase_header"),
+            (br#"{"mode":"hms","timeout_ms":"5"}"#, "timeout_ms"),
+            (br#"{"mode":"llm","off_surface":"drop"}"#, "off_surface"),
         ];
         for (json, field) in cases {
             let e = Config::from_json(json).unwrap_err();
             assert_eq!(e.field, field, "{e}");
             assert!(e.to_string().starts_with(field), "{e}");
         }
+        let e = Config::from_json(br#"{"mode":"hms","off_surface":"block"}"#).unwrap_err();
+        assert_eq!(e.to_string(), "off_surface: is a setting of mode llm, not of mode hms");
+    }
+
+    #[test]
+    fn the_field_lists_are_the_struct_fields() {
+        let keys = |c: FilterConfig| -> Vec<String> {
+            let serde_json::Value::Object(m) = serde_json::to_value(c).unwrap() else { panic!("object") };
+            m.keys().filter(|k| *k != "mode").cloned().collect()
+        };
+        let llm = serde_json::from_str::<FilterConfig>(r#"{"mode":"llm"}"#).unwrap();
+        let hms = serde_json::from_str::<FilterConfig>(r#"{"mode":"hms"}"#).unwrap();
+        let mut want: Vec<String> = LLM_FIELDS.iter().map(|s| s.to_string()).collect();
+        let mut have = keys(llm);
+        want.sort();
+        have.sort();
+        assert_eq!(have, want);
+        let mut want: Vec<String> = HMS_FIELDS.iter().map(|s| s.to_string()).collect();
+        let mut have = keys(hms);
+        want.sort();
+        have.sort();
+        assert_eq!(have, want);
     }
 }

@@ -8,7 +8,9 @@
 //! - [`admission`]: which tools an LLM response calls (edge plan validation).
 //! - [`alias`]: raw record ids ↔ per-session aliases: scanning, rewriting, session maps.
 //! - [`config`]: the filter's plugin configuration, raw and validated.
+//! - [`field`]: the one error type for a bad setting ([`FieldError`]).
 //! - [`format`](mod@format): reading and rewriting LLM request bodies without re-serialising them.
+//! - [`hold`]: the hold protocol with Envoy's Lua hold filters (verdict lines).
 //! - [`phase`]: agent phases and their candidate-set budgets.
 //! - [`reply`]: the JSON error bodies the filter answers locally.
 //! - [`prior`]: a bounded per-session memory of the last audited set.
@@ -25,7 +27,9 @@
 pub mod admission;
 pub mod alias;
 pub mod config;
+pub mod field;
 pub mod format;
+pub mod hold;
 pub mod phase;
 pub mod prior;
 pub mod rank;
@@ -33,4 +37,5 @@ pub mod reply;
 pub mod surface;
 pub mod wire;
 
+pub use field::FieldError;
 pub use phase::{Budget, Phase};

@@ -147,6 +147,19 @@ pub fn unaliasable(reason: &str) -> LocalReply {
     )
 }
 
+/// What the response hold filter answers in place of a response that keyhole
+/// held closed but that carries no valid verdict (502). Sent by the Lua side
+/// (see [`crate::hold::lua_protocol`]).
+pub fn withheld_without_verdict() -> LocalReply {
+    error(ErrorKind::Unaliasable, "keyhole withheld this response: it carried no valid verdict")
+}
+
+/// What the request hold filter answers for a held request without a valid
+/// verdict (500): the request is not sent. Sent by the Lua side.
+pub fn request_not_rewritten() -> LocalReply {
+    error(ErrorKind::Internal, "keyhole could not rewrite this request; it was not sent")
+}
+
 /// An internal failure (500); `message` says what could not be done.
 pub fn internal(message: &str) -> LocalReply {
     error(ErrorKind::Internal, message)

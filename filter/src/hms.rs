@@ -40,12 +40,12 @@
 
 use crate::hold::{self, HeaderEdit, Verdict};
 use crate::host;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Refused, Withheld};
 use keyhole_core::alias::{
     BodyKind, DecodeRequest, DecodeResponse, EncodeRequest, EncodeResponse, PartId, RequestError,
     RequestScan, ResponseScan, Taxonomy,
 };
-use keyhole_core::config::Config;
+use keyhole_core::config::HmsConfig;
 use keyhole_core::reply::{self, ErrorKind, LocalReply};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType};
@@ -54,9 +54,6 @@ use std::rc::Rc;
 /// Response headers that are never scanned: they carry no ids and the hold
 /// filter (or Envoy) sets them.
 const UNSCANNED: [&str; 3] = ["content-length", "content-type", hold::HOLD_HEADER];
-/// Response headers kept when a response is withheld; every other scanned
-/// header is removed, since it may hold a raw id.
-const KEPT_ON_FAILURE: [&str; 3] = ["date", "server", "x-envoy-upstream-service-time"];
 
 /// The taxonomy of this worker. Built once and leaked: scans borrow it across
 /// callouts, and a VM never drops its worker state anyway.
@@ -112,7 +109,7 @@ enum State {
 /// One HMS stream.
 pub struct HmsStream {
     context_id: u32,
-    config: Rc<Config>,
+    config: Rc<HmsConfig>,
     metrics: Metrics,
     session: String,
     /// The request's `:path` as the client sent it.
@@ -161,7 +158,7 @@ fn body_kind(content_type: Option<&str>) -> BodyKind {
 
 impl HmsStream {
     /// A stream context sharing the worker's configuration.
-    pub fn new(context_id: u32, config: Rc<Config>, metrics: Metrics) -> Self {
+    pub fn new(context_id: u32, config: Rc<HmsConfig>, metrics: Metrics) -> Self {
         HmsStream {
             context_id,
             config,
@@ -183,7 +180,7 @@ impl HmsStream {
             self.session,
             reply.status
         );
-        host::count(self.metrics.rejected, 1);
+        host::count(self.metrics.hms.refused(Refused::of_status(reply.status)), 1);
         host::send_json(reply.status, &reply.body, &[]);
         self.answered_locally = true;
         self.state = State::Done;
@@ -227,7 +224,7 @@ impl HmsStream {
             body,
             path_held,
         };
-        let dispatched = host::dispatch_to_control(&self.config, "/v1/alias/decode", &payload, &mut self.in_callback);
+        let dispatched = host::dispatch_to_control(&self.config.control, "/v1/alias/decode", &payload, &mut self.in_callback);
         match (dispatched, &mut self.state) {
             (Ok(id), State::Decoding { token, .. }) => {
                 *token = Some(id);
@@ -321,6 +318,7 @@ impl HmsStream {
                 }
             }
         }
+        host::count(self.metrics.hms.aliases_decoded, decoded.len() as i64);
         log::info!(
             "keyhole.alias-decode context={} session={} aliases={}",
             self.context_id,
@@ -349,14 +347,14 @@ impl HmsStream {
         } else {
             match scan.add(&body, kind, tax.kind_for_path(&self.path)) {
                 Ok(part) => Some(part),
-                Err(e) => return self.withhold(held_body, &headers, &e.to_string()),
+                Err(e) => return self.withhold(Withheld::Unreadable, held_body, &headers, &e.to_string()),
             }
         };
         let mut scanned = Vec::with_capacity(headers.len());
         for (name, value) in &headers {
             match scan.add(value.as_bytes(), BodyKind::Text, None) {
                 Ok(part) => scanned.push((name.clone(), value.clone(), part)),
-                Err(e) => return self.withhold(held_body, &headers, &e.to_string()),
+                Err(e) => return self.withhold(Withheld::Unreadable, held_body, &headers, &e.to_string()),
             }
         }
         let job = Box::new(ResponseJob {
@@ -374,10 +372,10 @@ impl HmsStream {
             ids: job.scan.ids().to_vec(),
         };
         let Ok(payload) = serde_json::to_vec(&question) else {
-            return self.withhold(held_body, &headers, "the encode request could not be built");
+            return self.withhold(Withheld::Control, held_body, &headers, "the encode request could not be built");
         };
         self.state = State::Encoding { token: None, job };
-        let dispatched = host::dispatch_to_control(&self.config, "/v1/alias/encode", &payload, &mut self.in_callback);
+        let dispatched = host::dispatch_to_control(&self.config.control, "/v1/alias/encode", &payload, &mut self.in_callback);
         match (dispatched, &mut self.state) {
             (Ok(id), State::Encoding { token, .. }) => {
                 *token = Some(id);
@@ -390,7 +388,7 @@ impl HmsStream {
                     "keyhole.alias-dispatch context={} status={status:?}",
                     self.context_id
                 );
-                self.withhold(held_body, &headers, "control unreachable")
+                self.withhold(Withheld::Control, held_body, &headers, "control unreachable")
             }
         }
     }
@@ -403,15 +401,15 @@ impl HmsStream {
         match answer {
             Answer::Ok(e) => self.apply(*job, &e.aliases),
             Answer::Failed(status) => {
-                let reason = match status {
-                    409 => "conflicting ids for one record".to_owned(),
-                    503 => "alias store unavailable".to_owned(),
-                    0 => "control answered garbage".to_owned(),
-                    s => format!("control answered {s}"),
+                let (why, reason) = match status {
+                    409 => (Withheld::Conflict, "conflicting ids for one record".to_owned()),
+                    503 => (Withheld::Store, "alias store unavailable".to_owned()),
+                    0 => (Withheld::Control, "control answered garbage".to_owned()),
+                    s => (Withheld::Control, format!("control answered {s}")),
                 };
                 let headers: Vec<(String, String)> =
                     job.headers.into_iter().map(|(n, v, _)| (n, v)).collect();
-                self.withhold(job.held.then_some(job.body.len()), &headers, &reason)
+                self.withhold(why, job.held.then_some(job.body.len()), &headers, &reason)
             }
         }
     }
@@ -429,6 +427,7 @@ impl HmsStream {
                 Ok(out) => out,
                 Err(e) => {
                     return self.withhold(
+                        Withheld::Unreadable,
                         job.held.then_some(job.body.len()),
                         &original,
                         &e.to_string(),
@@ -445,6 +444,7 @@ impl HmsStream {
                     Ok(new) => edits.push(HeaderEdit::Set(name.clone(), new)),
                     Err(_) => {
                         return self.withhold(
+                            Withheld::Unreadable,
                             job.held.then_some(job.body.len()),
                             &original,
                             "a header could not be rewritten",
@@ -453,6 +453,7 @@ impl HmsStream {
                 },
                 Err(e) => {
                     return self.withhold(
+                        Withheld::Unreadable,
                         job.held.then_some(job.body.len()),
                         &original,
                         &e.to_string(),
@@ -470,6 +471,7 @@ impl HmsStream {
             body.len()
         );
         self.state = State::Done;
+        let aliased = !aliases.is_empty();
         if !job.held {
             for edit in &edits {
                 let ok = match edit {
@@ -477,16 +479,23 @@ impl HmsStream {
                     HeaderEdit::Remove(name) => host::set_response_header(name, None),
                 };
                 if !ok {
-                    return self.withhold(None, &original, "a header could not be rewritten");
+                    return self.withhold(Withheld::Host, None, &original, "a header could not be rewritten");
                 }
+            }
+            if aliased {
+                host::count(self.metrics.hms.responses_aliased, 1);
             }
             return Action::Continue;
         }
         let framed = match Verdict::keep(edits).frame(&body) {
             Ok(framed) => framed,
-            Err(e) => return self.withhold(Some(job.body.len()), &original, &e.to_string()),
+            Err(e) => return self.withhold(Withheld::Unreadable, Some(job.body.len()), &original, &e.to_string()),
         };
-        self.replace_held_body(job.body.len(), &framed)
+        let action = self.replace_held_body(job.body.len(), &framed, false);
+        if aliased && matches!(action, Action::Continue) {
+            host::count(self.metrics.hms.responses_aliased, 1);
+        }
+        action
     }
 
     /// Replaces the response with a 502 JSON error, removing every scanned
@@ -495,21 +504,23 @@ impl HmsStream {
     /// `reason` must not quote the response.
     fn withhold(
         &mut self,
+        why: Withheld,
         held_body: Option<usize>,
         headers: &[(String, String)],
         reason: &str,
     ) -> Action {
         log::warn!(
-            "keyhole.alias-withheld context={} session={} reason={reason:?}",
+            "keyhole.alias-withheld context={} session={} why={} reason={reason:?}",
             self.context_id,
-            self.session
+            self.session,
+            why.as_str()
         );
-        host::count(self.metrics.rejected, 1);
+        host::count(self.metrics.hms.withheld(why), 1);
         self.state = State::Done;
         let reply = reply::unaliasable(reason);
         let removals: Vec<HeaderEdit> = headers
             .iter()
-            .filter(|(n, _)| !KEPT_ON_FAILURE.contains(&n.as_str()))
+            .filter(|(n, _)| !hold::KEPT_ON_WITHHOLD.contains(&n.as_str()))
             .map(|(n, _)| HeaderEdit::Remove(n.clone()))
             .collect();
         if let Some(old_len) = held_body {
@@ -519,7 +530,7 @@ impl HmsStream {
                 edits: removals,
             };
             return match verdict.frame(&reply.body) {
-                Ok(framed) => self.replace_held_body(old_len, &framed),
+                Ok(framed) => self.replace_held_body(old_len, &framed, true),
                 Err(_) => self.refuse_response(&reply),
             };
         }
@@ -533,12 +544,16 @@ impl HmsStream {
     }
 
     /// Puts the verdict-framed body in place of the held body; on failure the
-    /// response is refused and never resumed.
-    fn replace_held_body(&mut self, old_len: usize, framed: &[u8]) -> Action {
+    /// response is refused and never resumed (and counted as withheld unless
+    /// `withheld` says it was already).
+    fn replace_held_body(&mut self, old_len: usize, framed: &[u8], withheld: bool) -> Action {
         match host::replace_buffer(BufferType::HttpResponseBody, old_len, framed) {
             Ok(()) => Action::Continue,
             Err(status) => {
                 log::error!("keyhole.host op=set_response_body status={}", status.0);
+                if !withheld {
+                    host::count(self.metrics.hms.withheld(Withheld::Host), 1);
+                }
                 self.refuse_response(&reply::unaliasable(
                     "the response body could not be rewritten",
                 ))
@@ -680,7 +695,7 @@ impl HttpContext for HmsStream {
             return Action::Continue;
         }
         let Some(all) = host::response_headers() else {
-            return self.withhold(None, &[], "the response headers could not be read");
+            return self.withhold(Withheld::Host, None, &[], "the response headers could not be read");
         };
         let kind = body_kind(
             all.iter()
@@ -695,6 +710,7 @@ impl HttpContext for HmsStream {
             return self.encode(headers, Vec::new(), kind, false);
         }
         if !host::set_response_header(hold::HOLD_HEADER, Some(hold::HOLD_CLOSED)) {
+            host::count(self.metrics.hms.withheld(Withheld::Host), 1);
             return self.refuse_response(&reply::unaliasable("the response could not be held"));
         }
         self.state = State::ReadingResponse { headers, kind };
@@ -717,6 +733,7 @@ impl HttpContext for HmsStream {
         };
         let Some(body) = host::buffer(BufferType::HttpResponseBody, body_size) else {
             return self.withhold(
+                Withheld::Host,
                 Some(body_size),
                 &headers,
                 "the response body could not be read",
@@ -727,6 +744,7 @@ impl HttpContext for HmsStream {
             .any(|(n, v)| n == "content-encoding" && !v.trim().eq_ignore_ascii_case("identity"))
         {
             return self.withhold(
+                Withheld::Unreadable,
                 Some(body.len()),
                 &headers,
                 "encoded response bodies cannot be read",
@@ -750,6 +768,7 @@ impl HttpContext for HmsStream {
     fn on_http_response_trailers(&mut self, _num_trailers: usize) -> Action {
         // Likewise: the buffered body was never scanned.
         if matches!(self.state, State::ReadingResponse { .. }) {
+            host::count(self.metrics.hms.withheld(Withheld::Trailers), 1);
             return self.refuse_response(&reply::unaliasable(
                 "responses with trailers cannot be aliased",
             ));

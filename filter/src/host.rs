@@ -5,7 +5,7 @@
 //! caller checks the result.
 
 use crate::abi;
-use keyhole_core::config::Config;
+use keyhole_core::config::Control;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType, Status, StreamType};
 use std::time::Duration;
@@ -134,7 +134,7 @@ pub fn resume_response() {
 /// that span, so the response callback knows not to resume a stream that the
 /// calling callback is still deciding about (its return value does that).
 pub fn dispatch_to_control(
-    config: &Config,
+    control: &Control,
     path: &str,
     body: &[u8],
     dispatching: &mut bool,
@@ -142,16 +142,16 @@ pub fn dispatch_to_control(
     let headers = vec![
         (":method", "POST"),
         (":path", path),
-        (":authority", config.control_authority.as_str()),
+        (":authority", control.authority.as_str()),
         ("content-type", "application/json"),
     ];
     *dispatching = true;
     let result = hostcalls::dispatch_http_call(
-        &config.control_cluster,
+        &control.cluster,
         headers,
         Some(body),
         vec![],
-        Duration::from_millis(config.timeout_ms),
+        Duration::from_millis(control.timeout_ms),
     );
     *dispatching = false;
     result

@@ -25,7 +25,7 @@ pub mod host;
 pub mod llm;
 pub mod metrics;
 
-use keyhole_core::config::{Config, Mode};
+use keyhole_core::config::{Config, HmsConfig, LlmConfig};
 use keyhole_core::prior::PriorSets;
 use metrics::Metrics;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -44,10 +44,17 @@ proxy_wasm::main! {{
 /// Plugin-wide state, shared by the stream contexts of one worker.
 struct Root {
     /// The validated configuration; `None` until `on_configure` succeeds.
-    config: Option<Rc<Config>>,
+    config: Option<Configured>,
     metrics: Metrics,
     /// Last audited set per session (per worker, bounded).
     prior: Rc<RefCell<PriorSets>>,
+}
+
+/// The validated configuration of one mode, shared by its stream contexts.
+#[derive(Clone)]
+enum Configured {
+    Llm(Rc<LlmConfig>),
+    Hms(Rc<HmsConfig>),
 }
 
 impl Root {
@@ -74,8 +81,11 @@ impl RootContext for Root {
         match Config::from_json(&bytes) {
             Ok(config) => {
                 self.metrics = Metrics::define();
-                log::info!("keyhole.config mode={:?} cluster={}", config.mode, config.control_cluster);
-                self.config = Some(Rc::new(config));
+                log::info!("keyhole.config mode={:?} cluster={}", config.mode(), config.control().cluster);
+                self.config = Some(match config {
+                    Config::Llm(c) => Configured::Llm(Rc::new(c)),
+                    Config::Hms(c) => Configured::Hms(Rc::new(c)),
+                });
                 true
             }
             Err(e) => {
@@ -91,9 +101,11 @@ impl RootContext for Root {
         let Some(config) = self.config.clone() else {
             return Some(Box::new(Unconfigured));
         };
-        match config.mode {
-            Mode::Llm => Some(Box::new(llm::LlmStream::new(context_id, config, self.metrics, self.prior.clone()))),
-            Mode::Hms => Some(Box::new(hms::HmsStream::new(context_id, config, self.metrics))),
+        match config {
+            Configured::Llm(config) => {
+                Some(Box::new(llm::LlmStream::new(context_id, config, self.metrics, self.prior.clone())))
+            }
+            Configured::Hms(config) => Some(Box::new(hms::HmsStream::new(context_id, config, self.metrics))),
         }
     }
 

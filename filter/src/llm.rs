@@ -13,7 +13,7 @@ use crate::hold::{Verdict, HOLD_HEADER, HOLD_OPEN};
 use crate::host;
 use crate::metrics::Metrics;
 use keyhole_core::admission::{self, ScanLimits, StreamScanner};
-use keyhole_core::config::{Config, OffSurface};
+use keyhole_core::config::{LlmConfig, OffSurface};
 use keyhole_core::format::{self, Format, ParsedRequest};
 use keyhole_core::prior::PriorSets;
 use keyhole_core::reply::{self, ErrorKind, LocalReply};
@@ -55,7 +55,7 @@ enum State {
 /// One LLM stream.
 pub struct LlmStream {
     context_id: u32,
-    config: Rc<Config>,
+    config: Rc<LlmConfig>,
     metrics: Metrics,
     prior: Rc<RefCell<PriorSets>>,
     session: Option<String>,
@@ -70,7 +70,7 @@ pub struct LlmStream {
 
 impl LlmStream {
     /// A stream context sharing the worker's configuration and session memory.
-    pub fn new(context_id: u32, config: Rc<Config>, metrics: Metrics, prior: Rc<RefCell<PriorSets>>) -> Self {
+    pub fn new(context_id: u32, config: Rc<LlmConfig>, metrics: Metrics, prior: Rc<RefCell<PriorSets>>) -> Self {
         LlmStream {
             context_id,
             config,
@@ -118,7 +118,7 @@ impl LlmStream {
         };
         let parsed = parsed.into_owned();
         self.state = State::Resolving { token: None, body, parsed };
-        let dispatched = host::dispatch_to_control(&self.config, "/v1/resolve", &payload, &mut self.in_body_callback);
+        let dispatched = host::dispatch_to_control(&self.config.control, "/v1/resolve", &payload, &mut self.in_body_callback);
         match (dispatched, &mut self.state) {
             // Waiting for the answer.
             (Ok(id), State::Resolving { token, .. }) => {

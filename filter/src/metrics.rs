@@ -15,12 +15,124 @@ pub struct Metrics {
     pub tools_out: Option<u32>,
     /// Requests decided without a usable control answer.
     pub fallback: Option<u32>,
-    /// Requests answered locally with an error.
+    /// LLM requests (and answers) answered locally with an error.
     pub rejected: Option<u32>,
     /// Requests whose control answer exceeded the phase budget.
     pub clamped: Option<u32>,
     /// Tool calls in responses naming a tool outside the surfaced set.
     pub off_surface_calls: Option<u32>,
+    /// LLM requests refused because the body about to leave held more
+    /// tool-shaped objects than the phase budget.
+    pub over_budget: Option<u32>,
+    /// The HMS listener's counters.
+    pub hms: HmsMetrics,
+}
+
+/// Why an HMS response was withheld (replaced by a 502): the suffix of
+/// `keyhole.hms_withheld.<reason>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Withheld {
+    /// The body or a header could not be scanned or rewritten (malformed, encoded, too odd).
+    Unreadable,
+    /// Control could not be reached or answered garbage.
+    Control,
+    /// Control found conflicting ids for one record (409).
+    Conflict,
+    /// Control's alias store is unavailable (503).
+    Store,
+    /// Envoy refused a host call (reading, holding or replacing the response).
+    Host,
+    /// The response had trailers, so its body was never complete for a scan.
+    Trailers,
+}
+
+impl Withheld {
+    /// Every reason, in counter order.
+    pub const ALL: [Withheld; 6] =
+        [Withheld::Unreadable, Withheld::Control, Withheld::Conflict, Withheld::Store, Withheld::Host, Withheld::Trailers];
+
+    /// The counter's name suffix.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Withheld::Unreadable => "unreadable",
+            Withheld::Control => "control",
+            Withheld::Conflict => "conflict",
+            Withheld::Store => "store",
+            Withheld::Host => "host",
+            Withheld::Trailers => "trailers",
+        }
+    }
+}
+
+/// Why an HMS request was refused (answered locally, never sent): the suffix
+/// of `keyhole.hms_refused.<reason>`, one per local reply kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// No session header, an unreadable request, or trailers (400).
+    Invalid,
+    /// An alias this session did not issue, or a sentinel (404).
+    UnknownAlias,
+    /// A body over `max_body_bytes` (413).
+    TooLarge,
+    /// Control could not decode (503).
+    Unavailable,
+    /// The filter could not rewrite or hold the request (500).
+    Internal,
+}
+
+impl Refused {
+    /// Every reason, in counter order.
+    pub const ALL: [Refused; 5] =
+        [Refused::Invalid, Refused::UnknownAlias, Refused::TooLarge, Refused::Unavailable, Refused::Internal];
+
+    /// The counter's name suffix.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refused::Invalid => "invalid",
+            Refused::UnknownAlias => "unknown_alias",
+            Refused::TooLarge => "too_large",
+            Refused::Unavailable => "unavailable",
+            Refused::Internal => "internal",
+        }
+    }
+
+    /// The reason of a local reply, by its status (see `keyhole_core::reply::ErrorKind::status`).
+    pub fn of_status(status: u16) -> Refused {
+        match status {
+            400 => Refused::Invalid,
+            404 => Refused::UnknownAlias,
+            413 => Refused::TooLarge,
+            503 => Refused::Unavailable,
+            _ => Refused::Internal,
+        }
+    }
+}
+
+/// The HMS listener's counters.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct HmsMetrics {
+    /// Responses passed on with their ids replaced by aliases.
+    pub responses_aliased: Option<u32>,
+    /// Aliases in requests decoded to real ids, summed.
+    pub aliases_decoded: Option<u32>,
+    /// Withheld responses, per [`Withheld::ALL`].
+    withheld: [Option<u32>; 6],
+    /// Refused requests, per [`Refused::ALL`].
+    refused: [Option<u32>; 5],
+}
+
+impl HmsMetrics {
+    /// The counter of responses withheld for `reason`.
+    pub fn withheld(&self, reason: Withheld) -> Option<u32> {
+        let i = Withheld::ALL.iter().position(|r| *r == reason)?;
+        self.withheld.get(i).copied().flatten()
+    }
+
+    /// The counter of requests refused for `reason`.
+    pub fn refused(&self, reason: Refused) -> Option<u32> {
+        let i = Refused::ALL.iter().position(|r| *r == reason)?;
+        self.refused.get(i).copied().flatten()
+    }
 }
 
 fn counter(name: &str) -> Option<u32> {
@@ -44,6 +156,13 @@ impl Metrics {
             rejected: counter("keyhole.rejected"),
             clamped: counter("keyhole.clamped"),
             off_surface_calls: counter("keyhole.off_surface_calls"),
+            over_budget: counter("keyhole.over_budget"),
+            hms: HmsMetrics {
+                responses_aliased: counter("keyhole.hms_responses_aliased"),
+                aliases_decoded: counter("keyhole.hms_aliases_decoded"),
+                withheld: Withheld::ALL.map(|r| counter(&format!("keyhole.hms_withheld.{}", r.as_str()))),
+                refused: Refused::ALL.map(|r| counter(&format!("keyhole.hms_refused.{}", r.as_str()))),
+            },
         }
     }
 }

@@ -118,6 +118,11 @@ impl Envoy {
     /// Renders the config, starts Envoy and waits until its listeners are up.
     pub async fn start(o: EnvoyOptions) -> anyhow::Result<Envoy> {
         let template = if o.baseline { "envoy/baseline.yaml.tmpl" } else { "envoy/envoy.yaml.tmpl" };
+        Envoy::start_template(template, o).await
+    }
+
+    /// Like [`Envoy::start`], from another template (relative to the repository).
+    pub async fn start_template(template: &str, o: EnvoyOptions) -> anyhow::Result<Envoy> {
         let config = render_template(template, &vars(&o))?;
         let config_path = o.dir.join("envoy.yaml");
         std::fs::write(&config_path, config)?;

@@ -82,7 +82,8 @@ fn the_tls_provider_configs_validate() {
     }
 }
 
-/// Every ```json keyhole-filter block in README.md is a valid filter configuration.
+/// Every ```json keyhole-filter block in README.md is a valid filter
+/// configuration holding its mode's defaults, and both modes are documented.
 #[test]
 fn the_documented_filter_configuration_parses() {
     let readme = std::fs::read_to_string(paths::repo().join("README.md")).unwrap();
@@ -92,9 +93,17 @@ fn the_documented_filter_configuration_parses() {
         .filter_map(|rest| rest.split("\n```").next())
         .collect();
     assert!(!blocks.is_empty(), "README.md documents the filter configuration");
+    let mut modes = Vec::new();
     for block in blocks {
-        Config::from_json(block.as_bytes()).unwrap_or_else(|e| panic!("README example does not parse: {e}\n{block}"));
+        let config =
+            Config::from_json(block.as_bytes()).unwrap_or_else(|e| panic!("README example does not parse: {e}\n{block}"));
+        let mode = format!("{:?}", config.mode()).to_lowercase();
+        let defaults = Config::from_json(format!(r#"{{"mode":"{mode}"}}"#).as_bytes()).unwrap();
+        assert_eq!(config, defaults, "README example is not {mode}'s defaults:\n{block}");
+        modes.push(mode);
     }
+    modes.sort();
+    assert_eq!(modes, ["hms", "llm"], "README.md documents one block per mode");
 }
 
 /// The ```toml keyhole-control example in README.md passes `keyhole config

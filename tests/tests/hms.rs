@@ -504,6 +504,12 @@ async fn foreign_invented_sentinel_and_near_miss_aliases_never_reach_hms() {
         only_seen(&stack).uri,
         "/api/v2/patients/039b70b8-92f7-44b7-9c91-4e3f0e900c71"
     );
+    let stat = |name: &'static str| {
+        let envoy = &stack.envoy;
+        async move { envoy.stat(&format!("wasmcustom.keyhole.{name}")).await.unwrap() }
+    };
+    assert!(stat("hms_refused.unknown_alias").await >= 1);
+    assert!(stat("hms_aliases_decoded").await >= 1);
 }
 
 #[tokio::test]
@@ -654,6 +660,17 @@ async fn conflicting_ids_and_unreadable_bodies_are_withheld() {
         only_seen(&stack).headers.get("accept-encoding").is_none(),
         "accept-encoding reached HMS"
     );
+    // HMS's own counters say why: one conflict, three unreadable bodies;
+    // the sample before them was aliased. None of this is an LLM rejection.
+    let stat = |name: &'static str| {
+        let envoy = &stack.envoy;
+        async move { envoy.stat(&format!("wasmcustom.keyhole.{name}")).await.unwrap() }
+    };
+    assert_eq!(stat("hms_withheld.conflict").await, 1);
+    assert_eq!(stat("hms_withheld.unreadable").await, 3);
+    assert_eq!(stat("hms_withheld.control").await, 0);
+    assert!(stat("hms_responses_aliased").await >= 1);
+    assert_eq!(stat("rejected").await, 0);
 }
 
 #[tokio::test]

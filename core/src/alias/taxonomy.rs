@@ -9,7 +9,6 @@
 use super::shape::Form;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::fmt;
 
 /// One kind of record, as configured.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -464,19 +463,7 @@ pub struct Taxonomy {
 }
 
 /// A taxonomy configuration error, naming the field (`kinds[3].prefix`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct TaxonomyError {
-    /// Path of the field (`kinds[3].prefix`), or `<root>` for the document.
-    pub field: String,
-    /// What is wrong with it.
-    pub message: String,
-}
-
-impl fmt::Display for TaxonomyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.field, self.message)
-    }
-}
+pub type TaxonomyError = crate::field::FieldError;
 
 fn err(field: impl Into<String>, message: impl Into<String>) -> TaxonomyError {
     TaxonomyError {
