@@ -1,9 +1,14 @@
-//! control's configuration file (TOML), checked field by field.
+//! control's settings: each one defined once, in [`SETTINGS`].
 //!
-//! Every setting of `keyhole serve` can live in one file; environment variables
-//! override the file, and flags override both. The file is turned into flags
-//! (those whose environment variable is set are skipped), so the flag parser
-//! stays the one place that knows the settings' types and defaults.
+//! A [`Setting`] names its TOML key, its flag, its environment variable, its
+//! kind, its default and its meaning. From that one table come the clap
+//! arguments of `keyhole serve` (and the other commands), the checks of
+//! `keyhole config check` and `serve --config FILE`, and the README's table
+//! of flags ([`readme_table`]; a test checks README.md holds it).
+//!
+//! Every setting of `keyhole serve` can live in one TOML file; environment
+//! variables override the file, and flags override both. The file is turned
+//! into flags (those whose environment variable is set are skipped).
 //!
 //! ```toml
 //! socket = "/run/keyhole/control.sock"
@@ -12,12 +17,21 @@
 //! [embedder]
 //! url = "http://embedder:8080"
 //! ```
+//!
+//! # How to add a control setting
+//! 1. Add one [`Setting`] to [`SETTINGS`] here (key, flag, env, kind,
+//!    default, meaning), then regenerate the README table: the test
+//!    `the_readme_table_is_current` prints it.
+//! 2. Read it where it is used, in `control/src/main.rs`: one field in the
+//!    args struct of its [`Scope`] and one line in that struct's
+//!    `from_arg_matches` (`value(m, "section.key")`).
 
+use keyhole_core::FieldError;
 use std::fmt;
 
-/// What a field holds.
+/// What a setting holds; checked in configuration files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub enum Kind {
     /// A non-empty string.
     Text,
     /// An `http://` or `https://` URL.
@@ -30,49 +44,110 @@ enum Kind {
     Positive,
 }
 
-/// One setting: its path in the file, its flag and its environment variable.
-struct Field {
-    path: &'static str,
-    flag: &'static str,
-    env: &'static str,
-    kind: Kind,
+/// A setting's default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DefaultValue {
+    /// This value.
+    Value(&'static str),
+    /// No default: the setting must be given.
+    Required,
+    /// Unset by default; the text says what happens then.
+    Unset(&'static str),
 }
 
-const FIELDS: &[Field] = &[
-    Field { path: "socket", flag: "--socket", env: "KEYHOLE_SOCKET", kind: Kind::Text },
-    Field { path: "data_dir", flag: "--data-dir", env: "KEYHOLE_DATA_DIR", kind: Kind::Text },
-    Field { path: "embedder.url", flag: "--embedder-url", env: "KEYHOLE_EMBEDDER_URL", kind: Kind::HttpUrl },
-    Field { path: "embedder.query_model", flag: "--query-model", env: "KEYHOLE_QUERY_MODEL", kind: Kind::Text },
-    Field { path: "embedder.document_model", flag: "--document-model", env: "KEYHOLE_DOCUMENT_MODEL", kind: Kind::Text },
-    Field { path: "embedder.timeout_ms", flag: "--embedder-timeout-ms", env: "KEYHOLE_EMBEDDER_TIMEOUT_MS", kind: Kind::Positive },
-    Field { path: "retrieval.overlay", flag: "--overlay", env: "KEYHOLE_OVERLAY", kind: Kind::File },
-    Field { path: "retrieval.rank_config", flag: "--rank-config", env: "KEYHOLE_RANK_CONFIG", kind: Kind::File },
-    Field { path: "retrieval.qdrant_url", flag: "--qdrant-url", env: "KEYHOLE_QDRANT_URL", kind: Kind::HttpUrl },
-    Field { path: "retrieval.namespace", flag: "--namespace", env: "KEYHOLE_NAMESPACE", kind: Kind::Text },
-    Field { path: "retrieval.timeout_ms", flag: "--retrieval-timeout-ms", env: "KEYHOLE_RETRIEVAL_TIMEOUT_MS", kind: Kind::Positive },
-    Field { path: "aliases.redis_url", flag: "--redis-url", env: "KEYHOLE_REDIS_URL", kind: Kind::RedisUrl },
-    Field { path: "aliases.redis_prefix", flag: "--redis-prefix", env: "KEYHOLE_REDIS_PREFIX", kind: Kind::Text },
-    Field { path: "aliases.session_ttl_secs", flag: "--session-ttl-secs", env: "KEYHOLE_SESSION_TTL_SECS", kind: Kind::Positive },
+/// Which commands take a setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// `serve` only.
+    Serve,
+    /// Every command that builds the engine (`serve`, `index`, `search`, `resolve`, `eval`).
+    Common,
+}
+
+/// One setting of control, defined once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Setting {
+    /// Dotted key in the TOML file (`embedder.url`); also the clap argument id.
+    pub key: &'static str,
+    /// Long flag, without the dashes (`embedder-url`).
+    pub flag: &'static str,
+    /// Environment variable (`KEYHOLE_EMBEDDER_URL`).
+    pub env: &'static str,
+    /// What it holds.
+    pub kind: Kind,
+    /// Its default.
+    pub default: DefaultValue,
+    /// Which commands take it.
+    pub scope: Scope,
+    /// What it means (the `--help` text and the README's).
+    pub help: &'static str,
+}
+
+/// Every setting of control.
+pub const SETTINGS: &[Setting] = &[
+    Setting { key: "socket", flag: "socket", env: "KEYHOLE_SOCKET", kind: Kind::Text, default: DefaultValue::Required, scope: Scope::Serve, help: "Unix socket (created mode 0660; a stale file is replaced)" },
+    Setting { key: "data_dir", flag: "data-dir", env: "KEYHOLE_DATA_DIR", kind: Kind::Text, default: DefaultValue::Value(".keyhole"), scope: Scope::Common, help: "embedding cache, embedded vector index, embedded alias store" },
+    Setting { key: "embedder.url", flag: "embedder-url", env: "KEYHOLE_EMBEDDER_URL", kind: Kind::HttpUrl, default: DefaultValue::Value("http://127.0.0.1:8089"), scope: Scope::Common, help: "OpenAI-compatible embeddings endpoint" },
+    Setting { key: "embedder.query_model", flag: "query-model", env: "KEYHOLE_QUERY_MODEL", kind: Kind::Text, default: DefaultValue::Value("e5-query"), scope: Scope::Common, help: "model name for turns" },
+    Setting { key: "embedder.document_model", flag: "document-model", env: "KEYHOLE_DOCUMENT_MODEL", kind: Kind::Text, default: DefaultValue::Value("e5-passage"), scope: Scope::Common, help: "model name for tool texts" },
+    Setting { key: "embedder.timeout_ms", flag: "embedder-timeout-ms", env: "KEYHOLE_EMBEDDER_TIMEOUT_MS", kind: Kind::Positive, default: DefaultValue::Value("10000"), scope: Scope::Common, help: "one embedder request" },
+    Setting { key: "retrieval.overlay", flag: "overlay", env: "KEYHOLE_OVERLAY", kind: Kind::File, default: DefaultValue::Unset("none"), scope: Scope::Common, help: "tool metadata overlay (format of `catalog/tools.json`)" },
+    Setting { key: "retrieval.rank_config", flag: "rank-config", env: "KEYHOLE_RANK_CONFIG", kind: Kind::File, default: DefaultValue::Unset("built-in defaults"), scope: Scope::Common, help: "ranking settings, floors included (JSON)" },
+    Setting { key: "retrieval.qdrant_url", flag: "qdrant-url", env: "KEYHOLE_QDRANT_URL", kind: Kind::HttpUrl, default: DefaultValue::Unset("embedded index"), scope: Scope::Common, help: "Qdrant server (gRPC)" },
+    Setting { key: "retrieval.namespace", flag: "namespace", env: "KEYHOLE_NAMESPACE", kind: Kind::Text, default: DefaultValue::Value("default"), scope: Scope::Common, help: "registry namespace (one collection each)" },
+    Setting { key: "retrieval.timeout_ms", flag: "retrieval-timeout-ms", env: "KEYHOLE_RETRIEVAL_TIMEOUT_MS", kind: Kind::Positive, default: DefaultValue::Value("300"), scope: Scope::Common, help: "deadline for embedding a turn and searching" },
+    Setting { key: "aliases.redis_url", flag: "redis-url", env: "KEYHOLE_REDIS_URL", kind: Kind::RedisUrl, default: DefaultValue::Unset("embedded redb"), scope: Scope::Serve, help: "shared alias store for several replicas" },
+    Setting { key: "aliases.redis_prefix", flag: "redis-prefix", env: "KEYHOLE_REDIS_PREFIX", kind: Kind::Text, default: DefaultValue::Value("keyhole"), scope: Scope::Serve, help: "key prefix in Redis" },
+    Setting { key: "aliases.session_ttl_secs", flag: "session-ttl-secs", env: "KEYHOLE_SESSION_TTL_SECS", kind: Kind::Positive, default: DefaultValue::Value("28800"), scope: Scope::Serve, help: "idle sessions' aliases expire after this" },
 ];
 
-/// One problem in a configuration file, at a field's path.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigIssue {
-    /// Dotted path (`embedder.timeout_ms`), or `<file>` for the document.
-    pub path: String,
-    /// What is wrong.
-    pub message: String,
+/// The log filter's environment variable (not a setting: read before anything else).
+pub const LOG_ENV: &str = "KEYHOLE_LOG";
+
+/// The setting with TOML key `key`.
+pub fn setting(key: &str) -> Option<&'static Setting> {
+    SETTINGS.iter().find(|s| s.key == key)
 }
 
-impl fmt::Display for ConfigIssue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path, self.message)
+impl Setting {
+    /// The clap argument: `--flag`, its environment variable, default, help.
+    pub fn arg(&self) -> clap::Arg {
+        let arg = clap::Arg::new(self.key).long(self.flag).env(self.env).help(self.help);
+        let arg = match self.kind {
+            Kind::Positive => arg.value_parser(clap::value_parser!(u64)),
+            _ => arg.value_parser(clap::value_parser!(String)),
+        };
+        match self.default {
+            DefaultValue::Value(v) => arg.default_value(v),
+            DefaultValue::Required => arg.required(true),
+            DefaultValue::Unset(_) => arg,
+        }
     }
+}
+
+/// Adds every setting of `scope` to a command.
+pub fn augment(cmd: clap::Command, scope: Scope) -> clap::Command {
+    SETTINGS.iter().filter(|s| s.scope == scope).fold(cmd, |cmd, s| cmd.arg(s.arg()))
+}
+
+/// The README's table of control settings (flag, env, TOML key, default, meaning).
+pub fn readme_table() -> String {
+    let mut out = String::from("| flag | env | TOML key | default | meaning |\n|---|---|---|---|---|\n");
+    for s in SETTINGS {
+        let default = match s.default {
+            DefaultValue::Value(v) => format!("`{v}`"),
+            DefaultValue::Required => "required".to_owned(),
+            DefaultValue::Unset(text) => text.to_owned(),
+        };
+        out.push_str(&format!("| `--{}` | `{}` | `{}` | {default} | {} |\n", s.flag, s.env, s.key, s.help));
+    }
+    out.push_str(&format!("| | `{LOG_ENV}` | | `info` | log filter (`tracing` syntax) |\n"));
+    out
 }
 
 /// Every problem found in a configuration file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct ConfigErrors(pub Vec<ConfigIssue>);
+pub struct ConfigErrors(pub Vec<FieldError>);
 
 impl fmt::Display for ConfigErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -81,28 +156,14 @@ impl fmt::Display for ConfigErrors {
     }
 }
 
-/// A checked configuration file: (flag, value) pairs in file order.
+/// A checked configuration file: (setting, value) pairs in file order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ControlConfig {
-    settings: Vec<(&'static Field, String)>,
+    settings: Vec<(&'static Setting, String)>,
 }
 
-impl fmt::Debug for Field {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.path)
-    }
-}
-
-impl PartialEq for Field {
-    fn eq(&self, other: &Self) -> bool {
-        self.path == other.path
-    }
-}
-
-impl Eq for Field {}
-
-fn issue(path: &str, message: impl Into<String>) -> ConfigIssue {
-    ConfigIssue { path: path.to_owned(), message: message.into() }
+fn issue(path: &str, message: impl Into<String>) -> FieldError {
+    FieldError::new(path, message)
 }
 
 /// Walks a table, collecting the leaf values under their dotted paths.
@@ -116,7 +177,7 @@ fn flatten(prefix: &str, table: &toml::Table, out: &mut Vec<(String, toml::Value
     }
 }
 
-fn check_value(field: &Field, value: &toml::Value) -> Result<String, String> {
+fn check_value(field: &Setting, value: &toml::Value) -> Result<String, String> {
     let text = match (field.kind, value) {
         (Kind::Positive, toml::Value::Integer(n)) if *n >= 1 => return Ok(n.to_string()),
         (Kind::Positive, toml::Value::Integer(n)) => return Err(format!("must be at least 1, got {n}")),
@@ -149,7 +210,7 @@ impl ControlConfig {
         let mut issues = Vec::new();
         let mut settings = Vec::new();
         for (path, value) in &leaves {
-            match FIELDS.iter().find(|f| f.path == path) {
+            match setting(path) {
                 None => issues.push(issue(path, "unknown setting")),
                 Some(field) => match check_value(field, value) {
                     Ok(v) => settings.push((field, v)),
@@ -178,7 +239,7 @@ impl ControlConfig {
         self.settings
             .iter()
             .filter(|(field, _)| !env(field.env))
-            .flat_map(|(field, value)| [field.flag.to_owned(), value.clone()])
+            .flat_map(|(field, value)| [format!("--{}", field.flag), value.clone()])
             .collect()
     }
 
@@ -212,7 +273,7 @@ mod tests {
             redis_url = "http://not-redis"
         "#;
         let errors = ControlConfig::parse(text).unwrap_err();
-        let paths: Vec<&str> = errors.0.iter().map(|i| i.path.as_str()).collect();
+        let paths: Vec<&str> = errors.0.iter().map(|i| i.field.as_str()).collect();
         for p in ["socket", "colour", "embedder.url", "embedder.timeout_ms", "retrieval.overlay", "retrieval.namespace", "aliases.redis_url"] {
             assert!(paths.contains(&p), "{p} missing from {errors}");
         }
@@ -228,9 +289,27 @@ mod tests {
     }
 
     #[test]
+    fn the_readme_table_is_current() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+        let table = readme_table();
+        assert!(readme.contains(&table), "README.md must hold this table of control settings:\n{table}");
+    }
+
+    #[test]
+    fn every_setting_is_one_clap_argument() {
+        let cmd = augment(augment(clap::Command::new("t"), Scope::Serve), Scope::Common);
+        let cmd = cmd.no_binary_name(true);
+        let m = cmd.try_get_matches_from(["--socket", "/s", "--embedder-timeout-ms", "5"]).unwrap();
+        assert_eq!(m.get_one::<String>("socket").map(String::as_str), Some("/s"));
+        assert_eq!(m.get_one::<u64>("embedder.timeout_ms"), Some(&5));
+        assert_eq!(m.get_one::<String>("retrieval.namespace").map(String::as_str), Some("default"));
+        assert!(m.get_one::<String>("aliases.redis_url").is_none());
+    }
+
+    #[test]
     fn not_toml_is_one_clear_error() {
         let errors = ControlConfig::parse("socket = ").unwrap_err();
         assert_eq!(errors.0.len(), 1);
-        assert_eq!(errors.0[0].path, "<file>");
+        assert_eq!(errors.0[0].field, "<file>");
     }
 }

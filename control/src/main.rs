@@ -3,7 +3,7 @@
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use keyhole_control::alias::{AliasStore, RedbStore, RedisStore, StoreConfig};
-use keyhole_control::config::ControlConfig;
+use keyhole_control::config::{self as settings, ControlConfig, Scope};
 use keyhole_control::embed::{Embedder, EmbedderConfig};
 use keyhole_control::eval::{self, EvalOptions, Mode};
 use keyhole_control::index::{Indexer, MemoryStore, QdrantStore, VectorStore};
@@ -28,19 +28,42 @@ struct Cli {
     command: Command,
 }
 
-#[derive(clap::Args, Clone)]
+// === settings ===
+//
+// The flags, environment variables and defaults of every setting come from
+// `keyhole_control::config::SETTINGS`; these structs only read them back.
+
+/// A text setting (clap enforces required ones and fills defaults).
+fn text(m: &clap::ArgMatches, key: &str) -> Option<String> {
+    m.get_one::<String>(key).cloned()
+}
+
+/// A setting that clap fills (a default, or required).
+fn given<T: Clone + Send + Sync + 'static>(m: &clap::ArgMatches, key: &str) -> Result<T, clap::Error> {
+    m.get_one::<T>(key).cloned().ok_or_else(|| {
+        clap::Error::raw(clap::error::ErrorKind::MissingRequiredArgument, format!("missing setting {key}\n"))
+    })
+}
+
+/// Derives `clap::Args` for a struct from the settings of one scope.
+macro_rules! settings_args {
+    ($ty:ty, $scope:expr) => {
+        impl clap::Args for $ty {
+            fn augment_args(cmd: clap::Command) -> clap::Command {
+                settings::augment(cmd, $scope)
+            }
+            fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+                settings::augment(cmd, $scope)
+            }
+        }
+    };
+}
+
+#[derive(Clone)]
 struct EmbedderArgs {
-    /// Base URL of an OpenAI-compatible embeddings endpoint.
-    #[arg(long, env = "KEYHOLE_EMBEDDER_URL", default_value = "http://127.0.0.1:8089")]
     embedder_url: String,
-    /// Model name used for user turns.
-    #[arg(long, env = "KEYHOLE_QUERY_MODEL", default_value = "e5-query")]
     query_model: String,
-    /// Model name used for tool texts.
-    #[arg(long, env = "KEYHOLE_DOCUMENT_MODEL", default_value = "e5-passage")]
     document_model: String,
-    /// Timeout of one embedder request, in milliseconds.
-    #[arg(long, env = "KEYHOLE_EMBEDDER_TIMEOUT_MS", default_value_t = 10_000)]
     embedder_timeout_ms: u64,
 }
 
@@ -53,13 +76,10 @@ enum Command {
         /// variables override them, and flags override both.
         #[arg(long)]
         config: Option<PathBuf>,
-        /// Path of the Unix socket (created with mode 0660).
-        #[arg(long, env = "KEYHOLE_SOCKET")]
-        socket: PathBuf,
+        #[command(flatten)]
+        serve: ServeArgs,
         #[command(flatten)]
         common: CommonArgs,
-        #[command(flatten)]
-        aliases: AliasArgs,
     },
     /// Index a registry (tools.json, tools.jsonl, or a full LLM request body).
     Index {
@@ -130,9 +150,8 @@ enum Command {
     },
     /// Exit 0 when control answers `/healthz` on its socket (container healthchecks).
     Health {
-        /// Path of control's Unix socket.
-        #[arg(long, env = "KEYHOLE_SOCKET")]
-        socket: PathBuf,
+        #[command(flatten)]
+        socket: SocketArg,
     },
 }
 
@@ -163,48 +182,106 @@ async fn health(socket: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[derive(clap::Args, Clone)]
+/// The settings of every engine command ([`Scope::Common`]).
+#[derive(Clone)]
 struct CommonArgs {
-    /// Directory for durable state (embedding cache, indexes, aliases).
-    #[arg(long, env = "KEYHOLE_DATA_DIR", default_value = ".keyhole")]
     data_dir: PathBuf,
-    #[command(flatten)]
     embedder: EmbedderArgs,
-    #[command(flatten)]
     engine: EngineArgs,
 }
 
-#[derive(clap::Args, Clone)]
+#[derive(Clone)]
 struct EngineArgs {
-    /// Metadata overlay (the format of the catalog's tools.json).
-    #[arg(long, env = "KEYHOLE_OVERLAY")]
     overlay: Option<PathBuf>,
-    /// Ranking settings (JSON; every field defaults for the catalog).
-    #[arg(long, env = "KEYHOLE_RANK_CONFIG")]
     rank_config: Option<PathBuf>,
-    /// Qdrant server (gRPC URL); the embedded index in the data directory when absent.
-    #[arg(long, env = "KEYHOLE_QDRANT_URL")]
     qdrant_url: Option<String>,
-    /// Registry namespace: one collection each.
-    #[arg(long, env = "KEYHOLE_NAMESPACE", default_value = "default")]
     namespace: String,
-    /// Deadline for embedding a turn and searching, in milliseconds.
-    #[arg(long, env = "KEYHOLE_RETRIEVAL_TIMEOUT_MS", default_value_t = 300)]
     retrieval_timeout_ms: u64,
 }
 
-#[derive(clap::Args, Clone)]
+settings_args!(CommonArgs, Scope::Common);
+
+impl clap::FromArgMatches for CommonArgs {
+    fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        Ok(CommonArgs {
+            data_dir: PathBuf::from(given::<String>(m, "data_dir")?),
+            embedder: EmbedderArgs {
+                embedder_url: given(m, "embedder.url")?,
+                query_model: given(m, "embedder.query_model")?,
+                document_model: given(m, "embedder.document_model")?,
+                embedder_timeout_ms: given(m, "embedder.timeout_ms")?,
+            },
+            engine: EngineArgs {
+                overlay: text(m, "retrieval.overlay").map(PathBuf::from),
+                rank_config: text(m, "retrieval.rank_config").map(PathBuf::from),
+                qdrant_url: text(m, "retrieval.qdrant_url"),
+                namespace: given(m, "retrieval.namespace")?,
+                retrieval_timeout_ms: given(m, "retrieval.timeout_ms")?,
+            },
+        })
+    }
+    fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+/// The settings of `serve` only ([`Scope::Serve`]).
+#[derive(Clone)]
+struct ServeArgs {
+    socket: PathBuf,
+    aliases: AliasArgs,
+}
+
+#[derive(Clone)]
 struct AliasArgs {
-    /// Shared alias store for several replicas (`redis://host:port/`); the
-    /// embedded store in the data directory when absent.
-    #[arg(long, env = "KEYHOLE_REDIS_URL")]
     redis_url: Option<String>,
-    /// Key prefix in Redis (one per deployment).
-    #[arg(long, env = "KEYHOLE_REDIS_PREFIX", default_value = "keyhole")]
     redis_prefix: String,
-    /// Seconds after which an idle session's aliases expire.
-    #[arg(long, env = "KEYHOLE_SESSION_TTL_SECS", default_value_t = 8 * 3600)]
     session_ttl_secs: u64,
+}
+
+settings_args!(ServeArgs, Scope::Serve);
+
+impl clap::FromArgMatches for ServeArgs {
+    fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        Ok(ServeArgs {
+            socket: PathBuf::from(given::<String>(m, "socket")?),
+            aliases: AliasArgs {
+                redis_url: text(m, "aliases.redis_url"),
+                redis_prefix: given(m, "aliases.redis_prefix")?,
+                session_ttl_secs: given(m, "aliases.session_ttl_secs")?,
+            },
+        })
+    }
+    fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+/// `health`'s one setting: the socket, as `serve` defines it.
+#[derive(Clone)]
+struct SocketArg {
+    socket: PathBuf,
+}
+
+impl clap::Args for SocketArg {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        settings::SETTINGS.iter().filter(|s| s.key == "socket").fold(cmd, |cmd, s| cmd.arg(s.arg()))
+    }
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+impl clap::FromArgMatches for SocketArg {
+    fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        Ok(SocketArg { socket: PathBuf::from(given::<String>(m, "socket")?) })
+    }
+    fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
 }
 
 async fn alias_store(args: &AliasArgs, data_dir: &std::path::Path) -> anyhow::Result<Arc<dyn AliasStore>> {
@@ -306,13 +383,13 @@ fn load(path: &Path) -> anyhow::Result<LoadedRegistry> {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Health { socket } => health(&socket).await?,
+        Command::Health { socket } => health(&socket.socket).await?,
         Command::Config { action: ConfigAction::Check { file } } => {
             let config = ControlConfig::load(&file).map_err(|e| anyhow::anyhow!("{}:\n{e}", file.display()))?;
             println!("{}: ok ({} settings)", file.display(), config.len());
         }
         // `--config` was expanded into flags before parsing.
-        Command::Serve { config: _, socket, common, aliases } => {
+        Command::Serve { config: _, serve: ServeArgs { socket, aliases }, common } => {
             let resolver = resolver(&common.data_dir, &common.embedder, &common.engine, None, None).await?;
             let aliases = alias_store(&aliases, &common.data_dir).await?;
             spawn_sweeper(aliases.clone());
@@ -484,7 +561,7 @@ fn cli_with_config_file() -> anyhow::Result<Cli> {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("KEYHOLE_LOG").unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_env(settings::LOG_ENV).unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
