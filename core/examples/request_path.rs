@@ -20,7 +20,7 @@ fn main() {
         req.tools.iter().step_by(9).take(12).map(|t| t.name.to_string()).collect()
     };
     let answer = ResolveResponse {
-        tools: names.iter().map(|n| SurfacedTool { name: n.clone(), reason: Reason::Rag }).collect(),
+        tools: names.iter().map(|n| SurfacedTool::new(n.clone(), Reason::Rag)).collect(),
         source: Source::Retrieval,
     };
     let started = Instant::now();

@@ -5,6 +5,7 @@
 //! every error it returns names the offending field, so `on_configure` (and
 //! `envoy --mode validate`) can say exactly what is wrong.
 
+use crate::format::BuiltinTools;
 use serde::{Deserialize, Serialize};
 
 /// What a listener's filter instance does.
@@ -80,6 +81,50 @@ pub struct LlmFilterConfig {
     /// Behaviour when an answer calls a tool outside the surfaced set.
     #[serde(default = "defaults::off_surface")]
     pub off_surface: OffSurface,
+    /// Provider built-in tools forwarded untouched, per format; a format named
+    /// here replaces its default allow-list.
+    #[serde(default)]
+    pub builtin_tools: BuiltinToolsConfig,
+}
+
+/// Allow-lists of built-in tool types per format, as the operator writes them
+/// (`"anthropic": ["web_search_20250305", …]`). An absent format keeps its
+/// defaults ([`crate::format::BuiltinTools::default`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BuiltinToolsConfig {
+    /// OpenAI Chat Completions `type`s.
+    #[serde(default, rename = "openai-chat", skip_serializing_if = "Option::is_none")]
+    pub openai_chat: Option<Vec<String>>,
+    /// OpenAI Responses `type`s.
+    #[serde(default, rename = "openai-responses", skip_serializing_if = "Option::is_none")]
+    pub openai_responses: Option<Vec<String>>,
+    /// Anthropic server-tool `type`s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anthropic: Option<Vec<String>>,
+    /// Gemini tools-entry keys (`googleSearch`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemini: Option<Vec<String>>,
+}
+
+impl BuiltinToolsConfig {
+    /// The allow-lists, defaults filled in; every entry must be a non-empty name.
+    fn validate(self) -> Result<BuiltinTools, ConfigError> {
+        let mut tools = BuiltinTools::default();
+        for (key, given, slot) in [
+            ("openai-chat", self.openai_chat, &mut tools.openai_chat),
+            ("openai-responses", self.openai_responses, &mut tools.openai_responses),
+            ("anthropic", self.anthropic, &mut tools.anthropic),
+            ("gemini", self.gemini, &mut tools.gemini),
+        ] {
+            let Some(given) = given else { continue };
+            if let Some(bad) = given.iter().find(|t| t.trim().is_empty() || t.trim() != t.as_str()) {
+                return Err(err(&format!("builtin_tools.{key}"), format!("must list tool names, got {bad:?}")));
+            }
+            *slot = given;
+        }
+        Ok(tools)
+    }
 }
 
 /// The fields of an `hms` listener's configuration.
@@ -106,7 +151,7 @@ pub struct HmsFilterConfig {
 /// The fields each mode accepts (besides `mode`); a field in the other list
 /// is reported as belonging to the other mode. A test checks these lists are
 /// exactly the fields of [`LlmFilterConfig`] and [`HmsFilterConfig`].
-pub const LLM_FIELDS: [&str; 8] = [
+pub const LLM_FIELDS: [&str; 9] = [
     "control_cluster",
     "control_authority",
     "timeout_ms",
@@ -115,6 +160,7 @@ pub const LLM_FIELDS: [&str; 8] = [
     "max_body_bytes",
     "on_outage",
     "off_surface",
+    "builtin_tools",
 ];
 /// See [`LLM_FIELDS`].
 pub const HMS_FIELDS: [&str; 5] =
@@ -174,6 +220,8 @@ pub struct LlmConfig {
     pub on_outage: OnOutage,
     /// See [`LlmFilterConfig::off_surface`].
     pub off_surface: OffSurface,
+    /// See [`LlmFilterConfig::builtin_tools`].
+    pub builtin_tools: BuiltinTools,
 }
 
 /// The validated configuration of an `hms` listener.
@@ -329,6 +377,7 @@ impl TryFrom<FilterConfig> for Config {
                 max_body_bytes: max_body_bytes(raw.max_body_bytes)?,
                 on_outage: raw.on_outage,
                 off_surface: raw.off_surface,
+                builtin_tools: raw.builtin_tools.validate()?,
             }),
             FilterConfig::Hms(raw) => Config::Hms(HmsConfig {
                 control: control(raw.control_cluster, raw.control_authority, raw.timeout_ms)?,
@@ -356,7 +405,7 @@ mod tests {
 
     #[test]
     fn errors_name_the_field() {
-        let cases: [(&[u8], &str); 11] = [
+        let cases: [(&[u8], &str); 12] = [
             (br#"{"mode":"llm","timeout_ms":0}"#, "timeout_ms"),
             (br#"{"mode":"llm","timeout_msec":5}"#, "timeout_msec"),
             (br#"{"mode":"llm","session_header":"x y"}"#, "session_header"),
@@ -368,6 +417,7 @@ mod tests {
             (br#"{"mode":"hms","phase_header":"x-p"}"#, "phase_header"),
             (br#"{"mode":"hms","timeout_ms":"5"}"#, "timeout_ms"),
             (br#"{"mode":"llm","off_surface":"drop"}"#, "off_surface"),
+            (br#"{"mode":"llm","builtin_tools":{"anthropic":[""]}}"#, "builtin_tools.anthropic"),
         ];
         for (json, field) in cases {
             let e = Config::from_json(json).unwrap_err();

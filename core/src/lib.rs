@@ -8,6 +8,7 @@
 //! - [`admission`]: which tools an LLM response calls (edge plan validation).
 //! - [`alias`]: raw record ids ↔ per-session aliases: scanning, rewriting, session maps.
 //! - [`config`]: the filter's plugin configuration, raw and validated.
+//! - [`detect`]: the independent tool detector, the last word before a body leaves.
 //! - [`field`]: the one error type for a bad setting ([`FieldError`]).
 //! - [`format`](mod@format): reading and rewriting LLM request bodies without re-serialising them.
 //! - [`hold`]: the hold protocol with Envoy's Lua hold filters (verdict lines).
@@ -27,6 +28,7 @@
 pub mod admission;
 pub mod alias;
 pub mod config;
+pub mod detect;
 pub mod field;
 pub mod format;
 pub mod hold;

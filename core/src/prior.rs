@@ -6,23 +6,24 @@
 
 use std::collections::VecDeque;
 
-/// Sessions → last audited set, at most `capacity` sessions.
+/// Sessions → last audited set (of names, or of [`crate::wire::SurfacedTool`]s
+/// with their metadata), at most `capacity` sessions.
 #[derive(Debug, Clone)]
-pub struct PriorSets {
+pub struct PriorSets<T = String> {
     capacity: usize,
     max_names: usize,
     /// Most recently used at the back.
-    entries: VecDeque<(String, Vec<String>)>,
+    entries: VecDeque<(String, Vec<T>)>,
 }
 
-impl PriorSets {
+impl<T> PriorSets<T> {
     /// A memory of at most `capacity` sessions, each at most `max_names` names.
     pub fn new(capacity: usize, max_names: usize) -> Self {
         PriorSets { capacity, max_names, entries: VecDeque::new() }
     }
 
     /// Records the set surfaced for `session` (only after a successful retrieval).
-    pub fn remember(&mut self, session: &str, names: impl IntoIterator<Item = String>) {
+    pub fn remember(&mut self, session: &str, names: impl IntoIterator<Item = T>) {
         if self.capacity == 0 {
             return;
         }
@@ -30,12 +31,12 @@ impl PriorSets {
         if self.entries.len() >= self.capacity {
             self.entries.pop_front();
         }
-        let names: Vec<String> = names.into_iter().take(self.max_names).collect();
+        let names: Vec<T> = names.into_iter().take(self.max_names).collect();
         self.entries.push_back((session.to_owned(), names));
     }
 
     /// The session's last set, or an empty slice.
-    pub fn get(&self, session: &str) -> &[String] {
+    pub fn get(&self, session: &str) -> &[T] {
         self.entries
             .iter()
             .find(|(s, _)| s == session)
@@ -60,7 +61,7 @@ mod tests {
 
     #[test]
     fn evicts_the_least_recently_written_session() {
-        let mut p = PriorSets::new(2, 12);
+        let mut p: PriorSets = PriorSets::new(2, 12);
         p.remember("a", vec!["x".into()]);
         p.remember("b", vec!["y".into()]);
         p.remember("a", vec!["z".into()]);
@@ -72,7 +73,7 @@ mod tests {
 
     #[test]
     fn caps_names_per_session() {
-        let mut p = PriorSets::new(4, 3);
+        let mut p: PriorSets = PriorSets::new(4, 3);
         p.remember("s", (0..10).map(|i| i.to_string()));
         assert_eq!(p.get("s").len(), 3);
     }

@@ -106,6 +106,19 @@ pub fn invalid_request(err: &FormatError) -> LocalReply {
     error(ErrorKind::InvalidRequest, &format!("keyhole cannot read this request: {err}"))
 }
 
+/// A request body that carries more tool definitions than its phase allows
+/// (400): `found` by the independent detector ([`crate::detect`]), `budget`
+/// the phase's. The request is not forwarded.
+pub fn too_many_tools(found: usize, budget: usize, phase: crate::Phase) -> LocalReply {
+    error(
+        ErrorKind::InvalidRequest,
+        &format!(
+            "keyhole refuses this request: it would send {found} tool definitions to the model, \
+             and the {phase} phase allows at most {budget}"
+        ),
+    )
+}
+
 /// A request body over the limit (413).
 pub fn body_too_large(limit_bytes: usize) -> LocalReply {
     error(

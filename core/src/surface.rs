@@ -1,12 +1,19 @@
 //! The filter's decision on one LLM request: which function tools go upstream.
 //!
+//! The filter is a shell around three calls: [`read`] a complete body, ask
+//! control, [`finish`] with its answer (or its failure). Every body that
+//! leaves has passed [`seal`], the independent detector.
+//!
 //! Every path ends here, including every fault, so the bound is enforced in one
 //! place: whatever control answered (or failed to answer), the decision never
 //! keeps more function tools than the phase budget, and never the full registry
 //! unless the registry already fits the budget.
 
 use crate::config::OnOutage;
-use crate::format::ParsedRequest;
+use crate::detect;
+use crate::format::{self, BuiltinTools, ParsedRequest};
+use crate::reply::{self, ErrorKind, LocalReply};
+use crate::phase::RECOVERY_NEW_TOOLS;
 use crate::wire::{Reason, ResolveResponse, Source, SurfacedTool};
 use crate::Phase;
 
@@ -54,63 +61,207 @@ pub enum Decision {
     Reject,
 }
 
+/// Why a request is answered locally instead of forwarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The body cannot be read (or carries tools keyhole cannot classify).
+    Unreadable,
+    /// The body about to leave holds more tool definitions than the phase
+    /// allows, as the independent detector ([`crate::detect`]) counts them.
+    OverBudget {
+        /// Tool definitions found.
+        found: usize,
+        /// The phase's budget.
+        budget: usize,
+    },
+    /// Control gave no usable answer, nothing is known, and policy says reject.
+    Unavailable,
+}
+
+impl Refusal {
+    /// A short stable name for logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::Unreadable => "unreadable",
+            Refusal::OverBudget { .. } => "over-budget",
+            Refusal::Unavailable => "unavailable",
+        }
+    }
+}
+
+/// What to do with a complete request body before control is asked.
+#[derive(Debug)]
+pub enum Read<'a> {
+    /// No function tool to choose from: the body leaves unchanged (the
+    /// detector has passed it).
+    Pass,
+    /// Function tools to choose from: ask control, then [`finish`].
+    Resolve(ParsedRequest<'a>),
+    /// Answer locally with `reply`.
+    Refuse(Refusal, LocalReply),
+}
+
+/// Reads a complete request body arriving at `path` in `phase`.
+pub fn read<'a>(path: &str, body: &'a [u8], phase: Phase, builtins: &BuiltinTools) -> Read<'a> {
+    match format::parse_with(path, body, builtins) {
+        Ok(Some(parsed)) if !parsed.tools.is_empty() => Read::Resolve(parsed),
+        Ok(_) => match seal(body, phase) {
+            Ok(()) => Read::Pass,
+            Err((refusal, reply)) => Read::Refuse(refusal, reply),
+        },
+        Err(e) => Read::Refuse(Refusal::Unreadable, reply::invalid_request(&e)),
+    }
+}
+
+/// The last word before a body leaves: the independent detector counts tool
+/// definitions in `body`, whatever format it was read as; more than the
+/// phase's budget, or a body it cannot read, is refused.
+pub fn seal(body: &[u8], phase: Phase) -> Result<(), (Refusal, LocalReply)> {
+    let budget = phase.budget().max;
+    match detect::count_tool_shaped(body) {
+        Ok(found) if found <= budget => Ok(()),
+        Ok(found) => Err((Refusal::OverBudget { found, budget }, reply::too_many_tools(found, budget, phase))),
+        Err(e) => Err((
+            Refusal::Unreadable,
+            reply::error(ErrorKind::InvalidRequest, &format!("keyhole cannot read this request: {e}")),
+        )),
+    }
+}
+
+/// The request that leaves, decided and sealed.
+#[derive(Debug)]
+pub enum Finished {
+    /// Forward `body` (the rewrite), with the decision that made it.
+    Forward {
+        /// The rewritten body; it passed [`seal`].
+        body: Vec<u8>,
+        /// Indexes of kept function tools.
+        keep: Vec<usize>,
+        /// The kept tools with their activation reasons.
+        surfaced: Vec<SurfacedTool>,
+        /// Where the set came from.
+        source: Source,
+        /// True when control's list exceeded the budget and was cut.
+        clamped: bool,
+    },
+    /// Answer locally with `reply`.
+    Refuse(Refusal, LocalReply),
+}
+
+/// Decides ([`decide`]), rewrites and seals one request: the whole of the
+/// filter's work after control answered (or failed to).
+pub fn finish(
+    req: &ParsedRequest<'_>,
+    body: &[u8],
+    phase: Phase,
+    answer: Result<&ResolveResponse, Outage>,
+    prior: &[SurfacedTool],
+    on_outage: OnOutage,
+) -> Finished {
+    match decide(req, phase, answer, prior, on_outage) {
+        Decision::Reject => Finished::Refuse(Refusal::Unavailable, reply::unavailable()),
+        Decision::Forward { keep, surfaced, source, clamped } => {
+            let rewritten = req.rewrite(body, &keep);
+            match seal(&rewritten, phase) {
+                Ok(()) => Finished::Forward { body: rewritten, keep, surfaced, source, clamped },
+                Err((refusal, reply)) => Finished::Refuse(refusal, reply),
+            }
+        }
+    }
+}
+
 /// Decides the function tools to forward.
 ///
 /// - `answer`: control's answer, or why there is none.
-/// - `prior`: the session's last audited set (names), used when control is out.
+/// - `prior`: the session's last audited set, used when control is out and
+///   to bound a recovery turn.
 /// - `on_outage`: what to do when control is out and nothing is known.
+///
+/// The phase's rules are the filter's, whatever control answered: at most
+/// `phase.budget().max` tools; formatter: no tool that may change a record
+/// (as control's metadata says; a tool it says nothing of counts as
+/// mutating), except one the request forces; recovery: at most
+/// [`RECOVERY_NEW_TOOLS`] tools outside the prior set, when this worker knows
+/// the session's prior set.
 pub fn decide(
     req: &ParsedRequest<'_>,
     phase: Phase,
     answer: Result<&ResolveResponse, Outage>,
-    prior: &[String],
+    prior: &[SurfacedTool],
     on_outage: OnOutage,
 ) -> Decision {
     let max = phase.budget().max;
-    let mut surfaced: Vec<SurfacedTool> = Vec::with_capacity(max);
-    let mut keep: Vec<usize> = Vec::with_capacity(max);
-    let mut push = |name: &str, reason: Reason, surfaced: &mut Vec<SurfacedTool>| {
-        if keep.len() >= max {
-            return false;
-        }
-        match req.tools.iter().position(|t| t.name == name) {
-            Some(i) if !keep.contains(&i) => {
-                keep.push(i);
-                surfaced.push(SurfacedTool { name: name.to_owned(), reason });
-                true
-            }
-            _ => false,
-        }
-    };
+    let mut set = Set { req, phase, max, prior, keep: Vec::with_capacity(max), surfaced: Vec::with_capacity(max), new: 0 };
 
     // A forced function is always visible, whatever else happens (within the
     // budget: a client may list the whole registry as "allowed").
+    let metadata = |name: &str| {
+        let offered = answer.ok().into_iter().flat_map(|a| a.tools.iter());
+        offered.chain(prior).find(|t| t.name == name).map_or(true, |t| t.mutating)
+    };
     for forced in &req.forced {
-        push(forced, Reason::ToolChoice, &mut surfaced);
+        set.offer(SurfacedTool { name: forced.clone(), reason: Reason::ToolChoice, mutating: metadata(forced) });
     }
 
     let (source, clamped) = match answer {
         Ok(answer) => {
-            let mut offered = 0usize;
+            let offered = answer.tools.iter().filter(|t| req.tools.iter().any(|r| r.name == t.name)).count();
             for tool in &answer.tools {
-                if req.tools.iter().any(|t| t.name == tool.name) {
-                    offered += 1;
-                }
-                push(&tool.name, tool.reason, &mut surfaced);
+                set.offer(tool.clone());
             }
             (answer.source, offered > max)
         }
         Err(_) => {
-            for name in prior {
-                push(name, Reason::PriorSet, &mut surfaced);
+            for tool in prior {
+                set.offer(SurfacedTool { reason: Reason::PriorSet, ..tool.clone() });
             }
-            if surfaced.is_empty() && on_outage == OnOutage::Reject {
+            if set.keep.is_empty() && on_outage == OnOutage::Reject {
                 return Decision::Reject;
             }
             (Source::FilterFallback, false)
         }
     };
-    Decision::Forward { keep, surfaced, source, clamped }
+    Decision::Forward { keep: set.keep, surfaced: set.surfaced, source, clamped }
+}
+
+/// The set being composed under the phase's rules.
+struct Set<'r, 'a> {
+    req: &'r ParsedRequest<'a>,
+    phase: Phase,
+    max: usize,
+    prior: &'r [SurfacedTool],
+    keep: Vec<usize>,
+    surfaced: Vec<SurfacedTool>,
+    /// Tools outside the prior set kept so far (recovery).
+    new: usize,
+}
+
+impl Set<'_, '_> {
+    /// Keeps `tool` if the request carries it and the phase's rules allow it.
+    fn offer(&mut self, tool: SurfacedTool) {
+        if self.keep.len() >= self.max {
+            return;
+        }
+        let Some(i) = self.req.tools.iter().position(|t| t.name == tool.name) else {
+            return;
+        };
+        if self.keep.contains(&i) {
+            return;
+        }
+        let forced = tool.reason == Reason::ToolChoice;
+        if self.phase == Phase::Formatter && tool.mutating && !forced {
+            return;
+        }
+        let outside_prior = !self.prior.is_empty() && !self.prior.iter().any(|p| p.name == tool.name);
+        if self.phase == Phase::Recovery && outside_prior && !forced {
+            if self.new >= RECOVERY_NEW_TOOLS {
+                return;
+            }
+            self.new += 1;
+        }
+        self.keep.push(i);
+        self.surfaced.push(tool);
+    }
 }
 
 #[cfg(test)]
@@ -130,7 +281,7 @@ mod tests {
 
     fn answer(names: &[&str]) -> ResolveResponse {
         ResolveResponse {
-            tools: names.iter().map(|n| SurfacedTool { name: (*n).into(), reason: Reason::Rag }).collect(),
+            tools: names.iter().map(|n| SurfacedTool { name: (*n).into(), reason: Reason::Rag, mutating: false }).collect(),
             source: Source::Retrieval,
         }
     }
@@ -169,7 +320,7 @@ mod tests {
     fn outage_uses_the_prior_set_within_budget() {
         let b = body(108, None);
         let req = format::parse("/", &b).unwrap().unwrap();
-        let prior: Vec<String> = (0..40).map(|i| format!("t{i}")).collect();
+        let prior: Vec<SurfacedTool> = (0..40).map(|i| SurfacedTool::new(format!("t{i}"), Reason::Rag)).collect();
         let d = decide(&req, Phase::AgentCall, Err(Outage::Status(503)), &prior, OnOutage::Reject);
         let Decision::Forward { keep, source, .. } = d else { panic!("rejected") };
         assert_eq!(keep.len(), 8);
@@ -192,5 +343,37 @@ mod tests {
         let req = format::parse("/", &b).unwrap().unwrap();
         let d = decide(&req, Phase::Planner, Ok(&answer(&["x", "t1", "t1", "t2"])), &[], OnOutage::Reject);
         assert_eq!(kept(&d), 2);
+    }
+
+    #[test]
+    fn formatter_never_keeps_a_mutating_tool_whatever_control_says() {
+        let b = body(20, Some("t19"));
+        let req = format::parse("/", &b).unwrap().unwrap();
+        let mut answer = answer(&["t0", "t1", "t2", "t3"]);
+        answer.tools[1].mutating = true;
+        answer.tools[3].mutating = true;
+        let d = decide(&req, Phase::Formatter, Ok(&answer), &[], OnOutage::Reject);
+        let Decision::Forward { keep, .. } = d else { panic!("rejected") };
+        // The forced tool (no metadata: mutating) is kept; t1 and t3 are not.
+        assert_eq!(keep, vec![19, 0, 2]);
+        // The same rule holds for the prior set on an outage.
+        let prior = vec![SurfacedTool::new("t5", Reason::Rag), SurfacedTool { mutating: false, ..SurfacedTool::new("t6", Reason::Rag) }];
+        let d = decide(&req, Phase::Formatter, Err(Outage::Garbage), &prior, OnOutage::Reject);
+        let Decision::Forward { keep, .. } = d else { panic!("rejected") };
+        assert_eq!(keep, vec![19, 6]);
+    }
+
+    #[test]
+    fn recovery_adds_at_most_three_tools_to_a_known_prior_set() {
+        let b = body(30, None);
+        let req = format::parse("/", &b).unwrap().unwrap();
+        let prior: Vec<SurfacedTool> = (0..4).map(|i| SurfacedTool::new(format!("t{i}"), Reason::Rag)).collect();
+        let names: Vec<String> = (0..30).rev().map(|i| format!("t{i}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let d = decide(&req, Phase::Recovery, Ok(&answer(&refs)), &prior, OnOutage::Reject);
+        let Decision::Forward { keep, .. } = d else { panic!("rejected") };
+        let new = keep.iter().filter(|&&i| i >= 4).count();
+        assert_eq!(new, RECOVERY_NEW_TOOLS);
+        assert_eq!(keep.len(), 4 + RECOVERY_NEW_TOOLS);
     }
 }

@@ -83,6 +83,22 @@ pub struct SurfacedTool {
     pub name: String,
     /// Activation reason.
     pub reason: Reason,
+    /// Whether the tool may change a record (writes, deletes, unknown
+    /// operations). The filter keeps no such tool in the formatter phase; an
+    /// answer that does not say counts as mutating.
+    #[serde(default = "unknown_mutates")]
+    pub mutating: bool,
+}
+
+impl SurfacedTool {
+    /// A surfaced tool whose operation is unknown (so: mutating).
+    pub fn new(name: impl Into<String>, reason: Reason) -> Self {
+        SurfacedTool { name: name.into(), reason, mutating: true }
+    }
+}
+
+fn unknown_mutates() -> bool {
+    true
 }
 
 /// Where a candidate set came from.
@@ -148,5 +164,14 @@ mod tests {
         assert_eq!(req.phase, Phase::Planner);
         assert_eq!(req.tools[0].description, "");
         assert!(req.session.is_none());
+    }
+
+    #[test]
+    fn a_tool_without_metadata_counts_as_mutating() {
+        let answer: ResolveResponse = serde_json::from_str(r#"{"tools":[{"name":"a","reason":"rag"}]}"#).unwrap();
+        assert!(answer.tools[0].mutating);
+        let answer: ResolveResponse =
+            serde_json::from_str(r#"{"tools":[{"name":"a","reason":"rag","mutating":false}]}"#).unwrap();
+        assert!(!answer.tools[0].mutating);
     }
 }

@@ -47,7 +47,7 @@ struct Root {
     config: Option<Configured>,
     metrics: Metrics,
     /// Last audited set per session (per worker, bounded).
-    prior: Rc<RefCell<PriorSets>>,
+    prior: Rc<RefCell<PriorSets<keyhole_core::wire::SurfacedTool>>>,
 }
 
 /// The validated configuration of one mode, shared by its stream contexts.

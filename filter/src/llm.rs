@@ -1,8 +1,11 @@
 //! The tool-surface stream context on the LLM listener.
 //!
-//! Request path: headers (copy session and phase) → body buffered to end of
-//! stream → read by core → `POST /v1/resolve` to control → core's bounded
-//! decision → body rewritten → resumed. `envoy.filters.http.buffer` sits after
+//! Request path: headers (copy session and phase) → body buffered to its end
+//! (end of stream, or request trailers) → read by core → `POST /v1/resolve`
+//! to control → core's bounded decision → body rewritten → the independent
+//! detector counts tool definitions in what is about to leave → resumed, or
+//! refused. Every method that carries a body is read: a provider may honour
+//! a PUT, or `X-HTTP-Method-Override`, as a POST. `envoy.filters.http.buffer` sits after
 //! this filter so the upstream gets a correct `content-length`: request headers
 //! have already left this filter when the body is rewritten.
 //!
@@ -14,10 +17,10 @@ use crate::host;
 use crate::metrics::Metrics;
 use keyhole_core::admission::{self, ScanLimits, StreamScanner};
 use keyhole_core::config::{LlmConfig, OffSurface};
-use keyhole_core::format::{self, Format, ParsedRequest};
+use keyhole_core::format::{Format, ParsedRequest};
 use keyhole_core::prior::PriorSets;
 use keyhole_core::reply::{self, ErrorKind, LocalReply};
-use keyhole_core::surface::{self, Decision, Outage};
+use keyhole_core::surface::{self, Finished, Outage, Read, Refusal};
 use keyhole_core::wire::{ResolveRequest, ResolveResponse, Source, SurfacedTool};
 use keyhole_core::Phase;
 use proxy_wasm::traits::{Context, HttpContext};
@@ -34,7 +37,8 @@ pub const OFF_SURFACE_HEADER: &str = "x-keyhole-off-surface";
 
 /// Where a stream is in its life.
 enum State {
-    /// Not ours to touch (not a POST, or no body): everything passes.
+    /// Not ours to touch (no body, or a body without tools that passed the
+    /// detector): everything passes.
     Passthrough,
     /// Buffering the request body.
     Reading,
@@ -57,7 +61,7 @@ pub struct LlmStream {
     context_id: u32,
     config: Rc<LlmConfig>,
     metrics: Metrics,
-    prior: Rc<RefCell<PriorSets>>,
+    prior: Rc<RefCell<PriorSets<SurfacedTool>>>,
     session: Option<String>,
     phase: Phase,
     /// The request's `:path` (format detection).
@@ -66,11 +70,19 @@ pub struct LlmStream {
     /// True while `on_http_request_body` runs: a callout answered inside it
     /// must not resume the stream (the body callback's return value does).
     in_body_callback: bool,
+    /// Bytes of request body buffered so far (the trailers callback has no
+    /// size of its own).
+    body_size: usize,
 }
 
 impl LlmStream {
     /// A stream context sharing the worker's configuration and session memory.
-    pub fn new(context_id: u32, config: Rc<LlmConfig>, metrics: Metrics, prior: Rc<RefCell<PriorSets>>) -> Self {
+    pub fn new(
+        context_id: u32,
+        config: Rc<LlmConfig>,
+        metrics: Metrics,
+        prior: Rc<RefCell<PriorSets<SurfacedTool>>>,
+    ) -> Self {
         LlmStream {
             context_id,
             config,
@@ -81,6 +93,7 @@ impl LlmStream {
             path: String::new(),
             state: State::Passthrough,
             in_body_callback: false,
+            body_size: 0,
         }
     }
 
@@ -93,18 +106,35 @@ impl LlmStream {
         Action::Pause
     }
 
+    /// Refuses the request for `refusal`: counted, logged with the reason.
+    fn refuse(&mut self, refusal: Refusal, reply: LocalReply) -> Action {
+        if let Refusal::OverBudget { found, budget } = refusal {
+            host::count(self.metrics.over_budget, 1);
+            log::warn!(
+                "keyhole.refused context={} reason={} phase={} tool_shaped={found} budget={budget}",
+                self.context_id,
+                refusal.as_str(),
+                self.phase
+            );
+        } else {
+            log::warn!("keyhole.refused context={} reason={} phase={}", self.context_id, refusal.as_str(), self.phase);
+        }
+        self.reject(reply)
+    }
+
     /// Reads the complete body, asks control, and pauses; or decides at once.
     fn on_complete_body(&mut self, size: usize) -> Action {
-        let Some(body) = host::buffer(BufferType::HttpRequestBody, size) else {
+        let body = if size == 0 { Some(Vec::new()) } else { host::buffer(BufferType::HttpRequestBody, size) };
+        let Some(body) = body else {
             return self.reject(reply::internal("the request body could not be read"));
         };
-        let parsed = match format::parse(&self.path, &body) {
-            Ok(Some(parsed)) => parsed,
-            Ok(None) => {
+        let parsed = match surface::read(&self.path, &body, self.phase, &self.config.builtin_tools) {
+            Read::Pass => {
                 self.state = State::Passthrough;
                 return Action::Continue;
             }
-            Err(e) => return self.reject(reply::invalid_request(&e)),
+            Read::Resolve(parsed) => parsed,
+            Read::Refuse(refusal, reply) => return self.refuse(refusal, reply),
         };
         let question = ResolveRequest {
             session: self.session.clone(),
@@ -138,11 +168,10 @@ impl LlmStream {
         }
     }
 
-
     /// Applies core's decision to the buffered body. Returns `Continue` when the
     /// request may go on, `Pause` when it was answered locally.
     fn apply(&mut self, parsed: &ParsedRequest<'_>, body: &[u8], answer: Result<&ResolveResponse, Outage>) -> Action {
-        let prior: Vec<String> = match &self.session {
+        let prior: Vec<SurfacedTool> = match &self.session {
             Some(s) => self.prior.borrow().get(s).to_vec(),
             None => Vec::new(),
         };
@@ -156,21 +185,11 @@ impl LlmStream {
                 self.config.on_outage
             );
         }
-        let decision = surface::decide(parsed, self.phase, answer, &prior, self.config.on_outage);
-        let (keep, surfaced, source, clamped) = match decision {
-            Decision::Reject => return self.reject(reply::unavailable()),
-            Decision::Forward { keep, surfaced, source, clamped } => (keep, surfaced, source, clamped),
+        let finished = surface::finish(parsed, body, self.phase, answer, &prior, self.config.on_outage);
+        let (rewritten, keep, surfaced, source, clamped) = match finished {
+            Finished::Refuse(refusal, reply) => return self.refuse(refusal, reply),
+            Finished::Forward { body, keep, surfaced, source, clamped } => (body, keep, surfaced, source, clamped),
         };
-        let rewritten = parsed.rewrite(body, &keep);
-        // The hard clamp: count what is about to leave, independently of how
-        // the set was chosen. Over budget (or unreadable) never leaves.
-        let budget = self.phase.budget().max;
-        let leaving = format::parse(&self.path, &rewritten).ok().map(|r| r.map_or(0, |r| r.tools.len()));
-        if !matches!(leaving, Some(n) if n <= budget) {
-            host::count(self.metrics.clamped, 1);
-            log::error!("keyhole.violation context={} budget={budget} leaving={leaving:?}", self.context_id);
-            return self.reject(reply::internal("the rewritten request failed the tool budget check"));
-        }
         if let Err(status) = host::replace_buffer(BufferType::HttpRequestBody, body.len(), &rewritten) {
             log::error!("keyhole.host op=set_body status={}", status.0);
             return self.reject(reply::internal("the request body could not be rewritten"));
@@ -183,7 +202,7 @@ impl LlmStream {
         host::count(self.metrics.tools_out, keep.len() as i64);
         if source == Source::Retrieval {
             if let Some(session) = &self.session {
-                self.prior.borrow_mut().remember(session, surfaced.iter().map(|t| t.name.clone()));
+                self.prior.borrow_mut().remember(session, surfaced.iter().cloned());
             }
         }
         log::info!(
@@ -262,8 +281,9 @@ impl Context for LlmStream {
 
 impl HttpContext for LlmStream {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        let method = host::request_header(":method").unwrap_or_default();
-        if end_of_stream || !method.eq_ignore_ascii_case("POST") {
+        // No body: nothing that could carry a tool. Any method with a body is
+        // read, whatever it is called.
+        if end_of_stream {
             return Action::Continue;
         }
         if let Some(len) = host::request_header("content-length").and_then(|v| v.trim().parse::<usize>().ok()) {
@@ -297,10 +317,22 @@ impl HttpContext for LlmStream {
         if body_size > self.config.max_body_bytes {
             return self.reject(reply::body_too_large(self.config.max_body_bytes));
         }
+        self.body_size = body_size;
         if !end_of_stream {
             return Action::Pause;
         }
         self.on_complete_body(body_size)
+    }
+
+    fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
+        // Trailers end the body (HTTP/2, chunked HTTP/1.1): the body callback
+        // never saw `end_of_stream`, and the buffered body is still ours to
+        // read and rewrite here. Without this, Envoy would forward it unread.
+        match self.state {
+            State::Reading => self.on_complete_body(self.body_size),
+            State::Resolving { .. } | State::Answered => Action::Pause,
+            _ => Action::Continue,
+        }
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {

@@ -57,7 +57,7 @@ async fn resolve(State(fault): State<Fault>, Json(req): Json<ResolveRequest>) ->
             .into_response(),
         Fault::Garbage => (StatusCode::OK, "{\"tools\": [\"not\", \"a\", \"set\"").into_response(),
         Fault::Everything => Json(ResolveResponse {
-            tools: req.tools.into_iter().map(|t| SurfacedTool { name: t.name, reason: Reason::Rag }).collect(),
+            tools: req.tools.into_iter().map(|t| SurfacedTool { name: t.name, reason: Reason::Rag, mutating: false }).collect(),
             source: Source::Retrieval,
         })
         .into_response(),

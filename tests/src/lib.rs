@@ -11,11 +11,15 @@
 //! - [`control`]: the control binary as a child process.
 //! - [`envoy`]: Envoy from the project venv, with the real `.wasm`.
 //! - [`fake_control`]: a misbehaving control, for fault injection.
+//! - [`adversary`]: adversarial LLM requests with ground truth, and a tool-definition oracle.
+//! - [`h2`]: an h2c client that can send request trailers.
 //! - [`qdrant`]: the shared Qdrant server and private ones for fault tests.
 
+pub mod adversary;
 pub mod control;
 pub mod envoy;
 pub mod fake_control;
+pub mod h2;
 pub mod paths;
 pub mod qdrant;
 pub mod upstream;

@@ -135,18 +135,21 @@ async fn phase_budgets_and_forced_tools_hold_end_to_end() {
 }
 
 /// Runs one catalog request against a misbehaving control and returns the
-/// status and the number of tools the upstream got (None: nothing forwarded).
-async fn against_fault(fault: Fault, filter_config: &str) -> (u16, Option<usize>, Stack) {
+/// status and the number of tools the upstream got (None: nothing forwarded),
+/// and how long the request took (the stack's start-up not included).
+async fn against_fault(fault: Fault, filter_config: &str) -> (u16, Option<usize>, Stack, Duration) {
     let stack = Stack::start(StackOptions { control: false, llm_filter_config: filter_config.into(), ..Default::default() })
         .await
         .expect("stack");
     let fake = FakeControl::start(&stack.socket(), fault).await.expect("fake control");
     let case = &cases()[0];
+    let started = Instant::now();
     let resp = send(&stack, case.path, case.body.clone(), &session("fault")).await;
+    let took = started.elapsed();
     let status = resp.status().as_u16();
     drop(fake);
     let forwarded = stack.llm.seen().first().map(|r| function_tools(&r.body, false).len());
-    (status, forwarded, stack)
+    (status, forwarded, stack, took)
 }
 
 #[tokio::test]
@@ -154,19 +157,18 @@ async fn control_faults_never_forward_the_registry() {
     let strip = r#"{"mode":"llm","timeout_ms":300,"on_outage":"strip"}"#;
     let reject = r#"{"mode":"llm","timeout_ms":300}"#;
     for fault in [Fault::Slow(Duration::from_secs(3)), Fault::Status(500), Fault::Garbage] {
-        let started = Instant::now();
-        let (status, forwarded, stack) = against_fault(fault, strip).await;
+        let (status, forwarded, stack, took) = against_fault(fault, strip).await;
         assert_eq!((status, forwarded), (200, Some(0)), "{fault:?} with strip");
-        assert!(started.elapsed() < Duration::from_secs(10), "{fault:?}: no hang");
+        assert!(took < Duration::from_secs(10), "{fault:?}: no hang");
         assert_eq!(stack.envoy.stat("wasmcustom.keyhole.fallback").await.unwrap(), 1, "{fault:?}");
         assert!(stack.envoy.log_text().contains("keyhole.fallback"), "{fault:?}: the path taken is logged");
 
-        let (status, forwarded, stack) = against_fault(fault, reject).await;
+        let (status, forwarded, stack, _) = against_fault(fault, reject).await;
         assert_eq!((status, forwarded), (503, None), "{fault:?} with reject");
         assert_eq!(stack.envoy.stat("wasmcustom.keyhole.rejected").await.unwrap(), 1);
     }
     // An over-budget answer is clamped and counted.
-    let (status, forwarded, stack) = against_fault(Fault::Everything, reject).await;
+    let (status, forwarded, stack, _) = against_fault(Fault::Everything, reject).await;
     assert_eq!((status, forwarded), (200, Some(12)));
     assert_eq!(stack.envoy.stat("wasmcustom.keyhole.clamped").await.unwrap(), 1);
 }

@@ -3,12 +3,13 @@
 //!
 //! Client tools have no `type` (or `type: "custom"`) and count against the
 //! budget; server tools (`{"type": "web_search_20250305", "name": "web_search"}`,
-//! `bash_…`, `text_editor_…`, `code_execution_…`) are kept and not counted.
+//! `bash_…`, `text_editor_…`, `code_execution_…`) are kept and not counted when
+//! their type is on [`BUILTINS`] and they carry no description or schema.
 //! The turn is the latest `user` message with text: in a tool loop the latest
 //! user message often holds only `tool_result` blocks, which are skipped.
 
 use super::body::Top;
-use super::{latest_user_text, Builder, Format, FormatError, Item, ParsedRequest};
+use super::{latest_user_text, Builder, FormatError};
 use serde::Deserialize;
 use std::borrow::Cow;
 
@@ -22,30 +23,48 @@ struct Tool<'a> {
     description: Option<Cow<'a, str>>,
 }
 
-pub(super) fn parse<'a>(body: &'a str, top: &Top<'a>) -> Result<ParsedRequest<'a>, FormatError> {
-    let mut b = Builder::new(body, Format::Anthropic);
-    let mut arrays = Vec::new();
+/// Server-tool types kept untouched (see [`super::BuiltinTools`]).
+pub(super) const BUILTINS: &[&str] = &[
+    "web_search_20250305",
+    "web_fetch_20250910",
+    "code_execution_20250522",
+    "code_execution_20250825",
+    "bash_20241022",
+    "bash_20250124",
+    "text_editor_20241022",
+    "text_editor_20250124",
+    "text_editor_20250429",
+    "text_editor_20250728",
+    "computer_20241022",
+    "computer_20250124",
+    "memory_20250818",
+    "tool_search_tool_regex_20251119",
+    "tool_search_tool_bm25_20251119",
+    "mcp_toolset",
+];
+
+/// Reads the tools and the forcing `tool_choice`; returns the turn.
+pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String, FormatError> {
     if let Some(raw) = top.tools {
-        arrays.push(b.array(raw, "tools", |b, at, raw| {
+        let array = b.array(raw, "tools", |b, at, raw| {
+            let keys = b.spelling(raw, at)?;
             let tool: Tool<'_> = b.read(raw, at)?;
             match (tool.kind.as_deref(), tool.name) {
                 (None | Some("custom"), Some(name)) => Ok(b.function(name, tool.description)),
                 (None | Some("custom"), None) => Err(b.tool_error(at(), "a client tool without a name")),
-                (Some(_), _) => Ok(Item::Other),
+                (Some(kind), _) => b.builtin(&keys, Some(kind), at),
             }
-        })?);
+        })?;
+        b.arrays.push(array);
     }
 
-    let turn = latest_user_text(top.messages, |role| role == Some("user"));
-
-    let mut forced = Vec::new();
     if let Some(raw) = top.tool_choice {
         // `auto`, `any`, `none` name nothing; `{"type": "tool", "name"}` does.
         if let Ok(choice) = serde_json::from_str::<Tool<'_>>(raw.get()) {
             if let (Some("tool"), Some(name)) = (choice.kind.as_deref(), choice.name) {
-                forced.push(name.into_owned());
+                b.forced.push(name.into_owned());
             }
         }
     }
-    Ok(b.finish(arrays, turn, forced))
+    Ok(latest_user_text(top.messages, |role| role == Some("user")))
 }

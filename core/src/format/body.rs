@@ -4,7 +4,8 @@
 //! value is skipped. Keys that carry or force tools are checked for duplicates
 //! and for case variants (see the module docs of [`super`]).
 
-use super::{Format, FormatError};
+use super::tools::fold_eq;
+use super::{BuiltinTools, Format, FormatError};
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -91,32 +92,41 @@ impl<'a> Top<'a> {
     }
 
     /// The format the body's shape names, if any (see [`super::parse`]).
-    pub fn shape(&self) -> Result<Option<Format>, FormatError> {
+    ///
+    /// Top-level keys decide first, because a rewrite never changes them: a
+    /// body and its rewrite are read as the same format. Only a body without
+    /// such keys is judged by its tools: the first element shaped like one
+    /// format's function tool, else the first format whose built-ins
+    /// allow-list holds every element.
+    pub fn shape(&self, builtins: &BuiltinTools) -> Option<Format> {
         if self.contents.is_some() {
-            return Ok(Some(Format::Gemini));
+            return Some(Format::Gemini);
         }
-        if let Some(tools) = self.tools {
-            // Not an array of objects: no element decides, and the format
-            // parser reports the bad shape if some later rule picks a format.
-            let elements: Vec<ElementShape<'_>> = serde_json::from_str(tools.get()).unwrap_or_default();
-            if let Some(format) = elements.iter().find_map(ElementShape::format) {
-                return Ok(Some(format));
-            }
+        if self.input.is_some() {
+            return Some(Format::OpenAiResponses);
+        }
+        if self.messages.is_some() {
+            return Some(if self.system.is_some() { Format::Anthropic } else { Format::OpenAiChat });
+        }
+        if self.functions.is_some() {
+            return Some(Format::OpenAiChat);
         }
         if let Some(choice) = self.tool_choice {
             if serde_json::from_str::<ChoiceShape>(choice.get()).is_ok_and(|c| c.function.is_some()) {
-                return Ok(Some(Format::OpenAiChat));
+                return Some(Format::OpenAiChat);
             }
         }
-        Ok(if self.functions.is_some() {
-            Some(Format::OpenAiChat)
-        } else if self.input.is_some() {
-            Some(Format::OpenAiResponses)
-        } else if self.messages.is_some() {
-            Some(if self.system.is_some() { Format::Anthropic } else { Format::OpenAiChat })
-        } else {
-            None
-        })
+        // Not an array of objects: no element decides, and the body is
+        // refused as carrying tools in an unknown format.
+        let elements: Vec<ElementShape<'_>> =
+            self.tools.and_then(|t| serde_json::from_str(t.get()).ok()).unwrap_or_default();
+        if let Some(format) = elements.iter().find_map(ElementShape::format) {
+            return Some(format);
+        }
+        let all_builtin = |format: Format| {
+            !elements.is_empty() && elements.iter().all(|e| e.builtin_of(format, builtins))
+        };
+        Format::ALL.into_iter().find(|f| all_builtin(*f))
     }
 }
 
@@ -145,7 +155,7 @@ impl<'de> Visitor<'de> for TopVisitor {
             let slot = KEYS.iter().find(|(k, _)| *k == key).map(|(_, s)| *s);
             let Some(slot) = slot else {
                 if top.problem.is_none() {
-                    let variant = KEYS.iter().find(|(k, s)| s.guarded() && k.eq_ignore_ascii_case(&key));
+                    let variant = KEYS.iter().find(|(k, s)| s.guarded() && fold_eq(k, &key));
                     if let Some((k, _)) = variant {
                         top.problem = Some(FormatError::CaseVariantKey { key: k });
                     }
@@ -181,6 +191,9 @@ impl<'de> Visitor<'de> for TopVisitor {
 /// The keys of one tool element that tell formats apart.
 #[derive(Deserialize)]
 struct ElementShape<'a> {
+    /// Every key, for Gemini's key-named built-ins.
+    #[serde(borrow, flatten)]
+    keys: std::collections::BTreeMap<Cow<'a, str>, IgnoredAny>,
     #[serde(default)]
     function: Option<IgnoredAny>,
     #[serde(default, rename = "functionDeclarations", alias = "function_declarations")]
@@ -194,6 +207,15 @@ struct ElementShape<'a> {
 }
 
 impl ElementShape<'_> {
+    /// Whether the element is a built-in of `format` by its type (or, for
+    /// Gemini, by its keys).
+    fn builtin_of(&self, format: Format, builtins: &BuiltinTools) -> bool {
+        match format {
+            Format::Gemini => !self.keys.is_empty() && self.keys.keys().all(|k| builtins.allows(format, k)),
+            _ => self.kind.as_deref().is_some_and(|k| builtins.allows(format, k)),
+        }
+    }
+
     fn format(&self) -> Option<Format> {
         if self.function.is_some() {
             Some(Format::OpenAiChat)

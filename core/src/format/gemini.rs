@@ -4,7 +4,8 @@
 //! {"functionCallingConfig": {"mode", "allowedFunctionNames": [...]}}}`.
 //!
 //! Each declaration is a function tool; tools entries without declarations
-//! (`googleSearch`, `codeExecution`, `urlContext`, …) are kept and not counted.
+//! (`googleSearch`, `codeExecution`, `urlContext`, …, see [`BUILTINS`]) are kept
+//! and not counted; an entry with any other key is refused.
 //! The API accepts both lowerCamelCase and snake_case keys, so both are read,
 //! and an object holding both spellings of one key is refused.
 //! The turn is the latest content with role `user` (or no role, which Gemini
@@ -17,7 +18,7 @@
 //! [`super::ParsedRequest::rewrite`]).
 
 use super::body::Top;
-use super::{latest_user_text, Builder, Format, FormatError, Item, Named, ParsedRequest};
+use super::{latest_user_text, Builder, Format, FormatError, Item, Named};
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -28,7 +29,8 @@ use std::fmt;
 /// other keys too.
 struct Entry<'a> {
     declarations: Option<&'a RawValue>,
-    others: usize,
+    /// The entry's other keys: each must name an allowed built-in.
+    others: Vec<Cow<'a, str>>,
     duplicate: bool,
 }
 
@@ -48,7 +50,7 @@ impl<'de> Visitor<'de> for EntryVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Entry<'de>, A::Error> {
-        let mut entry = Entry { declarations: None, others: 0, duplicate: false };
+        let mut entry = Entry { declarations: None, others: Vec::new(), duplicate: false };
         let mut seen = false;
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             if key == "functionDeclarations" || key == "function_declarations" {
@@ -58,7 +60,7 @@ impl<'de> Visitor<'de> for EntryVisitor {
                 entry.declarations = value.or(entry.declarations);
             } else {
                 map.next_value::<IgnoredAny>()?;
-                entry.others += 1;
+                entry.others.push(key);
             }
         }
         Ok(entry)
@@ -77,34 +79,55 @@ struct CallingConfig<'a> {
     allowed_function_names: Option<Vec<Cow<'a, str>>>,
 }
 
-pub(super) fn parse<'a>(body: &'a str, top: &Top<'a>) -> Result<ParsedRequest<'a>, FormatError> {
-    let mut b = Builder::new(body, Format::Gemini);
-    let mut arrays = Vec::new();
+/// Tools-entry keys of built-in tools, kept untouched (see
+/// [`super::BuiltinTools`]); each is also accepted in snake_case.
+pub(super) const BUILTINS: &[&str] = &[
+    "googleSearch",
+    "googleSearchRetrieval",
+    "codeExecution",
+    "urlContext",
+    "computerUse",
+    "fileSearch",
+    "googleMaps",
+    "enterpriseWebSearch",
+    "retrieval",
+];
+
+/// Reads the tools and the forcing `toolConfig`; returns the turn.
+pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String, FormatError> {
     if let Some(raw) = top.tools {
-        arrays.push(b.array(raw, "tools", |b, at, raw| {
+        let array = b.array(raw, "tools", |b, at, raw| {
             let entry: Entry<'_> = b.read(raw, at)?;
             if entry.duplicate {
                 return Err(b.tool_error(at(), "functionDeclarations appears more than once"));
             }
+            b.spelling(raw, at)?;
+            if let Some(key) = entry.others.iter().find(|k| !b.builtins.allows(Format::Gemini, k)) {
+                let problem = if key.is_empty() { "an empty key" } else { "neither function declarations nor an allowed built-in" };
+                return Err(b.tool_error(at(), problem));
+            }
             let Some(declarations) = entry.declarations else {
-                return Ok(Item::Other);
+                return if entry.others.is_empty() {
+                    Err(b.tool_error(at(), "an empty tools entry"))
+                } else {
+                    Ok(Item::Other)
+                };
             };
             let path = format!("{}.functionDeclarations", at());
             let inner = b.array(declarations, &path, |b, at, raw| {
+                b.spelling(raw, at)?;
                 let named: Named<'_> = b.read(raw, at)?;
                 b.named(named, at)
             })?;
-            Ok(Item::Group { inner, only_key: entry.others == 0 })
-        })?);
+            Ok(Item::Group { inner, only_key: entry.others.is_empty() })
+        })?;
+        b.arrays.push(array);
     }
 
-    let turn = latest_user_text(top.contents, |role| matches!(role, None | Some("user")));
-
-    let mut forced = Vec::new();
     if let Some(raw) = top.tool_config {
         let config: ToolConfig<'_> = b.read(raw, &|| "toolConfig".to_owned())?;
         let names = config.function_calling_config.and_then(|c| c.allowed_function_names);
-        forced.extend(names.unwrap_or_default().into_iter().map(Cow::into_owned));
+        b.forced.extend(names.unwrap_or_default().into_iter().map(Cow::into_owned));
     }
-    Ok(b.finish(arrays, turn, forced))
+    Ok(latest_user_text(top.contents, |role| matches!(role, None | Some("user"))))
 }

@@ -18,29 +18,39 @@
 //! | [`Format::Anthropic`] | `…/messages` | `tools[]` with `name`, `input_schema` |
 //! | [`Format::Gemini`] | `…:generateContent`, `…:streamGenerateContent` | `tools[].functionDeclarations[]` |
 //!
-//! A path names the format when it ends like one of the above; any other path
-//! is read by body shape (see [`parse`]). Custom (free-form) tools of OpenAI
-//! are client-defined and count as function tools; built-in tools of the
-//! provider (web search, code execution, …) are kept and never counted.
+//! A path names the format when it ends like one of the above (after
+//! percent-decoding and dot segments); any other path is read by body shape
+//! (see [`parse`]). Custom (free-form) tools of OpenAI are client-defined and
+//! count as function tools. The legacy `functions` array is read whatever the
+//! format: it carries a registry just as well as `tools`.
 //!
 //! # Hardening
 //! The top level is read key by key: a key that carries or forces tools may
-//! appear once, and a key that differs from one of them only in letter case
-//! (`"Tools"`) is refused, because some upstream parsers (Go's `encoding/json`)
+//! appear once, and a key that folds to one of them (`"Tools"`, `"tool-choice"`,
+//! `"toolſ"`) is refused, because some upstream parsers (Go's `encoding/json`)
 //! match keys case-insensitively and would read a list the filter did not.
-//! Every element of a tools array must be a tool of the detected format;
-//! an element the filter cannot classify makes the body unreadable.
+//! Every element of a tools array must be a function tool of the format or a
+//! built-in on the format's allow-list ([`BuiltinTools`]) that defines no
+//! function; keys in another spelling are refused (see `tools.rs`). So a tool
+//! of another format, an unknown `type` or a look-alike is refused, never
+//! kept uncounted. None of this is the last word: before a body leaves, the
+//! filter counts tool-shaped objects with [`crate::detect`], which shares no
+//! code with this module.
 
 mod anthropic;
 mod body;
 mod gemini;
 mod openai;
 mod responses;
+mod tools;
+
+pub use tools::BuiltinTools;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::ops::Range;
+use std::sync::LazyLock;
 
 /// The request formats keyhole understands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -71,8 +81,12 @@ impl Format {
 
     /// The format a request path names, if any. The query string is ignored and
     /// any prefix is allowed (`/openai/deployments/x/chat/completions?api-version=…`).
+    ///
+    /// The path is read as the upstream would route it: percent-escapes are
+    /// decoded, dot segments resolved and letter case ignored, so
+    /// `/v1/chat/%63ompletions` and `/x/../v1/messages` name their formats.
     pub fn from_path(path: &str) -> Option<Format> {
-        let path = path.split(['?', '#']).next().unwrap_or_default();
+        let path = normalized_path(path);
         let path = path.trim_end_matches('/');
         if path.ends_with("/chat/completions") {
             Some(Format::OpenAiChat)
@@ -80,12 +94,46 @@ impl Format {
             Some(Format::OpenAiResponses)
         } else if path.ends_with("/messages") {
             Some(Format::Anthropic)
-        } else if path.ends_with(":generateContent") || path.ends_with(":streamGenerateContent") {
+        } else if path.ends_with(":generatecontent") || path.ends_with(":streamgeneratecontent") {
             Some(Format::Gemini)
         } else {
             None
         }
     }
+}
+
+/// The path part of `path` (no query or fragment), percent-decoded, with dot
+/// segments resolved, in lowercase.
+fn normalized_path(path: &str) -> String {
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    let bytes = path.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        let hex = |at: usize| bytes.get(at).and_then(|h| (*h as char).to_digit(16));
+        match (b, hex(i + 1), hex(i + 2)) {
+            (b'%', Some(hi), Some(lo)) => {
+                decoded.push((hi * 16 + lo) as u8);
+                i += 3;
+            }
+            _ => {
+                decoded.push(b);
+                i += 1;
+            }
+        }
+    }
+    let decoded = String::from_utf8_lossy(&decoded).to_lowercase();
+    let mut segments: Vec<&str> = Vec::new();
+    for segment in decoded.split('/') {
+        match segment {
+            "." => {}
+            ".." => {
+                segments.pop();
+            }
+            s => segments.push(s),
+        }
+    }
+    segments.join("/")
 }
 
 impl std::fmt::Display for Format {
@@ -245,6 +293,16 @@ enum Item {
 /// top-level `system` is present, else Chat). A non-empty tools array that
 /// none of these settles is [`FormatError::UnknownFormat`].
 pub fn parse<'a>(path: &str, body: &'a [u8]) -> Result<Option<ParsedRequest<'a>>, FormatError> {
+    static DEFAULT: LazyLock<BuiltinTools> = LazyLock::new(BuiltinTools::default);
+    parse_with(path, body, &DEFAULT)
+}
+
+/// [`parse`] with an operator's allow-lists of built-in tools.
+pub fn parse_with<'a>(
+    path: &str,
+    body: &'a [u8],
+    builtins: &BuiltinTools,
+) -> Result<Option<ParsedRequest<'a>>, FormatError> {
     let body = std::str::from_utf8(body).map_err(|_| FormatError::NotUtf8)?;
     if body.trim().is_empty() {
         return Ok(None);
@@ -255,19 +313,21 @@ pub fn parse<'a>(path: &str, body: &'a [u8]) -> Result<Option<ParsedRequest<'a>>
     }
     let format = match Format::from_path(path) {
         Some(format) => format,
-        None => match top.shape()? {
+        None => match top.shape(builtins) {
             Some(format) => format,
             None if top.tools_are_empty() => return Ok(None),
             None => return Err(FormatError::UnknownFormat),
         },
     };
-    let parsed = match format {
-        Format::OpenAiChat => openai::parse(body, &top)?,
-        Format::OpenAiResponses => responses::parse(body, &top)?,
-        Format::Anthropic => anthropic::parse(body, &top)?,
-        Format::Gemini => gemini::parse(body, &top)?,
+    let mut b = Builder { body, format, builtins, tools: Vec::new(), arrays: Vec::new(), forced: Vec::new() };
+    let turn = match format {
+        Format::OpenAiChat => openai::parse(&mut b, &top)?,
+        Format::OpenAiResponses => responses::parse(&mut b, &top)?,
+        Format::Anthropic => anthropic::parse(&mut b, &top)?,
+        Format::Gemini => gemini::parse(&mut b, &top)?,
     };
-    Ok(Some(parsed))
+    b.legacy(&top)?;
+    Ok(Some(b.finish(turn)))
 }
 
 impl ParsedRequest<'_> {
@@ -414,18 +474,18 @@ impl Element {
     }
 }
 
-/// Collects function tools while the tools arrays of one request are read.
-struct Builder<'a> {
+/// Collects function tools, their arrays and the forced names while one
+/// request is read.
+struct Builder<'a, 'b> {
     body: &'a str,
     format: Format,
+    builtins: &'b BuiltinTools,
     tools: Vec<FunctionTool<'a>>,
+    arrays: Vec<ToolArray>,
+    forced: Vec<String>,
 }
 
-impl<'a> Builder<'a> {
-    fn new(body: &'a str, format: Format) -> Self {
-        Builder { body, format, tools: Vec::new() }
-    }
-
+impl<'a> Builder<'a, '_> {
     /// Records a function tool and returns its item.
     fn function(&mut self, name: Cow<'a, str>, description: Option<Cow<'a, str>>) -> Item {
         self.tools.push(FunctionTool { name, description: description.unwrap_or_default() });
@@ -466,12 +526,32 @@ impl<'a> Builder<'a> {
         serde_json::from_str(raw.get()).map_err(|e| self.field_error(at(), e))
     }
 
+    /// Reads the legacy `functions` array and `function_call`, whatever the
+    /// format: a provider that still honours them would see a registry.
+    fn legacy(&mut self, top: &body::Top<'a>) -> Result<(), FormatError> {
+        if let Some(raw) = top.functions {
+            let array = self.array(raw, "functions", |b, at, raw| {
+                b.spelling(raw, at)?;
+                let f: Named<'_> = b.read(raw, at)?;
+                b.named(f, at)
+            })?;
+            self.arrays.push(array);
+        }
+        if let Some(raw) = top.function_call {
+            // `"auto"`, `"none"` or `{"name": …}`.
+            if let Ok(Named { name: Some(name), .. }) = serde_json::from_str::<Named<'_>>(raw.get()) {
+                self.forced.push(name.into_owned());
+            }
+        }
+        Ok(())
+    }
+
     /// The finished request.
-    fn finish(self, arrays: Vec<ToolArray>, turn: String, forced: Vec<String>) -> ParsedRequest<'a> {
-        let mut arrays = arrays;
+    fn finish(self, turn: String) -> ParsedRequest<'a> {
+        let mut arrays = self.arrays;
         arrays.sort_by_key(|a| a.span.start);
-        let mut unique: Vec<String> = Vec::with_capacity(forced.len());
-        for name in forced {
+        let mut unique: Vec<String> = Vec::with_capacity(self.forced.len());
+        for name in self.forced {
             if !unique.contains(&name) {
                 unique.push(name);
             }
@@ -496,7 +576,7 @@ struct Named<'a> {
     description: Option<Cow<'a, str>>,
 }
 
-impl<'a> Builder<'a> {
+impl<'a> Builder<'a, '_> {
     /// Records the function tool `named` (at `at`), which must have a name.
     fn named(&mut self, named: Named<'a>, at: &dyn Fn() -> String) -> Result<Item, FormatError> {
         match named.name {

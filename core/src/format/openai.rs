@@ -2,12 +2,12 @@
 //! "function": {"name", "description", "parameters"}}], "tool_choice": ...}`.
 //!
 //! Also read: custom tools (`{"type": "custom", "custom": {"name", …}}`, client
-//! defined, so counted as function tools), and the legacy `functions` array
-//! with `function_call`, which carries a registry just as well as `tools`.
-//! Any other `type` (a provider's built-in tool) is kept and not counted.
+//! defined, so counted as function tools). Any other `type` must be on the
+//! allow-list of built-ins ([`BUILTINS`]). The legacy `functions` array and
+//! `function_call` are read for every format (see [`super`]).
 
 use super::body::Top;
-use super::{latest_user_text, Builder, Format, FormatError, Item, Named, ParsedRequest};
+use super::{latest_user_text, Builder, FormatError, Named};
 use serde::Deserialize;
 use std::borrow::Cow;
 
@@ -37,19 +37,14 @@ enum ToolChoice<'a> {
     Other(serde::de::IgnoredAny),
 }
 
-/// Legacy `function_call`: `"auto"`, `"none"` or `{"name": ..}`.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum FunctionCall<'a> {
-    Named(#[serde(borrow)] Named<'a>),
-    Other(serde::de::IgnoredAny),
-}
+/// Built-in types kept untouched in a Chat request (see [`super::BuiltinTools`]).
+pub(super) const BUILTINS: &[&str] = &["web_search", "web_search_preview"];
 
-pub(super) fn parse<'a>(body: &'a str, top: &Top<'a>) -> Result<ParsedRequest<'a>, FormatError> {
-    let mut b = Builder::new(body, Format::OpenAiChat);
-    let mut arrays = Vec::new();
+/// Reads the tools and the forcing `tool_choice`; returns the turn.
+pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String, FormatError> {
     if let Some(raw) = top.tools {
-        arrays.push(b.array(raw, "tools", |b, at, raw| {
+        let array = b.array(raw, "tools", |b, at, raw| {
+            let keys = b.spelling(raw, at)?;
             let tool: Tool<'_> = b.read(raw, at)?;
             match tool.kind.as_deref() {
                 None | Some("function") => match tool.function {
@@ -60,31 +55,18 @@ pub(super) fn parse<'a>(body: &'a str, top: &Top<'a>) -> Result<ParsedRequest<'a
                     Some(c) => b.named(c, at),
                     None => Err(b.tool_error(at(), "a custom tool without a `custom` object")),
                 },
-                Some(_) => Ok(Item::Other),
+                Some(kind) => b.builtin(&keys, Some(kind), at),
             }
-        })?);
-    }
-    if let Some(raw) = top.functions {
-        arrays.push(b.array(raw, "functions", |b, at, raw| {
-            let f: Named<'_> = b.read(raw, at)?;
-            b.named(f, at)
-        })?);
+        })?;
+        b.arrays.push(array);
     }
 
-    let turn = latest_user_text(top.messages, |role| role == Some("user"));
-
-    let mut forced = Vec::new();
     if let Some(raw) = top.tool_choice {
         match b.read::<ToolChoice<'_>>(raw, &|| "tool_choice".to_owned())? {
             ToolChoice::Function { function: Named { name: Some(name), .. } }
-            | ToolChoice::Custom { custom: Named { name: Some(name), .. } } => forced.push(name.into_owned()),
+            | ToolChoice::Custom { custom: Named { name: Some(name), .. } } => b.forced.push(name.into_owned()),
             ToolChoice::Function { .. } | ToolChoice::Custom { .. } | ToolChoice::Other(_) => {}
         }
     }
-    if let Some(raw) = top.function_call {
-        if let FunctionCall::Named(Named { name: Some(name), .. }) = b.read(raw, &|| "function_call".to_owned())? {
-            forced.push(name.into_owned());
-        }
-    }
-    Ok(b.finish(arrays, turn, forced))
+    Ok(latest_user_text(top.messages, |role| role == Some("user")))
 }

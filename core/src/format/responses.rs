@@ -3,12 +3,13 @@
 //!
 //! Function and custom tools carry their `name` at the top level of the tool
 //! object and count against the budget; built-in tools (`web_search`,
-//! `file_search`, `code_interpreter`, `mcp`, …) are kept and not counted.
+//! `file_search`, `code_interpreter`, `mcp`, …, see [`BUILTINS`]) are kept and
+//! not counted.
 //! The turn is `input` when it is a string, else the latest input item with
 //! role `user` (content a string or `input_text` parts).
 
 use super::body::Top;
-use super::{latest_user_text, Builder, Format, FormatError, Item, ParsedRequest};
+use super::{latest_user_text, Builder, FormatError};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -23,35 +24,50 @@ struct Tool<'a> {
     description: Option<Cow<'a, str>>,
 }
 
-pub(super) fn parse<'a>(body: &'a str, top: &Top<'a>) -> Result<ParsedRequest<'a>, FormatError> {
-    let mut b = Builder::new(body, Format::OpenAiResponses);
-    let mut arrays = Vec::new();
+/// Built-in types kept untouched (see [`super::BuiltinTools`]).
+pub(super) const BUILTINS: &[&str] = &[
+    "web_search",
+    "web_search_preview",
+    "web_search_preview_2025_03_11",
+    "web_search_2025_08_26",
+    "file_search",
+    "code_interpreter",
+    "computer_use_preview",
+    "computer_use",
+    "image_generation",
+    "mcp",
+    "local_shell",
+    "shell",
+    "apply_patch",
+];
+
+/// Reads the tools and the forcing `tool_choice`; returns the turn.
+pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String, FormatError> {
     if let Some(raw) = top.tools {
-        arrays.push(b.array(raw, "tools", |b, at, raw| {
+        let array = b.array(raw, "tools", |b, at, raw| {
+            let keys = b.spelling(raw, at)?;
             let tool: Tool<'_> = b.read(raw, at)?;
             match (tool.kind.as_deref(), tool.name) {
                 (None | Some("function" | "custom"), Some(name)) => Ok(b.function(name, tool.description)),
                 (None | Some("function" | "custom"), None) => Err(b.tool_error(at(), "a function tool without a name")),
-                (Some(_), _) => Ok(Item::Other),
+                (Some(kind), _) => b.builtin(&keys, Some(kind), at),
             }
-        })?);
+        })?;
+        b.arrays.push(array);
     }
 
-    let turn = match top.input {
+    if let Some(raw) = top.tool_choice {
+        if let Some(name) = named_choice(raw) {
+            b.forced.push(name);
+        }
+    }
+    Ok(match top.input {
         Some(raw) => match serde_json::from_str::<Cow<'_, str>>(raw.get()) {
             Ok(text) => text.into_owned(),
             Err(_) => latest_user_text(Some(raw), |role| role == Some("user")),
         },
         None => String::new(),
-    };
-
-    let mut forced = Vec::new();
-    if let Some(raw) = top.tool_choice {
-        if let Some(name) = named_choice(raw) {
-            forced.push(name);
-        }
-    }
-    Ok(b.finish(arrays, turn, forced))
+    })
 }
 
 /// `{"type": "function" | "custom", "name": …}`; anything else names nothing.

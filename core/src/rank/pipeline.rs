@@ -206,15 +206,21 @@ pub struct Resolution {
     pub source: Source,
     /// What each stage did.
     pub trace: Trace,
+    /// The candidates that may change a record (the filter enforces the
+    /// formatter phase's rule with this).
+    #[serde(skip)]
+    pub mutating: BTreeSet<String>,
 }
 
 impl Resolution {
     /// The wire answer for the filter.
     pub fn to_response(&self) -> ResolveResponse {
-        ResolveResponse {
-            tools: self.candidates.iter().map(|c| SurfacedTool { name: c.name.clone(), reason: c.reason }).collect(),
-            source: self.source,
-        }
+        let tool = |c: &Candidate| SurfacedTool {
+            name: c.name.clone(),
+            reason: c.reason,
+            mutating: self.mutating.contains(&c.name),
+        };
+        ResolveResponse { tools: self.candidates.iter().map(tool).collect(), source: self.source }
     }
 }
 
@@ -286,7 +292,8 @@ pub fn resolve(registry: &Registry, config: &RankConfig, turn: &Turn<'_>) -> Res
             }
         }
     }
-    Resolution { candidates, source, trace }
+    let mutating = candidates.iter().filter(|c| registry.mutating().contains(&c.name)).map(|c| c.name.clone()).collect();
+    Resolution { candidates, source, trace, mutating }
 }
 
 /// The discovery search ("is there a tool for X?"): the ranking pipeline —

@@ -1,0 +1,230 @@
+//! The last word on "never the full registry": an independent tool detector.
+//!
+//! [`count_tool_shaped`] reads a whole JSON body and counts every object,
+//! anywhere in it, that has the shape of a function / tool *definition* in any
+//! provider format. It knows nothing of paths, of the format the request was
+//! read as, or of the request parser in [`crate::format`], and shares no code
+//! with it, so a blind spot of the parser is not a blind spot here. The filter
+//! runs it on every body that leaves the LLM listener; more tool-shaped
+//! objects than the phase budget means the request is refused.
+//!
+//! # What counts
+//! Keys are compared *folded*: Unicode lowercase, with `_` and `-` removed, and
+//! with the two non-ASCII letters that case-insensitive JSON decoders (Go's
+//! `encoding/json`) fold onto ASCII (`ſ` → `s`, `K` (Kelvin) → `k`). So
+//! `input_schema`, `inputSchema`, `INPUT_SCHEMA` and `\u0069nput_schema` are
+//! one key. An object counts once when it has a string-valued `name` and:
+//!
+//! - a definition key: `description`, `parameters`, `parametersJsonSchema`,
+//!   `input_schema`, `inputJsonSchema`, `schema` (every format, legacy
+//!   `functions` included); or
+//! - it is the value of a `function` or `custom` key of an array element and
+//!   carries no call payload (`arguments`, `input`, `args`): a Chat
+//!   Completions definition, which needs nothing but a name (a `tool_choice`
+//!   naming a function is not an array element); or
+//! - it is an element of a `functionDeclarations` or `functions` array.
+//!
+//! Tool *calls* in a conversation history (`{"name", "arguments"}`,
+//! `{"type":"tool_use","name","input"}`, `{"functionCall":{"name","args"}}`)
+//! carry no definition key and are not counted; neither are provider built-in
+//! tools (`{"type":"web_search_20250305","name":"web_search"}`), which carry no
+//! schema. JSON Schema properties named `name` are objects, not strings, and
+//! are not counted. The count errs on the side of counting: a false positive
+//! refuses a request, a false negative could forward a registry.
+
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use std::borrow::Cow;
+use std::cell::Cell;
+use std::fmt;
+
+/// Why a body could not be counted. The filter refuses such a body.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DetectError {
+    /// The body is not valid JSON (or nests deeper than the parser allows).
+    /// The message never quotes the body.
+    #[error("request body is not readable JSON at line {line} column {column}")]
+    Json {
+        /// Line of the problem.
+        line: usize,
+        /// Column of the problem.
+        column: usize,
+    },
+}
+
+/// The number of tool-definition-shaped objects anywhere in `body`.
+///
+/// An empty (or all-whitespace) body has none. Any other body must be one
+/// JSON value; a body that is not is an error, never "zero".
+pub fn count_tool_shaped(body: &[u8]) -> Result<usize, DetectError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(0);
+    }
+    let count = Cell::new(0usize);
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let result = Node { at: Position::Plain, count: &count }.deserialize(&mut de).and_then(|_| de.end());
+    match result {
+        Ok(()) => Ok(count.get()),
+        Err(e) => Err(DetectError::Json { line: e.line(), column: e.column() }),
+    }
+}
+
+/// Where a value sits, as far as tool shapes are concerned.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Position {
+    /// Anywhere else.
+    Plain,
+    /// An element of an array.
+    Element,
+    /// The value of a `function` / `custom` key.
+    Wrapped,
+    /// A `functionDeclarations` / `functions` array.
+    DeclarationList,
+    /// An element of such an array.
+    Declaration,
+}
+
+/// What a visited value was, as its parent needs to know.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    String,
+    Other,
+}
+
+/// The keys that matter, after folding.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Key {
+    Name,
+    Definition,
+    CallPayload,
+    Wrapper,
+    DeclarationList,
+    Other,
+}
+
+fn classify(key: &str) -> Key {
+    const TABLE: [(&str, Key); 14] = [
+        ("name", Key::Name),
+        ("description", Key::Definition),
+        ("parameters", Key::Definition),
+        ("parametersjsonschema", Key::Definition),
+        ("inputschema", Key::Definition),
+        ("inputjsonschema", Key::Definition),
+        ("schema", Key::Definition),
+        ("arguments", Key::CallPayload),
+        ("input", Key::CallPayload),
+        ("args", Key::CallPayload),
+        ("function", Key::Wrapper),
+        ("custom", Key::Wrapper),
+        ("functiondeclarations", Key::DeclarationList),
+        ("functions", Key::DeclarationList),
+    ];
+    // Folding never lengthens an ASCII key by more than the removed
+    // separators, so a key much longer than every target is none of them.
+    if key.len() > 64 {
+        return Key::Other;
+    }
+    TABLE.iter().find(|(target, _)| folds_to(key, target)).map_or(Key::Other, |(_, k)| *k)
+}
+
+/// Whether `key`, folded, equals `target` (lowercase ASCII, no separators).
+fn folds_to(key: &str, target: &str) -> bool {
+    let mut want = target.bytes();
+    for c in key.chars() {
+        if c == '_' || c == '-' {
+            continue;
+        }
+        let folded = match c {
+            'ſ' => 's',
+            '\u{212A}' => 'k',
+            c => c.to_lowercase().next().unwrap_or(c),
+        };
+        match want.next() {
+            Some(w) if u32::from(w) == u32::from(folded) => {}
+            _ => return false,
+        }
+    }
+    want.next().is_none()
+}
+
+/// Visits one value, counting the tool-shaped objects in it.
+struct Node<'c> {
+    at: Position,
+    count: &'c Cell<usize>,
+}
+
+impl<'de> DeserializeSeed<'de> for Node<'_> {
+    type Value = Kind;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Kind, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Node<'_> {
+    type Value = Kind;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Kind, E> {
+        Ok(Kind::String)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Kind, E> {
+        Ok(Kind::Other)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Kind, E> {
+        Ok(Kind::Other)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Kind, E> {
+        Ok(Kind::Other)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Kind, E> {
+        Ok(Kind::Other)
+    }
+
+    fn visit_unit<E>(self) -> Result<Kind, E> {
+        Ok(Kind::Other)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Kind, A::Error> {
+        let at = if self.at == Position::DeclarationList { Position::Declaration } else { Position::Element };
+        while seq.next_element_seed(Node { at, count: self.count })?.is_some() {}
+        Ok(Kind::Other)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Kind, A::Error> {
+        let (mut named, mut defines, mut calls) = (false, false, false);
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            let key = classify(&key);
+            let at = match key {
+                Key::Wrapper if matches!(self.at, Position::Element | Position::Declaration) => Position::Wrapped,
+                Key::DeclarationList => Position::DeclarationList,
+                _ => Position::Plain,
+            };
+            let kind = map.next_value_seed(Node { at, count: self.count })?;
+            match key {
+                Key::Name => named |= kind == Kind::String,
+                Key::Definition => defines = true,
+                Key::CallPayload => calls = true,
+                Key::Wrapper | Key::DeclarationList | Key::Other => {}
+            }
+        }
+        let shaped = named
+            && (defines
+                || self.at == Position::Declaration
+                || (self.at == Position::Wrapped && !calls));
+        if shaped {
+            self.count.set(self.count.get().saturating_add(1));
+        }
+        Ok(Kind::Other)
+    }
+}
+
+#[cfg(test)]
+mod tests;

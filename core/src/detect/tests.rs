@@ -1,0 +1,111 @@
+use super::*;
+use std::path::PathBuf;
+
+fn count(json: &str) -> usize {
+    count_tool_shaped(json.as_bytes()).unwrap()
+}
+
+fn shared() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared")
+}
+
+#[test]
+fn definitions_of_every_format_count_once_each() {
+    assert_eq!(count(r#"{"tools":[{"type":"function","function":{"name":"a"}}]}"#), 1);
+    assert_eq!(count(r#"{"tools":[{"type":"function","function":{"name":"a","parameters":{}}}]}"#), 1);
+    assert_eq!(count(r#"{"tools":[{"type":"function","name":"a","parameters":{}}]}"#), 1);
+    assert_eq!(count(r#"{"tools":[{"name":"a","input_schema":{"type":"object"}}]}"#), 1);
+    assert_eq!(count(r#"{"tools":[{"functionDeclarations":[{"name":"a"},{"name":"b"}]}]}"#), 2);
+    assert_eq!(count(r#"{"functions":[{"name":"a"},{"name":"b"}]}"#), 2);
+    assert_eq!(count(r#"{"tools":[{"type":"custom","custom":{"name":"a"}}]}"#), 1);
+}
+
+#[test]
+fn spelling_case_and_escapes_do_not_hide_a_definition() {
+    for key in ["input_schema", "inputSchema", "INPUT_SCHEMA", "\\u0069nput_schema", "Input-Schema", "DESCRIPTION", "Parameters"] {
+        let body = format!(r#"{{"x":[{{"NAME":"a","{key}":{{}}}}]}}"#);
+        assert_eq!(count(&body), 1, "{key}");
+    }
+    assert_eq!(count(r#"{"FunctionDeclarations":[{"Name":"a"}]}"#), 1);
+    assert_eq!(count(r#"{"tools":[{"type":"x","Function":{"n\u0061me":"a"}}]}"#), 1);
+    // Keys a case-insensitive decoder folds onto ASCII.
+    assert_eq!(count("{\"FUNCTIONſ\":[{\"name\":\"a\"}]}"), 1);
+    assert_eq!(count("{\"t\":{\"name\":\"a\",\"de\u{17F}cription\":\"x\"}}"), 1);
+}
+
+#[test]
+fn definitions_are_found_at_any_depth() {
+    let nested = r#"{"a":{"b":[{"c":{"name":"x","description":"d"}}]},"tools":[]}"#;
+    assert_eq!(count(nested), 1);
+    assert_eq!(count(r#"[{"name":"x","parameters":{}},{"name":"y","parameters":{}}]"#), 2);
+}
+
+#[test]
+fn calls_builtins_and_schemas_are_not_definitions() {
+    // Chat tool calls, Anthropic tool_use, Gemini functionCall, Responses calls.
+    let history = r#"{"messages":[
+        {"role":"assistant","tool_calls":[{"id":"1","type":"function","function":{"name":"a","arguments":"{}"}}]},
+        {"role":"assistant","content":[{"type":"tool_use","id":"2","name":"a","input":{}}]},
+        {"role":"tool","name":"a","content":"ok"},
+        {"parts":[{"functionCall":{"name":"a","args":{}}}]},
+        {"type":"function_call","name":"a","arguments":"{}","call_id":"3"},
+        {"type":"custom_tool_call","custom":{"name":"a","input":"x"}}
+    ]}"#;
+    assert_eq!(count(history), 0);
+    // A forced function names a tool; it does not define one.
+    assert_eq!(count(r#"{"tool_choice":{"type":"function","function":{"name":"a"}},"tools":[]}"#), 0);
+    assert_eq!(count(r#"{"tools":[{"type":"web_search_20250305","name":"web_search","max_uses":3},{"type":"web_search"},{"googleSearch":{}}]}"#), 0);
+    let schema = r#"{"type":"object","properties":{"name":{"type":"string","description":"d"},"description":{"type":"string"}}}"#;
+    assert_eq!(count(schema), 0);
+}
+
+#[test]
+fn unreadable_bodies_are_errors_not_zero() {
+    for bad in ["{", "{\"a\":1}x", "nul", "\u{0}", "{\"a\":1,}"] {
+        assert!(count_tool_shaped(bad.as_bytes()).is_err(), "{bad:?}");
+    }
+    let deep = "[".repeat(4096);
+    assert!(count_tool_shaped(deep.as_bytes()).is_err());
+    assert_eq!(count_tool_shaped(b"").unwrap(), 0);
+    assert_eq!(count_tool_shaped(b" \n ").unwrap(), 0);
+}
+
+#[test]
+fn the_catalog_requests_hold_the_whole_registry() {
+    for file in ["openai_request.json", "anthropic_request.json"] {
+        let body = std::fs::read(shared().join("catalog").join(file)).unwrap();
+        assert_eq!(count_tool_shaped(&body).unwrap(), 108, "{file}");
+    }
+}
+
+/// Every tool of every public data set, written in each format, counts as
+/// exactly one: their schemas (thousands of real-world ones) hold nothing
+/// the detector mistakes for a second definition.
+#[test]
+fn real_world_tools_count_exactly_once_in_every_format() {
+    let mut seen = 0usize;
+    for set in ["apibank", "bfcl", "metatool", "sealtools", "stabletoolbench"] {
+        let text = std::fs::read_to_string(shared().join("datasets").join(set).join("tools.jsonl")).unwrap();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let tool: serde_json::Value = serde_json::from_str(line).unwrap();
+            let name = serde_json::to_string(&tool["name"]).unwrap();
+            let description = serde_json::to_string(&tool["description"]).unwrap();
+            let parameters = if tool["parameters"].is_null() {
+                "{\"type\":\"object\"}".to_owned()
+            } else {
+                tool["parameters"].to_string()
+            };
+            let shapes = [
+                format!(r#"{{"tools":[{{"type":"function","function":{{"name":{name},"description":{description},"parameters":{parameters}}}}}]}}"#),
+                format!(r#"{{"tools":[{{"type":"function","name":{name},"description":{description},"parameters":{parameters}}}]}}"#),
+                format!(r#"{{"tools":[{{"name":{name},"description":{description},"input_schema":{parameters}}}]}}"#),
+                format!(r#"{{"tools":[{{"functionDeclarations":[{{"name":{name},"description":{description},"parameters":{parameters}}}]}}]}}"#),
+            ];
+            for body in shapes {
+                assert_eq!(count(&body), 1, "{set}: {line}");
+                seen += 1;
+            }
+        }
+    }
+    assert!(seen > 1000, "only {seen} tools read");
+}

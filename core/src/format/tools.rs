@@ -1,0 +1,217 @@
+//! What an element of a tools array may be, checked against every format.
+//!
+//! A dialect reads its own function tools; everything it would keep as "not a
+//! function" goes through [`Builder::builtin`] here, which keeps it only when
+//! it is a provider built-in on the request format's allow-list
+//! ([`BuiltinTools`]) and carries nothing that defines a function. Before
+//! either, [`Keys`] refuses an element whose keys some upstream could read
+//! differently than keyhole does: a key spelled in another letter case or with
+//! other separators (`"TYPE"`, `"Function"`, `"FunctionDeclarations"`), or one
+//! key in two spellings. So a tool of another format, an unknown `type`, or a
+//! look-alike is refused rather than forwarded uncounted.
+
+use super::{Builder, Format, FormatError, Item};
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+use std::fmt;
+
+/// Built-in tool types keyhole forwards untouched and never counts, per
+/// format. A tools element of any other non-function type is refused.
+///
+/// OpenAI and Anthropic built-ins are named by their `type`; Gemini built-ins
+/// are tools entries keyed by the tool (`{"googleSearch": {}}`), so Gemini's
+/// list names keys (matched in lowerCamelCase or snake_case).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuiltinTools {
+    /// OpenAI Chat Completions `type`s.
+    pub openai_chat: Vec<String>,
+    /// OpenAI Responses `type`s.
+    pub openai_responses: Vec<String>,
+    /// Anthropic Messages server-tool `type`s.
+    pub anthropic: Vec<String>,
+    /// Gemini tools-entry keys.
+    pub gemini: Vec<String>,
+}
+
+impl Default for BuiltinTools {
+    fn default() -> Self {
+        let own = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect();
+        BuiltinTools {
+            openai_chat: own(super::openai::BUILTINS),
+            openai_responses: own(super::responses::BUILTINS),
+            anthropic: own(super::anthropic::BUILTINS),
+            gemini: own(super::gemini::BUILTINS),
+        }
+    }
+}
+
+impl BuiltinTools {
+    /// The allow-list of `format`.
+    pub fn of(&self, format: Format) -> &[String] {
+        match format {
+            Format::OpenAiChat => &self.openai_chat,
+            Format::OpenAiResponses => &self.openai_responses,
+            Format::Anthropic => &self.anthropic,
+            Format::Gemini => &self.gemini,
+        }
+    }
+
+    /// Whether `name` (a `type`, or a Gemini key) is a built-in of `format`.
+    pub fn allows(&self, format: Format, name: &str) -> bool {
+        match format {
+            Format::Gemini => self.gemini.iter().any(|k| k == name || snake_case(k) == name),
+            _ => self.of(format).iter().any(|t| t == name),
+        }
+    }
+}
+
+/// Keys whose spelling decides how an element is read. Each may appear once,
+/// spelled as here; any other spelling that folds to one of them is refused.
+const SPELLINGS: [&str; 12] = [
+    "type",
+    "name",
+    "description",
+    "parameters",
+    "parametersJsonSchema",
+    "parameters_json_schema",
+    "input_schema",
+    "function",
+    "custom",
+    "functionDeclarations",
+    "function_declarations",
+    "strict",
+];
+
+/// Folded keys that define a function: a built-in carrying one is refused.
+const DEFINING: [&str; 8] = [
+    "name",
+    "description",
+    "parameters",
+    "parametersjsonschema",
+    "inputschema",
+    "function",
+    "custom",
+    "functiondeclarations",
+];
+
+/// The keys of one tools element, checked for spelling.
+pub(super) struct Keys {
+    /// Folded keys of the element, in order.
+    folded: Vec<String>,
+    /// The first problem: a key in a non-canonical spelling, or twice.
+    problem: Option<&'static str>,
+}
+
+impl Keys {
+    /// Reads the keys of `raw` (which must be an object).
+    pub(super) fn of(raw: &RawValue) -> Result<Keys, serde_json::Error> {
+        let mut de = serde_json::Deserializer::from_str(raw.get());
+        de.deserialize_map(KeysVisitor)
+    }
+
+    /// The spelling problem, if any: the element must be refused.
+    pub(super) fn problem(&self) -> Option<&'static str> {
+        self.problem
+    }
+
+    /// Whether the element carries a key that defines a function.
+    fn defines(&self) -> bool {
+        self.folded.iter().any(|k| DEFINING.contains(&k.as_str()))
+    }
+}
+
+struct KeysVisitor;
+
+impl<'de> Visitor<'de> for KeysVisitor {
+    type Value = Keys;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a tool object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Keys, A::Error> {
+        let mut keys = Keys { folded: Vec::new(), problem: None };
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            map.next_value::<IgnoredAny>()?;
+            let folded = fold(&key);
+            let spelled_like_a_known_key = SPELLINGS.iter().any(|s| fold(s) == folded);
+            if keys.problem.is_none() {
+                if spelled_like_a_known_key && !SPELLINGS.contains(&key.as_ref()) {
+                    keys.problem = Some("a key is spelled in another letter case or with other separators");
+                } else if keys.folded.contains(&folded) {
+                    keys.problem = Some("a key appears more than once");
+                }
+            }
+            keys.folded.push(folded);
+        }
+        Ok(keys)
+    }
+}
+
+impl<'a> Builder<'a, '_> {
+    /// Checks the spelling of the keys of `raw`, the element at `at`.
+    pub(super) fn spelling(&self, raw: &'a RawValue, at: &dyn Fn() -> String) -> Result<Keys, FormatError> {
+        let keys = Keys::of(raw).map_err(|e| self.field_error(at(), e))?;
+        match keys.problem() {
+            Some(problem) => Err(self.tool_error(at(), problem)),
+            None => Ok(keys),
+        }
+    }
+
+    /// Classifies an element that is not a function tool of the format:
+    /// a built-in of the format's allow-list that defines nothing is kept,
+    /// anything else refused.
+    pub(super) fn builtin(&self, keys: &Keys, kind: Option<&str>, at: &dyn Fn() -> String) -> Result<Item, FormatError> {
+        match kind {
+            Some(kind) if self.builtins.allows(self.format, kind) => {
+                if keys.defines() && !self.builtin_may_name(keys) {
+                    Err(self.tool_error(at(), "a built-in tool that carries a function definition"))
+                } else {
+                    Ok(Item::Other)
+                }
+            }
+            Some(_) => Err(self.tool_error(at(), "a tool type that is neither a function nor an allowed built-in")),
+            None => Err(self.tool_error(at(), "neither a function tool nor an allowed built-in")),
+        }
+    }
+
+    /// Anthropic server tools carry a `name` (`"web_search"`), and nothing
+    /// else that defines a function.
+    fn builtin_may_name(&self, keys: &Keys) -> bool {
+        self.format == Format::Anthropic
+            && keys.folded.iter().filter(|k| DEFINING.contains(&k.as_str())).all(|k| k == "name")
+    }
+}
+
+/// A key folded: lowercase, without `_` and `-`, with the non-ASCII letters
+/// that case-insensitive decoders fold onto ASCII (`ſ`, Kelvin `K`) mapped.
+pub(super) fn fold(key: &str) -> String {
+    key.chars()
+        .filter(|c| *c != '_' && *c != '-')
+        .flat_map(|c| match c {
+            'ſ' => 's'.to_lowercase(),
+            '\u{212A}' => 'k'.to_lowercase(),
+            c => c.to_lowercase(),
+        })
+        .collect()
+}
+
+/// Whether two keys fold to the same key.
+pub(super) fn fold_eq(a: &str, b: &str) -> bool {
+    fold(a) == fold(b)
+}
+
+/// `googleSearch` → `google_search`.
+fn snake_case(key: &str) -> String {
+    let mut out = String::with_capacity(key.len() + 4);
+    for c in key.chars() {
+        if c.is_ascii_uppercase() {
+            out.push('_');
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
