@@ -5,7 +5,7 @@
 //! every error it returns names the offending field, so `on_configure` (and
 //! `envoy --mode validate`) can say exactly what is wrong.
 
-use crate::format::BuiltinTools;
+use crate::format::{BuiltinTools, Format};
 use serde::{Deserialize, Serialize};
 
 /// What a listener's filter instance does.
@@ -87,41 +87,29 @@ pub struct LlmFilterConfig {
     pub builtin_tools: BuiltinToolsConfig,
 }
 
-/// Allow-lists of built-in tool types per format, as the operator writes them
-/// (`"anthropic": ["web_search_20250305", …]`). An absent format keeps its
-/// defaults ([`crate::format::BuiltinTools::default`]).
+/// Allow-lists of built-in tool types per format, as the operator writes them:
+/// format name ([`crate::format::Format::as_str`]) → types (`"anthropic":
+/// ["web_search_20250305", …]`). An absent format keeps its defaults
+/// ([`crate::format::BuiltinTools::default`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct BuiltinToolsConfig {
-    /// OpenAI Chat Completions `type`s.
-    #[serde(default, rename = "openai-chat", skip_serializing_if = "Option::is_none")]
-    pub openai_chat: Option<Vec<String>>,
-    /// OpenAI Responses `type`s.
-    #[serde(default, rename = "openai-responses", skip_serializing_if = "Option::is_none")]
-    pub openai_responses: Option<Vec<String>>,
-    /// Anthropic server-tool `type`s.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub anthropic: Option<Vec<String>>,
-    /// Gemini tools-entry keys (`googleSearch`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gemini: Option<Vec<String>>,
-}
+#[serde(transparent)]
+pub struct BuiltinToolsConfig(pub std::collections::BTreeMap<String, Vec<String>>);
 
 impl BuiltinToolsConfig {
-    /// The allow-lists, defaults filled in; every entry must be a non-empty name.
+    /// The allow-lists, defaults filled in. Every key must name a format and
+    /// every entry must be a non-empty name.
     fn validate(self) -> Result<BuiltinTools, ConfigError> {
         let mut tools = BuiltinTools::default();
-        for (key, given, slot) in [
-            ("openai-chat", self.openai_chat, &mut tools.openai_chat),
-            ("openai-responses", self.openai_responses, &mut tools.openai_responses),
-            ("anthropic", self.anthropic, &mut tools.anthropic),
-            ("gemini", self.gemini, &mut tools.gemini),
-        ] {
-            let Some(given) = given else { continue };
+        for (key, given) in self.0 {
+            let field = format!("builtin_tools.{key}");
+            let Some(format) = Format::from_name(&key) else {
+                let names: Vec<&str> = Format::ALL.iter().map(|f| f.as_str()).collect();
+                return Err(err(&field, format!("is not a format (expected one of {})", names.join(", "))));
+            };
             if let Some(bad) = given.iter().find(|t| t.trim().is_empty() || t.trim() != t.as_str()) {
-                return Err(err(&format!("builtin_tools.{key}"), format!("must list tool names, got {bad:?}")));
+                return Err(err(&field, format!("must list tool names, got {bad:?}")));
             }
-            *slot = given;
+            tools.set(format, given);
         }
         Ok(tools)
     }
@@ -405,7 +393,7 @@ mod tests {
 
     #[test]
     fn errors_name_the_field() {
-        let cases: [(&[u8], &str); 12] = [
+        let cases: [(&[u8], &str); 13] = [
             (br#"{"mode":"llm","timeout_ms":0}"#, "timeout_ms"),
             (br#"{"mode":"llm","timeout_msec":5}"#, "timeout_msec"),
             (br#"{"mode":"llm","session_header":"x y"}"#, "session_header"),
@@ -418,6 +406,7 @@ mod tests {
             (br#"{"mode":"hms","timeout_ms":"5"}"#, "timeout_ms"),
             (br#"{"mode":"llm","off_surface":"drop"}"#, "off_surface"),
             (br#"{"mode":"llm","builtin_tools":{"anthropic":[""]}}"#, "builtin_tools.anthropic"),
+            (br#"{"mode":"llm","builtin_tools":{"bedrock":["x"]}}"#, "builtin_tools.bedrock"),
         ];
         for (json, field) in cases {
             let e = Config::from_json(json).unwrap_err();

@@ -64,8 +64,10 @@ pub enum Decision {
 /// Why a request is answered locally instead of forwarded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
-    /// The body cannot be read (or carries tools keyhole cannot classify).
+    /// The body cannot be read.
     Unreadable,
+    /// The body carries tools, but in no format keyhole knows.
+    UnknownFormat,
     /// The body about to leave holds more tool definitions than the phase
     /// allows, as the independent detector ([`crate::detect`]) counts them.
     OverBudget {
@@ -83,6 +85,7 @@ impl Refusal {
     pub fn as_str(self) -> &'static str {
         match self {
             Refusal::Unreadable => "unreadable",
+            Refusal::UnknownFormat => "unknown-format",
             Refusal::OverBudget { .. } => "over-budget",
             Refusal::Unavailable => "unavailable",
         }
@@ -109,6 +112,7 @@ pub fn read<'a>(path: &str, body: &'a [u8], phase: Phase, builtins: &BuiltinTool
             Ok(()) => Read::Pass,
             Err((refusal, reply)) => Read::Refuse(refusal, reply),
         },
+        Err(e) if e.is_unknown_format() => Read::Refuse(Refusal::UnknownFormat, reply::invalid_request(&e)),
         Err(e) => Read::Refuse(Refusal::Unreadable, reply::invalid_request(&e)),
     }
 }

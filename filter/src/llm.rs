@@ -376,6 +376,12 @@ impl HttpContext for LlmStream {
                 let mut fresh = scanner.feed(&chunk);
                 if end_of_stream {
                     fresh.extend(scanner.finish());
+                    let stats = scanner.stats();
+                    let skipped = stats.oversized + stats.unreadable;
+                    if skipped > 0 {
+                        host::count(self.metrics.stream_events_skipped, skipped as i64);
+                        log::warn!("keyhole.stream-skipped context={} oversized={} unreadable={}", self.context_id, stats.oversized, stats.unreadable);
+                    }
                 }
                 let off: Vec<String> =
                     fresh.into_iter().filter(|n| !admission::is_surfaced(n, &names(surfaced))).collect();

@@ -24,6 +24,9 @@ pub struct Metrics {
     /// LLM requests refused because the body about to leave held more
     /// tool-shaped objects than the phase budget.
     pub over_budget: Option<u32>,
+    /// Events of streamed LLM answers that could not be checked for tool
+    /// calls (oversized or unreadable), skipped.
+    pub stream_events_skipped: Option<u32>,
     /// The HMS listener's counters.
     pub hms: HmsMetrics,
 }
@@ -157,6 +160,7 @@ impl Metrics {
             clamped: counter("keyhole.clamped"),
             off_surface_calls: counter("keyhole.off_surface_calls"),
             over_budget: counter("keyhole.over_budget"),
+            stream_events_skipped: counter("keyhole.stream_events_skipped"),
             hms: HmsMetrics {
                 responses_aliased: counter("keyhole.hms_responses_aliased"),
                 aliases_decoded: counter("keyhole.hms_aliases_decoded"),

@@ -168,7 +168,8 @@ fn memory_stays_bounded_and_oversized_events_are_counted() {
         "x".repeat(10_000)
     );
     s.feed(big.as_bytes());
-    assert!(s.buf.capacity() <= 1024 && s.data.capacity() <= 1024, "{} {}", s.buf.capacity(), s.data.capacity());
+    let (buf, data) = s.buffer_capacities();
+    assert!(buf <= 1024 && data <= 1024, "{buf} {data}");
     for name in ["a", "b", "c", "a"] {
         let e = format!("data: {{\"type\":\"content_block_start\",\"content_block\":{{\"type\":\"tool_use\",\"name\":\"{name}\"}}}}\n\n");
         s.feed(e.as_bytes());

@@ -9,7 +9,7 @@
 //! user message often holds only `tool_result` blocks, which are skipped.
 
 use super::body::Top;
-use super::{latest_user_text, Builder, FormatError};
+use super::{latest_user_text, Builder, Dialect, FormatError, TypedName};
 use serde::Deserialize;
 use std::borrow::Cow;
 
@@ -22,6 +22,20 @@ struct Tool<'a> {
     #[serde(borrow, default)]
     description: Option<Cow<'a, str>>,
 }
+
+/// Anthropic Messages, for [`super::Format::Anthropic`].
+pub(super) const DIALECT: Dialect = Dialect {
+    name: "anthropic",
+    paths: &["/messages"],
+    builtins: BUILTINS,
+    builtins_by_key: false,
+    builtins_named: true,
+    by_top: |top| top.messages.is_some() && top.system.is_some(),
+    sniff_rank: 2,
+    by_element: |e| e.input_schema.is_some(),
+    read_request: parse,
+    read_calls: calls,
+};
 
 /// Server-tool types kept untouched (see [`super::BuiltinTools`]).
 pub(super) const BUILTINS: &[&str] = &[
@@ -68,3 +82,37 @@ pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String
     }
     Ok(latest_user_text(top.messages, |role| role == Some("user")))
 }
+
+// === answers ===
+
+/// Calls in an answer: `content[]` blocks of type `tool_use`; streamed as
+/// `content_block_start`. Server tools (`server_tool_use`) are not function
+/// calls.
+pub(super) fn calls(json: &[u8], add: &mut dyn FnMut(Option<Cow<'_, str>>)) -> Result<(), serde_json::Error> {
+    let r: AnthropicEvent<'_> = serde_json::from_slice(json)?;
+    let nested = r.message.and_then(|m| m.content).unwrap_or_default();
+    let blocks = r.content.unwrap_or_default().into_iter().chain(r.content_block).chain(nested);
+    for block in blocks {
+        if block.kind.as_deref() == Some("tool_use") {
+            add(block.name);
+        }
+    }
+    Ok(())
+}
+
+#[derive(Deserialize)]
+struct AnthropicEvent<'a> {
+    #[serde(borrow, default)]
+    content: Option<Vec<TypedName<'a>>>,
+    #[serde(borrow, default)]
+    content_block: Option<TypedName<'a>>,
+    #[serde(borrow, default)]
+    message: Option<AnthropicMessage<'a>>,
+}
+
+#[derive(Deserialize)]
+struct AnthropicMessage<'a> {
+    #[serde(borrow, default)]
+    content: Option<Vec<TypedName<'a>>>,
+}
+

@@ -99,34 +99,29 @@ impl<'a> Top<'a> {
     /// format's function tool, else the first format whose built-ins
     /// allow-list holds every element.
     pub fn shape(&self, builtins: &BuiltinTools) -> Option<Format> {
-        if self.contents.is_some() {
-            return Some(Format::Gemini);
-        }
-        if self.input.is_some() {
-            return Some(Format::OpenAiResponses);
-        }
-        if self.messages.is_some() {
-            return Some(if self.system.is_some() { Format::Anthropic } else { Format::OpenAiChat });
-        }
-        if self.functions.is_some() {
-            return Some(Format::OpenAiChat);
-        }
-        if let Some(choice) = self.tool_choice {
-            if serde_json::from_str::<ChoiceShape>(choice.get()).is_ok_and(|c| c.function.is_some()) {
-                return Some(Format::OpenAiChat);
-            }
+        let mut by_rank = Format::ALL;
+        by_rank.sort_by_key(|f| f.dialect().sniff_rank);
+        if let Some(format) = by_rank.into_iter().find(|f| (f.dialect().by_top)(self)) {
+            return Some(format);
         }
         // Not an array of objects: no element decides, and the body is
         // refused as carrying tools in an unknown format.
         let elements: Vec<ElementShape<'_>> =
             self.tools.and_then(|t| serde_json::from_str(t.get()).ok()).unwrap_or_default();
-        if let Some(format) = elements.iter().find_map(ElementShape::format) {
+        let shaped = |e: &ElementShape<'_>| Format::ALL.into_iter().find(|f| (f.dialect().by_element)(e));
+        if let Some(format) = elements.iter().find_map(shaped) {
             return Some(format);
         }
         let all_builtin = |format: Format| {
             !elements.is_empty() && elements.iter().all(|e| e.builtin_of(format, builtins))
         };
         Format::ALL.into_iter().find(|f| all_builtin(*f))
+    }
+
+    /// Whether `tool_choice` names a `function` object (Chat's shape).
+    pub fn tool_choice_names_function(&self) -> bool {
+        self.tool_choice
+            .is_some_and(|c| serde_json::from_str::<ChoiceShape>(c.get()).is_ok_and(|c| c.function.is_some()))
     }
 }
 
@@ -188,45 +183,33 @@ impl<'de> Visitor<'de> for TopVisitor {
     }
 }
 
-/// The keys of one tool element that tell formats apart.
+/// The keys of one tool element that tell formats apart (each dialect's
+/// `by_element` reads them).
 #[derive(Deserialize)]
-struct ElementShape<'a> {
-    /// Every key, for Gemini's key-named built-ins.
+pub(super) struct ElementShape<'a> {
+    /// Every other key, for built-ins named by key.
     #[serde(borrow, flatten)]
     keys: std::collections::BTreeMap<Cow<'a, str>, IgnoredAny>,
     #[serde(default)]
-    function: Option<IgnoredAny>,
+    pub function: Option<IgnoredAny>,
     #[serde(default, rename = "functionDeclarations", alias = "function_declarations")]
-    function_declarations: Option<IgnoredAny>,
+    pub function_declarations: Option<IgnoredAny>,
     #[serde(default)]
-    input_schema: Option<IgnoredAny>,
+    pub input_schema: Option<IgnoredAny>,
     #[serde(borrow, default, rename = "type")]
-    kind: Option<Cow<'a, str>>,
+    pub kind: Option<Cow<'a, str>>,
     #[serde(default)]
-    name: Option<IgnoredAny>,
+    pub name: Option<IgnoredAny>,
 }
 
 impl ElementShape<'_> {
-    /// Whether the element is a built-in of `format` by its type (or, for
-    /// Gemini, by its keys).
+    /// Whether the element is a built-in of `format`, by its type or, where
+    /// the format names built-ins by key, by its keys.
     fn builtin_of(&self, format: Format, builtins: &BuiltinTools) -> bool {
-        match format {
-            Format::Gemini => !self.keys.is_empty() && self.keys.keys().all(|k| builtins.allows(format, k)),
-            _ => self.kind.as_deref().is_some_and(|k| builtins.allows(format, k)),
-        }
-    }
-
-    fn format(&self) -> Option<Format> {
-        if self.function.is_some() {
-            Some(Format::OpenAiChat)
-        } else if self.function_declarations.is_some() {
-            Some(Format::Gemini)
-        } else if self.input_schema.is_some() {
-            Some(Format::Anthropic)
-        } else if self.kind.as_deref() == Some("function") && self.name.is_some() {
-            Some(Format::OpenAiResponses)
+        if format.dialect().builtins_by_key {
+            !self.keys.is_empty() && self.keys.keys().all(|k| builtins.allows(format, k))
         } else {
-            None
+            self.kind.as_deref().is_some_and(|k| builtins.allows(format, k))
         }
     }
 }

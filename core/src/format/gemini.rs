@@ -18,7 +18,7 @@
 //! [`super::ParsedRequest::rewrite`]).
 
 use super::body::Top;
-use super::{latest_user_text, Builder, Format, FormatError, Item, Named};
+use super::{latest_user_text, AnswerName, Builder, Dialect, Format, FormatError, Item, Named};
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -79,6 +79,20 @@ struct CallingConfig<'a> {
     allowed_function_names: Option<Vec<Cow<'a, str>>>,
 }
 
+/// Gemini `generateContent`, for [`super::Format::Gemini`].
+pub(super) const DIALECT: Dialect = Dialect {
+    name: "gemini",
+    paths: &[":generatecontent", ":streamgeneratecontent"],
+    builtins: BUILTINS,
+    builtins_by_key: true,
+    builtins_named: false,
+    by_top: |top| top.contents.is_some(),
+    sniff_rank: 0,
+    by_element: |e| e.function_declarations.is_some(),
+    read_request: parse,
+    read_calls: calls,
+};
+
 /// Tools-entry keys of built-in tools, kept untouched (see
 /// [`super::BuiltinTools`]); each is also accepted in snake_case.
 pub(super) const BUILTINS: &[&str] = &[
@@ -131,3 +145,55 @@ pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String
     }
     Ok(latest_user_text(top.contents, |role| matches!(role, None | Some("user"))))
 }
+
+// === answers ===
+
+/// Calls in an answer: `candidates[].content.parts[].functionCall.name`,
+/// streamed the same (one response, or a JSON array of them).
+pub(super) fn calls(json: &[u8], add: &mut dyn FnMut(Option<Cow<'_, str>>)) -> Result<(), serde_json::Error> {
+    let responses = match serde_json::from_slice::<OneOrMany<GeminiResponse<'_>>>(json)? {
+        OneOrMany::One(r) => vec![r],
+        OneOrMany::Many(rs) => rs,
+    };
+    for r in responses {
+        for candidate in r.candidates.unwrap_or_default() {
+            let parts = candidate.content.and_then(|c| c.parts).unwrap_or_default();
+            for part in parts {
+                add(part.function_call.and_then(|f| f.name));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrMany<T> {
+    One(T),
+    Many(Vec<T>),
+}
+
+#[derive(Deserialize)]
+struct GeminiResponse<'a> {
+    #[serde(borrow, default)]
+    candidates: Option<Vec<GeminiCandidate<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct GeminiCandidate<'a> {
+    #[serde(borrow, default)]
+    content: Option<GeminiContent<'a>>,
+}
+
+#[derive(Deserialize)]
+struct GeminiContent<'a> {
+    #[serde(borrow, default)]
+    parts: Option<Vec<GeminiPart<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct GeminiPart<'a> {
+    #[serde(borrow, default, rename = "functionCall", alias = "function_call")]
+    function_call: Option<AnswerName<'a>>,
+}
+

@@ -42,8 +42,10 @@ mod body;
 mod gemini;
 mod openai;
 mod responses;
+mod stream;
 mod tools;
 
+pub use stream::{ScanLimits, ScanStats, StreamScanner};
 pub use tools::BuiltinTools;
 
 use serde::Deserialize;
@@ -65,18 +67,73 @@ pub enum Format {
     Gemini,
 }
 
+/// Everything keyhole knows of one wire format, in one place: each
+/// `format/<dialect>.rs` defines one, and nothing outside it matches on the
+/// format.
+///
+/// # Adding a format
+/// 1. A new `format/<dialect>.rs` with its request reader, its answer reader,
+///    its built-in tools and a `pub(super) const DIALECT: Dialect`.
+/// 2. One variant in [`Format`], in [`Format::ALL`], and one arm in
+///    [`Format::dialect`] (the compiler asks for it).
+struct Dialect {
+    /// Stable name for logs, metrics and configuration.
+    name: &'static str,
+    /// Path endings (lowercase) that name the format.
+    paths: &'static [&'static str],
+    /// Built-in tools kept untouched by default ([`BuiltinTools`]).
+    builtins: &'static [&'static str],
+    /// Built-ins are tools-entry keys (`{"googleSearch": {}}`), not `type`s.
+    builtins_by_key: bool,
+    /// Built-ins carry a `name` (`{"type": "bash_20250124", "name": "bash"}`).
+    builtins_named: bool,
+    /// On an unrecognised path, whether the body's top level says it is this
+    /// format; formats are asked in `sniff_rank` order (lowest first).
+    by_top: fn(&body::Top<'_>) -> bool,
+    sniff_rank: u8,
+    /// Whether a tools element is shaped like this format's function tool.
+    by_element: fn(&body::ElementShape<'_>) -> bool,
+    /// Reads the tools and forcing fields of a request; returns its turn.
+    read_request: for<'a, 'b> fn(&mut Builder<'a, 'b>, &body::Top<'a>) -> Result<String, FormatError>,
+    /// Adds the names of the function calls in an answer (or streamed event).
+    read_calls: fn(&[u8], &mut dyn FnMut(Option<Cow<'_, str>>)) -> Result<(), serde_json::Error>,
+}
+
 impl Format {
-    /// All formats, in a stable order (for metrics registration).
+    /// All formats, in a stable order.
     pub const ALL: [Format; 4] = [Format::OpenAiChat, Format::OpenAiResponses, Format::Anthropic, Format::Gemini];
+
+    /// The format's dialect: the one place that knows its shapes.
+    fn dialect(self) -> &'static Dialect {
+        match self {
+            Format::OpenAiChat => &openai::DIALECT,
+            Format::OpenAiResponses => &responses::DIALECT,
+            Format::Anthropic => &anthropic::DIALECT,
+            Format::Gemini => &gemini::DIALECT,
+        }
+    }
 
     /// A short stable name for logs and metrics.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Format::OpenAiChat => "openai-chat",
-            Format::OpenAiResponses => "openai-responses",
-            Format::Anthropic => "anthropic",
-            Format::Gemini => "gemini",
-        }
+        self.dialect().name
+    }
+
+    /// The format named `name` ([`Self::as_str`]).
+    pub fn from_name(name: &str) -> Option<Format> {
+        Format::ALL.into_iter().find(|f| f.as_str() == name)
+    }
+
+    /// Adds the names of the function calls in an answer of this format (a
+    /// whole response or one streamed event) to `out`, each name once.
+    pub(crate) fn read_calls(self, json: &[u8], out: &mut Vec<String>) -> Result<(), serde_json::Error> {
+        let mut add = |name: Option<Cow<'_, str>>| {
+            if let Some(name) = name {
+                if !name.is_empty() && !out.iter().any(|n| *n == name) {
+                    out.push(name.into_owned());
+                }
+            }
+        };
+        (self.dialect().read_calls)(json, &mut add)
     }
 
     /// The format a request path names, if any. The query string is ignored and
@@ -88,17 +145,7 @@ impl Format {
     pub fn from_path(path: &str) -> Option<Format> {
         let path = normalized_path(path);
         let path = path.trim_end_matches('/');
-        if path.ends_with("/chat/completions") {
-            Some(Format::OpenAiChat)
-        } else if path.ends_with("/responses") {
-            Some(Format::OpenAiResponses)
-        } else if path.ends_with("/messages") {
-            Some(Format::Anthropic)
-        } else if path.ends_with(":generatecontent") || path.ends_with(":streamgeneratecontent") {
-            Some(Format::Gemini)
-        } else {
-            None
-        }
+        Format::ALL.into_iter().find(|f| f.dialect().paths.iter().any(|p| path.ends_with(p)))
     }
 }
 
@@ -204,8 +251,8 @@ pub enum FormatError {
 
 impl FormatError {
     /// Whether the body carries tools in a shape keyhole does not know, as
-    /// opposed to a body that is broken. Both are rejected; metrics may tell
-    /// them apart.
+    /// opposed to a body that is broken. Both are refused; the refusal's log
+    /// line tells them apart (`reason=unknown-format`).
     pub fn is_unknown_format(&self) -> bool {
         matches!(self, FormatError::UnknownFormat)
     }
@@ -320,12 +367,7 @@ pub fn parse_with<'a>(
         },
     };
     let mut b = Builder { body, format, builtins, tools: Vec::new(), arrays: Vec::new(), forced: Vec::new() };
-    let turn = match format {
-        Format::OpenAiChat => openai::parse(&mut b, &top)?,
-        Format::OpenAiResponses => responses::parse(&mut b, &top)?,
-        Format::Anthropic => anthropic::parse(&mut b, &top)?,
-        Format::Gemini => gemini::parse(&mut b, &top)?,
-    };
+    let turn = (format.dialect().read_request)(&mut b, &top)?;
     b.legacy(&top)?;
     Ok(Some(b.finish(turn)))
 }
@@ -565,6 +607,22 @@ impl<'a> Builder<'a, '_> {
             arrays,
         }
     }
+}
+
+/// A function call's name in an answer: `{"name": …}` (other keys skipped).
+#[derive(Deserialize)]
+struct AnswerName<'a> {
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+}
+
+/// An answer's output item or content block: `{"type": …, "name": …}`.
+#[derive(Deserialize)]
+struct TypedName<'a> {
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
 }
 
 /// A named tool object: `{"name": …, "description": …}` (other keys skipped).

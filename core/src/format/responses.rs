@@ -9,7 +9,7 @@
 //! role `user` (content a string or `input_text` parts).
 
 use super::body::Top;
-use super::{latest_user_text, Builder, FormatError};
+use super::{latest_user_text, Builder, Dialect, FormatError, TypedName};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -23,6 +23,20 @@ struct Tool<'a> {
     #[serde(borrow, default)]
     description: Option<Cow<'a, str>>,
 }
+
+/// OpenAI Responses, for [`super::Format::OpenAiResponses`].
+pub(super) const DIALECT: Dialect = Dialect {
+    name: "openai-responses",
+    paths: &["/responses"],
+    builtins: BUILTINS,
+    builtins_by_key: false,
+    builtins_named: false,
+    by_top: |top| top.input.is_some(),
+    sniff_rank: 1,
+    by_element: |e| e.kind.as_deref() == Some("function") && e.name.is_some() && e.function.is_none(),
+    read_request: parse,
+    read_calls: calls,
+};
 
 /// Built-in types kept untouched (see [`super::BuiltinTools`]).
 pub(super) const BUILTINS: &[&str] = &[
@@ -78,3 +92,38 @@ fn named_choice(raw: &RawValue) -> Option<String> {
         _ => None,
     }
 }
+
+// === answers ===
+
+/// Calls in an answer: `output[]` items of type `function_call` /
+/// `custom_tool_call`; streamed as `response.output_item.added` / `.done`
+/// `item`, and `response.completed`. Built-in calls (`web_search_call`) are not
+/// function calls.
+pub(super) fn calls(json: &[u8], add: &mut dyn FnMut(Option<Cow<'_, str>>)) -> Result<(), serde_json::Error> {
+    let r: ResponsesEvent<'_> = serde_json::from_slice(json)?;
+    let nested = r.response.and_then(|r| r.output).unwrap_or_default();
+    let items = r.output.unwrap_or_default().into_iter().chain(r.item).chain(nested);
+    for item in items {
+        if matches!(item.kind.as_deref(), Some("function_call" | "custom_tool_call")) {
+            add(item.name);
+        }
+    }
+    Ok(())
+}
+
+#[derive(Deserialize)]
+struct ResponsesEvent<'a> {
+    #[serde(borrow, default)]
+    output: Option<Vec<TypedName<'a>>>,
+    #[serde(borrow, default)]
+    item: Option<TypedName<'a>>,
+    #[serde(borrow, default)]
+    response: Option<ResponsesOutput<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ResponsesOutput<'a> {
+    #[serde(borrow, default)]
+    output: Option<Vec<TypedName<'a>>>,
+}
+

@@ -21,47 +21,41 @@ use std::fmt;
 ///
 /// OpenAI and Anthropic built-ins are named by their `type`; Gemini built-ins
 /// are tools entries keyed by the tool (`{"googleSearch": {}}`), so Gemini's
-/// list names keys (matched in lowerCamelCase or snake_case).
+/// list names keys (matched in lowerCamelCase or snake_case). The defaults are
+/// each dialect's `BUILTINS`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BuiltinTools {
-    /// OpenAI Chat Completions `type`s.
-    pub openai_chat: Vec<String>,
-    /// OpenAI Responses `type`s.
-    pub openai_responses: Vec<String>,
-    /// Anthropic Messages server-tool `type`s.
-    pub anthropic: Vec<String>,
-    /// Gemini tools-entry keys.
-    pub gemini: Vec<String>,
+    /// Each format's list, in [`Format::ALL`] order.
+    lists: Vec<(Format, Vec<String>)>,
 }
 
 impl Default for BuiltinTools {
     fn default() -> Self {
         let own = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect();
-        BuiltinTools {
-            openai_chat: own(super::openai::BUILTINS),
-            openai_responses: own(super::responses::BUILTINS),
-            anthropic: own(super::anthropic::BUILTINS),
-            gemini: own(super::gemini::BUILTINS),
-        }
+        BuiltinTools { lists: Format::ALL.into_iter().map(|f| (f, own(f.dialect().builtins))).collect() }
     }
 }
 
 impl BuiltinTools {
     /// The allow-list of `format`.
     pub fn of(&self, format: Format) -> &[String] {
-        match format {
-            Format::OpenAiChat => &self.openai_chat,
-            Format::OpenAiResponses => &self.openai_responses,
-            Format::Anthropic => &self.anthropic,
-            Format::Gemini => &self.gemini,
+        self.lists.iter().find(|(f, _)| *f == format).map_or(&[], |(_, list)| list.as_slice())
+    }
+
+    /// Replaces the allow-list of `format`.
+    pub fn set(&mut self, format: Format, list: Vec<String>) {
+        match self.lists.iter_mut().find(|(f, _)| *f == format) {
+            Some((_, slot)) => *slot = list,
+            None => self.lists.push((format, list)),
         }
     }
 
-    /// Whether `name` (a `type`, or a Gemini key) is a built-in of `format`.
+    /// Whether `name` (a `type`, or a key) is a built-in of `format`.
     pub fn allows(&self, format: Format, name: &str) -> bool {
-        match format {
-            Format::Gemini => self.gemini.iter().any(|k| k == name || snake_case(k) == name),
-            _ => self.of(format).iter().any(|t| t == name),
+        if format.dialect().builtins_by_key {
+            self.of(format).iter().any(|k| k == name || snake_case(k) == name)
+        } else {
+            self.of(format).iter().any(|t| t == name)
         }
     }
 }
@@ -176,10 +170,10 @@ impl<'a> Builder<'a, '_> {
         }
     }
 
-    /// Anthropic server tools carry a `name` (`"web_search"`), and nothing
-    /// else that defines a function.
+    /// Some formats' built-ins carry a `name` (Anthropic's `"web_search"`),
+    /// and nothing else that defines a function.
     fn builtin_may_name(&self, keys: &Keys) -> bool {
-        self.format == Format::Anthropic
+        self.format.dialect().builtins_named
             && keys.folded.iter().filter(|k| DEFINING.contains(&k.as_str())).all(|k| k == "name")
     }
 }
