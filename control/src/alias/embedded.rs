@@ -1,13 +1,17 @@
 //! The embedded alias store: one redb file in the data directory.
 //!
-//! Table `entities` maps `(session, alias)` to the entity record (JSON); table
-//! `sessions` maps a session to the time it was last written or swept. Every
+//! Table `entities` maps `(session, alias)` to the entity record (JSON; a
+//! merged entity is stored under each of its aliases); table `sessions` maps a
+//! session to the time it was last written or swept; table `epochs` holds
+//! `(session, epoch)` for every epoch a session name has issued aliases
+//! under, and is never expired (the tombstones that keep a reused session
+//! name from drawing an old epoch again). Every
 //! encode that mints or extends an entity commits one write transaction (redb
 //! fsyncs on commit) before answering; re-encoding and decoding write nothing
 //! and only touch the in-memory idle clock, which [`AliasStore::sweep`]
 //! persists in one batch.
 
-use super::{check_session, decode_all, AliasStore, Sessions, StoreConfig, StoreError, StoreFuture};
+use super::{check_session, decode_all, with_fresh_epoch, AliasStore, Sessions, StoreConfig, StoreError, StoreFuture};
 use keyhole_core::alias::{DecodedIds, EntityRecord, IdInput, SessionMap};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use std::path::Path;
@@ -15,6 +19,7 @@ use std::sync::Arc;
 
 const ENTITIES: TableDefinition<'_, (&str, &str), &[u8]> = TableDefinition::new("entities");
 const SESSIONS: TableDefinition<'_, &str, u64> = TableDefinition::new("sessions");
+const EPOCHS: TableDefinition<'_, (&str, &str), u64> = TableDefinition::new("epochs");
 const BACKEND: &str = "redb";
 
 fn db_err(e: impl Into<redb::Error>) -> StoreError {
@@ -49,6 +54,7 @@ impl RedbStore {
         let txn = db.begin_write().map_err(db_err)?;
         txn.open_table(ENTITIES).map_err(db_err)?;
         txn.open_table(SESSIONS).map_err(db_err)?;
+        txn.open_table(EPOCHS).map_err(db_err)?;
         txn.commit().map_err(db_err)?;
         Ok(RedbStore { db: Arc::new(db), config, sessions: Sessions::new() })
     }
@@ -77,10 +83,18 @@ impl RedbStore {
                 let read = db.begin_read().map_err(db_err)?;
                 let last = read.open_table(SESSIONS).map_err(db_err)?.get(s.as_str()).map_err(db_err)?.map(|v| v.value());
                 let expired = expired_in_memory || last.is_some_and(|t| t.saturating_add(ttl) < now);
+                let mut used = Vec::new();
+                for row in read.open_table(EPOCHS).map_err(db_err)?.range((s.as_str(), "")..).map_err(db_err)? {
+                    let (k, _) = row.map_err(db_err)?;
+                    if k.value().0 != s {
+                        break;
+                    }
+                    used.push(k.value().1.to_owned());
+                }
                 if expired {
                     drop(read);
                     delete_sessions(db, &[s])?;
-                    return Ok(SessionMap::new());
+                    return Ok(with_fresh_epoch(SessionMap::new(), &used));
                 }
                 let entities = read.open_table(ENTITIES).map_err(db_err)?;
                 let mut records = Vec::new();
@@ -92,7 +106,7 @@ impl RedbStore {
                     let record: EntityRecord = serde_json::from_slice(v.value()).map_err(|e| StoreError::backend(BACKEND, e))?;
                     records.push(record);
                 }
-                Ok(SessionMap::from_records(&tax, records)?)
+                Ok(with_fresh_epoch(SessionMap::from_records(&tax, records)?, &used))
             })
             .await?;
         slot.map = Some(map);
@@ -123,16 +137,17 @@ impl AliasStore for RedbStore {
             let mut slot = slot.lock().await;
             let now = (self.config.clock)();
             self.load(session, &mut slot, now).await?;
-            let map = slot.map.get_or_insert_with(SessionMap::new);
+            let map = slot.map.get_or_insert_with(|| with_fresh_epoch(SessionMap::new(), &[]));
             let planned = map.plan(&self.config.taxonomy, ids)?;
+            let epoch = map.epoch().map(|e| e.to_string());
             if !planned.changes.is_empty() {
                 let s = session.to_owned();
-                let rows: Vec<(String, Vec<u8>)> = planned
-                    .changes
-                    .iter()
-                    .map(|r| serde_json::to_vec(r).map(|v| (r.alias.clone(), v)))
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| StoreError::backend(BACKEND, e))?;
+                // A merged entity is written under each of its aliases.
+                let mut rows: Vec<(String, Vec<u8>)> = Vec::new();
+                for r in &planned.changes {
+                    let v = serde_json::to_vec(r).map_err(|e| StoreError::backend(BACKEND, e))?;
+                    rows.extend(r.aliases().map(|a| (a.to_owned(), v.clone())));
+                }
                 // Persist before answering: one transaction for the batch.
                 self.blocking(move |db| {
                     let txn = db.begin_write().map_err(db_err)?;
@@ -142,6 +157,12 @@ impl AliasStore for RedbStore {
                             entities.insert((s.as_str(), alias.as_str()), value.as_slice()).map_err(db_err)?;
                         }
                         txn.open_table(SESSIONS).map_err(db_err)?.insert(s.as_str(), now).map_err(db_err)?;
+                        if let Some(e) = &epoch {
+                            let mut epochs = txn.open_table(EPOCHS).map_err(db_err)?;
+                            if epochs.get((s.as_str(), e.as_str())).map_err(db_err)?.is_none() {
+                                epochs.insert((s.as_str(), e.as_str()), now).map_err(db_err)?;
+                            }
+                        }
                     }
                     txn.commit().map_err(db_err)
                 })

@@ -84,7 +84,7 @@ async fn encode(State(state): State<AliasState>, body: Bytes) -> Result<Json<Enc
         micros = started.elapsed().as_micros() as u64,
         "encoded"
     );
-    Ok(Json(EncodeResponse { aliases }))
+    Ok(Json(EncodeResponse { aliases, known: Vec::new() }))
 }
 
 async fn decode(State(state): State<AliasState>, body: Bytes) -> Result<Json<DecodeResponse>, AliasApiError> {

@@ -14,6 +14,18 @@
 //! keys itself; the embedded store drops a session on its next access and in
 //! [`AliasStore::sweep`].
 //!
+//! An alias is never decoded to a different entity: every map a store creates
+//! for a session (first use, after expiry, after the store was lost) gets a
+//! fresh random epoch that every alias it issues carries (`patient-k7q2-001`,
+//! see `keyhole_core::alias::grammar`). The epochs a session name has used are
+//! kept as tombstones that outlive the TTL (redb table `epochs`; Redis set
+//! `<prefix>:<session>:x`, no expiry) and are never drawn again, so an alias
+//! of an expired or reused session is refused, never resolved under the new
+//! map. When the store itself is lost the tombstones go with it; the new
+//! epoch is then random among 31⁴ − 23⁴ − 8⁴ ≈ 643,000 values, so an old alias
+//! resolves under the new map only if the draw repeats the lost epoch *and*
+//! the new map has issued that number of that kind.
+//!
 //! # Layout
 //! - [`embedded`]: the redb store.
 //! - [`shared`]: the Redis store.
@@ -27,7 +39,7 @@ pub use embedded::RedbStore;
 pub use http::{routes, AliasState};
 pub use shared::RedisStore;
 
-use keyhole_core::alias::{DecodedIds, IdInput, SessionError, SessionMap, Taxonomy};
+use keyhole_core::alias::{DecodedIds, Epoch, IdInput, SessionError, SessionMap, Taxonomy};
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -119,6 +131,30 @@ impl StoreConfig {
 
     fn ttl_ms(&self) -> u64 {
         u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX).max(1)
+    }
+}
+
+/// A fresh random epoch for a (re)created session map, never one of `used`.
+fn fresh_epoch(used: &[String]) -> Epoch {
+    let draw = || Epoch::from_seed(uuid::Uuid::new_v4().as_u64_pair().0);
+    let mut e = draw();
+    // 643,000 epochs: a repeat draw is rare, 64 in a row impossible in practice.
+    for _ in 0..64 {
+        if !used.iter().any(|u| u == e.as_str()) {
+            break;
+        }
+        e = draw();
+    }
+    e
+}
+
+/// A new empty map with a fresh epoch when `map` has no records and no epoch
+/// of its own yet.
+fn with_fresh_epoch(map: SessionMap, used: &[String]) -> SessionMap {
+    if map.is_empty() {
+        SessionMap::with_epoch(fresh_epoch(used))
+    } else {
+        map
     }
 }
 

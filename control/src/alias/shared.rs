@@ -1,15 +1,18 @@
 //! The shared alias store: Redis, for several control replicas.
 //!
 //! A session is two keys: `<prefix>:<session>:e`, a hash of alias → entity
-//! record (JSON), and `<prefix>:<session>:v`, a random version token replaced
-//! on every write. Each replica plans a batch against its cached copy of the
+//! record (JSON; a merged entity is stored under each of its aliases), and
+//! `<prefix>:<session>:v`, a random version token replaced on every write. A
+//! third key, `<prefix>:<session>:x`, is the set of epochs the session name has
+//! issued aliases under; it has no expiry (tombstones: a reused session name
+//! never draws an old epoch again). Each replica plans a batch against its cached copy of the
 //! session and commits it with one Lua script that writes the records only if
 //! the version is still the one it planned against (compare-and-set); if
 //! another replica wrote in between, it reloads and plans again. So no entity
 //! gets two aliases and no alias two entities, whichever replica answers.
 //! Every access re-arms the keys' expiry: idle sessions vanish after the TTL.
 
-use super::{check_session, decode_all, AliasStore, Sessions, StoreConfig, StoreError, StoreFuture};
+use super::{check_session, decode_all, with_fresh_epoch, AliasStore, Sessions, StoreConfig, StoreError, StoreFuture};
 use keyhole_core::alias::{DecodedIds, EntityRecord, IdInput, SessionMap};
 use redis::aio::MultiplexedConnection;
 use redis::Script;
@@ -19,14 +22,15 @@ const BACKEND: &str = "redis";
 /// Attempts before a write gives up under contention.
 const MAX_TRIES: u32 = 32;
 
-/// KEYS: version, entities. ARGV: expected version ("" = none), new version,
-/// TTL in ms, then alias/record pairs. Returns 1 when written, 0 when the
-/// version moved.
+/// KEYS: version, entities, epochs. ARGV: expected version ("" = none), new
+/// version, TTL in ms, epoch ("" = none), then alias/record pairs. Returns 1
+/// when written, 0 when the version moved.
 const CAS: &str = r"
 local cur = redis.call('GET', KEYS[1])
 if cur == false then cur = '' end
 if cur ~= ARGV[1] then return 0 end
-for i = 4, #ARGV, 2 do
+if ARGV[4] ~= '' then redis.call('SADD', KEYS[3], ARGV[4]) end
+for i = 5, #ARGV, 2 do
   redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
@@ -69,6 +73,10 @@ impl RedisStore {
         (format!("{}:{session}:v", self.prefix), format!("{}:{session}:e", self.prefix))
     }
 
+    fn epochs_key(&self, session: &str) -> String {
+        format!("{}:{session}:x", self.prefix)
+    }
+
     /// Re-arms the expiry and brings `slot` up to the stored version.
     async fn refresh(&self, session: &str, slot: &mut Slot) -> Result<(), StoreError> {
         let (vk, ek) = self.keys(session);
@@ -93,14 +101,20 @@ impl RedisStore {
     async fn reload(&self, session: &str, slot: &mut Slot) -> Result<(), StoreError> {
         let (vk, ek) = self.keys(session);
         let mut con = self.con.clone();
-        let (version, rows): (Option<String>, HashMap<String, String>) =
-            redis::pipe().atomic().get(&vk).hgetall(&ek).query_async(&mut con).await.map_err(redis_err)?;
+        let (version, rows, used): (Option<String>, HashMap<String, String>, Vec<String>) = redis::pipe()
+            .atomic()
+            .get(&vk)
+            .hgetall(&ek)
+            .smembers(self.epochs_key(session))
+            .query_async(&mut con)
+            .await
+            .map_err(redis_err)?;
         let records = rows
             .values()
             .map(|v| serde_json::from_str::<EntityRecord>(v))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| StoreError::backend(BACKEND, e))?;
-        slot.map = SessionMap::from_records(&self.config.taxonomy, records)?;
+        slot.map = with_fresh_epoch(SessionMap::from_records(&self.config.taxonomy, records)?, &used);
         slot.version = Some(version.unwrap_or_default());
         Ok(())
     }
@@ -122,9 +136,14 @@ impl AliasStore for RedisStore {
                 let expected = slot.version.clone().unwrap_or_default();
                 let next = uuid::Uuid::new_v4().to_string();
                 let mut call = self.script.key(&vk);
-                call.key(&ek).arg(&expected).arg(&next).arg(self.config.ttl_ms());
+                let epoch = slot.map.epoch().map(|e| e.to_string()).unwrap_or_default();
+                call.key(&ek).key(self.epochs_key(session)).arg(&expected).arg(&next).arg(self.config.ttl_ms()).arg(epoch);
                 for r in &planned.changes {
-                    call.arg(&r.alias).arg(serde_json::to_string(r).map_err(|e| StoreError::backend(BACKEND, e))?);
+                    let record = serde_json::to_string(r).map_err(|e| StoreError::backend(BACKEND, e))?;
+                    // A merged entity is written under each of its aliases.
+                    for a in r.aliases() {
+                        call.arg(a).arg(&record);
+                    }
                 }
                 let mut con = self.con.clone();
                 let written: i64 = call.invoke_async(&mut con).await.map_err(redis_err)?;

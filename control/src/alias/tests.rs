@@ -24,6 +24,34 @@ fn config(ttl: Duration) -> StoreConfig {
     StoreConfig::new(Arc::new(Taxonomy::default()), ttl)
 }
 
+/// An alias without its epoch (`patient-k7q2-001` → `patient-001`), so tests
+/// can name numbers; the epoch itself is random per session map.
+fn plain(aliases: &[String]) -> Vec<String> {
+    aliases.iter().map(|a| strip_epoch(a)).collect()
+}
+
+fn strip_epoch(a: &str) -> String {
+    let t = Taxonomy::default();
+    match t.parse_alias(a).and_then(|p| p.epoch) {
+        Some(e) => a.replacen(&format!("-{e}-"), "-", 1),
+        None => a.to_owned(),
+    }
+}
+
+/// The epoch of an issued alias.
+fn epoch_of(a: &str) -> String {
+    Taxonomy::default().parse_alias(a).and_then(|p| p.epoch).map(|e| e.to_string()).unwrap_or_default()
+}
+
+/// `patient-002` under the epoch of `issued` (`patient-k7q2-002`).
+fn at(issued: &str, plain_alias: &str) -> String {
+    let e = epoch_of(issued);
+    match plain_alias.rsplit_once('-') {
+        Some((p, n)) if !e.is_empty() => format!("{p}-{e}-{n}"),
+        _ => plain_alias.to_owned(),
+    }
+}
+
 fn uuid_of(i: u32) -> String {
     format!("{i:08x}-92f7-44b7-9c91-4e3f0e900c71")
 }
@@ -33,43 +61,47 @@ async fn conformance(store: &dyn AliasStore, session: &dyn Fn(&str) -> String) {
     let s = session("a");
     let entity = [id(&uuid_of(1), "patient", None, Some(1)), id("pat-000001", "patient", Some(Form::Fhir), Some(1))];
     let first = store.encode(&s, &entity).await.unwrap();
-    assert_eq!(first, ["patient-001", "patient-001"]);
+    assert_eq!(plain(&first), ["patient-001", "patient-001"]);
+    assert!(!epoch_of(&first[0]).is_empty(), "stores issue aliases with an epoch: {first:?}");
+    let a = |p: &str| at(&first[0], p);
     // Re-encoding never mints; one member alone keeps the alias.
     assert_eq!(store.encode(&s, &entity).await.unwrap(), first);
-    assert_eq!(store.encode(&s, &[id("pat-000001", "patient", Some(Form::Fhir), None)]).await.unwrap(), ["patient-001"]);
+    assert_eq!(plain(&store.encode(&s, &[id("pat-000001", "patient", Some(Form::Fhir), None)]).await.unwrap()), ["patient-001"]);
     // FHIR id alone first, UUID joins later (the create response, then the list).
     let appt = store.encode(&s, &[id("appt-0009812", "appointment", Some(Form::Fhir), None)]).await.unwrap();
-    assert_eq!(appt, ["patient-appt-001"]);
+    assert_eq!(plain(&appt), ["patient-appt-001"]);
     let joined = store
         .encode(&s, &[id(&uuid_of(2), "appointment", None, Some(4)), id("appt-0009812", "appointment", Some(Form::Fhir), Some(4))])
         .await
         .unwrap();
-    assert_eq!(joined, ["patient-appt-001", "patient-appt-001"]);
+    assert_eq!(plain(&joined), ["patient-appt-001", "patient-appt-001"]);
     // Decode: the right slots; unknown and sentinel aliases are None.
-    let d = store.decode(&s, &["patient-appt-001".into(), "patient-002".into(), "patient-000".into()]).await.unwrap();
+    let d = store.decode(&s, &[a("patient-appt-001"), a("patient-002"), a("patient-000")]).await.unwrap();
     let appt = d[0].as_ref().unwrap();
     assert_eq!((appt.ids.uuid.as_deref(), appt.ids.fhir_id.as_deref()), (Some(uuid_of(2).as_str()), Some("appt-0009812")));
     assert_eq!(appt.kind, "appointment");
     assert!(d[1].is_none() && d[2].is_none());
     // Conflict: no alias minted, not even for the valid id of the batch.
     let before = store.encode(&s, &[id(&uuid_of(3), "patient", None, None)]).await.unwrap();
-    assert_eq!(before, ["patient-002"]);
+    assert_eq!(plain(&before), ["patient-002"]);
     let err = store
         .encode(&s, &[id(&uuid_of(9), "patient", None, None), id(&uuid_of(1), "patient", None, Some(7)), id(&uuid_of(3), "patient", None, Some(7))])
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::Session(SessionError::Conflict { .. })), "{err}");
-    assert!(store.decode(&s, &["patient-003".into()]).await.unwrap()[0].is_none());
-    assert_eq!(store.encode(&s, &[id(&uuid_of(9), "patient", None, None)]).await.unwrap(), ["patient-003"]);
+    assert!(store.decode(&s, &[a("patient-003")]).await.unwrap()[0].is_none());
+    assert_eq!(plain(&store.encode(&s, &[id(&uuid_of(9), "patient", None, None)]).await.unwrap()), ["patient-003"]);
     // Near-miss repair only to issued aliases.
     store.encode(&s, &[id("task-0055101", "task", Some(Form::Fhir), None)]).await.unwrap();
-    let d = store.decode(&s, &["task-group-001".into(), "task-group-002".into()]).await.unwrap();
-    assert_eq!(d[0].as_ref().map(|d| d.alias.as_str()), Some("task-001"));
+    let d = store.decode(&s, &[a("task-group-001"), a("task-group-002")]).await.unwrap();
+    assert_eq!(d[0].as_ref().map(|d| d.alias.clone()), Some(a("task-001")));
     assert!(d[1].is_none());
     // Sessions are isolated: another session's alias decodes to nothing.
     let other = session("b");
-    assert!(store.decode(&other, &["patient-001".into()]).await.unwrap()[0].is_none());
-    assert_eq!(store.encode(&other, &[id(&uuid_of(3), "patient", None, None)]).await.unwrap(), ["patient-001"]);
+    assert!(store.decode(&other, &[first[0].clone()]).await.unwrap()[0].is_none());
+    let theirs = store.encode(&other, &[id(&uuid_of(3), "patient", None, None)]).await.unwrap();
+    assert_eq!(plain(&theirs), ["patient-001"]);
+    assert_ne!(theirs, first[..1], "another session's map has its own epoch");
     // Bad input.
     assert!(matches!(store.encode("", &entity).await, Err(StoreError::BadSession)));
     assert!(matches!(
@@ -151,7 +183,7 @@ async fn redb_survives_reopen_and_serialises_concurrent_encoders() {
     let again = encode_pool(&store, "s", 9).await;
     check_pool_maps(&[again]);
     let next = store.encode("s", &[id(&uuid_of(99), "patient", None, None)]).await.unwrap();
-    assert_eq!(next, ["patient-041"], "counters survive a reopen");
+    assert_eq!(plain(&next), ["patient-041"], "counters survive a reopen");
 }
 
 #[tokio::test]
@@ -164,19 +196,50 @@ async fn redb_idle_sessions_expire() {
     };
     let cfg = StoreConfig { clock, ..config(Duration::from_secs(60)) };
     let store = RedbStore::open(dir.path(), cfg.clone()).unwrap();
-    store.encode("idle", &[id(&uuid_of(1), "patient", None, None)]).await.unwrap();
-    store.encode("busy", &[id(&uuid_of(1), "patient", None, None)]).await.unwrap();
+    let idle = store.encode("idle", &[id(&uuid_of(1), "patient", None, None)]).await.unwrap();
+    let busy = store.encode("busy", &[id(&uuid_of(1), "patient", None, None)]).await.unwrap();
     now.fetch_add(50_000, Ordering::SeqCst);
-    assert!(store.decode("busy", &["patient-001".into()]).await.unwrap()[0].is_some());
+    assert!(store.decode("busy", &busy).await.unwrap()[0].is_some());
     now.fetch_add(20_000, Ordering::SeqCst);
     // `idle` is 70 s old: gone on access, and the sweep removes it from disk.
     assert_eq!(store.sweep().await.unwrap(), 1);
-    assert!(store.decode("idle", &["patient-001".into()]).await.unwrap()[0].is_none());
-    assert!(store.decode("busy", &["patient-001".into()]).await.unwrap()[0].is_some(), "decode kept it alive");
+    assert!(store.decode("idle", &idle).await.unwrap()[0].is_none());
+    assert!(store.decode("busy", &busy).await.unwrap()[0].is_some(), "decode kept it alive");
+    // The name reused after expiry: a new map, a new epoch; the old alias is
+    // refused, never resolved to the new session's patient-001.
+    let reused = store.encode("idle", &[id(&uuid_of(2), "patient", None, None)]).await.unwrap();
+    assert_eq!(plain(&reused), ["patient-001"]);
+    assert_ne!(reused, idle);
+    assert!(store.decode("idle", &idle).await.unwrap()[0].is_none());
     drop(store);
-    let reopened = RedbStore::open(dir.path(), cfg).unwrap();
-    assert!(reopened.decode("idle", &["patient-001".into()]).await.unwrap()[0].is_none());
-    assert!(reopened.decode("busy", &["patient-001".into()]).await.unwrap()[0].is_some());
+    let reopened = RedbStore::open(dir.path(), cfg.clone()).unwrap();
+    assert!(reopened.decode("idle", &idle).await.unwrap()[0].is_none());
+    assert_eq!(reopened.decode("idle", &reused).await.unwrap()[0].as_ref().unwrap().ids.uuid, Some(uuid_of(2)));
+    assert!(reopened.decode("busy", &busy).await.unwrap()[0].is_some());
+    // Many expiries of one name: the tombstones keep every epoch distinct.
+    let mut epochs = BTreeSet::from([epoch_of(&idle[0]), epoch_of(&reused[0])]);
+    for i in 0..20 {
+        now.fetch_add(120_000, Ordering::SeqCst);
+        let a = reopened.encode("idle", &[id(&uuid_of(100 + i), "patient", None, None)]).await.unwrap();
+        assert!(epochs.insert(epoch_of(&a[0])), "epoch reused: {a:?}");
+        assert!(reopened.decode("idle", &idle).await.unwrap()[0].is_none());
+    }
+}
+
+#[tokio::test]
+async fn redb_store_lost_never_decodes_old_aliases_to_new_entities() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(Duration::from_secs(3600));
+    let store = RedbStore::open(dir.path(), cfg.clone()).unwrap();
+    let old = store.encode("s", &[id(&uuid_of(1), "patient", None, None)]).await.unwrap();
+    drop(store);
+    std::fs::remove_file(dir.path().join("aliases.redb")).unwrap();
+    let store = RedbStore::open(dir.path(), cfg).unwrap();
+    assert!(store.decode("s", &old).await.unwrap()[0].is_none(), "lost: refused");
+    let new = store.encode("s", &[id(&uuid_of(2), "patient", None, None)]).await.unwrap();
+    assert_eq!(plain(&new), ["patient-001"]);
+    assert_ne!(new, old);
+    assert!(store.decode("s", &old).await.unwrap()[0].is_none(), "the old alias never reaches the new patient");
 }
 
 /// Runs this test binary again as a child that executes one ignored test.
@@ -284,7 +347,9 @@ async fn redis_conformance() {
     conformance(&store, &|s| format!("redis-{s}")).await;
     // A second replica sees everything the first wrote.
     let replica = RedisStore::connect(&server.url(), "kh", config(Duration::from_secs(3600))).await.unwrap();
-    let d = replica.decode("redis-a", &["patient-appt-001".into()]).await.unwrap();
+    let appt = store.encode("redis-a", &[id("appt-0009812", "appointment", Some(Form::Fhir), None)]).await.unwrap();
+    assert_eq!(plain(&appt), ["patient-appt-001"]);
+    let d = replica.decode("redis-a", &appt).await.unwrap();
     assert_eq!(d[0].as_ref().unwrap().ids.fhir_id.as_deref(), Some("appt-0009812"));
 }
 
@@ -302,14 +367,30 @@ async fn redis_replicas_in_one_process_agree_under_concurrency() {
 async fn redis_idle_sessions_expire() {
     let server = RedisServer::start();
     let store = RedisStore::connect(&server.url(), "kh", config(Duration::from_millis(400))).await.unwrap();
-    store.encode("s", &[id(&uuid_of(1), "patient", None, None)]).await.unwrap();
+    let old = store.encode("s", &[id(&uuid_of(1), "patient", None, None)]).await.unwrap();
     tokio::time::sleep(Duration::from_millis(250)).await;
-    assert!(store.decode("s", &["patient-001".into()]).await.unwrap()[0].is_some(), "access re-arms the expiry");
+    assert!(store.decode("s", &old).await.unwrap()[0].is_some(), "access re-arms the expiry");
     tokio::time::sleep(Duration::from_millis(250)).await;
-    assert!(store.decode("s", &["patient-001".into()]).await.unwrap()[0].is_some());
+    assert!(store.decode("s", &old).await.unwrap()[0].is_some());
     tokio::time::sleep(Duration::from_millis(700)).await;
-    assert!(store.decode("s", &["patient-001".into()]).await.unwrap()[0].is_none(), "expired");
-    assert_eq!(store.encode("s", &[id(&uuid_of(2), "patient", None, None)]).await.unwrap(), ["patient-001"]);
+    assert!(store.decode("s", &old).await.unwrap()[0].is_none(), "expired");
+    let new = store.encode("s", &[id(&uuid_of(2), "patient", None, None)]).await.unwrap();
+    assert_eq!(plain(&new), ["patient-001"]);
+    assert_ne!(new, old, "a reused name gets a new epoch");
+    assert!(store.decode("s", &old).await.unwrap()[0].is_none(), "the old alias never reaches the new patient");
+    // Another replica agrees.
+    let replica = RedisStore::connect(&server.url(), "kh", config(Duration::from_millis(400))).await.unwrap();
+    assert!(replica.decode("s", &old).await.unwrap()[0].is_none());
+    assert!(replica.decode("s", &new).await.unwrap()[0].is_some());
+    // Redis flushed: the tombstones are gone too, the new epoch is random.
+    let mut con = redis::Client::open(server.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut con).await.unwrap();
+    assert!(store.decode("s", &new).await.unwrap()[0].is_none(), "flushed: refused");
+    let after = store.encode("s", &[id(&uuid_of(3), "patient", None, None)]).await.unwrap();
+    assert_eq!(plain(&after), ["patient-001"]);
+    assert_ne!(after, new);
+    assert!(replica.decode("s", &new).await.unwrap()[0].is_none());
+    assert!(store.decode("s", &old).await.unwrap()[0].is_none());
 }
 
 #[test]
@@ -379,10 +460,13 @@ async fn http_routes_speak_the_wire_types() {
     )
     .await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(body, serde_json::json!({"aliases": ["patient-001", "patient-001"]}));
-    let (status, body) = call(&app, "/v1/alias/decode", r#"{"session":"s","aliases":["patient-001","patient-009"]}"#).await;
+    let issued: Vec<String> = serde_json::from_value(body["aliases"].clone()).unwrap();
+    assert_eq!(plain(&issued), ["patient-001", "patient-001"]);
+    let p1 = issued[0].clone();
+    let (status, body) =
+        call(&app, "/v1/alias/decode", &format!(r#"{{"session":"s","aliases":["{p1}","{}","patient-001"]}}"#, at(&p1, "patient-009"))).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(body, serde_json::json!({"ids": [{"alias": "patient-001", "kind": "patient", "uuid": u, "fhirId": "pat-1"}, null]}));
+    assert_eq!(body, serde_json::json!({"ids": [{"alias": p1, "kind": "patient", "uuid": u, "fhirId": "pat-1"}, null, null]}));
 
     let cases = [
         ("/v1/alias/encode", "{".to_owned(), StatusCode::BAD_REQUEST, "bad_request"),

@@ -1,19 +1,97 @@
-//! The alias grammar: `<prefix>-NNN`.
+//! The alias grammar: `<prefix>-<epoch>-NNN` (`patient-k7q2-001`).
 //!
 //! The number is zero-padded to three digits and grows past 999
-//! (`patient-1000`). A string is an alias when it splits at its last `-` into a
-//! configured prefix and a canonical number, which is exactly a longest-prefix
-//! match with a digits-only tail: `patient-appt-001` is an appointment, not a
-//! patient, because `patient` leaves the tail `appt-001`. Number 0 is the
-//! sentinel `<prefix>-000`, which is never issued and decodes to nothing.
+//! (`patient-k7q2-1000`). The epoch is four characters of
+//! [`EPOCH_ALPHABET`] holding at least one letter and one digit; it names the
+//! session *map* that issued the alias. control draws a fresh random epoch
+//! whenever it creates a session's map (first use, after expiry, after the
+//! store was lost) and never reuses one it has recorded for that session name,
+//! so an alias issued under an old map can never resolve under a new one: it
+//! is refused as not issued in this session.
+//!
+//! A string is an alias when it splits at its last `-` into a configured
+//! prefix (plus optional epoch) and a canonical number, which is exactly a
+//! longest-prefix match with a digits-only tail: `patient-appt-k7q2-001` is an
+//! appointment, not a patient. Maps without an epoch (unit tests, sessions
+//! persisted before epochs existed) issue `<prefix>-NNN`; control never
+//! creates one. Number 0 is the sentinel `<prefix>[-<epoch>]-000`, which is
+//! never issued and decodes to nothing.
 
 use super::taxonomy::{KindId, Taxonomy};
+
+/// Characters of an epoch: lowercase letters and digits without the
+/// look-alikes `0`, `1`, `i`, `l`, `o`.
+pub const EPOCH_ALPHABET: &[u8; 31] = b"abcdefghjkmnpqrstuvwxyz23456789";
+
+/// Length of an epoch.
+pub const EPOCH_LEN: usize = 4;
+
+/// The epoch of a session map: which incarnation of a session issued an
+/// alias (`k7q2` in `patient-k7q2-001`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Epoch([u8; EPOCH_LEN]);
+
+impl Epoch {
+    /// The epoch a random `seed` picks (the caller draws the seed: core reads
+    /// no RNG). Always well-formed: at least one letter and one digit.
+    pub fn from_seed(seed: u64) -> Epoch {
+        let n = EPOCH_ALPHABET.len() as u64;
+        let mut out = [b'a'; EPOCH_LEN];
+        let mut x = seed;
+        for slot in out.iter_mut() {
+            *slot = EPOCH_ALPHABET
+                .get((x % n) as usize)
+                .copied()
+                .unwrap_or(b'a');
+            x /= n;
+        }
+        // Force a letter first and a digit last when the draw lacks one; the
+        // alphabet's letters are its first 23 characters.
+        if !out.iter().any(u8::is_ascii_alphabetic) {
+            if let Some(c) = out.first_mut() {
+                *c = EPOCH_ALPHABET.get((x % 23) as usize).copied().unwrap_or(b'a');
+            }
+        }
+        if !out.iter().any(u8::is_ascii_digit) {
+            if let Some(c) = out.last_mut() {
+                *c = EPOCH_ALPHABET
+                    .get(23 + (x % 8) as usize)
+                    .copied()
+                    .unwrap_or(b'2');
+            }
+        }
+        Epoch(out)
+    }
+
+    /// Parses an epoch; `None` unless it is [`EPOCH_LEN`] characters of
+    /// [`EPOCH_ALPHABET`] with at least one letter and one digit.
+    pub fn parse(s: &str) -> Option<Epoch> {
+        let b: [u8; EPOCH_LEN] = s.as_bytes().try_into().ok()?;
+        let ok = b.iter().all(|c| EPOCH_ALPHABET.contains(c))
+            && b.iter().any(u8::is_ascii_alphabetic)
+            && b.iter().any(u8::is_ascii_digit);
+        ok.then_some(Epoch(b))
+    }
+
+    /// The epoch as text.
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).unwrap_or("")
+    }
+}
+
+impl std::fmt::Display for Epoch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// A parsed alias.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AliasParts {
     /// The kind its prefix names.
     pub kind: KindId,
+    /// The epoch of the map that issued it; `None` for an epoch-less alias.
+    pub epoch: Option<Epoch>,
     /// Its number; 0 for the sentinel.
     pub number: u32,
 }
@@ -26,15 +104,29 @@ impl AliasParts {
 }
 
 impl Taxonomy {
-    /// Formats the alias `number` of `kind`; `None` for a kind of another taxonomy.
+    /// Formats the epoch-less alias `number` of `kind`; `None` for a kind of
+    /// another taxonomy.
     pub fn format_alias(&self, kind: KindId, number: u32) -> Option<String> {
-        self.kind(kind).map(|k| format!("{}-{number:03}", k.prefix))
+        self.format_alias_in(kind, None, number)
+    }
+
+    /// Formats the alias `number` of `kind` issued under `epoch`.
+    pub fn format_alias_in(&self, kind: KindId, epoch: Option<Epoch>, number: u32) -> Option<String> {
+        self.kind(kind).map(|k| match epoch {
+            Some(e) => format!("{}-{e}-{number:03}", k.prefix),
+            None => format!("{}-{number:03}", k.prefix),
+        })
     }
 
     /// The sentinel of `kind` (`patient-000`): looks like an alias, is never
     /// issued, decodes to nothing.
     pub fn sentinel(&self, kind: KindId) -> Option<String> {
         self.format_alias(kind, 0)
+    }
+
+    /// The sentinel of `kind` under `epoch` (`patient-k7q2-000`).
+    pub fn sentinel_in(&self, kind: KindId, epoch: Option<Epoch>) -> Option<String> {
+        self.format_alias_in(kind, epoch, 0)
     }
 
     /// Parses an alias. `None` unless the string is a configured prefix, `-`, and
@@ -48,8 +140,23 @@ impl Taxonomy {
             return None;
         }
         let number: u32 = digits.parse().ok()?;
+        // `<prefix>-<epoch>` first; a prefix that itself ends in an
+        // epoch-shaped segment would be read as that prefix and an epoch.
+        if let Some((head, e)) = prefix.rsplit_once('-') {
+            if let (Some(epoch), Some(kind)) = (Epoch::parse(e), self.alias_prefix(head)) {
+                return Some(AliasParts {
+                    kind,
+                    epoch: Some(epoch),
+                    number,
+                });
+            }
+        }
         let kind = self.alias_prefix(prefix)?;
-        Some(AliasParts { kind, number })
+        Some(AliasParts {
+            kind,
+            epoch: None,
+            number,
+        })
     }
 
     /// Aliases that `drifted` may have meant: `drifted` with one configured noun
@@ -132,6 +239,33 @@ mod tests {
         ] {
             assert_eq!(kind(not_alias), None, "{not_alias}");
         }
+    }
+
+    #[test]
+    fn epoch_aliases_parse_and_keep_their_epoch() {
+        use crate::alias::grammar::Epoch;
+        let t = Taxonomy::default();
+        let p = t.kind_by_name("patient").unwrap();
+        let appt = t.kind_by_name("appointment").unwrap();
+        for seed in [0u64, 1, 7, 42, 1 << 40, u64::MAX] {
+            let e = Epoch::from_seed(seed);
+            assert_eq!(Epoch::parse(e.as_str()), Some(e), "{e}");
+            let a = t.format_alias_in(p, Some(e), 1).unwrap();
+            assert_eq!(a, format!("patient-{e}-001"));
+            let parts = t.parse_alias(&a).unwrap();
+            assert_eq!((parts.kind, parts.epoch, parts.number), (p, Some(e), 1));
+            let b = t.format_alias_in(appt, Some(e), 12).unwrap();
+            assert_eq!(t.parse_alias(&b).unwrap().kind, appt, "{b}");
+            assert!(t.parse_alias(&t.sentinel_in(p, Some(e)).unwrap()).unwrap().is_sentinel());
+        }
+        // Epochs differ from seed to seed, and words are never epochs.
+        let distinct: std::collections::BTreeSet<Epoch> = (0..1000u64).map(|s| Epoch::from_seed(s * 7919)).collect();
+        assert_eq!(distinct.len(), 1000);
+        for not_epoch in ["appt", "item", "2024", "k7q", "k7q2x", "K7Q2", "k0q2", "kl12"] {
+            assert_eq!(Epoch::parse(not_epoch), None, "{not_epoch}");
+        }
+        assert_eq!(t.parse_alias("patient-k7q2-001").unwrap().epoch, Epoch::parse("k7q2"));
+        assert_eq!(t.parse_alias("patient-001").unwrap().epoch, None);
     }
 
     #[test]

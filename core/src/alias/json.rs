@@ -100,6 +100,8 @@ pub(crate) struct Lexer<'a> {
     /// `true` for an object, `false` for an array.
     stack: Vec<bool>,
     state: State,
+    /// Byte range of the last scalar read.
+    scalar: Range<usize>,
 }
 
 impl<'a> Lexer<'a> {
@@ -109,6 +111,7 @@ impl<'a> Lexer<'a> {
             pos: 0,
             stack: Vec::new(),
             state: State::Value,
+            scalar: 0..0,
         }
     }
 
@@ -246,8 +249,14 @@ impl<'a> Lexer<'a> {
         }
     }
 
+    /// Byte range of the scalar the last [`Event::Scalar`] stood for.
+    pub fn scalar_span(&self) -> Range<usize> {
+        self.scalar.clone()
+    }
+
     fn literal(&mut self, word: &[u8]) -> Result<Event, JsonError> {
         if self.bytes().get(self.pos..self.pos + word.len()) == Some(word) {
+            self.scalar = self.pos..self.pos + word.len();
             self.pos += word.len();
             self.after_pop();
             Ok(Event::Scalar)
@@ -265,6 +274,7 @@ impl<'a> Lexer<'a> {
     }
 
     fn number(&mut self) -> Result<Event, JsonError> {
+        let start = self.pos;
         if self.peek() == Some(b'-') {
             self.pos += 1;
         }
@@ -290,6 +300,7 @@ impl<'a> Lexer<'a> {
                 return Err(self.unexpected());
             }
         }
+        self.scalar = start..self.pos;
         self.after_pop();
         Ok(Event::Scalar)
     }

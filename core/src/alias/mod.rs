@@ -32,8 +32,10 @@
 //! assert_eq!(out, br#"{"data":{"id":"patient-001","fhirId":"patient-001"}}"#);
 //! ```
 
+pub mod fhir;
 pub mod grammar;
 mod json;
+mod known;
 pub mod request;
 pub mod response;
 pub mod session;
@@ -41,15 +43,16 @@ pub mod shape;
 pub mod taxonomy;
 pub mod wire;
 
-pub use grammar::AliasParts;
+pub use grammar::{AliasParts, Epoch};
 pub use json::JsonError;
 pub use request::{RequestError, RequestScan};
-pub use response::{BodyKind, PartId, ResponseScan, RewriteError};
+pub use response::{BodyKind, PartId, ResponseScan, RewriteError, Rewriter};
 pub use session::{Decoded, Encoded, EntityRecord, SessionError, SessionMap};
 pub use shape::{classify, Form};
 pub use taxonomy::{Kind, KindConfig, KindId, Taxonomy, TaxonomyConfig, TaxonomyError};
 pub use wire::{
-    DecodeRequest, DecodeResponse, DecodedIds, EncodeRequest, EncodeResponse, IdInput, RealIds,
+    DecodeRequest, DecodeResponse, DecodedIds, EncodeRequest, EncodeResponse, IdInput, KnownAlias,
+    RealIds,
 };
 
 #[cfg(test)]

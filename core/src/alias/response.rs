@@ -30,7 +30,8 @@
 use super::json::{text_of, Event, JsonError, Lexer, Lit};
 use super::shape::{self, Form, Pattern, TextHit};
 use super::taxonomy::{KeyRole, KindId, Taxonomy};
-use super::wire::IdInput;
+use super::known::KnownIds;
+use super::wire::{IdInput, KnownAlias};
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::ops::Range;
@@ -115,6 +116,9 @@ struct Part {
     /// Content ranges of unescaped string literals (the whole text for a text
     /// part), in order.
     lits: Vec<Range<usize>>,
+    /// Number tokens of a JSON part, in order: an id found there is written
+    /// back as a string (`"id": 482913` → `"id": "patient-001"`).
+    numbers: Vec<Range<usize>>,
     escaped: Vec<EscLit>,
 }
 
@@ -196,6 +200,7 @@ impl<'t> ResponseScan<'t> {
                     let v = self.value(value, k, form);
                     part.occs.push((h.range.clone(), v));
                 }
+                self.learn_decoded(body, None);
                 part
             }
         };
@@ -236,18 +241,21 @@ impl<'t> ResponseScan<'t> {
         body: &[u8],
         aliases: &[String],
     ) -> Result<Vec<u8>, RewriteError> {
-        let p = self.parts.get(part.0).ok_or(RewriteError::WrongBody {
-            part: part.0,
-            scanned: 0,
-            got: body.len(),
-        })?;
-        if p.len != body.len() {
-            return Err(RewriteError::WrongBody {
-                part: part.0,
-                scanned: p.len,
-                got: body.len(),
-            });
-        }
+        self.rewriter(aliases, &[])?.rewrite(part, body)
+    }
+
+    /// A rewriter for every part of this scan: `aliases` parallel to
+    /// [`Self::ids`], and `known`, the ids the session learned from earlier
+    /// bodies with their aliases (control returns them with the encode
+    /// answer). Every occurrence of any of these ids is replaced, wherever it
+    /// stands. The automaton is built once here.
+    ///
+    /// Fails when the aliases do not fit the ids.
+    pub fn rewriter<'r>(
+        &'r self,
+        aliases: &'r [String],
+        known: &'r [KnownAlias],
+    ) -> Result<Rewriter<'r, 't>, RewriteError> {
         if aliases.len() != self.ids.len() {
             return Err(RewriteError::AliasCount {
                 got: aliases.len(),
@@ -257,117 +265,31 @@ impl<'t> ResponseScan<'t> {
         if let Some(index) = aliases.iter().position(String::is_empty) {
             return Err(RewriteError::EmptyAlias { index });
         }
-        if self.values.is_empty() {
-            return Ok(body.to_vec());
-        }
-        let alias_of = |v: usize| {
-            self.id_of_value
-                .get(v)
-                .and_then(|i| aliases.get(*i))
-                .map_or("", String::as_str)
-        };
-        let known = Known::new(&self.values);
-        let mut edits: Vec<(Range<usize>, Cow<'_, str>)> = Vec::new();
-        for (r, v) in &p.occs {
-            edits.push((r.clone(), Cow::Borrowed(alias_of(*v))));
-        }
-        // Known values anywhere in unescaped strings.
-        for (r, v) in known.matches(body, &p.lits) {
-            if !overlaps(&p.occs, &r) {
-                edits.push((r, Cow::Borrowed(alias_of(v))));
-            }
-        }
-        // Escaped literals: rewrite the decoded text, re-encode the literal.
-        for e in &p.escaped {
-            let mut inner: Vec<(Range<usize>, usize)> = e.occs.clone();
-            inner.sort_by_key(|(r, _)| r.start);
-            for (r, v) in known.matches(e.text.as_bytes(), std::slice::from_ref(&(0..e.text.len())))
-            {
-                if !overlaps(&inner, &r) {
-                    inner.push((r, v));
-                }
-            }
-            if inner.is_empty() {
+        let mut alias_of: Vec<&'r str> = self
+            .id_of_value
+            .iter()
+            .map(|i| aliases.get(*i).map_or("", String::as_str))
+            .collect();
+        let mut values: Vec<&'r str> = self.values.iter().map(String::as_str).collect();
+        for k in known {
+            if k.alias.is_empty() || self.index.contains_key(k.value.as_str()) {
                 continue;
             }
-            let text = splice(
-                e.text.as_bytes(),
-                inner
-                    .into_iter()
-                    .map(|(r, v)| (r, Cow::Borrowed(alias_of(v))))
-                    .collect(),
-            );
-            let text =
-                String::from_utf8(text).map_err(|_| RewriteError::Leak { at: e.span.start })?;
-            let literal = serde_json::to_string(&text)
-                .map_err(|_| RewriteError::Leak { at: e.span.start })?;
-            edits.push((e.span.clone(), Cow::Owned(literal)));
+            values.push(&k.value);
+            alias_of.push(&k.alias);
         }
-        let out = splice(body, edits);
-        self.verify(&out, p.kind, aliases, &known)?;
-        Ok(out)
-    }
-
-    /// Scans `out` again: every id the text patterns find in a string must be
-    /// one of `aliases`, and no raw value of this scan may remain in any string.
-    /// (Every id the structural rules found is such a raw value, so the
-    /// known-value search covers those.)
-    fn verify(
-        &self,
-        out: &[u8],
-        kind: BodyKind,
-        aliases: &[String],
-        known: &Known<'_>,
-    ) -> Result<(), RewriteError> {
-        let allowed: BTreeSet<&[u8]> = aliases.iter().map(String::as_bytes).collect();
-        let mut hits = Vec::new();
-        let mut check = |text: &[u8], at: usize| -> Result<(), RewriteError> {
-            shape::find_in_text(self.tax, text, &mut hits);
-            match hits.iter().find(|h| {
-                !text
-                    .get(h.range.clone())
-                    .is_some_and(|v| allowed.contains(v))
-            }) {
-                Some(h) => Err(RewriteError::Leak {
-                    at: at + h.range.start,
-                }),
-                None => Ok(()),
-            }
-        };
-        let mut lits = Vec::new();
-        match kind {
-            BodyKind::Text => {
-                check(out, 0)?;
-                lits.push(0..out.len());
-            }
-            BodyKind::Json => {
-                let src = std::str::from_utf8(out).map_err(|_| JsonError::NotUtf8)?;
-                let mut lx = Lexer::new(src);
-                while let Some(ev) = lx.next_event()? {
-                    let (Event::Key(lit) | Event::Str(lit)) = ev else {
-                        continue;
-                    };
-                    if lit.escaped {
-                        let text = text_of(src, &lit)?;
-                        check(text.as_bytes(), lit.span.start)?;
-                        if !known
-                            .matches(text.as_bytes(), std::slice::from_ref(&(0..text.len())))
-                            .is_empty()
-                        {
-                            return Err(RewriteError::Leak { at: lit.span.start });
-                        }
-                    } else {
-                        let inner = lit.inner();
-                        check(out.get(inner.clone()).unwrap_or_default(), inner.start)?;
-                        lits.push(inner);
-                    }
-                }
-            }
+        let quoted = alias_of.iter().map(|a| format!("\"{a}\"")).collect();
+        let automaton = KnownIds::new(values.iter().copied());
+        if automaton.broken() {
+            return Err(RewriteError::Leak { at: 0 });
         }
-        if let Some((r, _)) = known.matches(out, &lits).into_iter().next() {
-            return Err(RewriteError::Leak { at: r.start });
-        }
-        Ok(())
+        Ok(Rewriter {
+            scan: self,
+            aliases,
+            alias_of,
+            quoted,
+            known: automaton,
+        })
     }
 
     /// The value index of `value`, adding it if new; a fallback kind is upgraded
@@ -401,6 +323,32 @@ impl<'t> ResponseScan<'t> {
                 choose(kinds, ctx, None).unwrap_or(tax.fallback_kind()),
                 Form::Fhir,
             ),
+            Pattern::Segment(kind) => {
+                let form = text
+                    .get(h.range.clone())
+                    .and_then(|v| std::str::from_utf8(v).ok())
+                    .map_or(Form::Slug, shape::classify);
+                (kind, form)
+            }
+        }
+    }
+
+    /// Learns the ids inside the percent- or entity-decoded form of `text`
+    /// (`Patient%2Fpat-000123`, `pat&#45;000123`). They get no occurrence of
+    /// their own: the known-id search replaces them in the raw bytes, in
+    /// whichever encoding they stand there.
+    fn learn_decoded(&mut self, text: &[u8], ctx: Option<KindId>) {
+        let Some(decoded) = super::known::decoded_view(text) else {
+            return;
+        };
+        let mut hits = Vec::new();
+        shape::find_in_text(self.tax, decoded.as_bytes(), &mut hits);
+        for h in &hits {
+            let Some(value) = decoded.get(h.range.clone()) else {
+                continue;
+            };
+            let (k, form) = self.hit_meta(h, decoded.as_bytes(), ctx);
+            self.value(value, k, form);
         }
     }
 
@@ -452,6 +400,7 @@ impl Part {
             kind,
             occs: Vec::new(),
             lits: Vec::new(),
+            numbers: Vec::new(),
             escaped: Vec::new(),
         }
     }
@@ -478,99 +427,157 @@ fn overlaps(sorted: &[(Range<usize>, usize)], r: &Range<usize>) -> bool {
 /// upstream, so hash flooding is not a concern here.
 type FixedState = rustc_hash::FxBuildHasher;
 
-/// Searches the raw values of a scan inside strings, at token boundaries: a
-/// value glued to other token bytes is not that id (`pat-1` inside `pat-12`).
-///
-/// Nearly every value is made of token bytes only (`[A-Za-z0-9_-]`); such a
-/// value matches at boundaries exactly when it equals a maximal run of token
-/// bytes, so one pass over the bytes with a hash lookup per id-like run finds
-/// them all. The few values holding `.`, `:` or `~` are searched one by one.
-struct Known<'s> {
-    runs: HashMap<&'s [u8], usize, FixedState>,
-    min: usize,
-    max: usize,
-    other: Vec<(memchr::memmem::Finder<'s>, usize)>,
+/// Applies one encode answer to the parts of a scan ([`ResponseScan::rewriter`]).
+pub struct Rewriter<'r, 't> {
+    scan: &'r ResponseScan<'t>,
+    aliases: &'r [String],
+    /// Alias per value (scan values, then the session's earlier ids).
+    alias_of: Vec<&'r str>,
+    /// The same, as JSON strings (for ids that stood as numbers).
+    quoted: Vec<String>,
+    known: KnownIds,
 }
 
-impl<'s> Known<'s> {
-    fn new(values: &'s [String]) -> Self {
-        let mut k = Known {
-            runs: HashMap::default(),
-            min: usize::MAX,
-            max: 0,
-            other: Vec::new(),
-        };
-        for (i, v) in values.iter().enumerate() {
-            let v = v.as_bytes();
-            if v.iter().all(|b| shape::is_token_byte(*b)) {
-                k.runs.insert(v, i);
-                k.min = k.min.min(v.len());
-                k.max = k.max.max(v.len());
-            } else {
-                k.other.push((memchr::memmem::Finder::new(v), i));
-            }
+impl Rewriter<'_, '_> {
+    /// Rewrites a scanned part and verifies the result.
+    ///
+    /// Fails when `body` is not the scanned part, or verification finds a raw
+    /// id left ([`RewriteError::Leak`]).
+    pub fn rewrite(&self, part: PartId, body: &[u8]) -> Result<Vec<u8>, RewriteError> {
+        let p = self.scan.parts.get(part.0).ok_or(RewriteError::WrongBody {
+            part: part.0,
+            scanned: 0,
+            got: body.len(),
+        })?;
+        if p.len != body.len() {
+            return Err(RewriteError::WrongBody {
+                part: part.0,
+                scanned: p.len,
+                got: body.len(),
+            });
         }
-        k
+        if self.alias_of.is_empty() {
+            self.verify(body, p.kind)?;
+            return Ok(body.to_vec());
+        }
+        let alias = |v: usize| self.alias_of.get(v).copied().unwrap_or("");
+        let quoted = |v: usize| self.quoted.get(v).map_or("", String::as_str);
+        let is_number = |r: &Range<usize>| p.numbers.binary_search_by(|n| n.start.cmp(&r.start)).is_ok_and(|i| p.numbers.get(i) == Some(r));
+        let mut edits: Vec<(Range<usize>, Cow<'_, str>)> = Vec::with_capacity(p.occs.len());
+        for (r, v) in &p.occs {
+            let with = if is_number(r) { quoted(*v) } else { alias(*v) };
+            edits.push((r.clone(), Cow::Borrowed(with)));
+        }
+        // Known ids anywhere: inside unescaped strings, or a whole number.
+        self.known.for_each(body, |r, v| {
+            if overlaps(&p.occs, &r) {
+                return;
+            }
+            let in_lit = match p.kind {
+                BodyKind::Text => true,
+                BodyKind::Json => {
+                    let l = p.lits.partition_point(|l| l.end < r.end);
+                    p.lits.get(l).is_some_and(|l| l.start <= r.start && r.end <= l.end)
+                }
+            };
+            if in_lit {
+                edits.push((r, Cow::Borrowed(alias(v))));
+            } else if is_number(&r) {
+                edits.push((r, Cow::Borrowed(quoted(v))));
+            }
+        });
+        // Escaped literals: rewrite the decoded text, re-encode the literal.
+        for e in &p.escaped {
+            let mut inner: Vec<(Range<usize>, usize)> = e.occs.clone();
+            inner.sort_by_key(|(r, _)| r.start);
+            let mut extra = Vec::new();
+            self.known.for_each(e.text.as_bytes(), |r, v| {
+                if !overlaps(&inner, &r) {
+                    extra.push((r, v));
+                }
+            });
+            inner.extend(extra);
+            if inner.is_empty() {
+                continue;
+            }
+            let text = splice(
+                e.text.as_bytes(),
+                inner
+                    .into_iter()
+                    .map(|(r, v)| (r, Cow::Borrowed(alias(v))))
+                    .collect(),
+            );
+            let text =
+                String::from_utf8(text).map_err(|_| RewriteError::Leak { at: e.span.start })?;
+            let literal = serde_json::to_string(&text)
+                .map_err(|_| RewriteError::Leak { at: e.span.start })?;
+            edits.push((e.span.clone(), Cow::Owned(literal)));
+        }
+        let out = splice(body, edits);
+        self.verify(&out, p.kind)?;
+        Ok(out)
     }
 
-    /// Matches inside `lits` (sorted content ranges of `hay`), in order,
-    /// without overlaps.
-    fn matches(&self, hay: &[u8], lits: &[Range<usize>]) -> Vec<(Range<usize>, usize)> {
-        let mut out = Vec::new();
-        if !self.runs.is_empty() {
-            for lit in lits {
-                let Some(text) = hay.get(lit.clone()) else {
-                    continue;
-                };
-                let mut i = 0;
-                while i < text.len() {
-                    if !text.get(i).copied().is_some_and(shape::is_token_byte) {
-                        i += 1;
-                        continue;
-                    }
-                    let run = text.get(i..).unwrap_or_default();
-                    let len = run.iter().take_while(|b| shape::is_token_byte(**b)).count();
-                    let run = run.get(..len).unwrap_or_default();
-                    // Every value holds a digit or a dash.
-                    if (self.min..=self.max).contains(&len)
-                        && run.iter().any(|b| b.is_ascii_digit() || *b == b'-')
-                    {
-                        if let Some(v) = self.runs.get(run) {
-                            out.push((lit.start + i..lit.start + i + len, *v));
-                        }
-                    }
-                    i += len;
-                }
-            }
+    /// Scans `out` again: no known id may remain anywhere in its bytes (nor in
+    /// the decoded form of an escaped string, a percent-encoded or
+    /// entity-encoded text), and every id the text patterns find in a string
+    /// must be one of the aliases.
+    fn verify(&self, out: &[u8], kind: BodyKind) -> Result<(), RewriteError> {
+        if let Some(r) = self.known.first(out) {
+            return Err(RewriteError::Leak { at: r.start });
         }
-        for (finder, v) in &self.other {
-            for start in finder.find_iter(hay) {
-                let r = start..start + finder.needle().len();
-                let l = lits.partition_point(|l| l.end < r.end);
-                let inside = lits
-                    .get(l)
-                    .is_some_and(|l| l.start <= r.start && r.end <= l.end);
-                let before = r.start.checked_sub(1).and_then(|b| hay.get(b)).copied();
-                let after = hay.get(r.end).copied();
-                if inside
-                    && !before.is_some_and(shape::is_token_byte)
-                    && !after.is_some_and(shape::is_token_byte)
+        let tax = self.scan.tax;
+        let aliases = self.aliases;
+        let known_aliases = &self.alias_of;
+        let allowed = |v: &[u8]| {
+            aliases.iter().any(|a| a.as_bytes() == v) || known_aliases.iter().any(|a| a.as_bytes() == v)
+        };
+        let mut hits = Vec::new();
+        let mut check = |text: &[u8], at: usize| -> Result<(), RewriteError> {
+            shape::find_in_text(tax, text, &mut hits);
+            if let Some(h) = hits
+                .iter()
+                .find(|h| !text.get(h.range.clone()).is_some_and(allowed))
+            {
+                return Err(RewriteError::Leak { at: at + h.range.start });
+            }
+            if let Some(decoded) = super::known::decoded_view(text) {
+                if self.known.first(decoded.as_bytes()).is_some() {
+                    return Err(RewriteError::Leak { at });
+                }
+                shape::find_in_text(tax, decoded.as_bytes(), &mut hits);
+                if hits
+                    .iter()
+                    .any(|h| !decoded.as_bytes().get(h.range.clone()).is_some_and(allowed))
                 {
-                    out.push((r, *v));
+                    return Err(RewriteError::Leak { at });
+                }
+            }
+            Ok(())
+        };
+        match kind {
+            BodyKind::Text => check(out, 0)?,
+            BodyKind::Json => {
+                let src = std::str::from_utf8(out).map_err(|_| JsonError::NotUtf8)?;
+                let mut lx = Lexer::new(src);
+                while let Some(ev) = lx.next_event()? {
+                    let (Event::Key(lit) | Event::Str(lit)) = ev else {
+                        continue;
+                    };
+                    if lit.escaped {
+                        let text = text_of(src, &lit)?;
+                        check(text.as_bytes(), lit.span.start)?;
+                        if self.known.first(text.as_bytes()).is_some() {
+                            return Err(RewriteError::Leak { at: lit.span.start });
+                        }
+                    } else {
+                        let inner = lit.inner();
+                        check(out.get(inner.clone()).unwrap_or_default(), inner.start)?;
+                    }
                 }
             }
         }
-        if !self.other.is_empty() {
-            out.sort_by(|a, b| a.0.start.cmp(&b.0.start).then(b.0.end.cmp(&a.0.end)));
-            let mut kept: Vec<(Range<usize>, usize)> = Vec::with_capacity(out.len());
-            for m in out {
-                if kept.last().is_none_or(|l| l.0.end <= m.0.start) {
-                    kept.push(m);
-                }
-            }
-            return kept;
-        }
-        out
+        Ok(())
     }
 }
 
@@ -667,7 +674,10 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
                     let (text, loc) = self.literal(&lit)?;
                     self.string_value(text, loc);
                 }
-                Event::Scalar => {}
+                Event::Scalar => {
+                    let span = lx.scalar_span();
+                    self.scalar_value(span);
+                }
             }
         }
         Ok(())
@@ -750,6 +760,7 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
             self.push_occ(loc, h.range.clone(), v);
         }
         self.hits = hits;
+        self.scan.learn_decoded(text.as_bytes(), ctx);
     }
 
     fn string_value(&mut self, text: Cow<'a, str>, loc: Loc) {
@@ -764,7 +775,7 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
             self.scan_text(&text, &loc, None);
             return;
         };
-        let field_kind = tax.id_field_kind(&key);
+        let field_kind = tax.id_named_kind(&key);
         if in_object {
             if key == "resourceType" {
                 if let Some(Frame::Obj(o)) = self.frames.last_mut() {
@@ -827,7 +838,70 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
             self.push_occ(&loc, 0..text.len(), v);
             return;
         }
+        if shape::is_id_cursor(&text) {
+            // An opaque cursor that carries an id is an id itself: the model
+            // gets an alias, and the request side decodes it back.
+            let v = self.scan.value(&text, tax.fallback_kind(), Form::Slug);
+            self.push_occ(&loc, 0..text.len(), v);
+            return;
+        }
         self.scan_text(&text, &loc, field_kind);
+    }
+
+    /// A number: an id when it is an integer under an id-named key.
+    fn scalar_value(&mut self, span: Range<usize>) {
+        let Some(text) = self.src.get(span.clone()) else {
+            return;
+        };
+        if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+            return;
+        }
+        let tax = self.scan.tax;
+        let (key, in_object) = match self.frames.last() {
+            Some(Frame::Obj(o)) => (o.cur_key.clone(), true),
+            Some(Frame::Arr { key, .. }) => (key.clone(), false),
+            None => (None, false),
+        };
+        let Some(key) = key else {
+            return;
+        };
+        let role = if in_object { tax.key_role(&key) } else { None };
+        let field_kind = tax.id_named_kind(&key);
+        if role.is_none() && field_kind.is_none() {
+            return;
+        }
+        self.part.numbers.push(span.clone());
+        let value = Cow::Borrowed(text);
+        match role {
+            Some(role @ (KeyRole::Id | KeyRole::Fhir | KeyRole::Slug)) => {
+                if let Some(Frame::Obj(o)) = self.frames.last_mut() {
+                    o.members.push(Member {
+                        role: Some(role),
+                        field_kind: None,
+                        kinds: Vec::new(),
+                        value,
+                        loc: Loc::Raw(span),
+                    });
+                }
+            }
+            _ => {
+                let k = field_kind.unwrap_or(tax.fallback_kind());
+                if in_object {
+                    if let Some(Frame::Obj(o)) = self.frames.last_mut() {
+                        o.members.push(Member {
+                            role: None,
+                            field_kind: Some(k),
+                            kinds: Vec::new(),
+                            value,
+                            loc: Loc::Raw(span),
+                        });
+                    }
+                } else {
+                    let v = self.scan.value(text, k, Form::Slug);
+                    self.part.occs.push((span, v));
+                }
+            }
+        }
     }
 
     /// Resolves an object's kind and groups its own ids into one entity.

@@ -12,15 +12,25 @@
 //! - reverse dedup: a group that shares any member with an entity is that
 //!   entity, and its new members are added to it ({uuid, fhirId} then fhirId
 //!   alone keeps one alias, and the other way round);
-//! - a group whose members belong to two entities, or that would give an entity
-//!   a second value of one form, is a conflict: the whole batch fails and
+//! - sightings merge: a group whose members belong to two entities that cannot
+//!   be different records (no form holds two different values, kinds agree or
+//!   one is the fallback kind) merges them into one; the older alias stays the
+//!   entity's alias and the other is kept as one of its `also` aliases, so both
+//!   keep decoding to the one record (a UUID seen in prose, its FHIR id seen
+//!   alone, then both in one `{id, fhirId}` object);
+//! - a group whose members belong to two entities that differ (two different
+//!   values of one form, two specific kinds), or that would give an entity a
+//!   second value of one form, is a conflict: the whole batch fails and
 //!   nothing is minted;
+//! - every alias carries the map's epoch (see [`super::grammar`]); records of
+//!   another epoch never load into a map;
 //! - counters are per kind and monotonic; past the session limit, an id that
 //!   would need a new alias gets the sentinel `<prefix>-000`, which decodes to
 //!   nothing;
 //! - decode is exact, except a bounded near-miss repair that only ever resolves
 //!   to an alias this session issued.
 
+use super::grammar::Epoch;
 use super::shape::{self, Form};
 use super::taxonomy::{KindId, Taxonomy};
 use super::wire::{IdInput, RealIds};
@@ -38,6 +48,17 @@ pub struct EntityRecord {
     /// Its raw ids.
     #[serde(flatten)]
     pub ids: RealIds,
+    /// Aliases of entities merged into this one (each decodes to it). A store
+    /// keeps the record under every one of its aliases.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<String>,
+}
+
+impl EntityRecord {
+    /// Its alias and the aliases merged into it.
+    pub fn aliases(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.alias.as_str()).chain(self.also.iter().map(String::as_str))
+    }
 }
 
 /// Why a batch could not be encoded, or records could not be loaded. Messages
@@ -113,15 +134,21 @@ pub struct Decoded<'a> {
 /// One session's aliases.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SessionMap {
+    /// The epoch every alias of this map carries (`None`: epoch-less aliases).
+    epoch: Option<Epoch>,
+    /// Records in minting order; a record merged into another stays here,
+    /// unindexed.
     records: Vec<EntityRecord>,
     by_alias: BTreeMap<String, usize>,
     by_value: BTreeMap<String, usize>,
-    /// Highest number issued per kind name.
+    /// Highest number issued per alias prefix (merged aliases of another
+    /// prefix count for their own prefix, so no number is ever reissued).
     counters: BTreeMap<String, u32>,
 }
 
 /// Where a value lives while a batch is planned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(PartialOrd, Ord)]
 enum Target {
     Existing(usize),
     New(usize),
@@ -137,6 +164,8 @@ struct Draft<'m> {
     /// Values first seen in this batch.
     values: BTreeMap<String, Target>,
     counters: BTreeMap<String, u32>,
+    /// Entities merged into another by this batch.
+    merged: BTreeMap<Target, Target>,
 }
 
 impl Draft<'_> {
@@ -145,9 +174,22 @@ impl Draft<'_> {
             .get(value)
             .copied()
             .or_else(|| self.map.by_value.get(value).map(|i| Target::Existing(*i)))
+            .map(|t| self.resolve(t))
+    }
+
+    /// Follows merges (bounded: each merge retires one entity).
+    fn resolve(&self, mut t: Target) -> Target {
+        for _ in 0..=self.merged.len() {
+            match self.merged.get(&t) {
+                Some(n) => t = *n,
+                None => break,
+            }
+        }
+        t
     }
 
     fn record(&self, t: Target) -> Option<&EntityRecord> {
+        let t = self.resolve(t);
         match t {
             Target::Existing(i) => self.changed.get(&i).or_else(|| self.map.records.get(i)),
             Target::New(i) => self.new.get(i),
@@ -155,6 +197,7 @@ impl Draft<'_> {
     }
 
     fn record_mut(&mut self, t: Target) -> Option<&mut EntityRecord> {
+        let t = self.resolve(t);
         match t {
             Target::Existing(i) => {
                 if !self.changed.contains_key(&i) {
@@ -169,9 +212,23 @@ impl Draft<'_> {
 }
 
 impl SessionMap {
-    /// An empty session.
+    /// An empty session whose aliases carry no epoch (`patient-001`): for
+    /// callers that never recreate a session under the same name.
     pub fn new() -> Self {
         SessionMap::default()
+    }
+
+    /// An empty session whose aliases carry `epoch` (`patient-k7q2-001`).
+    pub fn with_epoch(epoch: Epoch) -> Self {
+        SessionMap {
+            epoch: Some(epoch),
+            ..SessionMap::default()
+        }
+    }
+
+    /// The epoch its aliases carry.
+    pub fn epoch(&self) -> Option<Epoch> {
+        self.epoch
     }
 
     /// Rebuilds a session from persisted records (any order).
@@ -184,14 +241,24 @@ impl SessionMap {
     ) -> Result<Self, SessionError> {
         let mut map = SessionMap::new();
         let records: Vec<EntityRecord> = records.into_iter().collect();
+        let mut epoch: Option<Option<Epoch>> = None;
         for r in &records {
-            if tax.parse_alias(&r.alias).is_none_or(|p| p.is_sentinel()) {
-                return Err(SessionError::BadRecord {
-                    alias: r.alias.clone(),
-                    problem: "alias does not parse",
-                });
+            for a in r.aliases() {
+                let Some(parts) = tax.parse_alias(a).filter(|p| !p.is_sentinel()) else {
+                    return Err(SessionError::BadRecord {
+                        alias: a.to_owned(),
+                        problem: "alias does not parse",
+                    });
+                };
+                if *epoch.get_or_insert(parts.epoch) != parts.epoch {
+                    return Err(SessionError::BadRecord {
+                        alias: a.to_owned(),
+                        problem: "records of two epochs in one session",
+                    });
+                }
             }
         }
+        map.epoch = epoch.flatten();
         map.apply(&records)?;
         Ok(map)
     }
@@ -233,7 +300,9 @@ impl SessionMap {
                     .and_then(|i| self.records.get(*i))
                     .map(|o| o.alias.as_str());
                 let prior = claimed.insert(v, &r.alias);
-                if owner.is_some_and(|o| o != r.alias) || prior.is_some_and(|p| p != r.alias) {
+                // A value may move to the entity its owner was merged into.
+                let foreign = |o: &str| o != r.alias && !r.also.iter().any(|a| a == o);
+                if owner.is_some_and(foreign) || prior.is_some_and(|p| p != r.alias) {
                     return Err(SessionError::BadRecord {
                         alias: r.alias.clone(),
                         problem: "raw value belongs to another alias",
@@ -257,9 +326,15 @@ impl SessionMap {
             for (_, v) in r.ids.values() {
                 self.by_value.insert(v.to_owned(), index);
             }
-            if let Some((_, digits)) = r.alias.rsplit_once('-') {
+            for a in &r.also {
+                self.by_alias.insert(a.clone(), index);
+            }
+            for a in r.aliases() {
+                let Some((head, digits)) = a.rsplit_once('-') else {
+                    continue;
+                };
                 let n: u32 = digits.parse().unwrap_or(0);
-                let c = self.counters.entry(r.kind.clone()).or_insert(0);
+                let c = self.counters.entry(prefix_of(head)).or_insert(0);
                 *c = (*c).max(n);
             }
         }
@@ -310,6 +385,7 @@ impl SessionMap {
             new: Vec::new(),
             values: BTreeMap::new(),
             counters: self.counters.clone(),
+            merged: BTreeMap::new(),
         };
         let mut aliases = vec![String::new(); ids.len()];
         for members in &groups {
@@ -320,8 +396,21 @@ impl SessionMap {
                 }
             }
         }
-        let mut changes: Vec<EntityRecord> = draft.changed.into_values().collect();
-        changes.extend(draft.new);
+        let merged = draft.merged;
+        let mut changes: Vec<EntityRecord> = draft
+            .changed
+            .into_iter()
+            .filter(|(i, _)| !merged.contains_key(&Target::Existing(*i)))
+            .map(|(_, r)| r)
+            .collect();
+        changes.extend(
+            draft
+                .new
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| !merged.contains_key(&Target::New(*i)))
+                .map(|(_, r)| r),
+        );
         Ok(Encoded { aliases, changes })
     }
 
@@ -340,15 +429,22 @@ impl SessionMap {
             if let Some(t) = draft.lookup(&id.value) {
                 match target {
                     None => target = Some((t, i)),
-                    Some((t0, _)) if t0 == t => {}
-                    Some((t0, _)) => {
-                        let alias_of =
-                            |t| draft.record(t).map(|r| r.alias.clone()).unwrap_or_default();
-                        return Err(SessionError::Conflict {
-                            index: i,
-                            first: alias_of(t0),
-                            second: alias_of(t),
-                        });
+                    Some((t0, _)) if draft.resolve(t0) == t => {}
+                    Some((t0, i0)) => {
+                        let t0 = draft.resolve(t0);
+                        match merge(tax, draft, t0, t) {
+                            Some(survivor) => target = Some((survivor, i0)),
+                            None => {
+                                let alias_of = |t| {
+                                    draft.record(t).map(|r| r.alias.clone()).unwrap_or_default()
+                                };
+                                return Err(SessionError::Conflict {
+                                    index: i,
+                                    first: alias_of(t0),
+                                    second: alias_of(t),
+                                });
+                            }
+                        }
                     }
                 }
             }
@@ -410,18 +506,20 @@ impl SessionMap {
             })
             .unwrap_or_else(|| tax.fallback_kind());
         if self.records.len() + draft.new.len() >= tax.max_aliases_per_session() {
-            return Ok(sentinel(tax, kind));
+            return Ok(sentinel(tax, kind, self.epoch));
         }
         let name = tax.kind_name(kind).to_owned();
-        let counter = draft.counters.entry(name.clone()).or_insert(0);
+        let prefix = tax.kind(kind).map(|k| k.prefix.clone()).unwrap_or_default();
+        let counter = draft.counters.entry(prefix).or_insert(0);
         *counter = counter.saturating_add(1);
         let alias = tax
-            .format_alias(kind, *counter)
-            .unwrap_or_else(|| sentinel(tax, kind));
+            .format_alias_in(kind, self.epoch, *counter)
+            .unwrap_or_else(|| sentinel(tax, kind, self.epoch));
         let mut record = EntityRecord {
             alias: alias.clone(),
             kind: name,
             ids: RealIds::default(),
+            also: Vec::new(),
         };
         let t = Target::New(draft.new.len());
         for &i in members {
@@ -479,8 +577,62 @@ impl SessionMap {
     }
 }
 
-fn sentinel(tax: &Taxonomy, kind: KindId) -> String {
-    tax.sentinel(kind).unwrap_or_else(|| "ref-000".to_owned())
+fn sentinel(tax: &Taxonomy, kind: KindId, epoch: Option<Epoch>) -> String {
+    tax.sentinel_in(kind, epoch)
+        .unwrap_or_else(|| "ref-000".to_owned())
+}
+
+/// The prefix of an alias without its number (`patient-k7q2` → `patient`).
+fn prefix_of(head: &str) -> String {
+    match head.rsplit_once('-') {
+        Some((p, e)) if Epoch::parse(e).is_some() => p.to_owned(),
+        _ => head.to_owned(),
+    }
+}
+
+/// Merges the entities `a` and `b` when they can be one record: no form holds
+/// two different values and their kinds agree (or one is the fallback kind).
+/// The older entity survives and takes the other's ids and aliases; returns
+/// it, or `None` when they are different records.
+fn merge(tax: &Taxonomy, draft: &mut Draft<'_>, a: Target, b: Target) -> Option<Target> {
+    let (ra, rb) = (draft.record(a)?, draft.record(b)?);
+    for form in [Form::Uuid, Form::Fhir, Form::Slug] {
+        if let (Some(x), Some(y)) = (ra.ids.get(form), rb.ids.get(form)) {
+            if x != y {
+                return None;
+            }
+        }
+    }
+    let fallback = tax.kind_name(tax.fallback_kind());
+    let kind = if ra.kind == rb.kind || rb.kind == fallback {
+        ra.kind.clone()
+    } else if ra.kind == fallback {
+        rb.kind.clone()
+    } else {
+        return None;
+    };
+    // Existing before new, then minting order.
+    let (keep, gone) = if a <= b { (a, b) } else { (b, a) };
+    let gone_record = draft.record(gone)?.clone();
+    let values: Vec<String> = gone_record.ids.values().map(|(_, v)| v.to_owned()).collect();
+    let kept = draft.record_mut(keep)?;
+    for (form, v) in gone_record.ids.values() {
+        let slot = kept.ids.slot_mut(form);
+        if slot.is_none() {
+            *slot = Some(v.to_owned());
+        }
+    }
+    kept.kind = kind;
+    for alias in gone_record.aliases() {
+        if !kept.also.iter().any(|x| x == alias) {
+            kept.also.push(alias.to_owned());
+        }
+    }
+    draft.merged.insert(gone, keep);
+    for v in values {
+        draft.values.insert(v, keep);
+    }
+    Some(keep)
 }
 
 /// The slot an input fills: its hint, except that a `uuid` hint on a value that

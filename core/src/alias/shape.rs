@@ -122,6 +122,9 @@ pub(crate) enum Pattern<'t> {
     Reference(&'t [KindId]),
     /// A FHIR id with a configured prefix; kinds of the prefix.
     FhirId(&'t [KindId]),
+    /// A URL path segment after a segment that names a kind
+    /// (`/patients/482913`).
+    Segment(KindId),
 }
 
 /// One id found inside text.
@@ -137,11 +140,14 @@ pub(crate) struct TextHit<'t> {
 /// without overlaps. `out` is cleared first.
 pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<TextHit<'t>>) {
     out.clear();
-    // Every pattern holds a `-` (UUIDs, FHIR ids) or a `/` (references).
+    find_hex32(text, out);
+    // Every other pattern holds a `-` (UUIDs, FHIR ids) or a `/` (references,
+    // path segments).
     if !text.iter().any(|b| *b == b'-' || *b == b'/') {
         return;
     }
     find_uuids(text, out);
+    out.sort_by_key(|h| h.range.start);
     let uuids = out.len();
     let mut next_uuid = 0;
     let mut i = 0;
@@ -179,6 +185,41 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
             .get(next_uuid)
             .filter(|_| next_uuid < uuids)
             .map_or(text.len(), |u| u.range.start);
+        // A path segment naming a kind: the next segment is an id of it.
+        let seg_end = i + text.get(i..).map_or(0, |t| t.iter().take_while(|b| is_token_byte(**b)).count());
+        if i > 0 && text.get(i - 1) == Some(&b'/') && text.get(seg_end) == Some(&b'/') {
+            let kind = text
+                .get(i..seg_end)
+                .and_then(|w| std::str::from_utf8(w).ok())
+                .and_then(|w| tax.path_segment_kind(w));
+            if let Some(kind) = kind {
+                let start = seg_end + 1;
+                let end = start
+                    + text.get(start..limit).map_or(0, |t| {
+                        t.iter()
+                            .take(FHIR_ID_MAX + 1)
+                            .take_while(|b| is_fhir_id_byte(**b) || **b == b'_' || **b == b'~')
+                            .count()
+                    });
+                let mut end = end;
+                while end > start && text.get(end - 1) == Some(&b'.') {
+                    end -= 1;
+                }
+                let seg = text.get(start..end).unwrap_or_default();
+                if end - start <= FHIR_ID_MAX
+                    && seg.iter().any(u8::is_ascii_digit)
+                    && !is_date_like(seg)
+                    && !text.get(end).copied().is_some_and(|b| b == b'%')
+                {
+                    out.push(TextHit {
+                        range: start..end,
+                        pattern: Pattern::Segment(kind),
+                    });
+                    i = end;
+                    continue;
+                }
+            }
+        }
         if next == Some(b'/') {
             if let Some(kinds) = tax.resource_type_kinds(word) {
                 let start = word_end + 1;
@@ -193,7 +234,11 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
                 while end > start && text.get(end - 1) == Some(&b'.') {
                     end -= 1;
                 }
-                if end > start {
+                // A type nobody configured needs a digit in the id: `Group/Team`
+                // in prose is not a reference.
+                let plausible = tax.resource_type_configured(word)
+                    || text.get(start..end).is_some_and(|t| t.iter().any(u8::is_ascii_digit));
+                if end > start && plausible {
                     out.push(TextHit {
                         range: start..end,
                         pattern: Pattern::Reference(kinds),
@@ -222,6 +267,88 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
         i = word_end.max(i + 1);
     }
     out.sort_by_key(|h| h.range.start);
+}
+
+/// Whether a path segment is a date (`2025-03-25`), not an id.
+fn is_date_like(seg: &[u8]) -> bool {
+    seg.len() >= 10
+        && seg.iter().take(10).enumerate().all(|(i, b)| match i {
+            4 | 7 => *b == b'-',
+            _ => b.is_ascii_digit(),
+        })
+}
+
+/// Appends every UUID written without dashes: a run of exactly 32 hex digits,
+/// with letters and digits, standing alone (not inside a longer token such as
+/// a trace id).
+fn find_hex32(text: &[u8], out: &mut Vec<TextHit<'_>>) {
+    if text.len() < 32 {
+        return;
+    }
+    let mut i = 0;
+    while i < text.len() {
+        let len = text
+            .get(i..)
+            .map_or(0, |t| t.iter().take_while(|b| is_token_byte(**b)).count());
+        if len == 0 {
+            i += 1;
+            continue;
+        }
+        if len == 32 {
+            if let Some(run) = text.get(i..i + 32) {
+                if run.iter().all(u8::is_ascii_hexdigit)
+                    && run.iter().any(u8::is_ascii_digit)
+                    && run.iter().any(u8::is_ascii_alphabetic)
+                {
+                    out.push(TextHit {
+                        range: i..i + 32,
+                        pattern: Pattern::Uuid,
+                    });
+                }
+            }
+        }
+        i += len;
+    }
+}
+
+/// Whether a whole string is an opaque cursor that carries an id: base64 or
+/// base64url (16 to 512 characters) whose decoded bytes are printable text
+/// holding a digit (`eyJhZnRlciI6InBhdC0wMDAxMjMifQ` is `{"after":"pat-000123"}`).
+pub(crate) fn is_id_cursor(s: &str) -> bool {
+    let b = s.as_bytes();
+    if !(16..=512).contains(&b.len()) {
+        return false;
+    }
+    let body = s.trim_end_matches('=');
+    if body.len() % 4 == 1
+        || !body
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'-' | b'_'))
+    {
+        return false;
+    }
+    let mut out = Vec::with_capacity(body.len() * 3 / 4);
+    let mut acc: u32 = 0;
+    let mut bits = 0;
+    for c in body.bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' | b'-' => 62,
+            _ => 63,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push(((acc >> bits) & 0xff) as u8);
+        }
+    }
+    out.len() >= 8
+        && out.iter().all(|c| (0x20..0x7f).contains(c))
+        && out.iter().any(u8::is_ascii_digit)
+        && out.iter().any(|c| !c.is_ascii_alphanumeric())
 }
 
 /// Appends every UUID in `text` (no boundary required: a UUID glued to other
@@ -290,6 +417,7 @@ mod tests {
                     Pattern::Uuid => "uuid",
                     Pattern::Reference(_) => "ref",
                     Pattern::FhirId(_) => "fhir",
+                    Pattern::Segment(_) => "seg",
                 };
                 (text[h.range.clone()].to_owned(), p)
             })

@@ -456,6 +456,10 @@ pub struct Taxonomy {
     object_key: Table<KindId>,
     path_segment: Table<KindId>,
     key_role: Table<KeyRole>,
+    /// Kinds by normalized kind name (`taskgroup`), for id-named keys.
+    by_norm_name: Table<KindId>,
+    /// The fallback kind alone: the kinds of a FHIR resource type nobody mapped.
+    fallback_only: Vec<KindId>,
     envelope_keys: Vec<String>,
     repair_infixes: Vec<String>,
     max_aliases: usize,
@@ -470,6 +474,34 @@ fn err(field: impl Into<String>, message: impl Into<String>) -> TaxonomyError {
         field: field.into(),
         message: message.into(),
     }
+}
+
+/// A key as the lookup tables hold it: ASCII lowercase, without `_`, `-`,
+/// `.` and spaces (`patient_id`, `PatientID` and `patientId` are one key).
+pub(crate) fn norm_key(key: &str) -> String {
+    key.bytes()
+        .filter(|b| !matches!(b, b'_' | b'-' | b'.' | b' '))
+        .map(|b| char::from(b.to_ascii_lowercase()))
+        .collect()
+}
+
+/// Calls `f` with the normalized `key` without allocating (keys up to 64
+/// bytes; longer keys are normalized on the heap).
+fn with_norm<R>(key: &str, f: impl FnOnce(&str) -> R) -> Option<R> {
+    let mut buf = [0u8; 64];
+    let mut n = 0;
+    for b in key.bytes() {
+        if matches!(b, b'_' | b'-' | b'.' | b' ') {
+            continue;
+        }
+        match buf.get_mut(n) {
+            Some(slot) => *slot = b.to_ascii_lowercase(),
+            None => return Some(f(&norm_key(key))),
+        }
+        n += 1;
+    }
+    let s = std::str::from_utf8(buf.get(..n)?).ok()?;
+    Some(f(s))
 }
 
 /// `[a-z][a-z0-9]*`: one segment of a prefix, an infix or a FHIR prefix.
@@ -494,7 +526,7 @@ fn insert_unique(
     if key.is_empty() {
         return Err(err(field, "must not be empty"));
     }
-    if let Some(other) = table.insert(key.to_owned(), kind) {
+    if let Some(other) = table.insert(norm_key(key), kind) {
         if other != kind {
             let other_name = names
                 .get(usize::from(other.0))
@@ -529,6 +561,8 @@ impl TryFrom<TaxonomyConfig> for Taxonomy {
             object_key: Table::default(),
             path_segment: Table::default(),
             key_role: Table::default(),
+            by_norm_name: Table::default(),
+            fallback_only: Vec::new(),
             envelope_keys: raw.envelope_keys,
             repair_infixes: Vec::new(),
             max_aliases: raw.max_aliases_per_session,
@@ -621,12 +655,18 @@ impl TryFrom<TaxonomyConfig> for Taxonomy {
                 )?;
             }
         }
+        for (id, k) in t.kinds.iter().enumerate() {
+            if let Ok(id) = u16::try_from(id) {
+                t.by_norm_name.insert(norm_key(&k.name), KindId(id));
+            }
+        }
         t.fallback = *t.by_name.get(&raw.fallback_kind).ok_or_else(|| {
             err(
                 "fallbackKind",
                 format!("names no kind: {:?}", raw.fallback_kind),
             )
         })?;
+        t.fallback_only = vec![t.fallback];
         let roles = [
             ("selfIdKeys", &raw.self_id_keys, KeyRole::Id),
             ("fhirIdKeys", &raw.fhir_id_keys, KeyRole::Fhir),
@@ -638,7 +678,7 @@ impl TryFrom<TaxonomyConfig> for Taxonomy {
                 if key.is_empty() {
                     return Err(err(format!("{field}[{j}]"), "must not be empty"));
                 }
-                if t.key_role.insert(key.clone(), role).is_some() {
+                if t.key_role.insert(norm_key(key), role).is_some_and(|r| r != role) {
                     return Err(err(
                         format!("{field}[{j}]"),
                         format!("key {key:?} has two roles"),
@@ -714,6 +754,8 @@ impl Taxonomy {
             object_key: Table::default(),
             path_segment: Table::default(),
             key_role: Table::from_iter([("id".to_owned(), KeyRole::Id)]),
+            by_norm_name: Table::default(),
+            fallback_only: vec![KindId(0)],
             envelope_keys: Vec::new(),
             repair_infixes: Vec::new(),
             max_aliases: 5000,
@@ -765,7 +807,7 @@ impl Taxonomy {
         let path = path.split(['?', '#']).next().unwrap_or(path);
         path.split('/')
             .rev()
-            .find_map(|seg| self.path_segment.get(seg).copied())
+            .find_map(|seg| self.path_segment_kind(seg))
     }
 
     pub(crate) fn alias_prefix(&self, prefix: &str) -> Option<KindId> {
@@ -774,20 +816,66 @@ impl Taxonomy {
     pub(crate) fn fhir_prefix_kinds(&self, prefix: &str) -> Option<&[KindId]> {
         self.fhir_prefix.get(prefix).map(Vec::as_slice)
     }
+    /// The kinds of a FHIR resource type: the configured ones, else the
+    /// fallback kind for any other FHIR R4/R5 type.
     pub(crate) fn resource_type_kinds(&self, resource_type: &str) -> Option<&[KindId]> {
-        self.resource_type.get(resource_type).map(Vec::as_slice)
+        match self.resource_type.get(resource_type) {
+            Some(k) => Some(k.as_slice()),
+            None if super::fhir::is_resource_type(resource_type) => {
+                Some(self.fallback_only.as_slice())
+            }
+            None => None,
+        }
+    }
+    /// Whether the taxonomy maps this resource type to a kind itself.
+    pub(crate) fn resource_type_configured(&self, resource_type: &str) -> bool {
+        self.resource_type.contains_key(resource_type)
     }
     pub(crate) fn id_field_kind(&self, key: &str) -> Option<KindId> {
-        self.id_field.get(key).copied()
+        with_norm(key, |k| self.id_field.get(k).copied()).flatten()
     }
     pub(crate) fn object_key_kind(&self, key: &str) -> Option<KindId> {
-        self.object_key.get(key).copied()
+        with_norm(key, |k| self.object_key.get(k).copied()).flatten()
+    }
+    /// The kind of a key that names an id by its spelling, in any case or
+    /// separator style (`id`, `ID`, `_id`, `patientId`, `patient_id`,
+    /// `PatientID`, `externalDocIds`): a configured id field's kind, else the
+    /// kind the stem names (`patient`), else the fallback kind. `None` for a
+    /// key that does not name an id (`paid`, `valid`).
+    pub(crate) fn id_named_kind(&self, key: &str) -> Option<KindId> {
+        if let Some(k) = self.id_field_kind(key) {
+            return Some(k);
+        }
+        const TAILS: [&str; 12] = [
+            "Id", "ID", "Ids", "IDs", "_id", "-id", "_ids", "-ids", "Uuid", "UUID", "_uuid", "_ID",
+        ];
+        let lower = key.len() <= 4 && matches!(key.to_ascii_lowercase().as_str(), "id" | "ids" | "uuid" | "_id");
+        let tail = TAILS.iter().find(|t| key.ends_with(*t) && key.len() > t.len());
+        if !lower && tail.is_none() {
+            return None;
+        }
+        let stem = tail.map_or("", |t| key.get(..key.len() - t.len()).unwrap_or(""));
+        // Ids of a request, not of a record: they name no patient data.
+        const NOT_RECORDS: [&str; 8] = [
+            "request", "trace", "span", "correlation", "idempotency", "session", "x-request", "parentspan",
+        ];
+        if with_norm(stem, |s| NOT_RECORDS.contains(&s)).unwrap_or(false) {
+            return None;
+        }
+        let kind = with_norm(stem, |s| {
+            self.by_norm_name
+                .get(s)
+                .or_else(|| self.object_key.get(s))
+                .copied()
+        })
+        .flatten();
+        Some(kind.unwrap_or(self.fallback))
     }
     pub(crate) fn path_segment_kind(&self, segment: &str) -> Option<KindId> {
-        self.path_segment.get(segment).copied()
+        with_norm(segment, |k| self.path_segment.get(k).copied()).flatten()
     }
     pub(crate) fn key_role(&self, key: &str) -> Option<KeyRole> {
-        self.key_role.get(key).copied()
+        with_norm(key, |k| self.key_role.get(k).copied()).flatten()
     }
     pub(crate) fn is_envelope_key(&self, key: &str) -> bool {
         self.envelope_keys.iter().any(|k| k == key)

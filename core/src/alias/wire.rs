@@ -43,6 +43,21 @@ pub struct EncodeRequest {
 pub struct EncodeResponse {
     /// Aliases, parallel to the request's `ids`.
     pub aliases: Vec<String>,
+    /// Every raw id the session knew before this request, with its alias: the
+    /// filter replaces each wherever it occurs in the response (an id learned
+    /// from a structured field of an earlier body, now in prose). Empty from
+    /// a control that predates it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub known: Vec<KnownAlias>,
+}
+
+/// A raw id the session knows, with its alias.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KnownAlias {
+    /// The raw id.
+    pub value: String,
+    /// Its alias.
+    pub alias: String,
 }
 
 /// `POST /v1/alias/decode` request.

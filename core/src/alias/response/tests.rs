@@ -179,3 +179,5 @@ fn fails_closed() {
         br#"{"a":"x-001","b":"y-001"}"#
     );
 }
+
+mod generator;

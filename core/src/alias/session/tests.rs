@@ -154,6 +154,100 @@ fn conflicting_members_fail_closed_and_mint_nothing() {
 }
 
 #[test]
+fn sightings_of_one_entity_merge_and_both_aliases_keep_decoding() {
+    let t = tax();
+    for reverse in [false, true] {
+        let mut m = SessionMap::new();
+        // The UUID seen in prose (no kind known), its FHIR id seen alone.
+        let prose = IdInput { value: U1.into(), kind: None, form: None, group: None };
+        let fhir = id("pat-000123", "patient", Some(Form::Fhir), None);
+        let (first, second) = if reverse { (fhir.clone(), prose.clone()) } else { (prose.clone(), fhir.clone()) };
+        let a1 = m.encode(&t, &[first]).unwrap().aliases;
+        let a2 = m.encode(&t, &[second]).unwrap().aliases;
+        assert_ne!(a1, a2);
+        // Then both in one `{id, fhirId}` detail: one entity, not a conflict.
+        let detail = [
+            id(U1, "patient", None, Some(1)),
+            id("pat-000123", "patient", Some(Form::Fhir), Some(1)),
+        ];
+        let planned = m.plan(&t, &detail).unwrap();
+        assert_eq!(planned.changes.len(), 1, "one merged record");
+        let merged = planned.changes.first().unwrap().clone();
+        assert_eq!(merged.kind, "patient", "the specific kind wins");
+        m.apply(&planned.changes).unwrap();
+        let again = m.encode(&t, &detail).unwrap();
+        assert!(again.changes.is_empty(), "merged for good");
+        assert_eq!(again.aliases.first(), again.aliases.get(1));
+        for a in a1.iter().chain(&a2) {
+            let d = m.decode(&t, a).unwrap().record;
+            assert_eq!(d.ids.uuid.as_deref(), Some(U1), "{a}");
+            assert_eq!(d.ids.fhir_id.as_deref(), Some("pat-000123"), "{a}");
+        }
+        // Every later sighting, in either form, keeps the one alias.
+        assert_eq!(m.encode(&t, &[prose.clone()]).unwrap().aliases, again.aliases[..1]);
+        assert_eq!(m.encode(&t, &[fhir.clone()]).unwrap().aliases, again.aliases[..1]);
+        // A reload (stores keep the record under each alias) gives the same map.
+        let rows: Vec<EntityRecord> = m
+            .records()
+            .iter()
+            .filter(|r| m.decode(&t, &r.alias).is_some_and(|d| d.record == *r))
+            .flat_map(|r| r.aliases().map(|_| r.clone()).collect::<Vec<_>>())
+            .collect();
+        let rebuilt = SessionMap::from_records(&t, rows).unwrap();
+        for a in a1.iter().chain(&a2) {
+            assert_eq!(rebuilt.decode(&t, a).map(|d| d.record), m.decode(&t, a).map(|d| d.record), "{a}");
+        }
+        assert_eq!(rebuilt.plan(&t, &[id(U2, "patient", None, None)]).unwrap().aliases, ["patient-002"], "counters survive a merge and a reload");
+        let fallback = t.kind_name(t.fallback_kind()).to_owned();
+        let next = rebuilt.plan(&t, &[IdInput { value: U2.into(), kind: Some(fallback), form: None, group: None }]).unwrap().aliases;
+        assert!(!a1.contains(&next[0]) && !a2.contains(&next[0]), "a merged alias' number is never reissued: {next:?}");
+    }
+}
+
+#[test]
+fn merging_two_different_records_still_fails_closed() {
+    let t = tax();
+    let mut m = SessionMap::new();
+    m.encode(&t, &[id(U1, "patient", None, None)]).unwrap();
+    m.encode(&t, &[id(U2, "patient", None, Some(1)), id("pat-2", "patient", Some(Form::Fhir), Some(1))]).unwrap();
+    let before = m.clone();
+    // U1's entity and pat-2's entity (whose UUID is U2) are two records.
+    let e = m
+        .encode(&t, &[id(U1, "patient", None, Some(2)), id("pat-2", "patient", Some(Form::Fhir), Some(2))])
+        .unwrap_err();
+    assert!(matches!(e, SessionError::Conflict { .. }), "{e}");
+    // Two specific kinds are two records too.
+    m.encode(&t, &[id("enc-1", "encounter", Some(Form::Fhir), None)]).unwrap();
+    let before2 = m.clone();
+    let e = m
+        .encode(&t, &[id(U1, "patient", None, Some(3)), id("enc-1", "encounter", Some(Form::Fhir), Some(3))])
+        .unwrap_err();
+    assert!(matches!(e, SessionError::Conflict { .. }), "{e}");
+    assert_eq!(m, before2);
+    assert_ne!(before, before2);
+}
+
+#[test]
+fn epoch_maps_issue_and_decode_only_their_own_epoch() {
+    let t = tax();
+    let (e1, e2) = (Epoch::from_seed(1), Epoch::from_seed(2));
+    let mut old = SessionMap::with_epoch(e1);
+    let a_old = old.encode(&t, &[id(U1, "patient", None, None)]).unwrap().aliases;
+    assert_eq!(a_old, [format!("patient-{e1}-001")]);
+    // The session's map recreated (expiry, lost store): a new epoch.
+    let mut new = SessionMap::with_epoch(e2);
+    let a_new = new.encode(&t, &[id(U2, "patient", None, None)]).unwrap().aliases;
+    assert_eq!(a_new, [format!("patient-{e2}-001")]);
+    assert!(new.decode(&t, &a_old[0]).is_none(), "an old alias never reaches the new record");
+    assert!(new.decode(&t, "patient-001").is_none());
+    let rebuilt = SessionMap::from_records(&t, new.records().to_vec()).unwrap();
+    assert_eq!(rebuilt.epoch(), Some(e2));
+    let mut mixed = old.records().to_vec();
+    mixed.extend(new.records().iter().cloned());
+    assert!(matches!(SessionMap::from_records(&t, mixed), Err(SessionError::BadRecord { .. })));
+}
+
+#[test]
 fn sentinel_past_the_limit_decodes_to_nothing() {
     let cfg = crate::alias::TaxonomyConfig {
         max_aliases_per_session: 3,
@@ -267,6 +361,7 @@ fn plan_then_apply_equals_encode_and_records_rebuild_the_map() {
         .unwrap();
     assert_eq!(next.aliases, ["patient-002"], "counters survive a reload");
     let dup = EntityRecord {
+        also: Vec::new(),
         alias: "patient-009".into(),
         kind: "patient".into(),
         ids: RealIds {
