@@ -197,6 +197,7 @@ struct EngineArgs {
     qdrant_url: Option<String>,
     namespace: String,
     retrieval_timeout_ms: u64,
+    max_registries: u64,
 }
 
 settings_args!(CommonArgs, Scope::Common);
@@ -217,6 +218,7 @@ impl clap::FromArgMatches for CommonArgs {
                 qdrant_url: text(m, "retrieval.qdrant_url"),
                 namespace: given(m, "retrieval.namespace")?,
                 retrieval_timeout_ms: given(m, "retrieval.timeout_ms")?,
+                max_registries: given(m, "retrieval.max_registries")?,
             },
         })
     }
@@ -368,6 +370,7 @@ async fn resolver(
     let indexer = Indexer::try_new(embedder, store, &engine.namespace).context("registry namespace")?;
     let settings = ResolverSettings {
         retrieval_timeout: Duration::from_millis(engine.retrieval_timeout_ms),
+        max_registries: usize::try_from(engine.max_registries).unwrap_or(usize::MAX),
         ..ResolverSettings::default()
     };
     Ok(Resolver::new(Arc::new(indexer), Arc::new(rank), overlay.map(Arc::new), settings))
@@ -462,7 +465,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let resolver = resolver(&common.data_dir, &common.embedder, &common.engine, None, None).await?;
             let tools = parsed.descriptors();
             resolver.prepare(&tools).await.context("indexing")?;
-            let req = ResolveRequest { session: session.clone(), phase, turn: parsed.turn.clone(), tools, forced: parsed.forced.clone() };
+            let req = ResolveRequest { session: session.clone(), phase, turn: parsed.turn.clone(), tools, forced: parsed.forced.clone(), registry: None };
             let answer = resolver.resolve(&req).await;
             let names: Vec<&str> = answer.tools.iter().map(|t| t.name.as_str()).collect();
             let after = parsed.rewrite(&body, &parsed.select(&names, phase.budget().max));

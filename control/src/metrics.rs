@@ -23,6 +23,23 @@ pub struct Metrics {
     resolves_fallback: AtomicU64,
     tools_in: AtomicU64,
     tools_out: AtomicU64,
+    resolve_bytes: AtomicU64,
+    /// Resolve requests by how their registry came: by a known digest, with
+    /// its descriptors, or by an unknown digest (answered 409).
+    registry_known: AtomicU64,
+    registry_sent: AtomicU64,
+    registry_unknown: AtomicU64,
+}
+
+/// How a resolve request named its registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegistryVia {
+    /// By a digest control knew.
+    Known,
+    /// With its descriptors.
+    Sent,
+    /// By a digest control did not know.
+    Unknown,
 }
 
 impl Metrics {
@@ -35,6 +52,17 @@ impl Metrics {
         counter.fetch_add(1, Ordering::Relaxed);
         self.tools_in.fetch_add(tools_in as u64, Ordering::Relaxed);
         self.tools_out.fetch_add(tools_out as u64, Ordering::Relaxed);
+    }
+
+    /// Counts one resolve request's body size and how it named its registry.
+    pub fn resolve_request(&self, bytes: usize, via: RegistryVia) {
+        self.resolve_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        let counter = match via {
+            RegistryVia::Known => &self.registry_known,
+            RegistryVia::Sent => &self.registry_sent,
+            RegistryVia::Unknown => &self.registry_unknown,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The Prometheus text exposition of every counter.
@@ -60,6 +88,14 @@ impl Metrics {
         out.push_str("# TYPE keyhole_control_tools_total counter\n");
         let _ = writeln!(out, "keyhole_control_tools_total{{direction=\"in\"}} {}", self.tools_in.load(Ordering::Relaxed));
         let _ = writeln!(out, "keyhole_control_tools_total{{direction=\"out\"}} {}", self.tools_out.load(Ordering::Relaxed));
+        out.push_str("# HELP keyhole_control_resolve_request_bytes_total Bytes of resolve request bodies received.\n");
+        out.push_str("# TYPE keyhole_control_resolve_request_bytes_total counter\n");
+        let _ = writeln!(out, "keyhole_control_resolve_request_bytes_total {}", self.resolve_bytes.load(Ordering::Relaxed));
+        out.push_str("# HELP keyhole_control_resolve_registry_total Resolve requests by how they named their registry.\n");
+        out.push_str("# TYPE keyhole_control_resolve_registry_total counter\n");
+        for (via, counter) in [("known", &self.registry_known), ("sent", &self.registry_sent), ("unknown", &self.registry_unknown)] {
+            let _ = writeln!(out, "keyhole_control_resolve_registry_total{{via=\"{via}\"}} {}", counter.load(Ordering::Relaxed));
+        }
         out
     }
 }

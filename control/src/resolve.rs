@@ -3,9 +3,14 @@
 //! The decision itself is the pure engine ([`keyhole_core::rank`]); this module
 //! feeds it:
 //! - the request's tools, joined with the metadata overlay into a
-//!   [`Registry`] — built once per distinct tool list (cached by a hash of the
-//!   descriptors) and indexed into the vector store in the background, so the
-//!   first request carrying a new registry never waits for 100+ embeddings;
+//!   [`Registry`] — built once per distinct tool list (kept by its
+//!   [`registry_digest`], least recently used evicted past
+//!   `max_registries`) and indexed into the vector store in the background, so
+//!   the first request carrying a new registry never waits for 100+ embeddings.
+//!   The filter names the registry by digest only; a digest control does not
+//!   know is answered [`ResolveError::UnknownRegistry`] (409), and the filter
+//!   asks once more with the descriptors. A known digest is never re-parsed
+//!   or re-hashed;
 //! - the turn's cosine similarities: embed the turn, search the namespace's
 //!   collection. Until the registry's vectors are ready the engine ranks
 //!   lexically (`cosine: Some(&[])`); once indexed, hybrid;
@@ -30,8 +35,9 @@ use keyhole_core::rank::config::RankConfig;
 use keyhole_core::rank::meta::Overlay;
 use keyhole_core::rank::pipeline::{resolve as rank_turn, Resolution, Turn};
 use keyhole_core::rank::registry::Registry;
-use keyhole_core::wire::{ResolveRequest, ResolveResponse, Source, ToolDescriptor};
-use sha2::{Digest, Sha256};
+use keyhole_core::wire::{
+    descriptors_digest, parse_digest, registry_digest, ResolveRequest, ResolveResponse, Source, ToolDescriptor,
+};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -48,6 +54,22 @@ pub enum RetrievalError {
     /// The vector search failed.
     #[error(transparent)]
     Index(#[from] crate::index::IndexError),
+}
+
+/// Why a request naming its registry by digest could not be resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResolveError {
+    /// Control does not know the digest (never sent, evicted, or control
+    /// restarted): the filter resends with the descriptors.
+    #[error("unknown registry digest: resend the request with its tools")]
+    UnknownRegistry,
+    /// The digest is not 64 hex digits.
+    #[error("the registry digest is not 64 hex digits")]
+    BadDigest,
+    /// The tools sent do not hash to the digest named.
+    #[error("the registry digest is not the digest of the tools sent")]
+    DigestMismatch,
 }
 
 /// Resolver settings.
@@ -127,17 +149,10 @@ pub struct Resolver {
     clock: AtomicU64,
 }
 
-/// A hash of the tool descriptors, in request order (the same list in
-/// another order is a different key but builds the same registry).
+/// The [`registry_digest`] of the tool descriptors, in request order (the
+/// same list in another order is a different key but builds the same registry).
 fn registry_key(tools: &[ToolDescriptor]) -> [u8; 32] {
-    let mut h = Sha256::new();
-    for t in tools {
-        h.update((t.name.len() as u64).to_le_bytes());
-        h.update(t.name.as_bytes());
-        h.update((t.description.len() as u64).to_le_bytes());
-        h.update(t.description.as_bytes());
-    }
-    h.finalize().into()
+    parse_digest(&descriptors_digest(tools)).unwrap_or_default()
 }
 
 impl Resolver {
@@ -168,7 +183,33 @@ impl Resolver {
 
     /// The cached registry for `tools`, built on first sight.
     pub async fn registry(&self, tools: &[ToolDescriptor]) -> Arc<PreparedRegistry> {
-        let key = registry_key(tools);
+        self.registry_at(registry_key(tools), tools).await
+    }
+
+    /// The registry a request names: by its digest when it carries one (the
+    /// descriptors are read, hashed and built only when the digest is new),
+    /// else by hashing its tools.
+    pub async fn registry_of(&self, req: &ResolveRequest) -> Result<Arc<PreparedRegistry>, ResolveError> {
+        let Some(digest) = &req.registry else { return Ok(self.registry(&req.tools).await) };
+        let key = parse_digest(digest).ok_or(ResolveError::BadDigest)?;
+        let now = self.clock.fetch_add(1, Ordering::Relaxed);
+        if let Some(p) = self.registries.lock().await.get(&key) {
+            p.used.store(now, Ordering::Relaxed);
+            return Ok(p.clone());
+        }
+        // Not known: the tools must come with the digest (an empty registry
+        // is its own digest and needs none).
+        if req.tools.is_empty() && digest.as_str() != registry_digest([]) {
+            return Err(ResolveError::UnknownRegistry);
+        }
+        if registry_key(&req.tools) != key {
+            return Err(ResolveError::DigestMismatch);
+        }
+        Ok(self.registry_at(key, &req.tools).await)
+    }
+
+    /// The cached registry under `key` (the digest of `tools`), built on first sight.
+    async fn registry_at(&self, key: [u8; 32], tools: &[ToolDescriptor]) -> Arc<PreparedRegistry> {
         let now = self.clock.fetch_add(1, Ordering::Relaxed);
         let mut all = self.registries.lock().await;
         if let Some(p) = all.get(&key) {
@@ -243,10 +284,25 @@ impl Resolver {
         });
     }
 
-    /// Resolves one turn. Never fails: an outage answers the bounded fallback.
+    /// Resolves one turn over the tools it carries (its digest, if any, is
+    /// not consulted). Never fails: an outage answers the bounded fallback.
     pub async fn resolve(&self, req: &ResolveRequest) -> ResolveResponse {
         let started = Instant::now();
         let prepared = self.registry(&req.tools).await;
+        self.resolve_over(prepared, req, started).await
+    }
+
+    /// Resolves one turn over the registry it names ([`Self::registry_of`]):
+    /// fails only when that registry is not known and not sent. An outage
+    /// answers the bounded fallback. Also returns the registry's size.
+    pub async fn answer(&self, req: &ResolveRequest) -> Result<(ResolveResponse, usize), ResolveError> {
+        let started = Instant::now();
+        let prepared = self.registry_of(req).await?;
+        let size = prepared.registry().len();
+        Ok((self.resolve_over(prepared, req, started).await, size))
+    }
+
+    async fn resolve_over(&self, prepared: Arc<PreparedRegistry>, req: &ResolveRequest, started: Instant) -> ResolveResponse {
         let stale = prepared.synced_at.load(Ordering::Acquire) != self.generation.load(Ordering::Acquire);
         if !prepared.is_ready() || stale {
             self.spawn_index(&prepared);
@@ -307,7 +363,7 @@ impl Resolver {
             );
         }
         if let Some(session) = &req.session {
-            let entry = AuditEntry::new(req, &resolution, how, timings);
+            let entry = AuditEntry::new(req, prepared.registry().len(), &resolution, how, timings);
             self.sessions.lock().await.record(session, &resolution, entry);
         }
         response

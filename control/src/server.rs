@@ -5,14 +5,14 @@
 //! shutdown future resolves, drains, and removes the socket file.
 
 use crate::alias::{AliasState, AliasStore};
-use crate::metrics::Metrics;
-use crate::resolve::{AuditEntry, Resolver};
+use crate::metrics::{Metrics, RegistryVia};
+use crate::resolve::{AuditEntry, ResolveError, Resolver};
 use axum::extract::{Path as UrlPath, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use keyhole_core::wire::{ResolveRequest, ResolveResponse};
+use keyhole_core::wire::{ResolveRequest, UnknownRegistry, UNKNOWN_REGISTRY_STATUS};
 use std::future::Future;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -33,12 +33,19 @@ pub enum ApiError {
     /// `/v1/audit/{session}` for a session control does not know.
     #[error("no audit trail for this session")]
     UnknownSession,
+    /// A `/v1/resolve` body that is not a resolve request.
+    #[error("not a resolve request: {0}")]
+    BadRequest(String),
+    /// A `/v1/resolve` whose registry digest is malformed or does not match its tools.
+    #[error(transparent)]
+    Registry(ResolveError),
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, kind) = match &self {
             ApiError::UnknownSession => (StatusCode::NOT_FOUND, "unknown_session"),
+            ApiError::BadRequest(_) | ApiError::Registry(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
         };
         let body = serde_json::json!({"error": {"type": kind, "message": self.to_string()}});
         (status, Json(body)).into_response()
@@ -76,24 +83,39 @@ async fn render_metrics(axum::Extension(metrics): axum::Extension<Arc<Metrics>>)
     ([("content-type", "text/plain; version=0.0.4")], metrics.render().await)
 }
 
+/// `POST /v1/resolve`. A request naming an unknown registry digest without
+/// its tools is answered 409 `{"unknown_registry":true}`: the filter resends
+/// it once with the descriptors.
 async fn resolve(
     State(state): State<AppState>,
     axum::Extension(metrics): axum::Extension<Arc<Metrics>>,
-    Json(req): Json<ResolveRequest>,
-) -> Json<ResolveResponse> {
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
-    let answer = state.resolver.resolve(&req).await;
-    metrics.resolved(answer.source, req.tools.len(), answer.tools.len());
+    let req: ResolveRequest = serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let via = if req.registry.is_none() || !req.tools.is_empty() { RegistryVia::Sent } else { RegistryVia::Known };
+    let (answer, tools_in) = match state.resolver.answer(&req).await {
+        Ok(answered) => answered,
+        Err(ResolveError::UnknownRegistry) => {
+            metrics.resolve_request(body.len(), RegistryVia::Unknown);
+            let status = StatusCode::from_u16(UNKNOWN_REGISTRY_STATUS).unwrap_or(StatusCode::CONFLICT);
+            return Ok((status, Json(UnknownRegistry { unknown_registry: true })).into_response());
+        }
+        Err(e) => return Err(ApiError::Registry(e)),
+    };
+    metrics.resolve_request(body.len(), via);
+    metrics.resolved(answer.source, tools_in, answer.tools.len());
     tracing::debug!(
         session = req.session.as_deref().unwrap_or("-"),
         phase = %req.phase,
-        tools_in = req.tools.len(),
+        tools_in,
+        bytes = body.len(),
         tools_out = answer.tools.len(),
         source = answer.source.as_str(),
         micros = started.elapsed().as_micros() as u64,
         "resolved"
     );
-    Json(answer)
+    Ok(Json(answer).into_response())
 }
 
 /// A session's audit trail (names, reasons, source, timings; never prompt text).

@@ -7,7 +7,7 @@
 use keyhole_core::config::OnOutage;
 use keyhole_core::format;
 use keyhole_core::surface;
-use keyhole_core::wire::{Reason, ResolveRequest, ResolveResponse, Source, SurfacedTool};
+use keyhole_core::wire::{Reason, ResolveResponse, Source, SurfacedTool};
 use keyhole_core::Phase;
 use std::time::Instant;
 
@@ -27,13 +27,8 @@ fn main() {
     let mut out_bytes = 0;
     for _ in 0..rounds {
         let req = format::parse("/v1/chat/completions", &body).ok().flatten().expect("parses");
-        let question = ResolveRequest {
-            session: Some("s".into()),
-            phase: Phase::Planner,
-            turn: req.turn.clone(),
-            tools: req.descriptors(),
-            forced: req.forced.clone(),
-        };
+        // By digest, as the filter asks once control knows the registry.
+        let question = surface::question(&req, Some("s"), Phase::Planner, false);
         let payload = serde_json::to_vec(&question).expect("serialises");
         let decision = surface::decide(&req, Phase::Planner, Ok(&answer), &[], OnOutage::Reject);
         let keep = match decision {

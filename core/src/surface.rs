@@ -14,7 +14,9 @@ use crate::detect;
 use crate::format::{self, BuiltinTools, ParsedRequest};
 use crate::reply::{self, ErrorKind, LocalReply};
 use crate::phase::RECOVERY_NEW_TOOLS;
-use crate::wire::{Reason, ResolveResponse, Source, SurfacedTool};
+use crate::wire::{
+    registry_digest, Reason, ResolveRequest, ResolveResponse, Source, SurfacedTool, UnknownRegistry, UNKNOWN_REGISTRY_STATUS,
+};
 use crate::Phase;
 
 /// Why control's answer could not be used.
@@ -268,10 +270,82 @@ impl Set<'_, '_> {
     }
 }
 
+/// The question for control about `req`: by registry digest only, or
+/// (`with_registry`, when control did not know the digest) with every tool
+/// descriptor as well.
+pub fn question(req: &ParsedRequest<'_>, session: Option<&str>, phase: Phase, with_registry: bool) -> ResolveRequest {
+    ResolveRequest {
+        session: session.map(str::to_owned),
+        phase,
+        turn: req.turn.clone(),
+        tools: if with_registry { req.descriptors() } else { Vec::new() },
+        registry: Some(registry_digest(req.tools.iter().map(|t| (t.name.as_ref(), t.description.as_ref())))),
+        forced: req.forced.clone(),
+    }
+}
+
+/// What control's reply to a `/v1/resolve` call means for the filter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// An answer to [`finish`] with.
+    Answer(ResolveResponse),
+    /// Control does not know the registry's digest: ask once more with the
+    /// descriptors ([`question`] with `with_registry`).
+    SendRegistry,
+    /// No usable answer: [`finish`] with this outage.
+    Outage(Outage),
+}
+
+/// Reads control's reply (`status`, and the body when there is one).
+/// `registry_sent`: the question already carried the descriptors, so an
+/// unknown-registry reply is an outage rather than a reason to ask again (the
+/// filter asks at most twice per request).
+pub fn reply(status: u16, body: Option<&[u8]>, registry_sent: bool) -> Reply {
+    match status {
+        200 => match body.and_then(|b| serde_json::from_slice::<ResolveResponse>(b).ok()) {
+            Some(answer) => Reply::Answer(answer),
+            None => Reply::Outage(Outage::Garbage),
+        },
+        UNKNOWN_REGISTRY_STATUS if !registry_sent => {
+            match body.and_then(|b| serde_json::from_slice::<UnknownRegistry>(b).ok()) {
+                Some(UnknownRegistry { unknown_registry: true }) => Reply::SendRegistry,
+                _ => Reply::Outage(Outage::Status(status)),
+            }
+        }
+        _ => Reply::Outage(Outage::Status(status)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::format;
+
+    #[test]
+    fn an_unknown_registry_is_sent_once() {
+        let unknown = br#"{"unknown_registry":true}"#;
+        assert_eq!(reply(409, Some(unknown), false), Reply::SendRegistry);
+        assert_eq!(reply(409, Some(unknown), true), Reply::Outage(Outage::Status(409)));
+        assert_eq!(reply(409, Some(b"{}"), false), Reply::Outage(Outage::Status(409)));
+        assert_eq!(reply(409, None, false), Reply::Outage(Outage::Status(409)));
+        assert_eq!(reply(200, Some(b"nope"), false), Reply::Outage(Outage::Garbage));
+        assert_eq!(reply(503, None, false), Reply::Outage(Outage::Status(503)));
+        let ok = br#"{"tools":[{"name":"t1","reason":"rag"}]}"#;
+        assert!(matches!(reply(200, Some(ok), true), Reply::Answer(a) if a.tools.len() == 1));
+    }
+
+    #[test]
+    fn the_question_names_the_registry_by_digest() {
+        let b = body(5, Some("t2"));
+        let req = format::parse("/", &b).unwrap().unwrap();
+        let short = question(&req, Some("s"), Phase::Planner, false);
+        let full = question(&req, Some("s"), Phase::Planner, true);
+        assert!(short.tools.is_empty());
+        assert_eq!(full.tools.len(), 5);
+        assert_eq!(short.registry, full.registry);
+        assert_eq!(short.registry.as_deref(), Some(crate::wire::descriptors_digest(&full.tools).as_str()));
+        assert_eq!(short.forced, vec!["t2".to_owned()]);
+    }
 
     fn body(n: usize, choice: Option<&str>) -> Vec<u8> {
         let tools: Vec<String> = (0..n)

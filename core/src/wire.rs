@@ -17,7 +17,7 @@ pub struct ToolDescriptor {
 }
 
 /// The filter's question: which of these tools may the model see on this turn?
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ResolveRequest {
     /// The session named by the agent service, if any.
     #[serde(default)]
@@ -28,8 +28,16 @@ pub struct ResolveRequest {
     /// The latest user turn's text.
     #[serde(default)]
     pub turn: String,
-    /// Every function tool of the request, in request order.
+    /// Every function tool of the request, in request order. Empty when the
+    /// filter names the registry by [`Self::registry`] only: control then
+    /// answers [`UNKNOWN_REGISTRY_STATUS`] when it does not know that digest,
+    /// and the filter asks once more with the descriptors.
+    #[serde(default)]
     pub tools: Vec<ToolDescriptor>,
+    /// The [`registry_digest`] of the request's function tools (hex). `None`
+    /// (an older filter): control hashes [`Self::tools`] itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry: Option<String>,
     /// Functions the request forces (`tool_choice`, `tool_config`); always kept.
     #[serde(default)]
     pub forced: Vec<String>,
@@ -137,6 +145,62 @@ pub struct ResolveResponse {
     pub source: Source,
 }
 
+/// The status control answers a request naming a registry by a digest it
+/// does not know (evicted, or control restarted), with [`UnknownRegistry`] as
+/// the body.
+pub const UNKNOWN_REGISTRY_STATUS: u16 = 409;
+
+/// Control's answer to a registry digest it does not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnknownRegistry {
+    /// Always `true`: resend the request with its tool descriptors.
+    pub unknown_registry: bool,
+}
+
+/// A registry's digest: SHA-256 over each tool's name and description in
+/// request order, each length-prefixed (u64 little-endian), as 64 lowercase
+/// hex digits. The same tools in another order make another digest (and the
+/// same registry). A cryptographic hash because a client picks the tools: a
+/// registry crafted to collide with another's must not take its place in
+/// control's cache.
+pub fn registry_digest<'a>(tools: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for (name, description) in tools {
+        h.update((name.len() as u64).to_le_bytes());
+        h.update(name.as_bytes());
+        h.update((description.len() as u64).to_le_bytes());
+        h.update(description.as_bytes());
+    }
+    let bytes: [u8; 32] = h.finalize().into();
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(64);
+    for b in bytes {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 15)]));
+    }
+    out
+}
+
+/// A hex digest as bytes (`None` unless exactly 64 hex digits).
+pub fn parse_digest(hex: &str) -> Option<[u8; 32]> {
+    let hex = hex.as_bytes();
+    if hex.len() != 64 {
+        return None;
+    }
+    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let mut out = [0u8; 32];
+    for (i, pair) in hex.chunks_exact(2).enumerate() {
+        out[i] = digit(pair[0])? << 4 | digit(pair[1])?;
+    }
+    Some(out)
+}
+
+/// The digest of a descriptor list ([`registry_digest`]).
+pub fn descriptors_digest(tools: &[ToolDescriptor]) -> String {
+    registry_digest(tools.iter().map(|t| (t.name.as_str(), t.description.as_str())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,5 +237,26 @@ mod tests {
         let answer: ResolveResponse =
             serde_json::from_str(r#"{"tools":[{"name":"a","reason":"rag","mutating":false}]}"#).unwrap();
         assert!(!answer.tools[0].mutating);
+    }
+
+    #[test]
+    fn digests_are_hex_sha256_and_round_trip() {
+        let tools = [ToolDescriptor { name: "a".into(), description: "b".into() }];
+        let d = descriptors_digest(&tools);
+        assert_eq!(d.len(), 64);
+        assert_eq!(d, registry_digest([("a", "b")]));
+        assert_ne!(d, registry_digest([("ab", "")]), "length prefixes separate fields");
+        assert_eq!(parse_digest(&d).map(|b| b.len()), Some(32));
+        assert!(parse_digest("zz").is_none());
+        assert!(parse_digest(&"g".repeat(64)).is_none());
+    }
+
+    #[test]
+    fn a_request_by_digest_carries_no_tools() {
+        let req: ResolveRequest = serde_json::from_str(r#"{"registry":"ab","turn":"x"}"#).unwrap();
+        assert!(req.tools.is_empty());
+        assert_eq!(req.registry.as_deref(), Some("ab"));
+        let json = serde_json::to_string(&ResolveRequest::default()).unwrap();
+        assert!(!json.contains("registry"), "an older control never sees the field unless used");
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! Request path: headers (copy session and phase) → body buffered to its end
 //! (end of stream, or request trailers) → read by core → `POST /v1/resolve`
-//! to control → core's bounded decision → body rewritten → the independent
+//! to control, naming the registry by digest (when control answers that it
+//! does not know the digest, once more with the descriptors) → core's bounded decision → body rewritten → the independent
 //! detector counts tool definitions in what is about to leave → resumed, or
 //! refused. Every method that carries a body is read: a provider may honour
 //! a PUT, or `X-HTTP-Method-Override`, as a POST. `envoy.filters.http.buffer` sits after
@@ -20,8 +21,8 @@ use keyhole_core::config::{LlmConfig, OffSurface};
 use keyhole_core::format::{Format, ParsedRequest};
 use keyhole_core::prior::PriorSets;
 use keyhole_core::reply::{self, ErrorKind, LocalReply};
-use keyhole_core::surface::{self, Finished, Outage, Read, Refusal};
-use keyhole_core::wire::{ResolveRequest, ResolveResponse, Source, SurfacedTool};
+use keyhole_core::surface::{self, Finished, Outage, Read, Refusal, Reply};
+use keyhole_core::wire::{ResolveResponse, Source, SurfacedTool};
 use keyhole_core::Phase;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType};
@@ -45,7 +46,8 @@ enum State {
     /// Waiting for control's answer to call `token` (`None` while the call is
     /// being dispatched: Envoy may answer a dead cluster synchronously). The
     /// request is kept as read, with the body its spans refer to.
-    Resolving { token: Option<u32>, body: Vec<u8>, parsed: ParsedRequest<'static> },
+    /// `registry_sent`: the question carried the descriptors (the second ask).
+    Resolving { token: Option<u32>, body: Vec<u8>, parsed: ParsedRequest<'static>, registry_sent: bool },
     /// The request was decided; the response is checked against `surfaced`.
     Decided { surfaced: Vec<SurfacedTool>, source: Source, format: Format },
     /// Reading a non-streaming answer whole, to check its tool calls.
@@ -136,23 +138,31 @@ impl LlmStream {
             Read::Resolve(parsed) => parsed,
             Read::Refuse(refusal, reply) => return self.refuse(refusal, reply),
         };
-        let question = ResolveRequest {
-            session: self.session.clone(),
-            phase: self.phase,
-            turn: parsed.turn.clone(),
-            tools: parsed.descriptors(),
-            forced: parsed.forced.clone(),
-        };
+        let parsed = parsed.into_owned();
+        self.ask(body, parsed, false)
+    }
+
+    /// Asks control about `parsed` by its registry digest (`with_registry`:
+    /// with the descriptors as well) and waits; or decides at once when the
+    /// call cannot be dispatched or is answered synchronously.
+    fn ask(&mut self, body: Vec<u8>, parsed: ParsedRequest<'static>, with_registry: bool) -> Action {
+        let question = surface::question(&parsed, self.session.as_deref(), self.phase, with_registry);
         let Ok(payload) = serde_json::to_vec(&question) else {
             return self.apply(&parsed, &body, Err(Outage::Dispatch));
         };
-        let parsed = parsed.into_owned();
-        self.state = State::Resolving { token: None, body, parsed };
+        self.state = State::Resolving { token: None, body, parsed, registry_sent: with_registry };
+        // A second ask may be dispatched from a synchronous answer to the
+        // first, still inside the body callback: keep that knowledge.
+        let outer = self.in_body_callback;
         let dispatched = host::dispatch_to_control(&self.config.control, "/v1/resolve", &payload, &mut self.in_body_callback);
+        self.in_body_callback = outer;
         match (dispatched, &mut self.state) {
-            // Waiting for the answer.
+            // Waiting for the answer (or, when a synchronous answer already
+            // asked again, for that second call's).
             (Ok(id), State::Resolving { token, .. }) => {
-                *token = Some(id);
+                if token.is_none() {
+                    *token = Some(id);
+                }
                 Action::Pause
             }
             // Answered synchronously: the decision is already applied.
@@ -255,8 +265,10 @@ fn audit_value(surfaced: &[SurfacedTool]) -> String {
 
 impl Context for LlmStream {
     fn on_http_call_response(&mut self, token_id: u32, _headers: usize, body_size: usize, _trailers: usize) {
-        let (body, parsed) = match std::mem::replace(&mut self.state, State::Answered) {
-            State::Resolving { token, body, parsed } if token.is_none() || token == Some(token_id) => (body, parsed),
+        let (body, parsed, registry_sent) = match std::mem::replace(&mut self.state, State::Answered) {
+            State::Resolving { token, body, parsed, registry_sent } if token.is_none() || token == Some(token_id) => {
+                (body, parsed, registry_sent)
+            }
             other => {
                 self.state = other;
                 return;
@@ -265,14 +277,15 @@ impl Context for LlmStream {
         // An unreachable or slow control still lands here, with Envoy's
         // synthetic 503/504: always check the status.
         let status = host::call_response_header(":status").and_then(|s| s.parse::<u16>().ok()).unwrap_or(0);
-        let answer: Result<ResolveResponse, Outage> = if status == 200 {
-            host::buffer(BufferType::HttpCallResponseBody, body_size)
-                .and_then(|b| serde_json::from_slice(&b).ok())
-                .ok_or(Outage::Garbage)
-        } else {
-            Err(Outage::Status(status))
+        let reply = if body_size > 0 { host::buffer(BufferType::HttpCallResponseBody, body_size) } else { None };
+        let action = match surface::reply(status, reply.as_deref(), registry_sent) {
+            Reply::Answer(answer) => self.apply(&parsed, &body, Ok(&answer)),
+            Reply::Outage(outage) => self.apply(&parsed, &body, Err(outage)),
+            Reply::SendRegistry => {
+                log::info!("keyhole.registry-unknown context={} tools={}", self.context_id, parsed.tools.len());
+                self.ask(body, parsed, true)
+            }
         };
-        let action = self.apply(&parsed, &body, answer.as_ref().map_err(|e| *e));
         if matches!(action, Action::Continue) && !self.in_body_callback {
             host::resume_request();
         }

@@ -7,7 +7,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use keyhole_core::wire::{Reason, ResolveRequest, ResolveResponse, Source, SurfacedTool};
+use keyhole_core::wire::{
+    Reason, ResolveRequest, ResolveResponse, Source, SurfacedTool, UnknownRegistry, UNKNOWN_REGISTRY_STATUS,
+};
 use std::path::Path;
 use std::time::Duration;
 
@@ -20,7 +22,8 @@ pub enum Fault {
     Status(u16),
     /// Answers 200 with a body that is not a resolve answer.
     Garbage,
-    /// Answers 200 with every tool of the request.
+    /// Answers 200 with every tool of the request (after asking for the
+    /// descriptors of a request by digest alone, as for an unknown registry).
     Everything,
 }
 
@@ -56,6 +59,13 @@ async fn resolve(State(fault): State<Fault>, Json(req): Json<ResolveRequest>) ->
         Fault::Status(s) => (StatusCode::from_u16(s).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), "{\"error\":\"injected\"}")
             .into_response(),
         Fault::Garbage => (StatusCode::OK, "{\"tools\": [\"not\", \"a\", \"set\"").into_response(),
+        // Keeps no registry: a question by digest alone is answered "unknown",
+        // so the filter asks again with the descriptors.
+        Fault::Everything if req.tools.is_empty() && req.registry.is_some() => (
+            StatusCode::from_u16(UNKNOWN_REGISTRY_STATUS).unwrap_or(StatusCode::CONFLICT),
+            Json(UnknownRegistry { unknown_registry: true }),
+        )
+            .into_response(),
         Fault::Everything => Json(ResolveResponse {
             tools: req.tools.into_iter().map(|t| SurfacedTool { name: t.name, reason: Reason::Rag, mutating: false }).collect(),
             source: Source::Retrieval,

@@ -64,13 +64,14 @@ pub struct AuditEntry {
 
 impl AuditEntry {
     /// The entry for one resolution.
-    pub fn new(req: &ResolveRequest, res: &Resolution, retrieval: Retrieval, timings: Timings) -> AuditEntry {
+    /// `tools_in`: the registry's size (a request by digest carries no tools).
+    pub fn new(req: &ResolveRequest, tools_in: usize, res: &Resolution, retrieval: Retrieval, timings: Timings) -> AuditEntry {
         AuditEntry {
             at_ms: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
             phase: req.phase,
             source: res.source,
             retrieval,
-            tools_in: req.tools.len(),
+            tools_in,
             tools: res.to_response().tools,
             floors: res.trace.floors.clone(),
             domains: res.trace.domains.clone(),

@@ -333,6 +333,7 @@ async fn scaling(rounds: usize) -> anyhow::Result<Value> {
                 turn: "create an invoice for the patient".into(),
                 tools: synthetic_registry(n),
                 forced: Vec::new(),
+                registry: None,
             };
             // Index, then wait until every tool has been embedded once and the
             // registry is ranked by vector search.
@@ -514,6 +515,7 @@ async fn main() -> anyhow::Result<()> {
         turn: parsed.turn.clone(),
         tools: parsed.descriptors(),
         forced: Vec::new(),
+        registry: None,
     };
     let socket = stack.socket();
     let resolve_108 = resolve_over_socket(&socket, &catalog_req, rounds).await?;
