@@ -258,8 +258,8 @@ impl HmsStream {
         else {
             return Action::Pause;
         };
-        let decoded = match answer {
-            Answer::Ok(d) => d.ids,
+        let (decoded, epoch) = match answer {
+            Answer::Ok(d) => (d.ids, d.epoch),
             Answer::Failed(status) => {
                 log::warn!(
                     "keyhole.alias-decode context={} control_status={status}",
@@ -275,7 +275,8 @@ impl HmsStream {
         {
             Ok(rewritten) => rewritten,
             Err(e @ (RequestError::UnknownAlias { .. } | RequestError::Sentinel { .. })) => {
-                return self.reject(reply::error(ErrorKind::UnknownAlias, &e.to_string()))
+                let e = e.with_current_epoch(taxonomy(), epoch.as_deref());
+                return self.reject(reply::error(ErrorKind::UnknownAlias, &e.to_string()));
             }
             Err(e) => {
                 return self.reject(reply::internal(&format!(

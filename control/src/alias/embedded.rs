@@ -188,6 +188,14 @@ impl AliasStore for RedbStore {
         })
     }
 
+    fn current_epoch<'a>(&'a self, session: &'a str) -> StoreFuture<'a, Option<String>> {
+        Box::pin(async move {
+            let slot = self.sessions.get(session);
+            let slot = slot.lock().await;
+            Ok(slot.map.as_ref().and_then(|m| m.epoch()).map(|e| e.to_string()))
+        })
+    }
+
     fn sweep(&self) -> StoreFuture<'_, usize> {
         Box::pin(async move {
             let now = (self.config.clock)();

@@ -94,6 +94,9 @@ async fn decode(State(state): State<AliasState>, body: Bytes) -> Result<Json<Dec
         return Err(AliasApiError::BadRequest(format!("aliases: at most {MAX_BATCH} per request, got {}", req.aliases.len())));
     }
     let ids = state.store.decode(&req.session, &req.aliases).await?;
+    // Only when something was refused: the message then says whether the
+    // alias came from an earlier map.
+    let epoch = if ids.iter().any(Option::is_none) { state.store.current_epoch(&req.session).await? } else { None };
     tracing::debug!(
         session = %req.session,
         aliases = req.aliases.len(),
@@ -102,5 +105,5 @@ async fn decode(State(state): State<AliasState>, body: Bytes) -> Result<Json<Dec
         micros = started.elapsed().as_micros() as u64,
         "decoded"
     );
-    Ok(Json(DecodeResponse { ids }))
+    Ok(Json(DecodeResponse { ids, epoch }))
 }

@@ -70,6 +70,11 @@ pub trait AliasStore: Send + Sync {
     /// (near-miss repair included, see `SessionMap::decode`).
     fn decode<'a>(&'a self, session: &'a str, aliases: &'a [String]) -> StoreFuture<'a, Vec<Option<DecodedIds>>>;
 
+    /// The epoch of the session's current map as loaded by the last
+    /// `encode`/`decode` (`None` when none is loaded, or it has no epoch).
+    /// Only for messages: an alias of another epoch is refused either way.
+    fn current_epoch<'a>(&'a self, session: &'a str) -> StoreFuture<'a, Option<String>>;
+
     /// Drops sessions idle for longer than the TTL; returns how many.
     fn sweep(&self) -> StoreFuture<'_, usize>;
 

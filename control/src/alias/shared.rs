@@ -169,6 +169,14 @@ impl AliasStore for RedisStore {
         })
     }
 
+    fn current_epoch<'a>(&'a self, session: &'a str) -> StoreFuture<'a, Option<String>> {
+        Box::pin(async move {
+            let slot = self.sessions.get(session);
+            let slot = slot.lock().await;
+            Ok(slot.map.epoch().map(|e| e.to_string()))
+        })
+    }
+
     fn sweep(&self) -> StoreFuture<'_, usize> {
         Box::pin(async move {
             // Redis expires the keys; forget cached copies of sessions that are

@@ -466,7 +466,12 @@ async fn http_routes_speak_the_wire_types() {
     let (status, body) =
         call(&app, "/v1/alias/decode", &format!(r#"{{"session":"s","aliases":["{p1}","{}","patient-001"]}}"#, at(&p1, "patient-009"))).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(body, serde_json::json!({"ids": [{"alias": p1, "kind": "patient", "uuid": u, "fhirId": "pat-1"}, null, null]}));
+    // With a refusal, the answer names the current map's epoch (for the
+    // filter's message); without one it is left out.
+    let epoch = p1.split('-').nth(1).unwrap().to_owned();
+    assert_eq!(body, serde_json::json!({"ids": [{"alias": p1, "kind": "patient", "uuid": u, "fhirId": "pat-1"}, null, null], "epoch": epoch}));
+    let (_, body) = call(&app, "/v1/alias/decode", &format!(r#"{{"session":"s","aliases":["{p1}"]}}"#)).await;
+    assert_eq!(body, serde_json::json!({"ids": [{"alias": p1, "kind": "patient", "uuid": u, "fhirId": "pat-1"}]}));
 
     let cases = [
         ("/v1/alias/encode", "{".to_owned(), StatusCode::BAD_REQUEST, "bad_request"),

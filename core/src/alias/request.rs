@@ -34,6 +34,16 @@ pub enum RequestError {
         /// The alias as written.
         alias: String,
     },
+    /// An alias whose epoch is not the one of the session's current map: it
+    /// was issued under a map of this session that has since expired or been
+    /// lost (or under another session's map). It is never decoded again.
+    #[error("alias {alias:?} is not from this session's current map: it was issued under an earlier map of this session (expired, or its aliases were lost) or under another session, and is never decoded again; look the record up again for a current alias")]
+    EarlierMap {
+        /// The alias as written.
+        alias: String,
+        /// The epoch of the session's current map.
+        current: String,
+    },
     /// A sentinel, handed out past the session's alias limit, never decodes.
     #[error("alias {alias:?} stands for an id past this session's alias limit and cannot be used")]
     Sentinel {
@@ -59,6 +69,42 @@ pub enum RequestError {
         /// Bytes passed.
         got: usize,
     },
+}
+
+impl RequestError {
+    /// The alias this error names, if any.
+    pub fn alias(&self) -> Option<&str> {
+        match self {
+            RequestError::UnknownAlias { alias }
+            | RequestError::EarlierMap { alias, .. }
+            | RequestError::Sentinel { alias } => Some(alias),
+            _ => None,
+        }
+    }
+
+    /// Turns [`RequestError::UnknownAlias`] into [`RequestError::EarlierMap`]
+    /// when the alias carries an epoch other than `current`, the epoch of the
+    /// session's current map (control's decode answer says it). Any other
+    /// error is returned as is.
+    pub fn with_current_epoch(self, tax: &Taxonomy, current: Option<&str>) -> RequestError {
+        match (self, current) {
+            (RequestError::UnknownAlias { alias }, Some(current)) => {
+                let other = tax
+                    .parse_alias(&alias)
+                    .and_then(|p| p.epoch)
+                    .is_some_and(|e| e.as_str() != current);
+                if other {
+                    RequestError::EarlierMap {
+                        alias,
+                        current: current.to_owned(),
+                    }
+                } else {
+                    RequestError::UnknownAlias { alias }
+                }
+            }
+            (e, _) => e,
+        }
+    }
 }
 
 /// One alias occurrence.

@@ -140,6 +140,11 @@ pub struct DecodedIds {
 pub struct DecodeResponse {
     /// Decoded ids or `null`, in request order.
     pub ids: Vec<Option<DecodedIds>>,
+    /// The epoch of the session's current map (`k7q2`), so that the filter can
+    /// tell an alias of an earlier map from an invented one in its refusal.
+    /// Absent from a control that predates it, or for an epoch-less map.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<String>,
 }
 
 /// A machine-readable error code of the alias API.
@@ -220,6 +225,7 @@ mod tests {
                 }),
                 None,
             ],
+            epoch: None,
         };
         assert_eq!(
             serde_json::to_string(&resp).unwrap(),

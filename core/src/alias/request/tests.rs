@@ -169,3 +169,27 @@ fn ignores_what_is_not_an_alias() {
     assert!(scan.aliases().is_empty(), "{:?}", scan.aliases());
     assert!(RequestScan::new(&tax, "/", Some((b"{", BodyKind::Json))).is_err());
 }
+
+#[test]
+fn an_alias_of_another_epoch_is_refused_as_from_an_earlier_map() {
+    let tax = Taxonomy::default();
+    let unknown = |a: &str| RequestError::UnknownAlias { alias: a.into() };
+    let e = unknown("patient-k7q2-001").with_current_epoch(&tax, Some("m3p9"));
+    assert_eq!(
+        e,
+        RequestError::EarlierMap {
+            alias: "patient-k7q2-001".into(),
+            current: "m3p9".into()
+        }
+    );
+    assert!(e.to_string().contains("patient-k7q2-001") && e.to_string().contains("earlier map"));
+    assert_eq!(e.alias(), Some("patient-k7q2-001"));
+    // Same epoch (invented number), no epoch, or no current epoch known: unknown.
+    for (alias, current) in [
+        ("patient-k7q2-042", Some("k7q2")),
+        ("patient-042", Some("k7q2")),
+        ("patient-k7q2-042", None),
+    ] {
+        assert_eq!(unknown(alias).with_current_epoch(&tax, current), unknown(alias));
+    }
+}
