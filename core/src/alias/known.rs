@@ -1,6 +1,6 @@
-//! Known ids, found anywhere: one Aho-Corasick automaton over every raw id a
-//! session knows (learned from structured positions of this body or of earlier
-//! ones), in its plain, percent-encoded and HTML-entity forms.
+//! Known ids, found anywhere: every raw id a session knows (learned from
+//! structured positions of this body or of earlier ones), in its plain,
+//! percent-encoded and HTML-entity forms, letter case ignored.
 //!
 //! A match counts unless it continues a word of the same class on either side
 //! (`slot-im-1` is not inside `slot-im-12` or `xslot-im-1`), so an id glued to
@@ -9,84 +9,204 @@
 //! only take part when they have at least [`MIN_NUMERIC_LEN`] digits: a short
 //! number in prose is a count or a dose, not an id (it is still aliased where
 //! it stands under an id key).
+//!
+//! The search needs no automaton: a match must start and end on a class
+//! boundary, so only those positions are tried, each against the few distinct
+//! lengths of the values (filtered by first and last byte) and then one hash
+//! lookup. Building it is one hash insert per value (no copy when the value is
+//! already lower case), so it is cheap to build per response, and the scan is
+//! one pass with no allocation per match. Encoded dashes (`%2D`, `&#45;`,
+//! `&#x2d;`) are folded to `-` in a copy of the text, made only when the text
+//! holds a `%` or `&` and some value holds a `-`.
 
-use aho_corasick::{AhoCorasick, AhoCorasickBuilder, AhoCorasickKind, MatchKind};
+use memchr::memchr2;
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::ops::Range;
 
 /// Shortest all-digit value searched in free text.
 pub(crate) const MIN_NUMERIC_LEN: usize = 5;
 
-/// The automaton and, per pattern, the index of the value it stands for.
-pub(crate) struct KnownIds {
-    ac: Option<AhoCorasick>,
-    value_of: Vec<usize>,
+/// The session's known values, ready to be searched for.
+pub(crate) struct KnownIds<'v> {
+    /// Lower-cased value → index of the value it stands for.
+    table: HashMap<Cow<'v, [u8]>, usize, rustc_hash::FxBuildHasher>,
+    /// Distinct value lengths, longest first (leftmost-longest matching).
+    lens: Vec<usize>,
+    /// Bytes a value may start / end with (both letter cases).
+    first: [bool; 256],
+    last: [bool; 256],
+    /// Lower-cased first two bytes of the values, as a 64 Kbit set: most
+    /// candidate starts end here, before any length is tried.
+    pairs: Vec<u64>,
+    /// Whether some value holds a `-` (its encoded forms must be searched).
+    dash: bool,
 }
 
-/// Encodings of `-` (and `:`) an id may carry in a URL or an HTML body.
-const ENCODED_DASH: [&str; 5] = ["%2D", "%2d", "&#45;", "&#x2d;", "&#x2D;"];
+fn has(set: &[bool; 256], b: u8) -> bool {
+    set.get(usize::from(b)).copied().unwrap_or(false)
+}
 
-impl KnownIds {
-    /// Builds the automaton over `values` (index = value number). Values that
-    /// are too short to be searched safely are left out.
-    pub(crate) fn new<'v>(values: impl IntoIterator<Item = &'v str>) -> KnownIds {
-        let mut patterns: Vec<String> = Vec::new();
-        let mut value_of = Vec::new();
+fn pair_bit(a: u8, b: u8) -> (usize, u64) {
+    let p = usize::from(a.to_ascii_lowercase()) << 8 | usize::from(b.to_ascii_lowercase());
+    (p >> 6, 1u64 << (p & 63))
+}
+
+/// Encodings of `-` an id may carry in a URL or an HTML body (compared
+/// without regard to letter case).
+const ENCODED_DASH: [&[u8]; 3] = [b"%2d", b"&#45;", b"&#x2d;"];
+
+impl<'v> KnownIds<'v> {
+    /// Indexes `values` (index = value number). Values that are too short to
+    /// be searched safely are left out; of two values equal but for letter
+    /// case, the first wins.
+    pub(crate) fn new(values: impl IntoIterator<Item = &'v str>) -> KnownIds<'v> {
+        let mut k = KnownIds {
+            table: HashMap::default(),
+            lens: Vec::new(),
+            first: [false; 256],
+            last: [false; 256],
+            pairs: vec![0; 1024],
+            dash: false,
+        };
         for (i, v) in values.into_iter().enumerate() {
             if !searchable(v) {
                 continue;
             }
-            patterns.push(v.to_owned());
-            value_of.push(i);
-            if v.contains('-') {
-                for enc in ENCODED_DASH {
-                    patterns.push(v.replace('-', enc));
-                    value_of.push(i);
+            let b = v.as_bytes();
+            let key: Cow<'v, [u8]> = if b.iter().any(u8::is_ascii_uppercase) {
+                Cow::Owned(b.to_ascii_lowercase())
+            } else {
+                Cow::Borrowed(b)
+            };
+            if let (Some(&f), Some(&l)) = (key.first(), key.last()) {
+                for x in [f, f.to_ascii_uppercase()] {
+                    if let Some(slot) = k.first.get_mut(usize::from(x)) {
+                        *slot = true;
+                    }
+                }
+                for x in [l, l.to_ascii_uppercase()] {
+                    if let Some(slot) = k.last.get_mut(usize::from(x)) {
+                        *slot = true;
+                    }
                 }
             }
+            if let (Some(&a), Some(&c)) = (key.first(), key.get(1)) {
+                let (w, bit) = pair_bit(a, c);
+                if let Some(word) = k.pairs.get_mut(w) {
+                    *word |= bit;
+                }
+            }
+            k.dash |= b.contains(&b'-');
+            if !k.lens.contains(&b.len()) {
+                k.lens.push(b.len());
+            }
+            k.table.entry(key).or_insert(i);
         }
-        let ac = if patterns.is_empty() {
-            None
-        } else {
-            AhoCorasickBuilder::new()
-                .match_kind(MatchKind::LeftmostLongest)
-                .ascii_case_insensitive(true)
-                // Built per response: a contiguous NFA builds in microseconds,
-                // a DFA would cost more than the scan it speeds up.
-                .kind(Some(AhoCorasickKind::ContiguousNFA))
-                .build(&patterns)
-                .ok()
-        };
-        KnownIds { ac, value_of }
-    }
-
-    /// Whether the automaton could not be built although values were given:
-    /// the caller must fail closed.
-    pub(crate) fn broken(&self) -> bool {
-        self.ac.is_none() && !self.value_of.is_empty()
+        k.lens.sort_unstable_by(|a, b| b.cmp(a));
+        k
     }
 
     /// Calls `f(range, value)` for each accepted match in `hay`, in order,
-    /// without overlaps.
+    /// without overlaps (leftmost, then longest).
     pub(crate) fn for_each(&self, hay: &[u8], mut f: impl FnMut(Range<usize>, usize)) {
-        let Some(ac) = &self.ac else {
-            return;
-        };
-        for m in ac.find_iter(hay) {
-            let r = m.start()..m.end();
-            if accept(hay, &r) {
-                if let Some(v) = self.value_of.get(m.pattern().as_usize()) {
-                    f(r, *v);
-                }
-            }
-        }
+        self.search(hay, |r, v| {
+            f(r, v);
+            true
+        });
     }
 
     /// The first accepted match in `hay`.
     pub(crate) fn first(&self, hay: &[u8]) -> Option<Range<usize>> {
-        let ac = self.ac.as_ref()?;
-        ac.find_iter(hay)
-            .map(|m| m.start()..m.end())
-            .find(|r| accept(hay, r))
+        let mut found = None;
+        self.search(hay, |r, _| {
+            found = Some(r);
+            false
+        });
+        found
+    }
+
+    /// Searches `hay`, with encoded dashes folded when they may matter;
+    /// `f` returns whether to go on.
+    fn search(&self, hay: &[u8], mut f: impl FnMut(Range<usize>, usize) -> bool) {
+        if self.table.is_empty() {
+            return;
+        }
+        if !(self.dash && memchr2(b'%', b'&', hay).is_some()) {
+            self.search_plain(hay, &mut f);
+            return;
+        }
+        // Fold `%2D` / `&#45;` / `&#x2d;` to `-`; `map[i]` is the offset in
+        // `hay` of folded byte `i` (one extra entry for the end).
+        let mut text = Vec::with_capacity(hay.len());
+        let mut map = Vec::with_capacity(hay.len() + 1);
+        let mut i = 0;
+        while let Some(&b) = hay.get(i) {
+            let enc = if b == b'%' || b == b'&' {
+                ENCODED_DASH.iter().find(|e| {
+                    hay.get(i..i + e.len())
+                        .is_some_and(|h| h.eq_ignore_ascii_case(e))
+                })
+            } else {
+                None
+            };
+            map.push(i);
+            match enc {
+                Some(e) => {
+                    text.push(b'-');
+                    i += e.len();
+                }
+                None => {
+                    text.push(b);
+                    i += 1;
+                }
+            }
+        }
+        map.push(hay.len());
+        self.search_plain(&text, &mut |r: Range<usize>, v| {
+            let (Some(&s), Some(&e)) = (map.get(r.start), map.get(r.end)) else {
+                return true;
+            };
+            f(s..e, v)
+        });
+    }
+
+    fn search_plain(&self, t: &[u8], f: &mut impl FnMut(Range<usize>, usize) -> bool) {
+        let mut key: Vec<u8> = Vec::new();
+        let mut i = 0;
+        while let Some(&b) = t.get(i) {
+            let paired = t.get(i + 1).is_some_and(|&c| {
+                let (w, bit) = pair_bit(b, c);
+                self.pairs.get(w).is_some_and(|word| word & bit != 0)
+            });
+            if !has(&self.first, b) || !paired || !start_ok(t, i) {
+                i += 1;
+                continue;
+            }
+            let mut next = i + 1;
+            for &len in &self.lens {
+                let e = i + len;
+                let Some(&last) = e.checked_sub(1).and_then(|l| t.get(l)) else {
+                    continue;
+                };
+                if !has(&self.last, last) || !end_ok(t, e) {
+                    continue;
+                }
+                let Some(cand) = t.get(i..e) else {
+                    continue;
+                };
+                key.clear();
+                key.extend(cand.iter().map(u8::to_ascii_lowercase));
+                if let Some(&v) = self.table.get(key.as_slice()) {
+                    if !f(i..e, v) {
+                        return;
+                    }
+                    next = e;
+                    break;
+                }
+            }
+            i = next;
+        }
     }
 }
 
@@ -102,29 +222,31 @@ pub(crate) fn searchable(v: &str) -> bool {
 }
 
 fn same_class(a: u8, b: u8) -> bool {
-    (a.is_ascii_digit() && b.is_ascii_digit()) || (a.is_ascii_alphabetic() && b.is_ascii_alphabetic())
+    (a.is_ascii_digit() && b.is_ascii_digit())
+        || (a.is_ascii_alphabetic() && b.is_ascii_alphabetic())
 }
 
-/// Boundary rule (see the module doc).
-fn accept(hay: &[u8], r: &Range<usize>) -> bool {
-    let (Some(&first), Some(&last)) = (hay.get(r.start), r.end.checked_sub(1).and_then(|e| hay.get(e))) else {
-        return false;
+/// Boundary rule at the start of a match at `i` (see the module doc).
+fn start_ok(t: &[u8], i: usize) -> bool {
+    let (Some(&first), Some(&before)) = (t.get(i), i.checked_sub(1).and_then(|b| t.get(b))) else {
+        return true;
     };
-    if let Some(&before) = r.start.checked_sub(1).and_then(|b| hay.get(b)) {
-        let escape = r.start >= 3
-            && hay.get(r.start - 3) == Some(&b'%')
-            && hay.get(r.start - 2).is_some_and(u8::is_ascii_hexdigit)
-            && before.is_ascii_hexdigit();
-        if same_class(before, first) && !escape {
-            return false;
-        }
+    if !same_class(before, first) {
+        return true;
     }
-    if let Some(&after) = hay.get(r.end) {
-        if same_class(last, after) {
-            return false;
-        }
+    // Glued by a percent escape (`%2Fpat-1`).
+    i >= 3
+        && t.get(i - 3) == Some(&b'%')
+        && t.get(i - 2).is_some_and(u8::is_ascii_hexdigit)
+        && before.is_ascii_hexdigit()
+}
+
+/// Boundary rule at the end `e` of a match (see the module doc).
+fn end_ok(t: &[u8], e: usize) -> bool {
+    match (e.checked_sub(1).and_then(|l| t.get(l)), t.get(e)) {
+        (Some(&last), Some(&after)) => !same_class(last, after),
+        _ => true,
     }
-    true
 }
 
 /// Percent-decodes and HTML-entity-decodes `text` when it holds an escape;
@@ -137,7 +259,9 @@ pub(crate) fn decoded_view(text: &[u8]) -> Option<String> {
     let mut i = 0;
     while let Some(&b) = text.get(i) {
         if b == b'%' {
-            let hex = text.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+            let hex = text
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok());
             if let Some(v) = hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
                 out.push(v);
                 i += 3;
@@ -212,7 +336,10 @@ mod tests {
         assert_eq!(found(&v, "Arztbrief_pat-000123_2025.pdf"), ["pat-000123"]);
         assert_eq!(found(&v, "\"pat-000123-v7\""), ["pat-000123"]);
         assert_eq!(found(&v, "?subject=Patient%2Fpat-000123&x"), ["pat-000123"]);
-        assert_eq!(found(&v, "pat&#45;000123 pat%2D000123"), ["pat&#45;000123", "pat%2D000123"]);
+        assert_eq!(
+            found(&v, "pat&#45;000123 pat%2D000123"),
+            ["pat&#45;000123", "pat%2D000123"]
+        );
         assert_eq!(found(&v, "/patients/482913/x 1482913 4829130"), ["482913"]);
         assert_eq!(found(&v, "slot-im-12 xslot-im-1 slot-im-1."), ["slot-im-1"]);
         assert_eq!(found(&["12"], "12 tablets"), Vec::<String>::new());
@@ -220,8 +347,14 @@ mod tests {
 
     #[test]
     fn decodes_escapes() {
-        assert_eq!(decoded_view(b"Patient%2Fpat-1").as_deref(), Some("Patient/pat-1"));
-        assert_eq!(decoded_view(b"pat&#45;1 &amp; &#x2D;").as_deref(), Some("pat-1 & -"));
+        assert_eq!(
+            decoded_view(b"Patient%2Fpat-1").as_deref(),
+            Some("Patient/pat-1")
+        );
+        assert_eq!(
+            decoded_view(b"pat&#45;1 &amp; &#x2D;").as_deref(),
+            Some("pat-1 & -")
+        );
         assert_eq!(decoded_view(b"a%252Fb").as_deref(), Some("a/b"));
         assert_eq!(decoded_view(b"plain"), None);
     }

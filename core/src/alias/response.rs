@@ -248,7 +248,7 @@ impl<'t> ResponseScan<'t> {
     /// [`Self::ids`], and `known`, the ids the session learned from earlier
     /// bodies with their aliases (control returns them with the encode
     /// answer). Every occurrence of any of these ids is replaced, wherever it
-    /// stands. The automaton is built once here.
+    /// stands. The search index is built once here.
     ///
     /// Fails when the aliases do not fit the ids.
     pub fn rewriter<'r>(
@@ -278,17 +278,17 @@ impl<'t> ResponseScan<'t> {
             values.push(&k.value);
             alias_of.push(&k.alias);
         }
-        let quoted = alias_of.iter().map(|a| format!("\"{a}\"")).collect();
-        let automaton = KnownIds::new(values.iter().copied());
-        if automaton.broken() {
-            return Err(RewriteError::Leak { at: 0 });
-        }
+        let known = KnownIds::new(values.iter().copied());
+        let allowed = aliases
+            .iter()
+            .map(String::as_bytes)
+            .chain(alias_of.iter().map(|a| a.as_bytes()))
+            .collect();
         Ok(Rewriter {
             scan: self,
-            aliases,
             alias_of,
-            quoted,
-            known: automaton,
+            allowed,
+            known,
         })
     }
 
@@ -430,12 +430,11 @@ type FixedState = rustc_hash::FxBuildHasher;
 /// Applies one encode answer to the parts of a scan ([`ResponseScan::rewriter`]).
 pub struct Rewriter<'r, 't> {
     scan: &'r ResponseScan<'t>,
-    aliases: &'r [String],
     /// Alias per value (scan values, then the session's earlier ids).
     alias_of: Vec<&'r str>,
-    /// The same, as JSON strings (for ids that stood as numbers).
-    quoted: Vec<String>,
-    known: KnownIds,
+    /// Every alias of this answer: what verification lets through.
+    allowed: std::collections::HashSet<&'r [u8], FixedState>,
+    known: KnownIds<'r>,
 }
 
 impl Rewriter<'_, '_> {
@@ -461,12 +460,13 @@ impl Rewriter<'_, '_> {
             return Ok(body.to_vec());
         }
         let alias = |v: usize| self.alias_of.get(v).copied().unwrap_or("");
-        let quoted = |v: usize| self.quoted.get(v).map_or("", String::as_str);
+        // Ids that stood as numbers are written back as JSON strings.
+        let quoted = |v: usize| Cow::Owned(format!("\"{}\"", alias(v)));
         let is_number = |r: &Range<usize>| p.numbers.binary_search_by(|n| n.start.cmp(&r.start)).is_ok_and(|i| p.numbers.get(i) == Some(r));
         let mut edits: Vec<(Range<usize>, Cow<'_, str>)> = Vec::with_capacity(p.occs.len());
         for (r, v) in &p.occs {
-            let with = if is_number(r) { quoted(*v) } else { alias(*v) };
-            edits.push((r.clone(), Cow::Borrowed(with)));
+            let with = if is_number(r) { quoted(*v) } else { Cow::Borrowed(alias(*v)) };
+            edits.push((r.clone(), with));
         }
         // Known ids anywhere: inside unescaped strings, or a whole number.
         self.known.for_each(body, |r, v| {
@@ -483,7 +483,7 @@ impl Rewriter<'_, '_> {
             if in_lit {
                 edits.push((r, Cow::Borrowed(alias(v))));
             } else if is_number(&r) {
-                edits.push((r, Cow::Borrowed(quoted(v))));
+                edits.push((r, quoted(v)));
             }
         });
         // Escaped literals: rewrite the decoded text, re-encode the literal.
@@ -527,11 +527,7 @@ impl Rewriter<'_, '_> {
             return Err(RewriteError::Leak { at: r.start });
         }
         let tax = self.scan.tax;
-        let aliases = self.aliases;
-        let known_aliases = &self.alias_of;
-        let allowed = |v: &[u8]| {
-            aliases.iter().any(|a| a.as_bytes() == v) || known_aliases.iter().any(|a| a.as_bytes() == v)
-        };
+        let allowed = |v: &[u8]| self.allowed.contains(v);
         let mut hits = Vec::new();
         let mut check = |text: &[u8], at: usize| -> Result<(), RewriteError> {
             shape::find_in_text(tax, text, &mut hits);
