@@ -53,11 +53,17 @@ export HMS_FILTER_CONFIG=${HMS_FILTER_CONFIG:-'{"mode":"hms","timeout_ms":5000}'
 
 # The catalog's metadata overlay (categories, retrieval descriptions, keywords,
 # patient requirements) when the catalog is there; keyhole works without one.
+# The registry the demo request carries is indexed at start, so the first turn
+# is hybrid (control's /healthz answers 503 until then; the wait is bounded).
 overlay=()
 [ -f "$CATALOG/tools.json" ] && overlay=(--overlay "$CATALOG/tools.json")
-target/release/keyhole serve --socket "$KEYHOLE_SOCKET" --data-dir "$RUN/data" "${overlay[@]}" &
+registry=()
+[ -f "$CATALOG/openai_request.json" ] && registry=(--registry "$CATALOG/openai_request.json")
+target/release/keyhole serve --socket "$KEYHOLE_SOCKET" --data-dir "$RUN/data" "${overlay[@]}" "${registry[@]}" &
 pids+=($!)
 for _ in $(seq 1 100); do [ -S "$KEYHOLE_SOCKET" ] && break; sleep 0.1; done
+echo "indexing the catalog registry (control reports ready when done)..."
+for _ in $(seq 1 600); do target/release/keyhole health --socket "$KEYHOLE_SOCKET" >/dev/null 2>&1 && break; sleep 0.5; done
 envoy/render.py envoy/envoy.yaml.tmpl >"$RUN/envoy.yaml"
 .venv/bin/envoy -c "$RUN/envoy.yaml" --disable-hot-restart --log-level info --concurrency 2 &
 pids+=($!)

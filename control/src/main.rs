@@ -8,7 +8,7 @@ use keyhole_control::embed::{Embedder, EmbedderConfig};
 use keyhole_control::eval::{self, EvalOptions, Mode};
 use keyhole_control::index::{Indexer, MemoryStore, QdrantStore, VectorStore};
 use keyhole_control::load::{load_registry, LoadedRegistry};
-use keyhole_control::resolve::{Resolver, ResolverSettings};
+use keyhole_control::resolve::{Resolver, ResolverSettings, StartupIndex};
 use keyhole_control::server::{self, AppState};
 use keyhole_core::alias::Taxonomy;
 use keyhole_core::rank::config::{RankConfig, RankSettings};
@@ -232,6 +232,7 @@ impl clap::FromArgMatches for CommonArgs {
 #[derive(Clone)]
 struct ServeArgs {
     socket: PathBuf,
+    registry: Option<PathBuf>,
     aliases: AliasArgs,
 }
 
@@ -248,6 +249,7 @@ impl clap::FromArgMatches for ServeArgs {
     fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
         Ok(ServeArgs {
             socket: PathBuf::from(given::<String>(m, "socket")?),
+            registry: text(m, "retrieval.registry").map(PathBuf::from),
             aliases: AliasArgs {
                 redis_url: text(m, "aliases.redis_url"),
                 redis_prefix: given(m, "aliases.redis_prefix")?,
@@ -392,11 +394,26 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{}: ok ({} settings)", file.display(), config.len());
         }
         // `--config` was expanded into flags before parsing.
-        Command::Serve { config: _, serve: ServeArgs { socket, aliases }, common } => {
-            let resolver = resolver(&common.data_dir, &common.embedder, &common.engine, None, None).await?;
+        Command::Serve { config: _, serve: ServeArgs { socket, registry, aliases }, common } => {
+            let (resolver, configured) = match &registry {
+                Some(path) => {
+                    let mut loaded = load(path)?;
+                    let resolver = Arc::new(resolver_for(&common, &mut loaded).await?);
+                    resolver.expect_registry(loaded.tools.len());
+                    (resolver, Some(loaded.tools))
+                }
+                None => (Arc::new(resolver(&common.data_dir, &common.embedder, &common.engine, None, None).await?), None),
+            };
+            if let Some(tools) = configured {
+                // Served meanwhile: `/healthz` answers 503 until this is done.
+                let resolver = resolver.clone();
+                tokio::spawn(async move {
+                    resolver.index_at_start(&tools, StartupIndex::default()).await;
+                });
+            }
             let aliases = alias_store(&aliases, &common.data_dir).await?;
             spawn_sweeper(aliases.clone());
-            let state = AppState { resolver: Arc::new(resolver), aliases };
+            let state = AppState { resolver, aliases };
             server::serve_unix(&socket, server::router(state), server::shutdown_signal())
                 .await
                 .with_context(|| format!("serving on {}", socket.display()))?;

@@ -1,7 +1,8 @@
 //! control's own metrics, served at `GET /metrics` in the Prometheus text format.
 //!
-//! Requests are counted per route and status with their total duration, and
-//! resolves per source (retrieval or fallback) with tools in and out. No label
+//! Requests are counted per route and status with their total duration,
+//! resolves per source (retrieval, lexical or fallback) with tools in and
+//! out, and the state of the configured registry's index is a gauge. No label
 //! carries a session, an id or any request content.
 
 use axum::extract::{MatchedPath, Request, State};
@@ -20,6 +21,7 @@ pub struct Metrics {
     /// (route, status) → (requests, seconds).
     requests: Mutex<BTreeMap<(String, u16), (u64, f64)>>,
     resolves_retrieval: AtomicU64,
+    resolves_lexical: AtomicU64,
     resolves_fallback: AtomicU64,
     tools_in: AtomicU64,
     tools_out: AtomicU64,
@@ -47,6 +49,7 @@ impl Metrics {
     pub fn resolved(&self, source: Source, tools_in: usize, tools_out: usize) {
         let counter = match source {
             Source::Retrieval => &self.resolves_retrieval,
+            Source::Lexical => &self.resolves_lexical,
             Source::ControlFallback | Source::FilterFallback => &self.resolves_fallback,
         };
         counter.fetch_add(1, Ordering::Relaxed);
@@ -83,6 +86,7 @@ impl Metrics {
         out.push_str("# HELP keyhole_control_resolves_total Candidate sets answered, by source.\n");
         out.push_str("# TYPE keyhole_control_resolves_total counter\n");
         let _ = writeln!(out, "keyhole_control_resolves_total{{source=\"retrieval\"}} {}", self.resolves_retrieval.load(Ordering::Relaxed));
+        let _ = writeln!(out, "keyhole_control_resolves_total{{source=\"lexical\"}} {}", self.resolves_lexical.load(Ordering::Relaxed));
         let _ = writeln!(out, "keyhole_control_resolves_total{{source=\"fallback\"}} {}", self.resolves_fallback.load(Ordering::Relaxed));
         out.push_str("# HELP keyhole_control_tools_total Function tools received and surfaced by resolves.\n");
         out.push_str("# TYPE keyhole_control_tools_total counter\n");
@@ -98,6 +102,24 @@ impl Metrics {
         }
         out
     }
+}
+
+/// Appends the configured registry's index state: one gauge per state (1 for
+/// the current one) and the attempts it has taken.
+pub fn render_index(out: &mut String, state: &crate::resolve::IndexState) {
+    use crate::resolve::IndexState;
+    out.push_str("# HELP keyhole_control_index_state The configured registry's index: 1 for the current state.\n");
+    out.push_str("# TYPE keyhole_control_index_state gauge\n");
+    for name in ["unconfigured", "indexing", "ready"] {
+        let _ = writeln!(out, "keyhole_control_index_state{{state=\"{name}\"}} {}", u8::from(state.as_str() == name));
+    }
+    let attempts = match state {
+        IndexState::Unconfigured => 0,
+        IndexState::Indexing { attempts, .. } | IndexState::Ready { attempts, .. } => *attempts,
+    };
+    out.push_str("# HELP keyhole_control_index_attempts Attempts at indexing the configured registry.\n");
+    out.push_str("# TYPE keyhole_control_index_attempts gauge\n");
+    let _ = writeln!(out, "keyhole_control_index_attempts {attempts}");
 }
 
 /// Middleware counting each matched route's requests and time.

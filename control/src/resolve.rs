@@ -16,10 +16,16 @@
 //!   lexically (`cosine: Some(&[])`); once indexed, hybrid;
 //! - the session's prior audited set.
 //!
-//! An embedder or store failure (or the retrieval deadline passing) is an
-//! outage: the engine's bounded fallback answers (`cosine: None`,
-//! `source: control-fallback`) over the session's prior set and the floors,
-//! never more than the phase budget. Only a successful retrieval updates the
+//! A turn ranked without vectors says so (`source: lexical`): while its
+//! registry is being indexed (a turn waits for that index only until its
+//! deadline), or when the deadline passes before the turn's embedding and
+//! search do. The registry control is configured with (`--registry`) is
+//! indexed at start ([`Resolver::index_at_start`]: smaller batches and
+//! backoff until done), and `/healthz` answers 503 until it is.
+//!
+//! An embedder or store failure is an outage: the engine's bounded fallback
+//! answers (`cosine: None`, `source: control-fallback`) over the session's
+//! prior set and the floors, never more than the phase budget. Only a successful retrieval updates the
 //! session's audited set. Every answer is appended to the session's bounded
 //! audit trail (names, reasons, source and timings — never the turn's text).
 
@@ -42,7 +48,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, Notify};
 
 /// Why the turn's cosines could not be computed (an outage).
 #[derive(Debug, thiserror::Error)]
@@ -72,12 +78,86 @@ pub enum ResolveError {
     DigestMismatch,
 }
 
+/// The index of the registry control was started with (`--registry`), as
+/// `/healthz` and `/metrics` show it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "state", rename_all = "kebab-case")]
+pub enum IndexState {
+    /// No registry configured: each is indexed when a request first brings it.
+    Unconfigured,
+    /// Being indexed; not ready.
+    Indexing {
+        /// Business tools to index.
+        tools: usize,
+        /// Attempts so far (failed ones included).
+        attempts: u32,
+        /// Texts per embedder call in the current attempt.
+        batch: usize,
+        /// Why the last attempt failed, if one did.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        last_error: Option<String>,
+    },
+    /// Indexed: turns over it are hybrid.
+    Ready {
+        /// Business tools indexed.
+        tools: usize,
+        /// Attempts it took.
+        attempts: u32,
+        /// Milliseconds from start to ready.
+        millis: u64,
+    },
+}
+
+impl IndexState {
+    /// Whether control may report ready.
+    pub fn is_ready(&self) -> bool {
+        !matches!(self, IndexState::Indexing { .. })
+    }
+
+    /// The state's name (`unconfigured`, `indexing`, `ready`).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            IndexState::Unconfigured => "unconfigured",
+            IndexState::Indexing { .. } => "indexing",
+            IndexState::Ready { .. } => "ready",
+        }
+    }
+}
+
+/// How [`Resolver::index_at_start`] retries: the batch halves after each
+/// failure (down to `min_batch`) and the wait doubles (up to `max_backoff`).
+#[derive(Debug, Clone, Copy)]
+pub struct StartupIndex {
+    /// Texts per embedder call on the first attempt.
+    pub batch: usize,
+    /// Smallest batch.
+    pub min_batch: usize,
+    /// Wait after the first failure.
+    pub backoff: Duration,
+    /// Longest wait between attempts.
+    pub max_backoff: Duration,
+}
+
+impl Default for StartupIndex {
+    fn default() -> Self {
+        StartupIndex { batch: 32, min_batch: 4, backoff: Duration::from_millis(500), max_backoff: Duration::from_secs(30) }
+    }
+}
+
+/// The vector search's default depth: the most cosines a turn asks the store
+/// for. Ranking surfaces at most a phase budget (≤ 12) and the broadened retry
+/// a few dozen, and a tool the search leaves out still ranks on its lexical
+/// evidence, so 256 nearest is more than a turn can use; below 256 tools it
+/// is the whole registry (every test and eval registry: their answers do not
+/// change). It keeps each answer from the store — Qdrant's above all — from
+/// growing with the registry.
+pub const DEFAULT_SEARCH_K: usize = 256;
+
 /// Resolver settings.
 #[derive(Debug, Clone)]
 pub struct ResolverSettings {
-    /// How many nearest tools the vector search returns; `None` = every
-    /// business tool of the registry (an exact scan makes this cheap, and the
-    /// engine then fuses cosine with lexical evidence for every tool).
+    /// How many nearest tools the vector search returns (default
+    /// [`DEFAULT_SEARCH_K`]); `None` = every tool of the registry.
     pub search_k: Option<usize>,
     /// Deadline for embedding the turn and searching; past it the bounded
     /// fallback answers. Keep it under the filter's `timeout_ms`.
@@ -95,7 +175,7 @@ pub struct ResolverSettings {
 impl Default for ResolverSettings {
     fn default() -> Self {
         ResolverSettings {
-            search_k: None,
+            search_k: Some(DEFAULT_SEARCH_K),
             retrieval_timeout: Duration::from_millis(300),
             max_registries: 16,
             max_sessions: 10_000,
@@ -116,6 +196,8 @@ pub struct PreparedRegistry {
     synced_at: AtomicU64,
     /// When the last background index failed (retry gate).
     failed_at: std::sync::Mutex<Option<Instant>>,
+    /// Woken when a background index ends (a turn waits on it, bounded by its deadline).
+    indexed: Notify,
     /// Last use, for eviction.
     used: AtomicU64,
 }
@@ -147,6 +229,8 @@ pub struct Resolver {
     generation: Arc<AtomicU64>,
     sessions: Mutex<Sessions>,
     clock: AtomicU64,
+    /// The configured registry's index ([`Self::index_at_start`]).
+    startup: std::sync::Mutex<IndexState>,
 }
 
 /// The [`registry_digest`] of the tool descriptors, in request order (the
@@ -168,6 +252,63 @@ impl Resolver {
             generation: Arc::new(AtomicU64::new(0)),
             sessions: Mutex::new(sessions),
             clock: AtomicU64::new(0),
+            startup: std::sync::Mutex::new(IndexState::Unconfigured),
+        }
+    }
+
+    /// The configured registry's index state.
+    pub fn index_state(&self) -> IndexState {
+        self.startup.lock().map(|s| s.clone()).unwrap_or(IndexState::Unconfigured)
+    }
+
+    fn set_index_state(&self, state: IndexState) {
+        if let Ok(mut s) = self.startup.lock() {
+            *s = state;
+        }
+    }
+
+    /// Marks the configured registry as not yet indexed, so control reports
+    /// not ready until [`Self::index_at_start`] finishes. Call before serving.
+    pub fn expect_registry(&self, tools: usize) {
+        self.set_index_state(IndexState::Indexing { tools, attempts: 0, batch: 0, last_error: None });
+    }
+
+    /// Indexes the registry control is configured with, retrying until it is
+    /// done: after each failure the embedder batch halves and the wait
+    /// doubles ([`StartupIndex`]). Every batch embedded is cached, so a busy
+    /// embedder that times out on a large batch still makes progress. Only
+    /// ends when the index is built.
+    pub async fn index_at_start(&self, tools: &[ToolDescriptor], retry: StartupIndex) -> Arc<PreparedRegistry> {
+        let started = Instant::now();
+        let prepared = self.registry(tools).await;
+        let business = prepared.registry().tools().iter().filter(|t| t.is_business()).count();
+        let (mut batch, mut wait, mut attempts) = (retry.batch.max(1), retry.backoff, 0u32);
+        loop {
+            attempts += 1;
+            let last_error = match self.index_state() {
+                IndexState::Indexing { last_error, .. } => last_error,
+                _ => None,
+            };
+            self.set_index_state(IndexState::Indexing { tools: business, attempts, batch, last_error });
+            prepared.syncing.store(true, Ordering::Release);
+            let result = sync_batched(&self.indexer, &self.generation, &prepared, batch).await;
+            prepared.syncing.store(false, Ordering::Release);
+            prepared.indexed.notify_waiters();
+            match result {
+                Ok(report) => {
+                    let millis = started.elapsed().as_millis() as u64;
+                    tracing::info!(tools = report.tools, upserted = report.upserted, attempts, millis, "configured registry indexed");
+                    self.set_index_state(IndexState::Ready { tools: business, attempts, millis });
+                    return prepared;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, attempts, batch, retry_in = ?wait, "indexing the configured registry failed; retrying");
+                    self.set_index_state(IndexState::Indexing { tools: business, attempts, batch, last_error: Some(e.to_string()) });
+                    tokio::time::sleep(wait).await;
+                    batch = (batch / 2).max(retry.min_batch.max(1));
+                    wait = (wait * 2).min(retry.max_backoff);
+                }
+            }
         }
     }
 
@@ -229,6 +370,7 @@ impl Resolver {
             syncing: AtomicBool::new(false),
             synced_at: AtomicU64::new(0),
             failed_at: std::sync::Mutex::new(None),
+            indexed: Notify::new(),
             used: AtomicU64::new(now),
         });
         all.insert(key, prepared.clone());
@@ -265,6 +407,7 @@ impl Resolver {
             let started = Instant::now();
             let result = sync(&indexer, &generation, &prepared).await;
             prepared.syncing.store(false, Ordering::Release);
+            prepared.indexed.notify_waiters();
             match result {
                 Ok(r) => tracing::info!(
                     tools = r.tools,
@@ -303,13 +446,23 @@ impl Resolver {
     }
 
     async fn resolve_over(&self, prepared: Arc<PreparedRegistry>, req: &ResolveRequest, started: Instant) -> ResolveResponse {
+        let deadline = tokio::time::Instant::from_std(started) + self.settings.retrieval_timeout;
         let stale = prepared.synced_at.load(Ordering::Acquire) != self.generation.load(Ordering::Acquire);
         if !prepared.is_ready() || stale {
+            // Registered before the index starts, so its end is not missed.
+            let indexed = prepared.indexed.notified();
             self.spawn_index(&prepared);
+            if !prepared.is_ready() && prepared.syncing.load(Ordering::Acquire) && self.all_embedded(&prepared).await {
+                // Nothing to embed (the configured registry sent in another
+                // order, or after an eviction): its index is a store write,
+                // so wait for it within the deadline. A registry that needs
+                // the embedder is ranked lexically meanwhile, without waiting.
+                let _ = tokio::time::timeout_at(deadline, indexed).await;
+            }
         }
         let mut timings = Timings::default();
         let retrieval = if prepared.is_ready() {
-            match tokio::time::timeout(self.settings.retrieval_timeout, self.cosine(&prepared, &req.turn, &mut timings)).await {
+            match tokio::time::timeout_at(deadline, self.cosine(&prepared, &req.turn, &mut timings)).await {
                 Ok(Ok(Some(hits))) => Ok(hits),
                 Ok(Ok(None)) => {
                     // The collection is gone (dropped, or a fresh Qdrant): rank
@@ -323,8 +476,8 @@ impl Resolver {
                     Err(Retrieval::Outage)
                 }
                 Err(_) => {
-                    tracing::warn!(timeout = ?self.settings.retrieval_timeout, "retrieval timed out; answering the bounded fallback");
-                    Err(Retrieval::Outage)
+                    tracing::warn!(timeout = ?self.settings.retrieval_timeout, "retrieval timed out; ranking lexically");
+                    Err(Retrieval::Lexical)
                 }
             }
         } else {
@@ -340,7 +493,7 @@ impl Resolver {
             None => Vec::new(),
         };
         let rank_started = Instant::now();
-        let resolution = rank_turn(
+        let mut resolution = rank_turn(
             prepared.registry(),
             &self.rank,
             &Turn {
@@ -352,6 +505,10 @@ impl Resolver {
             },
         );
         timings.rank_us = rank_started.elapsed().as_micros() as u64;
+        if how == Retrieval::Lexical {
+            // Ranked without vectors: say so in the answer, the header and the counters.
+            resolution.source = Source::Lexical;
+        }
         timings.total_us = started.elapsed().as_micros() as u64;
         let response = resolution.to_response();
         if resolution.source == Source::ControlFallback {
@@ -367,6 +524,17 @@ impl Resolver {
             self.sessions.lock().await.record(session, &resolution, entry);
         }
         response
+    }
+
+    /// Whether every business tool's embedding text is in the embedder's cache.
+    async fn all_embedded(&self, prepared: &PreparedRegistry) -> bool {
+        let embedder = self.indexer.embedder();
+        for tool in prepared.registry().tools().iter().filter(|t| t.is_business()) {
+            if !embedder.is_cached(Side::Document, &tool.embedding_text()).await {
+                return false;
+            }
+        }
+        true
     }
 
     /// The turn's cosine similarities, by function name (`None`: the
@@ -416,7 +584,17 @@ impl Resolver {
 /// Syncs one registry and marks it ready at the generation it saw. A failed
 /// sync changes nothing: a registry that was ready keeps its stored vectors.
 async fn sync(indexer: &Indexer, generation: &AtomicU64, prepared: &PreparedRegistry) -> Result<SyncReport, SyncError> {
-    let report = indexer.sync(prepared.registry()).await?;
+    sync_batched(indexer, generation, prepared, 0).await
+}
+
+/// [`sync`], embedding at most `batch` texts per embedder call (0: the embedder's own).
+async fn sync_batched(
+    indexer: &Indexer,
+    generation: &AtomicU64,
+    prepared: &PreparedRegistry,
+    batch: usize,
+) -> Result<SyncReport, SyncError> {
+    let report = indexer.sync_batched(prepared.registry(), batch).await?;
     let gen = if report.upserted > 0 || report.pruned > 0 || report.rebuilt {
         generation.fetch_add(1, Ordering::AcqRel) + 1
     } else {

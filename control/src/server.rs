@@ -74,13 +74,25 @@ pub fn router(state: AppState) -> Router {
 /// Largest request body control reads.
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024 * 1024;
 
-async fn healthz() -> &'static str {
-    "ok\n"
+/// `GET /healthz`: 200 `ok` once the configured registry is indexed (or
+/// none is configured); until then 503 with the index state as JSON, so
+/// nothing routes turns to a control that would answer them lexically.
+async fn healthz(State(state): State<AppState>) -> Response {
+    let index = state.resolver.index_state();
+    if index.is_ready() {
+        return "ok\n".into_response();
+    }
+    (StatusCode::SERVICE_UNAVAILABLE, Json(serde_json::json!({ "ready": false, "index": index }))).into_response()
 }
 
-/// `GET /metrics`: Prometheus text.
-async fn render_metrics(axum::Extension(metrics): axum::Extension<Arc<Metrics>>) -> impl IntoResponse {
-    ([("content-type", "text/plain; version=0.0.4")], metrics.render().await)
+/// `GET /metrics`: Prometheus text, with the configured registry's index state.
+async fn render_metrics(
+    State(state): State<AppState>,
+    axum::Extension(metrics): axum::Extension<Arc<Metrics>>,
+) -> impl IntoResponse {
+    let mut text = metrics.render().await;
+    crate::metrics::render_index(&mut text, &state.resolver.index_state());
+    ([("content-type", "text/plain; version=0.0.4")], text)
 }
 
 /// `POST /v1/resolve`. A request naming an unknown registry digest without

@@ -121,6 +121,11 @@ pub enum Source {
     ControlFallback,
     /// The filter could not get an answer from control and decided locally.
     FilterFallback,
+    /// Control ranked without vectors (lexical evidence, floors and the
+    /// engine's rules): the registry's index was still being built, or the
+    /// turn's deadline passed before its embedding and search did. Never
+    /// silent: the filter sets `x-keyhole-source: lexical`.
+    Lexical,
 }
 
 impl Source {
@@ -130,6 +135,7 @@ impl Source {
             Source::Retrieval => "retrieval",
             Source::ControlFallback => "control-fallback",
             Source::FilterFallback => "filter-fallback",
+            Source::Lexical => "lexical",
         }
     }
 }
@@ -220,6 +226,18 @@ mod tests {
             assert_eq!(json, format!("\"{}\"", r.as_str()));
             assert_eq!(serde_json::from_str::<Reason>(&json).unwrap(), r);
         }
+    }
+
+    #[test]
+    fn sources_serialise_as_their_header_values() {
+        for s in [Source::Retrieval, Source::ControlFallback, Source::FilterFallback, Source::Lexical] {
+            let json = serde_json::to_string(&s).unwrap();
+            assert_eq!(json, format!("\"{}\"", s.as_str()));
+            assert_eq!(serde_json::from_str::<Source>(&json).unwrap(), s);
+        }
+        // An answer from a control that predates the field still reads.
+        let answer: ResolveResponse = serde_json::from_str(r#"{"tools":[]}"#).unwrap();
+        assert_eq!(answer.source, Source::Retrieval);
     }
 
     #[test]

@@ -210,7 +210,7 @@ impl LlmStream {
         host::count(self.metrics.requests, 1);
         host::count(self.metrics.tools_in, parsed.tools.len() as i64);
         host::count(self.metrics.tools_out, keep.len() as i64);
-        if source == Source::Retrieval {
+        if matches!(source, Source::Retrieval | Source::Lexical) {
             if let Some(session) = &self.session {
                 self.prior.borrow_mut().remember(session, surfaced.iter().cloned());
             }

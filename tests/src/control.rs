@@ -42,13 +42,16 @@ impl Control {
     }
 
     async fn wait_ready(&mut self) -> anyhow::Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        // Generous: a control started with `--registry` embeds it first, and
+        // the shared embedder on a busy 2-core box can take tens of seconds.
+        let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 bail!("control exited early with {status}");
             }
-            if let Ok(body) = get(&self.socket, "/healthz").await {
-                if body.contains("ok") {
+            if let Ok(answer) = get(&self.socket, "/healthz").await {
+                // 503 while the configured registry is being indexed.
+                if answer.starts_with("HTTP/1.1 200") {
                     return Ok(());
                 }
             }

@@ -87,11 +87,11 @@ async fn lexical_stack() -> Stack {
 }
 
 /// Sends the turn under `session`; returns the audit header, checking that
-/// control ranked it (not a fallback).
+/// control ranked it lexically (not a fallback) and said so.
 async fn answer(stack: &Stack, body: &[u8], session: &str) -> String {
     let resp = send(stack, body, session).await;
     assert_eq!(resp.status(), 200, "{}", stack.envoy.log_tail());
-    assert_eq!(resp.headers()["x-keyhole-source"], "retrieval", "{}", stack.envoy.log_tail());
+    assert_eq!(resp.headers()["x-keyhole-source"], "lexical", "{}", stack.envoy.log_tail());
     let tools = resp.headers()["x-keyhole-tools"].to_str().unwrap_or_default().to_owned();
     let audit = control::get(&stack.socket(), &format!("/v1/audit/{session}")).await.expect("audit");
     let body = audit.split_once("\r\n\r\n").map_or("", |(_, b)| b);

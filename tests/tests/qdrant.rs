@@ -358,7 +358,7 @@ async fn a_collection_deleted_behind_controls_back_is_rebuilt() {
     let before = retrievals(&stack, "d").await.len();
     let resp = send(&stack, "/v1/chat/completions", catalog_request(), "d", "planner").await;
     assert_eq!(resp.status(), 200);
-    assert_eq!(header(&resp, "x-keyhole-source"), "retrieval", "a missing collection is no outage");
+    assert_eq!(header(&resp, "x-keyhole-source"), "lexical", "a missing collection is no outage, and says so");
     assert_eq!(retrievals(&stack, "d").await[before..], ["lexical"], "ranked lexically while it is rebuilt");
     until_hybrid(&stack, "d", Duration::from_secs(90)).await;
     assert_eq!(qdrant::points(&http, &coll).await.unwrap(), Some(REGISTRY as u64), "rebuilt in full");

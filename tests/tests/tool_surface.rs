@@ -424,7 +424,7 @@ async fn with_the_embedder_down_control_answers_its_bounded_fallback() {
     assert!(tools.len() <= 12, "{} tools", tools.len());
     // Either the bounded fallback or lexical ranking of a registry that cannot be
     // embedded: never the registry, and the source says which.
-    assert!(source == "control-fallback" || source == "retrieval", "{source}");
+    assert!(source == "control-fallback" || source == "lexical", "{source}");
     // control says how it ranked, in the session's audit trail.
     let audit = keyhole_e2e::control::get(&stack.socket(), "/v1/audit/no-embedder").await.unwrap();
     assert!(

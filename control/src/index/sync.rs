@@ -142,6 +142,14 @@ impl Indexer {
 
     /// Brings the collection in step with `registry`'s business tools.
     pub async fn sync(&self, registry: &Registry) -> Result<SyncReport, SyncError> {
+        self.sync_batched(registry, 0).await
+    }
+
+    /// [`Self::sync`], embedding at most `batch` texts per embedder call (0:
+    /// the embedder's own batching). Every batch embedded is cached, so a
+    /// sync retried after a failure (a busy embedder timing out) embeds only
+    /// what is still missing.
+    pub async fn sync_batched(&self, registry: &Registry, batch: usize) -> Result<SyncReport, SyncError> {
         let _running = self.running.lock().await;
         let coll = self.collection.as_str();
         let desired = self.desired(registry);
@@ -166,7 +174,7 @@ impl Indexer {
             return Ok(report);
         }
 
-        let mut vectors = self.embed(&changed).await?;
+        let mut vectors = self.embed(&changed, batch).await?;
         let dim = vectors.first().map(|v| v.len()).or(info.map(|i| i.vector_size)).unwrap_or(known);
         if dim == 0 {
             // Nothing to embed and nothing stored: no collection is needed yet.
@@ -179,7 +187,7 @@ impl Indexer {
             report.rebuilt = true;
             changed = desired.iter().collect();
             report.unchanged = 0;
-            vectors = self.embed(&changed).await?;
+            vectors = self.embed(&changed, batch).await?;
         }
         self.store.ensure_collection(coll, dim).await?;
         let points: Vec<Point> = changed
@@ -196,11 +204,18 @@ impl Indexer {
         Ok(report)
     }
 
-    async fn embed(&self, changed: &[&Desired]) -> Result<Vec<Arc<[f32]>>, EmbedError> {
+    async fn embed(&self, changed: &[&Desired], batch: usize) -> Result<Vec<Arc<[f32]>>, EmbedError> {
         if changed.is_empty() {
             return Ok(Vec::new());
         }
         let texts: Vec<&str> = changed.iter().map(|d| d.text.as_str()).collect();
-        self.embedder.embed(Side::Document, &texts).await
+        if batch == 0 {
+            return self.embedder.embed(Side::Document, &texts).await;
+        }
+        let mut vectors = Vec::with_capacity(texts.len());
+        for chunk in texts.chunks(batch) {
+            vectors.extend(self.embedder.embed(Side::Document, chunk).await?);
+        }
+        Ok(vectors)
     }
 }

@@ -18,7 +18,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub enum Retrieval {
     /// Embedding + vector search, fused with the lexical score.
     Hybrid,
-    /// Lexical only: the registry's vectors were not ready yet.
+    /// Lexical only: the registry's vectors were not ready yet, or the
+    /// turn's deadline passed first.
     Lexical,
     /// Embedder or store failed or timed out: the bounded fallback.
     Outage,
@@ -118,7 +119,7 @@ impl Sessions {
             .entry(session.to_owned())
             .or_insert_with(|| Session { prior: Vec::new(), trail: VecDeque::new(), used: 0 });
         s.used = self.tick;
-        if res.source == Source::Retrieval {
+        if matches!(res.source, Source::Retrieval | Source::Lexical) {
             s.prior = res.candidates.iter().map(|c| c.name.clone()).collect();
         }
         if s.trail.len() >= self.audit_len {

@@ -73,7 +73,7 @@ async fn a_new_registry_is_ranked_lexically_while_it_is_indexed_then_hybrid() {
 async fn new_registry_lexical_then_hybrid(f: Fixture) {
     let turn = "Book an appointment for Mrs. Krause on Friday at 9.";
     let first = f.resolver.resolve(&request(&f, "s1", turn, Phase::Planner)).await;
-    assert_eq!(first.source, Source::Retrieval);
+    assert_eq!(first.source, Source::Lexical, "ranked without vectors, and says so");
     assert!((6..=12).contains(&first.tools.len()), "{}", first.tools.len());
     assert!(first.tools.iter().any(|t| t.name == "appointment__manage"), "{:?}", first.tools);
 
@@ -152,7 +152,7 @@ async fn dropped_collection_heals(f: Fixture) {
     f.resolver.prepare(&f.tools).await.unwrap();
     f.store.drop_collection(&f.coll).await.unwrap();
     let answer = f.resolver.resolve(&request(&f, "s", "Order a lipid panel for Anna Schmidt", Phase::Planner)).await;
-    assert_eq!(answer.source, Source::Retrieval, "a missing collection is no outage");
+    assert_eq!(answer.source, Source::Lexical, "a missing collection is no outage, and says so");
     assert_eq!(f.resolver.audit("s").await.unwrap()[0].retrieval, Retrieval::Lexical);
     wait_ready(&f).await;
     assert_eq!(f.store.info(&f.coll).await.unwrap().map(|i| i.points), Some(108));
@@ -230,4 +230,88 @@ async fn handlers_resolve_and_show_the_audit_trail_without_prompt_text() {
     let (status, body) = call(app, Request::get("/v1/audit/nobody").body(Body::empty()).unwrap()).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(body["error"]["type"], "unknown_session");
+}
+
+#[tokio::test]
+async fn the_configured_registry_is_indexed_at_start_retrying_until_done_and_health_follows() {
+    let f = fixture().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = StoreConfig::new(Arc::new(Taxonomy::default()), Duration::from_secs(3600));
+    let aliases = Arc::new(RedbStore::open(&dir.path().join("aliases"), config).unwrap());
+    let app = router(AppState { resolver: f.resolver.clone(), aliases });
+    let health = || Request::get("/healthz").body(Body::empty()).unwrap();
+    assert_eq!(app.clone().oneshot(health()).await.unwrap().status(), StatusCode::OK, "nothing configured: ready");
+
+    f.fake.failing.store(true, Ordering::Relaxed);
+    f.resolver.expect_registry(f.tools.len());
+    let retry = StartupIndex { batch: 32, min_batch: 4, backoff: Duration::from_millis(5), max_backoff: Duration::from_millis(20) };
+    let (resolver, tools) = (f.resolver.clone(), f.tools.clone());
+    let indexing = tokio::spawn(async move { resolver.index_at_start(&tools, retry).await });
+    // Failing attempts: not ready, the batch shrinks, the error is shown.
+    let mut state = f.resolver.index_state();
+    for _ in 0..1000 {
+        if matches!(state, IndexState::Indexing { attempts, .. } if attempts >= 3) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        state = f.resolver.index_state();
+    }
+    let IndexState::Indexing { attempts, batch, ref last_error, .. } = state else { panic!("{state:?}") };
+    assert!(attempts >= 3 && batch < 32 && last_error.is_some(), "{state:?}");
+    let resp = app.clone().oneshot(health()).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body: serde_json::Value = serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(body["index"]["state"], "indexing", "{body}");
+
+    // A turn meanwhile is ranked lexically, and says so in the answer and the trail.
+    let turn = "Show the latest lab results of Anna Schmidt";
+    let answer = f.resolver.resolve(&request(&f, "s", turn, Phase::Planner)).await;
+    assert_eq!(answer.source, Source::Lexical);
+    assert!((1..=12).contains(&answer.tools.len()));
+    assert_eq!(f.resolver.audit("s").await.unwrap()[0].retrieval, Retrieval::Lexical);
+
+    // The embedder recovers: the index completes and control reports ready.
+    f.fake.failing.store(false, Ordering::Relaxed);
+    let prepared = tokio::time::timeout(Duration::from_secs(10), indexing).await.unwrap().unwrap();
+    assert!(prepared.is_ready());
+    assert!(matches!(f.resolver.index_state(), IndexState::Ready { tools: 108, .. }), "{:?}", f.resolver.index_state());
+    assert_eq!(app.clone().oneshot(health()).await.unwrap().status(), StatusCode::OK);
+    let metrics = app.oneshot(Request::get("/metrics").body(Body::empty()).unwrap()).await.unwrap();
+    let text = String::from_utf8(metrics.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
+    assert!(text.contains("keyhole_control_index_state{state=\"ready\"} 1"), "{text}");
+    let answer = f.resolver.resolve(&request(&f, "s", turn, Phase::Planner)).await;
+    assert_eq!(answer.source, Source::Retrieval, "the first turn after start is hybrid");
+}
+
+#[tokio::test]
+async fn a_turn_past_its_deadline_is_ranked_lexically_and_says_so() {
+    use crate::embed::{Embedder, EmbedderConfig};
+    // The tool vectors come from the fake embedder into a cache file; the
+    // resolver under test reads that cache and embeds turns on an endpoint
+    // that accepts connections and never answers.
+    let f = fixture().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("embeddings.cache");
+    let client = |url: &str| {
+        let config = EmbedderConfig { url: url.into(), attempts: 1, cache_path: Some(cache.clone()), ..EmbedderConfig::default() };
+        Arc::new(Embedder::try_new(config).unwrap())
+    };
+    let rank = || Arc::new(RankConfig::try_new(Default::default()).unwrap());
+    let overlay = || Some(Arc::new(Overlay::from_json(&std::fs::read(CATALOG).unwrap()).unwrap()));
+    let store: Arc<dyn VectorStore> = Arc::new(MemoryStore::in_memory());
+    let namespace = fresh_namespace("late");
+    let warm = Indexer::try_new(client(&f.fake.url), store.clone(), &namespace).unwrap();
+    Resolver::new(Arc::new(warm), rank(), overlay(), ResolverSettings::default()).prepare(&f.tools).await.unwrap();
+
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", silent.local_addr().unwrap());
+    let indexer = Indexer::try_new(client(&url), store, &namespace).unwrap();
+    let settings = ResolverSettings { retrieval_timeout: Duration::from_millis(200), ..ResolverSettings::default() };
+    let resolver = Resolver::new(Arc::new(indexer), rank(), overlay(), settings);
+    let (prepared, report) = resolver.prepare(&f.tools).await.unwrap();
+    assert!(prepared.is_ready() && report.upserted == 0, "{report:?}");
+    let answer = resolver.resolve(&request(&f, "late", "Order a lipid panel for Anna Schmidt", Phase::Planner)).await;
+    assert_eq!(answer.source, Source::Lexical);
+    assert!(answer.tools.iter().any(|t| t.reason == Reason::Rag), "ranked, not the bounded fallback: {:?}", answer.tools);
+    assert_eq!(resolver.audit("late").await.unwrap()[0].retrieval, Retrieval::Lexical);
 }
