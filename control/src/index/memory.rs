@@ -137,13 +137,12 @@ impl Collection {
     }
 
     fn search(&self, query: &[f32], k: usize, filter: Option<&Predicate>) -> Vec<Hit> {
-        let mut scored: Vec<(f32, usize)> = self
-            .matrix
-            .chunks_exact(self.dim.max(1))
-            .enumerate()
-            .filter(|(row, _)| filter.is_none_or(|f| f.matches(&self.payloads[*row])))
-            .map(|(row, v)| (v.iter().zip(query).map(|(a, b)| a * b).sum::<f32>(), row))
-            .collect();
+        let mut scored: Vec<(f32, usize)> = Vec::with_capacity(self.ids.len());
+        dot_rows(&self.matrix, self.dim, query, |row, score| {
+            if filter.is_none_or(|f| f.matches(&self.payloads[row])) {
+                scored.push((score, row));
+            }
+        });
         let order = |a: &(f32, usize), b: &(f32, usize)| b.0.total_cmp(&a.0).then_with(|| self.ids[a.1].cmp(&self.ids[b.1]));
         if k < scored.len() {
             scored.select_nth_unstable_by(k, order);
@@ -154,6 +153,40 @@ impl Collection {
             .into_iter()
             .map(|(score, row)| Hit { id: self.ids[row], score, name: self.payloads[row].name.clone() })
             .collect()
+    }
+}
+
+/// Rows scored at once by [`dot_rows`].
+const LANES: usize = 8;
+
+/// Calls `each(row, dot)` for every row of a row-major `dim`-wide matrix, in
+/// row order. Each dot product sums its products in element order (so a
+/// score is bit for bit what `v.iter().zip(q).map(|(a, b)| a * b).sum()`
+/// gives), but [`LANES`] rows run side by side: eight independent sums keep
+/// the floating-point units busy where one sum waits on each addition.
+fn dot_rows(matrix: &[f32], dim: usize, query: &[f32], mut each: impl FnMut(usize, f32)) {
+    if dim == 0 || query.len() != dim {
+        return;
+    }
+    let mut blocks = matrix.chunks_exact(dim * LANES);
+    let mut row = 0;
+    for block in &mut blocks {
+        // `Sum for f32` starts from -0.0; so do these.
+        let mut sums = [-0.0f32; LANES];
+        let rows: [&[f32]; LANES] = std::array::from_fn(|l| &block[l * dim..(l + 1) * dim]);
+        for (i, q) in query.iter().enumerate() {
+            for l in 0..LANES {
+                sums[l] += rows[l][i] * q;
+            }
+        }
+        for s in sums {
+            each(row, s);
+            row += 1;
+        }
+    }
+    for v in blocks.remainder().chunks_exact(dim) {
+        each(row, v.iter().zip(query).map(|(a, b)| a * b).sum::<f32>());
+        row += 1;
     }
 }
 
@@ -304,4 +337,31 @@ fn load(path: &Path) -> Result<Collection, IndexError> {
     }
     let payloads = header.points.into_iter().map(|p| p.payload).collect();
     Ok(Collection { dim: header.dim, ids, payloads, matrix, row_of })
+}
+
+#[cfg(test)]
+mod dot_tests {
+    use super::dot_rows;
+
+    #[test]
+    fn side_by_side_rows_score_as_one_sum_each() {
+        let dim = 37;
+        let mut state: u64 = 7;
+        let mut next = || {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+        };
+        let query: Vec<f32> = (0..dim).map(|_| next()).collect();
+        for rows in [0, 1, 7, 8, 9, 23] {
+            let matrix: Vec<f32> = (0..rows * dim).map(|_| next()).collect();
+            let mut got = Vec::new();
+            dot_rows(&matrix, dim, &query, |row, s| got.push((row, s.to_bits())));
+            let want: Vec<(usize, u32)> = matrix
+                .chunks_exact(dim)
+                .enumerate()
+                .map(|(row, v)| (row, v.iter().zip(&query).map(|(a, b)| a * b).sum::<f32>().to_bits()))
+                .collect();
+            assert_eq!(got, want, "{rows} rows");
+        }
+    }
 }

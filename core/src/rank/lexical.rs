@@ -87,18 +87,24 @@ pub struct LexicalScore {
     pub coverage: f32,
 }
 
+/// One term of the vocabulary: its IDF and the documents that contain it.
 #[derive(Debug, Clone, Default)]
-struct Doc {
-    tf: BTreeMap<String, f32>,
-    len: f32,
+struct Term {
+    idf: f32,
+    /// `(document, weighted term frequency)`, by document ascending.
+    postings: Vec<(u32, f32)>,
 }
 
 /// The index. Build once per registry; query per turn.
+///
+/// Inverted: a query touches only the postings of its own terms, never the
+/// whole registry ([`LexicalIndex::matches`]).
 #[derive(Debug, Clone, Default)]
 pub struct LexicalIndex {
-    docs: Vec<Doc>,
-    idf: BTreeMap<String, f32>,
-    avg_len: f32,
+    terms: BTreeMap<String, Term>,
+    /// Per document, the length part of the BM25 denominator,
+    /// `k1 · (1 − b + b · len / avg_len)`, fixed at build time.
+    length_norm: Vec<f32>,
     vocabulary: BTreeSet<String>,
     settings: LexicalSettings,
 }
@@ -122,36 +128,42 @@ impl LexicalIndex {
         let vocabulary: BTreeSet<String> =
             fields.iter().flat_map(|f| f.iter().flat_map(|(ws, _)| ws.iter().map(|w| stem(w)))).collect();
         // Pass 2: weighted term frequencies, compound parts included.
-        let mut df: BTreeMap<String, u32> = BTreeMap::new();
-        let built: Vec<Doc> = fields
-            .iter()
-            .map(|f| {
-                let mut doc = Doc::default();
-                for (ws, weight) in f {
-                    for w in ws {
-                        *doc.tf.entry(stem(w)).or_default() += weight;
-                        doc.len += weight;
-                        for part in split_compound(w, |p| vocabulary.contains(p)) {
-                            *doc.tf.entry(part).or_default() += weight;
-                        }
+        let mut terms: BTreeMap<String, Term> = BTreeMap::new();
+        let mut lens: Vec<f32> = Vec::with_capacity(fields.len());
+        for (doc, f) in fields.iter().enumerate() {
+            let mut tf: BTreeMap<String, f32> = BTreeMap::new();
+            let mut len = 0.0f32;
+            for (ws, weight) in f {
+                for w in ws {
+                    *tf.entry(stem(w)).or_default() += weight;
+                    len += weight;
+                    for part in split_compound(w, |p| vocabulary.contains(p)) {
+                        *tf.entry(part).or_default() += weight;
                     }
                 }
-                for term in doc.tf.keys() {
-                    *df.entry(term.clone()).or_default() += 1;
-                }
-                doc
+            }
+            // Documents are visited in order, so every postings list is sorted.
+            let doc = u32::try_from(doc).unwrap_or(u32::MAX);
+            for (term, f) in tf {
+                terms.entry(term).or_default().postings.push((doc, f));
+            }
+            lens.push(len);
+        }
+        let n = lens.len() as f32;
+        for term in terms.values_mut() {
+            let d = term.postings.len() as f32;
+            term.idf = (1.0 + (n - d + 0.5) / (d + 0.5)).ln();
+        }
+        let avg_len = if lens.is_empty() { 0.0 } else { lens.iter().sum::<f32>() / n };
+        let s = settings;
+        let length_norm = lens
+            .iter()
+            .map(|len| {
+                let norm = if avg_len > 0.0 { len / avg_len } else { 1.0 };
+                s.k1 * (1.0 - s.b + s.b * norm)
             })
             .collect();
-        let n = built.len() as f32;
-        let idf = df
-            .into_iter()
-            .map(|(t, d)| {
-                let d = d as f32;
-                (t, (1.0 + (n - d + 0.5) / (d + 0.5)).ln())
-            })
-            .collect();
-        let avg_len = if built.is_empty() { 0.0 } else { built.iter().map(|d| d.len).sum::<f32>() / n };
-        LexicalIndex { docs: built, idf, avg_len, vocabulary, settings: settings.clone() }
+        LexicalIndex { terms, length_norm, vocabulary, settings: settings.clone() }
     }
 
     /// Tokenises a query against this index (compounds split on its vocabulary).
@@ -161,12 +173,12 @@ impl LexicalIndex {
 
     /// Number of indexed documents.
     pub fn len(&self) -> usize {
-        self.docs.len()
+        self.length_norm.len()
     }
 
     /// Whether nothing is indexed.
     pub fn is_empty(&self) -> bool {
-        self.docs.is_empty()
+        self.length_norm.is_empty()
     }
 
     /// The settings the index was built with.
@@ -176,18 +188,66 @@ impl LexicalIndex {
 
     /// Scores document `doc` against a query. An unknown document scores 0.
     pub fn score(&self, doc: usize, query: &QueryTerms) -> LexicalScore {
-        let Some(d) = self.docs.get(doc) else { return LexicalScore::default() };
-        let s = &self.settings;
-        let norm = if self.avg_len > 0.0 { d.len / self.avg_len } else { 1.0 };
-        let mut raw = 0.0;
-        let mut matched = 0usize;
-        for term in &query.0 {
-            let (Some(tf), Some(idf)) = (d.tf.get(term), self.idf.get(term)) else { continue };
-            matched += 1;
-            raw += idf * tf * (s.k1 + 1.0) / (tf + s.k1 * (1.0 - s.b + s.b * norm));
+        let (Some(&norm), Ok(doc)) = (self.length_norm.get(doc), u32::try_from(doc)) else {
+            return LexicalScore::default();
+        };
+        let mut acc = Accumulator::default();
+        for term in query.0.iter().filter_map(|t| self.terms.get(t)) {
+            if let Ok(at) = term.postings.binary_search_by_key(&doc, |p| p.0) {
+                if let Some(&(_, tf)) = term.postings.get(at) {
+                    acc.add(term.idf, tf, norm, &self.settings);
+                }
+            }
         }
-        let coverage = if query.0.is_empty() { 0.0 } else { matched as f32 / query.0.len() as f32 };
-        LexicalScore { raw, coverage }
+        acc.finish(query)
+    }
+
+    /// Every document that contains at least one of the query's terms, by
+    /// document ascending, with its score; every other document scores
+    /// [`LexicalScore::default`]. Reads only the postings of the query's
+    /// terms. Each score equals [`Self::score`] of that document, bit for bit
+    /// (terms are summed in the same order).
+    pub fn matches(&self, query: &QueryTerms) -> Vec<(usize, LexicalScore)> {
+        let lists: Vec<(&Term, usize)> = query.0.iter().filter_map(|t| self.terms.get(t)).map(|t| (t, 0)).collect();
+        let mut cursors = lists;
+        let mut out = Vec::new();
+        loop {
+            let next = cursors.iter().filter_map(|(t, at)| t.postings.get(*at).map(|p| p.0)).min();
+            let Some(doc) = next else { break };
+            let norm = self.length_norm.get(doc as usize).copied().unwrap_or(0.0);
+            let mut acc = Accumulator::default();
+            // Query order, as `score` sums them.
+            for (term, at) in cursors.iter_mut() {
+                if let Some(&(d, tf)) = term.postings.get(*at) {
+                    if d == doc {
+                        acc.add(term.idf, tf, norm, &self.settings);
+                        *at += 1;
+                    }
+                }
+            }
+            out.push((doc as usize, acc.finish(query)));
+        }
+        out
+    }
+}
+
+/// One document's running BM25 sum over a query's terms.
+#[derive(Default)]
+struct Accumulator {
+    raw: f32,
+    matched: usize,
+}
+
+impl Accumulator {
+    fn add(&mut self, idf: f32, tf: f32, length_norm: f32, s: &LexicalSettings) {
+        self.matched += 1;
+        self.raw += idf * tf * (s.k1 + 1.0) / (tf + length_norm);
+    }
+
+    fn finish(self, query: &QueryTerms) -> LexicalScore {
+        let n = query.0.len();
+        let coverage = if n == 0 { 0.0 } else { self.matched as f32 / n as f32 };
+        LexicalScore { raw: self.raw, coverage }
     }
 }
 
@@ -264,6 +324,22 @@ mod tests {
         // The document side splits too: "Kontrolltermin" yields "termin".
         let q = ix.query("Blutdruckkontrolle");
         assert!(ix.score(1, &q).raw > 0.0);
+    }
+
+    #[test]
+    fn postings_give_every_document_its_own_score() {
+        let (ix, _) = index();
+        for text in ["book an appointment", "Nachsorgetermin", "present patient vital signs", "", "zzz"] {
+            let q = ix.query(text);
+            let matched = ix.matches(&q);
+            for doc in 0..ix.len() {
+                let want = ix.score(doc, &q);
+                let got = matched.iter().find(|(d, _)| *d == doc).map_or(LexicalScore::default(), |(_, s)| *s);
+                assert_eq!(got.raw.to_bits(), want.raw.to_bits(), "{text:?} doc {doc}");
+                assert_eq!(got.coverage.to_bits(), want.coverage.to_bits(), "{text:?} doc {doc}");
+            }
+            assert!(matched.windows(2).all(|w| w[0].0 < w[1].0));
+        }
     }
 
     #[test]

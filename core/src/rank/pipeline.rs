@@ -21,6 +21,7 @@
 use super::config::RankConfig;
 use super::floors::{FiredFloor, SignalSettings};
 use super::fuse::{compare, Scored};
+use super::lexical::LexicalScore;
 use super::outage::{bounded, SetInputs};
 use super::registry::Registry;
 use super::tokenize::fold;
@@ -246,7 +247,7 @@ pub fn resolve(registry: &Registry, config: &RankConfig, turn: &Turn<'_>) -> Res
     trace.tool_choice_unknown = turn.tool_choice.is_some_and(|n| !registry.names().contains(n));
 
     let scores = fused_scores(registry, config, turn.text, turn.cosine.unwrap_or(&[]));
-    trace.scored = scores.len();
+    trace.scored = scores.business;
     let floor_candidates = floor_candidates(registry, &scores, &trace.floors);
     let hits = turn.cosine.map(|_| {
         let stages = Stages {
@@ -350,41 +351,103 @@ struct ToolScore {
     coverage: f32,
 }
 
-/// Fused scores of every business tool, by registry index.
-fn fused_scores(registry: &Registry, config: &RankConfig, text: &str, cosine: &[(String, f32)]) -> Vec<ToolScore> {
-    // A name listed twice keeps its highest score: no dependence on order.
-    let mut cos: BTreeMap<&str, f32> = BTreeMap::new();
-    for (name, c) in cosine {
-        let e = cos.entry(name.as_str()).or_insert(*c);
-        if c.total_cmp(e).is_gt() {
-            *e = *c;
-        }
-    }
-    let lexical = registry.lexical();
-    let query = lexical.query(text);
-    let s = config.settings();
-    registry
-        .tools()
-        .iter()
-        .enumerate()
-        .filter(|(_, t)| t.is_business())
-        .map(|(index, t)| {
-            let lex = lexical.score(index, &query);
-            let fused = s.fusion.fuse(cos.get(t.name.as_str()).copied(), lex, &s.lexical);
-            ToolScore { index, fused, coverage: lex.coverage }
-        })
-        .collect()
+/// The fused scores of a registry's business tools for one turn. Only tools
+/// with evidence (a cosine hit or a lexical match) are scored one by one;
+/// every other business tool has the same `implicit` score and no coverage,
+/// and they rank among themselves by id. Ranking reads what it needs from
+/// this without ever sorting the whole registry.
+#[derive(Debug, Clone)]
+struct Scores {
+    /// Tools with evidence, by registry index ascending.
+    scored: Vec<ToolScore>,
+    /// The fused score of a business tool without evidence.
+    implicit: f32,
+    /// Number of business tools.
+    business: usize,
 }
 
-fn floor_candidate(registry: &Registry, scores: &[ToolScore], id: &str, reason: Reason) -> Option<Candidate> {
+impl Scores {
+    /// A business tool's fused score (`implicit` when it had no evidence).
+    fn fused(&self, index: usize) -> f32 {
+        match self.scored.binary_search_by_key(&index, |s| s.index) {
+            Ok(at) => self.scored.get(at).map_or(self.implicit, |s| s.fused),
+            Err(_) => self.implicit,
+        }
+    }
+
+    /// Business tools without evidence, in ranking order (id, then index).
+    fn implicit_in_order<'a>(&'a self, registry: &'a Registry) -> impl Iterator<Item = ToolScore> + 'a {
+        registry
+            .business_by_id()
+            .iter()
+            .copied()
+            .filter(|&index| self.scored.binary_search_by_key(&index, |s| s.index).is_err())
+            .map(|index| ToolScore { index, fused: self.implicit, coverage: 0.0 })
+    }
+}
+
+/// Fused scores of the business tools: those the vector search returned or
+/// whose text matches a query term one by one, the rest implicitly.
+fn fused_scores(registry: &Registry, config: &RankConfig, text: &str, cosine: &[(String, f32)]) -> Scores {
+    // A name listed twice keeps its highest score: no dependence on order.
+    let mut cos: Vec<(usize, f32)> =
+        cosine.iter().filter_map(|(name, c)| registry.index_of_name(name).map(|i| (i, *c))).collect();
+    cos.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)));
+    cos.dedup_by_key(|c| c.0);
+    let lexical = registry.lexical();
+    let query = lexical.query(text);
+    let lex = lexical.matches(&query);
+    let s = config.settings();
+    let business = |i: usize| registry.tool(i).is_some_and(|t| t.is_business());
+    let fuse = |index: usize, cosine: Option<f32>, lex: LexicalScore| ToolScore {
+        index,
+        fused: s.fusion.fuse(cosine, lex, &s.lexical),
+        coverage: lex.coverage,
+    };
+    // Merge the two lists, both by index ascending.
+    let mut scored = Vec::with_capacity(cos.len() + lex.len());
+    let (mut c, mut l) = (cos.iter().peekable(), lex.iter().peekable());
+    loop {
+        let next = match (c.peek(), l.peek()) {
+            (Some(&&(ci, cv)), Some(&&(li, lv))) if ci == li => {
+                c.next();
+                l.next();
+                fuse(ci, Some(cv), lv)
+            }
+            (Some(&&(ci, cv)), Some(&&(li, _))) if ci < li => {
+                c.next();
+                fuse(ci, Some(cv), LexicalScore::default())
+            }
+            (_, Some(&&(li, lv))) => {
+                l.next();
+                fuse(li, None, lv)
+            }
+            (Some(&&(ci, cv)), None) => {
+                c.next();
+                fuse(ci, Some(cv), LexicalScore::default())
+            }
+            (None, None) => break,
+        };
+        if business(next.index) {
+            scored.push(next);
+        }
+    }
+    Scores {
+        scored,
+        implicit: s.fusion.fuse(None, LexicalScore::default(), &s.lexical),
+        business: registry.business_by_id().len(),
+    }
+}
+
+fn floor_candidate(registry: &Registry, scores: &Scores, id: &str, reason: Reason) -> Option<Candidate> {
     let tool = registry.by_id(id).filter(|t| t.is_business())?;
     let index = registry.index_of_name(&tool.name)?;
-    let score = scores.iter().find(|s| s.index == index).map_or(0.0, |s| s.fused);
+    let score = scores.fused(index);
     Some(Candidate { name: tool.name.clone(), reason, score })
 }
 
 /// The tools of fired floors, in floor order, each once.
-fn floor_candidates(registry: &Registry, scores: &[ToolScore], fired: &[FiredFloor]) -> Vec<Candidate> {
+fn floor_candidates(registry: &Registry, scores: &Scores, fired: &[FiredFloor]) -> Vec<Candidate> {
     let mut out: Vec<Candidate> = Vec::new();
     let all = fired.iter().flat_map(|f| f.tools.iter().map(move |id| (id, f.reason)));
     for c in all.filter_map(|(id, reason)| floor_candidate(registry, scores, id, reason)) {
@@ -395,11 +458,63 @@ fn floor_candidates(registry: &Registry, scores: &[ToolScore], fired: &[FiredFlo
     out
 }
 
+/// The `m` best business tools, in ranking order: what sorting every
+/// business tool and keeping the first `m` gives (ties beyond the ranking
+/// order keep registry order, as a stable sort of the registry would), without
+/// sorting the whole registry.
+fn best(registry: &Registry, scores: &Scores, m: usize) -> Vec<ToolScore> {
+    let id_of = |i: usize| registry.tool(i).map_or("", |t| t.id.as_str());
+    let order = |a: &ToolScore, b: &ToolScore| {
+        compare(
+            &Scored { id: id_of(a.index), score: a.fused, coverage: a.coverage },
+            &Scored { id: id_of(b.index), score: b.fused, coverage: b.coverage },
+        )
+        .then(a.index.cmp(&b.index))
+    };
+    // The m-th best score bounds the m best (found on bare floats, which
+    // compare cheaply); only tools at or above it are ordered in full.
+    let mut top: Vec<ToolScore> = match m.checked_sub(1).filter(|&last| last + 1 < scores.scored.len()) {
+        Some(last) => {
+            let mut fused: Vec<f32> = scores.scored.iter().map(|s| s.fused).collect();
+            let (_, &mut bound, _) = fused.select_nth_unstable_by(last, |a, b| b.total_cmp(a));
+            scores.scored.iter().filter(|s| s.fused.total_cmp(&bound).is_ge()).copied().collect()
+        }
+        None if m == 0 => Vec::new(),
+        None => scores.scored.clone(),
+    };
+    if m < top.len() {
+        top.select_nth_unstable_by(m, order);
+        top.truncate(m);
+    }
+    top.sort_by(order);
+    // Tools without evidence all score `implicit`: they enter only where that
+    // score ranks (checked before walking them).
+    let room = top.len() < m;
+    let outranked = top.last().is_some_and(|last| last.fused.total_cmp(&scores.implicit).is_gt());
+    if scores.business == scores.scored.len() || (!room && outranked) {
+        return top;
+    }
+    let mut merged = Vec::with_capacity(m.min(scores.business));
+    let mut rest = scores.implicit_in_order(registry).peekable();
+    let mut top = top.into_iter().peekable();
+    while merged.len() < m {
+        let next = match (top.peek(), rest.peek()) {
+            (Some(a), Some(b)) if order(a, b).is_le() => top.next(),
+            (_, Some(_)) => rest.next(),
+            (Some(_), None) => top.next(),
+            (None, None) => None,
+        };
+        let Some(next) = next else { break };
+        merged.push(next);
+    }
+    merged
+}
+
 /// Stages 3–6 over precomputed scores; returns candidates best first.
 fn rank(
     registry: &Registry,
     config: &RankConfig,
-    scores: &[ToolScore],
+    scores: &Scores,
     floors: &[Candidate],
     stages: Stages,
     trace: &mut Trace,
@@ -414,13 +529,12 @@ fn rank(
             )
         })
     };
-    let mut ranked: Vec<ToolScore> = scores.to_vec();
-    sort(&mut ranked);
-
     // 3. Threshold, keeping the phase minimum when there is anything to keep.
-    let above = ranked.iter().take_while(|s| s.fused >= stages.threshold).count();
+    let implicit = scores.business - scores.scored.len();
+    let above = scores.scored.iter().filter(|s| s.fused >= stages.threshold).count()
+        + if scores.implicit >= stages.threshold { implicit } else { 0 };
     trace.above_threshold = above;
-    ranked.truncate(above.max(stages.min_fill));
+    let mut ranked = best(registry, scores, above.max(stages.min_fill));
 
     if stages.scoped {
         // 4. Domain scoping.

@@ -53,6 +53,9 @@ pub struct Registry {
     by_id: BTreeMap<String, usize>,
     names: BTreeSet<String>,
     mutating: BTreeSet<String>,
+    /// Business tools' indices, by id then index: the ranking order of tools
+    /// that tie on score and coverage.
+    business_by_id: Vec<usize>,
     lexical: LexicalIndex,
 }
 
@@ -94,7 +97,12 @@ impl Registry {
         let by_id = tools.iter().enumerate().map(|(i, t)| (t.id.clone(), i)).collect();
         let names = tools.iter().map(|t| t.name.clone()).collect();
         let mutating = tools.iter().filter(|t| t.mutates()).map(|t| t.name.clone()).collect();
-        Registry { tools, by_name, by_id, names, mutating, lexical }
+        let mut business_by_id: Vec<usize> = (0..tools.len()).filter(|&i| tools.get(i).is_some_and(RegisteredTool::is_business)).collect();
+        business_by_id.sort_by(|&a, &b| {
+            let id = |i: usize| tools.get(i).map_or("", |t| t.id.as_str());
+            id(a).cmp(id(b)).then(a.cmp(&b))
+        });
+        Registry { tools, by_name, by_id, names, mutating, business_by_id, lexical }
     }
 
     /// All tools, sorted by name; a tool's position is its index.
@@ -130,6 +138,12 @@ impl Registry {
     /// Names the formatter phase must not see.
     pub fn mutating(&self) -> &BTreeSet<String> {
         &self.mutating
+    }
+
+    /// Indices of the business tools (those that may be candidates), by id
+    /// ascending (ties by index).
+    pub fn business_by_id(&self) -> &[usize] {
+        &self.business_by_id
     }
 
     /// The lexical index (document `i` is tool `i`).

@@ -197,12 +197,68 @@ fn a_tools_score_does_not_depend_on_the_other_tools_cosines() {
     crowded.extend([("vitals__list".to_owned(), 0.99), ("note__read".to_owned(), 0.2)]);
     let score = |cos: &[(String, f32)]| {
         fused_scores(&reg, &cfg, text, cos)
+            .scored
             .into_iter()
             .find(|s| reg.tool(s.index).unwrap().name == "lab__results__list")
             .unwrap()
             .fused
     };
     assert_eq!(score(&alone), score(&crowded));
+}
+
+/// What ranking did before it read postings only: score every business tool
+/// one by one, sort them all (stable, from registry order), keep the first `m`.
+fn best_by_full_sort(reg: &Registry, cfg: &RankConfig, text: &str, cos: &[(String, f32)], m: usize) -> Vec<(usize, u32, u32)> {
+    let mut by_name: BTreeMap<&str, f32> = BTreeMap::new();
+    for (name, c) in cos {
+        let e = by_name.entry(name.as_str()).or_insert(*c);
+        if c.total_cmp(e).is_gt() {
+            *e = *c;
+        }
+    }
+    let lexical = reg.lexical();
+    let query = lexical.query(text);
+    let s = cfg.settings();
+    let mut all: Vec<ToolScore> = reg
+        .tools()
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.is_business())
+        .map(|(index, t)| {
+            let lex = lexical.score(index, &query);
+            ToolScore { index, fused: s.fusion.fuse(by_name.get(t.name.as_str()).copied(), lex, &s.lexical), coverage: lex.coverage }
+        })
+        .collect();
+    let id_of = |i: usize| reg.tool(i).map_or("", |t| t.id.as_str());
+    all.sort_by(|a, b| {
+        compare(
+            &Scored { id: id_of(a.index), score: a.fused, coverage: a.coverage },
+            &Scored { id: id_of(b.index), score: b.fused, coverage: b.coverage },
+        )
+    });
+    all.truncate(m);
+    all.into_iter().map(|s| (s.index, s.fused.to_bits(), s.coverage.to_bits())).collect()
+}
+
+#[test]
+fn ranking_from_postings_equals_sorting_every_tool() {
+    let reg = registry();
+    let cfg = config();
+    let names: Vec<String> = reg.tools().iter().map(|t| t.name.clone()).collect();
+    let texts = ["Show the lab results", "Book an appointment and write a note.", "Zeig mir den letzten Blutdruck", "", "qqq"];
+    for (k, text) in texts.iter().enumerate() {
+        // No cosines, a few, some negative, every tool (with ties).
+        let few: Vec<(String, f32)> = names.iter().step_by(7).enumerate().map(|(i, n)| (n.clone(), 0.9 - i as f32 * 0.2)).collect();
+        let every: Vec<(String, f32)> = names.iter().enumerate().map(|(i, n)| (n.clone(), 0.7 + (i % 3) as f32 * 0.05)).collect();
+        for cos in [Vec::new(), few, every] {
+            let scores = fused_scores(&reg, &cfg, text, &cos);
+            for m in [0, 1, 3, 10, 40, usize::MAX] {
+                let got: Vec<(usize, u32, u32)> =
+                    best(&reg, &scores, m).into_iter().map(|s| (s.index, s.fused.to_bits(), s.coverage.to_bits())).collect();
+                assert_eq!(got, best_by_full_sort(&reg, &cfg, text, &cos, m), "text {k}, {} cosines, m {m}", cos.len());
+            }
+        }
+    }
 }
 
 proptest! {
