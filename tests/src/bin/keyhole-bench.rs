@@ -10,7 +10,7 @@
 use anyhow::Context as _;
 use keyhole_core::alias::{BodyKind, ResponseScan, Taxonomy};
 use keyhole_core::format;
-use keyhole_core::wire::{ResolveRequest, ToolDescriptor};
+use keyhole_core::wire::{descriptors_digest, ResolveRequest, ToolDescriptor};
 use keyhole_core::Phase;
 use keyhole_e2e::control::{self, Control};
 use keyhole_e2e::envoy::{Envoy, EnvoyOptions};
@@ -349,14 +349,24 @@ async fn scaling(rounds: usize) -> anyhow::Result<Value> {
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            resolve_over_socket(&scale_socket, &req, 3).await?;
+            // Every later turn names the registry by its digest, as the filter
+            // does once control knows it: what is measured is the ranking, not
+            // parsing and hashing the descriptors.
+            let by_digest = ResolveRequest {
+                registry: Some(descriptors_digest(&req.tools)),
+                tools: Vec::new(),
+                ..req.clone()
+            };
+            resolve_over_socket(&scale_socket, &by_digest, 3).await?;
             let fallbacks_before = fallbacks(&scale_socket).await?;
-            let lat = resolve_over_socket(&scale_socket, &req, if n >= 5_000 { rounds / 5 } else { rounds / 2 }).await?;
+            let lat = resolve_over_socket(&scale_socket, &by_digest, if n >= 5_000 { rounds / 5 } else { rounds / 2 }).await?;
             let fell_back = fallbacks(&scale_socket).await? - fallbacks_before;
             previous = n;
             let request_bytes = serde_json::to_vec(&req)?.len();
+            let digest_bytes = serde_json::to_vec(&by_digest)?.len();
             eprintln!("  {backend}, {n} tools: p50 {:.3} ms, p99 {:.3} ms ({fell_back} fallbacks)", lat.p50_ms, lat.p99_ms);
-            scaling.push(json!({"tools": n, "resolve": lat, "request_bytes": request_bytes, "fallbacks": fell_back}));
+            scaling.push(json!({"tools": n, "resolve": lat, "request_bytes": request_bytes,
+                                "request_bytes_by_digest": digest_bytes, "fallbacks": fell_back}));
         }
         rss_20k.insert(backend.into(), json!(rss_kib(scale_control.child.id())));
         per_backend.insert(backend.into(), Value::Array(scaling));
@@ -423,8 +433,13 @@ async fn main() -> anyhow::Result<()> {
     }
     let (a, z) = interleaved(&k, &b, std::slice::from_ref(&warm), rounds).await?;
     let warm_pair = pair(a, z);
-    let tput_k = throughput(&k, &warm, 4, if quick { 2 } else { 5 }).await?;
-    let tput_b = throughput(&b, &warm, 4, if quick { 2 } else { 5 }).await?;
+    // Throughput at 1, 4 and 16 connections, keyhole and plain Envoy side by side.
+    let mut tput = Vec::new();
+    for conns in [1usize, 4, 16] {
+        let with = throughput(&k, &warm, conns, if quick { 2 } else { 5 }).await?;
+        let without = throughput(&b, &warm, conns, if quick { 2 } else { 5 }).await?;
+        tput.push(json!({"connections": conns, "with_keyhole": with, "without": without, "share": with / without.max(1e-9)}));
+    }
     // Cold: a new turn each time, so the query is embedded on the request path.
     eprintln!("scenario 1: catalog request, cold query embedding…");
     let cold: Vec<Req> = (0..if quick { 5 } else { 30 })
@@ -435,7 +450,7 @@ async fn main() -> anyhow::Result<()> {
     results.insert(
         "llm_catalog",
         json!({"warm": warm_pair, "cold_query_embedding": cold_pair,
-               "throughput_rps": {"with_keyhole": tput_k, "without": tput_b, "connections": 4}}),
+               "throughput_rps": tput}),
     );
 
     // 2. Non-LLM traffic through the same listener.
@@ -480,6 +495,12 @@ async fn main() -> anyhow::Result<()> {
         let (core_mbps, _) = core_rewrite(body, if body.len() > 100_000 { 5 } else { 50 }).unwrap_or((0.0, 0.0));
         hms.push(json!({"sample": name, "bytes": body.len(), "latency": p, "route_mb_per_s": mbps, "core_rewrite_mb_per_s": core_mbps}));
     }
+    // HMS route throughput: the patient search sample at 4 connections.
+    let search = Req::get("/api/v2/bench/01_patients.search", "bench-hms");
+    let hms_tput = json!({"sample": "01_patients.search.json", "connections": 4,
+        "with_keyhole": throughput(&hk, &search, 4, if quick { 2 } else { 5 }).await?,
+        "without": throughput(&hb, &search, 4, if quick { 2 } else { 5 }).await?});
+    results.insert("hms_throughput_rps", hms_tput);
     results.insert("hms", json!(hms));
 
     // 5. Prompt bytes over the catalog dev turns.
@@ -519,6 +540,12 @@ async fn main() -> anyhow::Result<()> {
     };
     let socket = stack.socket();
     let resolve_108 = resolve_over_socket(&socket, &catalog_req, rounds).await?;
+    // Bytes filter→control per turn: the first turn carries the registry, the
+    // next ones name it by digest.
+    let catalog_by_digest =
+        ResolveRequest { registry: Some(descriptors_digest(&catalog_req.tools)), tools: Vec::new(), ..catalog_req.clone() };
+    let turn_bytes_108 = json!({"tools": 108, "first_turn": serde_json::to_vec(&catalog_req)?.len(),
+                                "by_digest": serde_json::to_vec(&catalog_by_digest)?.len()});
     let ids: Vec<Value> = (0..10).map(|i| json!({"value": format!("00000000-0000-4000-8000-{:012}", i), "kind": "patient"})).collect();
     let encode = serde_json::to_string(&json!({"session": "bench-alias", "ids": ids}))?;
     let started = Instant::now();
@@ -541,7 +568,7 @@ async fn main() -> anyhow::Result<()> {
     let decode_ops = (alias_rounds * aliases.len().max(1)) as f64 / started.elapsed().as_secs_f64();
     results.insert(
         "control",
-        json!({"resolve_108_tools": resolve_108,
+        json!({"resolve_108_tools": resolve_108, "turn_bytes_108_tools": turn_bytes_108,
                "alias_encode_ids_per_s": encode_ops, "alias_decode_ids_per_s": decode_ops,
                "note": "one HTTP/1.1 connection per call over the Unix socket, batches of 10 ids"}),
     );
@@ -600,14 +627,20 @@ fn markdown(r: &BTreeMap<&str, Value>) -> String {
         }
         s += &row(&format!("3. HMS {} ({} B)", h["sample"].as_str().unwrap_or("?"), h["bytes"]), &h["latency"]);
     }
+    s += "\n| throughput, catalog request | with keyhole (req/s) | plain Envoy (req/s) | share |\n|---|---|---|---|\n";
+    for t in l["throughput_rps"].as_array().into_iter().flatten() {
+        s += &format!("| {} connections | {} | {} | {} |\n", t["connections"], f(&t["with_keyhole"]), f(&t["without"]), f(&t["share"]));
+    }
+    let h = &r["hms_throughput_rps"];
     s += &format!(
-        "\nThroughput, catalog request, 4 connections: {} req/s with keyhole, {} req/s plain Envoy.\n\n",
-        f(&l["throughput_rps"]["with_keyhole"]), f(&l["throughput_rps"]["without"])
+        "\nThroughput, HMS route ({}, {} connections): {} req/s with keyhole, {} req/s plain Envoy.\n\n",
+        h["sample"].as_str().unwrap_or("?"), h["connections"], f(&h["with_keyhole"]), f(&h["without"])
     );
     let c = &r["control"];
     s += &format!(
-        "control alone: `/v1/resolve` at 108 tools p50 {} ms, p99 {} ms; alias encode {} ids/s, decode {} ids/s ({}).\n\n",
-        f(&c["resolve_108_tools"]["p50_ms"]), f(&c["resolve_108_tools"]["p99_ms"]), f(&c["alias_encode_ids_per_s"]),
+        "control alone: `/v1/resolve` at 108 tools p50 {} ms, p99 {} ms; bytes filter→control per turn at 108 tools: first turn {} B, by digest {} B; alias encode {} ids/s, decode {} ids/s ({}).\n\n",
+        f(&c["resolve_108_tools"]["p50_ms"]), f(&c["resolve_108_tools"]["p99_ms"]),
+        c["turn_bytes_108_tools"]["first_turn"], c["turn_bytes_108_tools"]["by_digest"], f(&c["alias_encode_ids_per_s"]),
         f(&c["alias_decode_ids_per_s"]), c["note"].as_str().unwrap_or("")
     );
     let m = &r["rss_kib"];
@@ -620,12 +653,13 @@ fn markdown(r: &BTreeMap<&str, Value>) -> String {
         "Prompt bytes over {} catalog dev turns: {} B in → mean {} B, p95 {} B out; tools {} in → mean {}, max {} out.\n\n",
         p["turns"], p["bytes_in"], f(&p["bytes_out_mean"]), f(&p["bytes_out_p95"]), p["tools_in"], f(&p["tools_out_mean"]), f(&p["tools_out_max"])
     );
-    s += "| scaling: backend | tools | resolve p50 (ms) | resolve p99 (ms) | fallbacks | request bytes |\n|---|---|---|---|---|---|\n";
+    s += "| scaling: backend | tools | resolve p50 (ms) | resolve p99 (ms) | fallbacks | request bytes, first turn | by digest |\n|---|---|---|---|---|---|---|\n";
     for (backend, rows) in r["scaling"]["resolve"].as_object().into_iter().flatten() {
         for x in rows.as_array().into_iter().flatten() {
             s += &format!(
-                "| {backend} | {} | {} | {} | {} | {} |\n",
-                x["tools"], f(&x["resolve"]["p50_ms"]), f(&x["resolve"]["p99_ms"]), x["fallbacks"], x["request_bytes"]
+                "| {backend} | {} | {} | {} | {} | {} | {} |\n",
+                x["tools"], f(&x["resolve"]["p50_ms"]), f(&x["resolve"]["p99_ms"]), x["fallbacks"], x["request_bytes"],
+                x["request_bytes_by_digest"]
             );
         }
     }
