@@ -45,7 +45,7 @@ pub mod wire;
 
 pub use grammar::{AliasParts, Epoch};
 pub use json::JsonError;
-pub use request::{RequestError, RequestScan};
+pub use request::{RawIdCount, RequestError, RequestScan};
 pub use response::{BodyKind, PartId, ResponseScan, RewriteError, Rewriter};
 pub use session::{Decoded, Encoded, EntityRecord, SessionError, SessionMap};
 pub use shape::{classify, Form};

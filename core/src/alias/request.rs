@@ -12,6 +12,18 @@
 //!
 //! An alias that decoded to nothing, and any sentinel, fails the whole request
 //! with an error naming the alias: nothing is sent upstream.
+//!
+//! Every text is read percent-decoded as well (`patient%2Dk7q2%2D001`,
+//! `%20patient-k7q2-001%20`): an alias written encoded is decoded and its id
+//! put back percent-encoded. Near-misses of an epoch alias — another letter
+//! case (`Patient-K7Q2-001`), missing or extra zero padding (`patient-k7q2-1`,
+//! `patient-k7q2-0001`) — are asked for in their canonical form, so they are
+//! repaired only to an alias the session issued and refused (naming the alias
+//! as written) otherwise. Epoch-less near-misses (`Patient-001`) are not
+//! aliases: control issues none. Values shaped like raw ids (UUIDs, 32-hex
+//! UUIDs, FHIR ids with a configured prefix, numbers after a kind in the path)
+//! are counted per place ([`RawIdCount`]), never recorded: the filter's
+//! `raw_ids` policy refuses or passes them.
 
 use super::json::{text_of, Event, JsonError, Lexer, Lit};
 use super::response::{splice, BodyKind};
@@ -114,6 +126,43 @@ struct Hit {
     range: Range<usize>,
     alias: usize,
     want: Option<Form>,
+    /// Written percent-encoded: the id goes back percent-encoded.
+    encoded: bool,
+}
+
+/// Where a value of a request sits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Path,
+    Query,
+    Body,
+}
+
+/// How many raw-id-shaped values a request carries, per place. Only counts:
+/// the values themselves are never kept (they must not be logged).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RawIdCount {
+    /// In the path.
+    pub path: usize,
+    /// In the query string.
+    pub query: usize,
+    /// In the body.
+    pub body: usize,
+}
+
+impl RawIdCount {
+    /// All places together.
+    pub fn total(&self) -> usize {
+        self.path + self.query + self.body
+    }
+
+    fn bump(&mut self, place: Place) {
+        match place {
+            Place::Path => self.path += 1,
+            Place::Query => self.query += 1,
+            Place::Body => self.body += 1,
+        }
+    }
 }
 
 /// A body literal with an escape, kept decoded.
@@ -128,6 +177,9 @@ struct EscLit {
 #[derive(Debug, Clone, Default)]
 pub struct RequestScan {
     aliases: Vec<String>,
+    /// Each alias as first written (differs from `aliases` for a near-miss).
+    written: Vec<String>,
+    raw: RawIdCount,
     index: BTreeMap<String, usize>,
     path_len: usize,
     path: Vec<Hit>,
@@ -155,7 +207,8 @@ impl RequestScan {
             None => (path, ""),
         };
         let mut hits = Vec::new();
-        scan.find(tax, path_part, None, &mut hits);
+        scan.find(tax, path_part, None, Place::Path, &mut hits);
+        scan.numeric_after_kind(tax, path_part);
         let offset = path_part.len();
         for (param_start, param) in split_params(query) {
             let (name, value_at) = match param.find('=') {
@@ -164,7 +217,7 @@ impl RequestScan {
             };
             let want = tax.form_wanted_by_key(name);
             let mut found = Vec::new();
-            scan.find(tax, param.get(value_at..).unwrap_or(""), want, &mut found);
+            scan.find(tax, param.get(value_at..).unwrap_or(""), want, Place::Query, &mut found);
             for mut h in found {
                 let base = offset + param_start + value_at;
                 h.range = base + h.range.start..base + h.range.end;
@@ -179,7 +232,7 @@ impl RequestScan {
                     let text = String::from_utf8_lossy(bytes);
                     if let Cow::Borrowed(text) = text {
                         let mut found = Vec::new();
-                        scan.find(tax, text, None, &mut found);
+                        scan.find(tax, text, None, Place::Body, &mut found);
                         scan.body = found;
                     } else {
                         // Not UTF-8: aliases are ASCII, so scan the valid prefix
@@ -199,13 +252,23 @@ impl RequestScan {
         &self.aliases
     }
 
-    /// The first sentinel found, if any: the request can be refused without
-    /// asking control.
+    /// Raw-id-shaped values found, per place.
+    pub fn raw_ids(&self) -> RawIdCount {
+        self.raw
+    }
+
+    /// The alias at `index` of [`Self::aliases`] as the request first wrote it.
+    pub fn written(&self, index: usize) -> Option<&str> {
+        self.written.get(index).map(String::as_str)
+    }
+
+    /// The first sentinel found, as written, if any: the request can be
+    /// refused without asking control.
     pub fn sentinel(&self, tax: &Taxonomy) -> Option<&str> {
         self.aliases
             .iter()
-            .map(String::as_str)
-            .find(|a| tax.parse_alias(a).is_some_and(|p| p.is_sentinel()))
+            .position(|a| tax.parse_alias(a).is_some_and(|p| p.is_sentinel()))
+            .and_then(|i| self.written(i))
     }
 
     /// Replaces every alias with its decoded id. `decoded` is parallel to
@@ -234,7 +297,7 @@ impl RequestScan {
         }
         if let Some(i) = decoded.iter().position(Option::is_none) {
             return Err(RequestError::UnknownAlias {
-                alias: self.aliases.get(i).cloned().unwrap_or_default(),
+                alias: self.written(i).unwrap_or_default().to_owned(),
             });
         }
         let got = body.map_or(0, <[u8]>::len);
@@ -246,7 +309,7 @@ impl RequestScan {
         }
         let value = |h: &Hit| -> Result<&str, RequestError> {
             let unknown = || RequestError::UnknownAlias {
-                alias: self.aliases.get(h.alias).cloned().unwrap_or_default(),
+                alias: self.written(h.alias).unwrap_or_default().to_owned(),
             };
             let d = decoded
                 .get(h.alias)
@@ -271,6 +334,10 @@ impl RequestScan {
         let mut edits: Vec<(Range<usize>, Cow<'_, str>)> = Vec::new();
         for h in &self.body {
             let v = value(h)?;
+            if h.encoded {
+                edits.push((h.range.clone(), Cow::Owned(percent_encode(v))));
+                continue;
+            }
             // Ids never need JSON escaping in practice; if one does, escape it.
             let v = match serde_json::to_string(v) {
                 Ok(quoted) if quoted.len() != v.len() + 2 => Cow::Owned(
@@ -286,7 +353,15 @@ impl RequestScan {
         for e in &self.escaped {
             let mut inner = Vec::with_capacity(e.hits.len());
             for h in &e.hits {
-                inner.push((h.range.clone(), Cow::Borrowed(value(h)?)));
+                let v = value(h)?;
+                inner.push((
+                    h.range.clone(),
+                    if h.encoded {
+                        Cow::Owned(percent_encode(v))
+                    } else {
+                        Cow::Borrowed(v)
+                    },
+                ));
             }
             let text = String::from_utf8(splice(e.text.as_bytes(), inner)).unwrap_or_default();
             let literal = serde_json::to_string(&text).unwrap_or_else(|_| "\"\"".to_owned());
@@ -295,23 +370,44 @@ impl RequestScan {
         Ok((new_path, Some(splice(body, edits))))
     }
 
-    fn alias_index(&mut self, alias: &str) -> usize {
+    fn alias_index(&mut self, alias: &str, written: &str) -> usize {
         if let Some(i) = self.index.get(alias) {
             return *i;
         }
         self.aliases.push(alias.to_owned());
+        self.written.push(written.to_owned());
         self.index.insert(alias.to_owned(), self.aliases.len() - 1);
         self.aliases.len() - 1
     }
 
-    /// Finds alias tokens in `text`; `want` is the form the surrounding field
-    /// asks for.
-    fn find(&mut self, tax: &Taxonomy, text: &str, want: Option<Form>, out: &mut Vec<Hit>) {
+    /// Finds alias tokens in `text`, read as written and percent-decoded;
+    /// `want` is the form the surrounding field asks for. Counts raw-id-shaped
+    /// tokens of `place`.
+    fn find(&mut self, tax: &Taxonomy, text: &str, want: Option<Form>, place: Place, out: &mut Vec<Hit>) {
         let bytes = text.as_bytes();
+        if !bytes.contains(&b'%') {
+            return self.find_in(tax, bytes, None, want, place, out);
+        }
+        let (decoded, origin) = percent_decode(bytes);
+        self.find_in(tax, &decoded, Some(&origin), want, place, out);
+    }
+
+    /// Finds tokens in `bytes`; `origin` maps each byte (and the end) to its
+    /// offset in the text as written when `bytes` is percent-decoded.
+    fn find_in(
+        &mut self,
+        tax: &Taxonomy,
+        bytes: &[u8],
+        origin: Option<&[usize]>,
+        want: Option<Form>,
+        place: Place,
+        out: &mut Vec<Hit>,
+    ) {
+        let at = |i: usize| origin.map_or(Some(i), |o| o.get(i).copied());
         let mut i = 0;
         while i < bytes.len() {
             let b = bytes.get(i).copied().unwrap_or(0);
-            let start = b.is_ascii_lowercase()
+            let start = b.is_ascii_alphanumeric()
                 && !i
                     .checked_sub(1)
                     .and_then(|p| bytes.get(p))
@@ -323,22 +419,51 @@ impl RequestScan {
             }
             let len = bytes.get(i..).map_or(0, |t| {
                 t.iter()
-                    .take_while(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || **b == b'-')
+                    .take_while(|b| b.is_ascii_alphanumeric() || **b == b'-')
                     .count()
             });
             let end = i + len;
             let glued = bytes.get(end).copied().is_some_and(shape::is_token_byte);
-            let token = text.get(i..end).unwrap_or("");
-            if !glued && tax.looks_like_alias(token) {
-                let fhir_path = before_is_resource_type(tax, bytes, i);
-                let alias = self.alias_index(token);
-                out.push(Hit {
-                    range: i..end,
-                    alias,
-                    want: if fhir_path { Some(Form::Fhir) } else { want },
-                });
+            let token = bytes
+                .get(i..end)
+                .and_then(|t| std::str::from_utf8(t).ok())
+                .unwrap_or("");
+            let canonical = if glued {
+                None
+            } else if tax.looks_like_alias(token) {
+                Some(token.to_owned())
+            } else {
+                near_miss(tax, token)
+            };
+            match (canonical, at(i), at(end)) {
+                (Some(alias), Some(from), Some(to)) => {
+                    let fhir_path = before_is_resource_type(tax, bytes, i);
+                    let index = self.alias_index(&alias, token);
+                    out.push(Hit {
+                        range: from..to,
+                        alias: index,
+                        want: if fhir_path { Some(Form::Fhir) } else { want },
+                        encoded: to - from != end - i,
+                    });
+                }
+                (None, _, _) if !glued && raw_id_shaped(tax, token) => self.raw.bump(place),
+                _ => {}
             }
             i = end.max(i + 1);
+        }
+    }
+
+    /// Counts path segments right after a kind's segment that are numbers
+    /// (`/patients/482913`): raw ids, whatever their length.
+    fn numeric_after_kind(&mut self, tax: &Taxonomy, path: &str) {
+        let mut prev_kind = false;
+        for segment in path.split('/') {
+            let (decoded, _) = percent_decode(segment.as_bytes());
+            let numeric = !decoded.is_empty() && decoded.iter().all(u8::is_ascii_digit);
+            if prev_kind && numeric {
+                self.raw.bump(Place::Path);
+            }
+            prev_kind = tax.path_segment_kind(segment).is_some();
         }
     }
 
@@ -349,7 +474,7 @@ impl RequestScan {
         for chunk in bytes.utf8_chunks() {
             let valid = chunk.valid();
             let mut found = Vec::new();
-            self.find(tax, valid, None, &mut found);
+            self.find(tax, valid, None, Place::Body, &mut found);
             for mut h in found {
                 h.range = at + h.range.start..at + h.range.end;
                 self.body.push(h);
@@ -404,7 +529,7 @@ impl RequestScan {
     ) -> Result<(), RequestError> {
         let text = text_of(src, lit)?;
         let mut found = Vec::new();
-        self.find(tax, &text, want, &mut found);
+        self.find(tax, &text, want, Place::Body, &mut found);
         if found.is_empty() {
             return Ok(());
         }
@@ -455,6 +580,83 @@ fn split_params(query: &str) -> impl Iterator<Item = (usize, &str)> {
             None => (start, p),
         }
     })
+}
+
+/// The canonical epoch alias a near-miss token stands for: lower-cased, its
+/// number padded to three digits (`Patient-K7Q2-1` → `patient-k7q2-001`).
+/// `None` unless that is an alias (or a repairable drift of one) carrying an
+/// epoch: control issues no epoch-less aliases, so `Patient-001` is text.
+fn near_miss(tax: &Taxonomy, token: &str) -> Option<String> {
+    let lower = token.to_ascii_lowercase();
+    let (head, digits) = lower.rsplit_once('-')?;
+    if digits.is_empty() || digits.len() > 9 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let number: u32 = digits.parse().ok()?;
+    let canonical = format!("{head}-{number:03}");
+    if canonical == token {
+        return None;
+    }
+    let has_epoch = |a: &str| tax.parse_alias(a).is_some_and(|p| p.epoch.is_some());
+    let is_alias = has_epoch(&canonical)
+        || tax
+            .repair_candidates(&canonical)
+            .iter()
+            .any(|c| has_epoch(c));
+    is_alias.then_some(canonical)
+}
+
+/// Whether a token has the shape of a raw record id: a UUID (with or without
+/// dashes, any case) or a FHIR id with a configured prefix (`pat-000123`).
+fn raw_id_shaped(tax: &Taxonomy, token: &str) -> bool {
+    let b = token.as_bytes();
+    if shape::is_uuid(b) {
+        return true;
+    }
+    if b.len() == 32
+        && b.iter().all(u8::is_ascii_hexdigit)
+        && b.iter().any(u8::is_ascii_digit)
+        && b.iter().any(u8::is_ascii_alphabetic)
+    {
+        return true;
+    }
+    let lower = token.to_ascii_lowercase();
+    shape::is_fhir_like(&lower)
+        && lower
+            .split_once('-')
+            .is_some_and(|(prefix, _)| tax.fhir_prefix_kinds(prefix).is_some())
+}
+
+/// Percent-decodes `bytes` (`%XX` with two hex digits; anything else stays),
+/// with the offset in `bytes` of every decoded byte and of the end.
+fn percent_decode(bytes: &[u8]) -> (Vec<u8>, Vec<usize>) {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut origin = Vec::with_capacity(bytes.len() + 1);
+    let hex = |b: u8| char::from(b).to_digit(16);
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes.get(i).copied().unwrap_or(0);
+        let pair = (bytes.get(i + 1).copied(), bytes.get(i + 2).copied());
+        origin.push(i);
+        match (b, pair) {
+            (b'%', (Some(h), Some(l))) => match (hex(h), hex(l)) {
+                (Some(h), Some(l)) => {
+                    out.push((h * 16 + l) as u8);
+                    i += 3;
+                }
+                _ => {
+                    out.push(b);
+                    i += 1;
+                }
+            },
+            _ => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    origin.push(bytes.len());
+    (out, origin)
 }
 
 /// Percent-encodes everything outside RFC 3986 unreserved characters.

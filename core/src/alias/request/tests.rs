@@ -193,3 +193,232 @@ fn an_alias_of_another_epoch_is_refused_as_from_an_earlier_map() {
         assert_eq!(unknown(alias).with_current_epoch(&tax, current), unknown(alias));
     }
 }
+
+/// A session map with an epoch holding `n` patients, UUIDs only.
+fn epoch_session(tax: &Taxonomy, n: u32) -> (SessionMap, crate::alias::Epoch, Vec<String>) {
+    let epoch = crate::alias::Epoch::parse("k7q2").unwrap();
+    let mut m = SessionMap::with_epoch(epoch);
+    let uuids: Vec<String> = (1..=n).map(|i| format!("00000000-0000-4000-8000-{i:012}")).collect();
+    let ids: Vec<IdInput> = uuids
+        .iter()
+        .map(|u| IdInput {
+            value: u.clone(),
+            kind: Some("patient".into()),
+            form: None,
+            group: None,
+        })
+        .collect();
+    m.encode(tax, &ids).unwrap();
+    (m, epoch, uuids)
+}
+
+fn rewrite_in(
+    tax: &Taxonomy,
+    m: &SessionMap,
+    path: &str,
+    body: Option<&str>,
+) -> Result<(String, Option<String>), RequestError> {
+    let scan = RequestScan::new(tax, path, body.map(|b| (b.as_bytes(), BodyKind::Json)))?;
+    let decoded = decode(tax, m, &scan);
+    scan.rewrite(tax, path, body.map(str::as_bytes), &decoded)
+        .map(|(p, b)| (p, b.map(|b| String::from_utf8(b).unwrap())))
+}
+
+#[test]
+fn percent_encoded_aliases_are_decoded_in_path_query_and_body() {
+    let tax = Taxonomy::default();
+    let (m, _, uuids) = epoch_session(&tax, 2);
+    let u1 = &uuids[0];
+    let (p, b) = rewrite_in(
+        &tax,
+        &m,
+        "/api/v2/patients/patient%2Dk7q2%2D001?q=%20patient-k7q2-002%20&r=%70atient-k7q2-001",
+        Some(r#"{"patientId":"patient%2dk7q2%2d001","next":"/p?id=%20patient-k7q2-001%20"}"#),
+    )
+    .unwrap();
+    assert_eq!(
+        p,
+        format!("/api/v2/patients/{u1}?q=%20{}%20&r={u1}", uuids[1])
+    );
+    assert_eq!(
+        b.unwrap(),
+        format!(r#"{{"patientId":"{u1}","next":"/p?id=%20{u1}%20"}}"#)
+    );
+}
+
+#[test]
+fn near_misses_are_repaired_only_to_issued_aliases() {
+    let tax = Taxonomy::default();
+    let (m, _, uuids) = epoch_session(&tax, 12);
+    for written in [
+        "Patient-K7Q2-001",
+        "PATIENT-k7q2-001",
+        "patient-K7Q2-001",
+        "patient-k7q2-1",
+        "patient-k7q2-01",
+        "patient-k7q2-0001",
+        "Patient-K7q2-00001",
+    ] {
+        let (p, _) = rewrite_in(&tax, &m, &format!("/api/v2/patients/{written}"), None)
+            .unwrap_or_else(|e| panic!("{written}: {e}"));
+        assert_eq!(p, format!("/api/v2/patients/{}", uuids[0]), "{written}");
+    }
+    let (p, _) = rewrite_in(&tax, &m, "/api/v2/patients/patient-k7q2-12", None).unwrap();
+    assert_eq!(p, format!("/api/v2/patients/{}", uuids[11]));
+    // Not issued: refused, naming the alias as written.
+    for written in ["Patient-K7Q2-013", "patient-k7q2-13", "patient-k7q2-0099", "PATIENT-M3P9-001"] {
+        let err = rewrite_in(&tax, &m, &format!("/api/v2/patients/{written}"), None).unwrap_err();
+        assert_eq!(err, RequestError::UnknownAlias { alias: written.into() }, "{written}");
+    }
+    // A padded sentinel is the sentinel.
+    let scan = RequestScan::new(&tax, "/p/patient-k7q2-0", None).unwrap();
+    assert_eq!(scan.sentinel(&tax), Some("patient-k7q2-0"));
+    // Epoch-less look-alikes are text: control issues no such alias.
+    for text in ["Patient-001", "patient-1", "Task-7", "Visit-12"] {
+        let scan = RequestScan::new(&tax, &format!("/x?note={text}"), None).unwrap();
+        assert!(scan.aliases().is_empty(), "{text}: {:?}", scan.aliases());
+    }
+}
+
+#[test]
+fn raw_id_shaped_values_are_counted_per_place_never_kept() {
+    let tax = Taxonomy::default();
+    let scan = RequestScan::new(
+        &tax,
+        "/api/v2/patients/482913/visits/039b70b8-92f7-44b7-9c91-4e3f0e900c71?ref=pat-000123",
+        Some((
+            br#"{"x":"039b70b892f744b79c914e3f0e900c71","note":"see PAT-000124","n":"%70at-000125"}"#,
+            BodyKind::Json,
+        )),
+    )
+    .unwrap();
+    assert_eq!(
+        scan.raw_ids(),
+        RawIdCount {
+            path: 2,
+            query: 1,
+            body: 3
+        }
+    );
+    // Look-alikes that are not ids.
+    let scan = RequestScan::new(
+        &tax,
+        "/api/v2/patients/search?q=anna&date=2025-03-25&dose=1-0-1-0",
+        Some((
+            br#"{"status":"in-progress","scope":"clinic-wide","icd":"E11.9","loinc":"4548-4","name":"Meyer-Schmidt","v":"v2-1"}"#,
+            BodyKind::Json,
+        )),
+    )
+    .unwrap();
+    assert_eq!(scan.raw_ids(), RawIdCount::default());
+}
+
+/// How one alias occurrence is written.
+#[derive(Debug, Clone, Copy)]
+enum Variant {
+    Exact,
+    Upper,
+    Capitalized,
+    Unpadded,
+    ExtraZero,
+}
+
+/// How it is encoded.
+#[derive(Debug, Clone, Copy)]
+enum Encoding {
+    Plain,
+    Dashes,
+    Every,
+    Spaces,
+}
+
+fn written(prefix: &str, epoch: &str, n: u32, v: Variant) -> String {
+    match v {
+        Variant::Exact => format!("{prefix}-{epoch}-{n:03}"),
+        Variant::Upper => format!("{prefix}-{epoch}-{n:03}").to_ascii_uppercase(),
+        Variant::Capitalized => {
+            let s = format!("{prefix}-{epoch}-{n:03}");
+            s[..1].to_ascii_uppercase() + &s[1..]
+        }
+        Variant::Unpadded => format!("{prefix}-{epoch}-{n}"),
+        Variant::ExtraZero => format!("{prefix}-{epoch}-0{n:03}"),
+    }
+}
+
+fn encode_as(token: &str, e: Encoding) -> String {
+    match e {
+        Encoding::Plain => token.to_owned(),
+        Encoding::Dashes => token.replace('-', "%2D"),
+        Encoding::Every => token.bytes().map(|b| format!("%{b:02x}")).collect(),
+        Encoding::Spaces => format!("%20{token}%20"),
+    }
+}
+
+fn variant() -> impl Strategy<Value = Variant> {
+    prop_oneof![
+        Just(Variant::Exact),
+        Just(Variant::Upper),
+        Just(Variant::Capitalized),
+        Just(Variant::Unpadded),
+        Just(Variant::ExtraZero)
+    ]
+}
+
+fn encoding() -> impl Strategy<Value = Encoding> {
+    prop_oneof![
+        Just(Encoding::Plain),
+        Just(Encoding::Dashes),
+        Just(Encoding::Every),
+        Just(Encoding::Spaces)
+    ]
+}
+
+use proptest::prelude::*;
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Aliases in every position (path, query, JSON id field, JSON prose), in
+    /// every spelling and encoding: issued ones decode exactly to their
+    /// patient; a foreign one (another epoch, or a number never issued)
+    /// refuses the request naming it as written.
+    #[test]
+    fn generated_requests_decode_exactly_or_are_refused(
+        slots in prop::collection::vec((1u32..=20, variant(), encoding(), 0u8..8), 4),
+    ) {
+        let tax = Taxonomy::default();
+        let (m, epoch, uuids) = epoch_session(&tax, 20);
+        let mut tokens = Vec::new();
+        let mut expect = Vec::new();
+        let mut first_foreign: Option<String> = None;
+        for (i, (n, v, e, foreign)) in slots.iter().enumerate() {
+            // 0: another epoch; 1: a number never issued; else issued.
+            let (ep, num) = match foreign {
+                0 => ("m3p9", *n),
+                1 => (epoch.as_str(), 900 + i as u32),
+                _ => (epoch.as_str(), *n),
+            };
+            let w = written("patient", ep, num, *v);
+            if *foreign < 2 && first_foreign.is_none() {
+                first_foreign = Some(w.clone());
+            }
+            tokens.push(encode_as(&w, *e));
+            let u = uuids[(*n - 1) as usize].clone();
+            expect.push(match e {
+                Encoding::Spaces => format!("%20{u}%20"),
+                _ => u,
+            });
+        }
+        let path = format!("/api/v2/patients/{}/visits?x={}", tokens[0], tokens[1]);
+        let body = format!(r#"{{"patientId":"{}","note":"for {} today"}}"#, tokens[2], tokens[3]);
+        let got = rewrite_in(&tax, &m, &path, Some(&body));
+        match first_foreign {
+            Some(w) => prop_assert_eq!(got.unwrap_err(), RequestError::UnknownAlias { alias: w }),
+            None => {
+                let (p, b) = got.unwrap();
+                prop_assert_eq!(p, format!("/api/v2/patients/{}/visits?x={}", expect[0], expect[1]));
+                prop_assert_eq!(b.unwrap(), format!(r#"{{"patientId":"{}","note":"for {} today"}}"#, expect[2], expect[3]));
+            }
+        }
+    }
+}
