@@ -6,7 +6,17 @@
 //! - `hybrid`: the engine with cosine hits (what control serves);
 //! - `lexical`: the engine without cosines (what control serves while a new
 //!   registry is being indexed);
-//! - `cosine`: plain cosine ranking, the top 12 surfaced (the baseline).
+//! - `cosine`: plain cosine ranking, the top 12 surfaced (a baseline);
+//! - `rrf`: reciprocal-rank fusion (k = 60) of the cosine ranking and a plain
+//!   BM25 ranking (k1 = 1.2, b = 0.75) over each tool's embedding text, the
+//!   top 12 surfaced (a baseline, on the same embeddings).
+//!
+//! # Tune and check parts
+//! Every query falls in a fixed part by its id: `check` when the first two
+//! bytes of `sha256("keyhole-split-v1\0" + id)`, read big-endian, modulo 100
+//! are below [`CHECK_PERCENT`] (35), else `tune`. Figures are reported for
+//! `all`, `tune` and `check`. Rules, weights and thresholds are fitted on the
+//! tune part only; check-part misses are never looked at while tuning.
 //!
 //! Figures per mode: full-gold recall within the surfaced set, recall@k,
 //! MRR, nDCG@10 (binary relevance), mean surfaced count, forbidden tools
@@ -21,7 +31,8 @@ use keyhole_core::format;
 use keyhole_core::rank::pipeline::{search, Turn};
 use keyhole_core::Phase;
 use serde::{Deserialize, Serialize};
-use std::collections::HashSet;
+use sha2::{Digest, Sha256};
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 /// Which ranking an evaluation runs.
@@ -34,6 +45,116 @@ pub enum Mode {
     Cosine,
     /// The engine without cosines.
     Lexical,
+    /// Reciprocal-rank fusion of cosine and BM25 (k = 60), top 12 surfaced.
+    Rrf,
+}
+
+/// Share of queries (percent) in the check part.
+pub const CHECK_PERCENT: u16 = 35;
+
+/// Which part of a dev set a figure covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Part {
+    /// Every query.
+    All,
+    /// The tuning part (about 65 %).
+    Tune,
+    /// The check part (about 35 %): never tuned on.
+    Check,
+}
+
+impl Part {
+    /// The part a query id falls in (fixed: a hash of the id, see the module doc).
+    pub fn of(id: &str) -> Part {
+        let digest = Sha256::new_with_prefix(b"keyhole-split-v1\0").chain_update(id.as_bytes()).finalize();
+        let bucket = u16::from_be_bytes([digest[0], digest[1]]) % 100;
+        if bucket < CHECK_PERCENT {
+            Part::Check
+        } else {
+            Part::Tune
+        }
+    }
+
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Part::All => "all",
+            Part::Tune => "tune",
+            Part::Check => "check",
+        }
+    }
+}
+
+/// Plain Okapi BM25 (k1 = 1.2, b = 0.75) over lower-cased alphanumeric
+/// tokens of each tool's text: the textbook lexical baseline, independent of
+/// the engine's own lexical score.
+struct Bm25 {
+    docs: Vec<(String, HashMap<String, f64>, f64)>,
+    df: HashMap<String, f64>,
+    avg_len: f64,
+}
+
+fn tokens(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(|c: char| !c.is_alphanumeric()).filter(|t| !t.is_empty()).map(str::to_lowercase)
+}
+
+impl Bm25 {
+    fn new(docs: impl Iterator<Item = (String, String)>) -> Bm25 {
+        let mut out = Bm25 { docs: Vec::new(), df: HashMap::new(), avg_len: 0.0 };
+        for (name, text) in docs {
+            let mut tf: HashMap<String, f64> = HashMap::new();
+            let mut len = 0.0;
+            for t in tokens(&text) {
+                *tf.entry(t).or_default() += 1.0;
+                len += 1.0;
+            }
+            for t in tf.keys() {
+                *out.df.entry(t.clone()).or_default() += 1.0;
+            }
+            out.docs.push((name, tf, len));
+        }
+        out.avg_len = out.docs.iter().map(|d| d.2).sum::<f64>() / out.docs.len().max(1) as f64;
+        out
+    }
+
+    /// Tool names by BM25 score, best first (ties by name); only scoring tools.
+    fn rank(&self, query: &str) -> Vec<String> {
+        let (k1, b) = (1.2, 0.75);
+        let n = self.docs.len() as f64;
+        let terms: HashSet<String> = tokens(query).collect();
+        let mut scored: Vec<(f64, &str)> = self
+            .docs
+            .iter()
+            .filter_map(|(name, tf, len)| {
+                let score: f64 = terms
+                    .iter()
+                    .filter_map(|t| {
+                        let f = *tf.get(t)?;
+                        let df = self.df.get(t).copied().unwrap_or(0.0);
+                        let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
+                        Some(idf * f * (k1 + 1.0) / (f + k1 * (1.0 - b + b * len / self.avg_len.max(1e-9))))
+                    })
+                    .sum();
+                (score > 0.0).then_some((score, name.as_str()))
+            })
+            .collect();
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+        scored.into_iter().map(|(_, n)| n.to_owned()).collect()
+    }
+}
+
+/// Reciprocal-rank fusion of rankings (`k` = 60 by convention), best first, ties by name.
+fn rrf(rankings: &[&[String]], k: f64) -> Vec<String> {
+    let mut score: HashMap<&str, f64> = HashMap::new();
+    for ranking in rankings {
+        for (i, name) in ranking.iter().enumerate() {
+            *score.entry(name.as_str()).or_default() += 1.0 / (k + (i + 1) as f64);
+        }
+    }
+    let mut all: Vec<(&str, f64)> = score.into_iter().collect();
+    all.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+    all.into_iter().map(|(n, _)| n.to_owned()).collect()
 }
 
 /// One labelled query.
@@ -100,6 +221,8 @@ pub struct Metrics {
     pub dataset: String,
     /// The mode.
     pub mode: Mode,
+    /// Which queries: all, the tune part or the check part.
+    pub part: Part,
     /// Business tools in the registry.
     pub tools: usize,
     /// Queries evaluated.
@@ -172,11 +295,12 @@ impl Totals {
         self.bytes_after += bytes_after;
     }
 
-    fn metrics(&self, dataset: &str, mode: Mode, tools: usize, k: usize, bytes_before: usize) -> Metrics {
+    fn metrics(&self, dataset: &str, mode: Mode, part: Part, tools: usize, k: usize, bytes_before: usize) -> Metrics {
         let n = self.n.max(1) as f64;
         Metrics {
             dataset: dataset.to_owned(),
             mode,
+            part,
             tools,
             queries: self.n,
             k,
@@ -236,7 +360,12 @@ pub async fn evaluate(
         parsed.rewrite(&registry.request, &parsed.select(&refs, usize::MAX)).len()
     };
     let depth = options.k.max(100);
-    let mut totals: Vec<Totals> = options.modes.iter().map(|_| Totals::default()).collect();
+    let bm25 = options
+        .modes
+        .contains(&Mode::Rrf)
+        .then(|| Bm25::new(reg.tools().iter().filter(|t| t.is_business()).map(|t| (t.name.clone(), t.embedding_text()))));
+    // Per mode: all, tune, check.
+    let mut totals: Vec<[Totals; 3]> = options.modes.iter().map(|_| Default::default()).collect();
     for (i, q) in queries.iter().enumerate() {
         let hits: Vec<(String, f32)> = match vectors.get(i) {
             Some(v) => match resolver.indexer().search(v, reg.len().max(1)).await? {
@@ -245,8 +374,16 @@ pub async fn evaluate(
             },
             None => Vec::new(),
         };
+        let part = Part::of(&q.id);
         for (mode, total) in options.modes.iter().zip(totals.iter_mut()) {
             let (surfaced, ranked): (Vec<String>, Vec<String>) = match mode {
+                Mode::Rrf => {
+                    let max = Phase::Planner.budget().max;
+                    let cos: Vec<String> = hits.iter().map(|(n, _)| n.clone()).collect();
+                    let lex = bm25.as_ref().map(|b| b.rank(&q.query)).unwrap_or_default();
+                    let ranked: Vec<String> = rrf(&[&cos, &lex], 60.0).into_iter().take(depth).collect();
+                    (ranked.iter().take(max).cloned().collect(), ranked)
+                }
                 Mode::Cosine => {
                     let max = Phase::Planner.budget().max;
                     let ranked: Vec<String> = hits.iter().take(depth).map(|(n, _)| n.clone()).collect();
@@ -264,7 +401,12 @@ pub async fn evaluate(
             let after = bytes_after(&surfaced);
             let surfaced: Vec<String> = surfaced.iter().map(|n| id_of(n)).collect();
             let ranked: Vec<String> = ranked.iter().map(|n| id_of(n)).collect();
-            total.add(q, &surfaced, &ranked, options.k, after);
+            let [all, tune, check] = total;
+            all.add(q, &surfaced, &ranked, options.k, after);
+            match part {
+                Part::Check => check.add(q, &surfaced, &ranked, options.k, after),
+                _ => tune.add(q, &surfaced, &ranked, options.k, after),
+            }
         }
     }
     let business = reg.tools().iter().filter(|t| t.is_business()).count();
@@ -272,7 +414,10 @@ pub async fn evaluate(
         .modes
         .iter()
         .zip(&totals)
-        .map(|(mode, t)| t.metrics(&options.dataset, *mode, business, options.k, bytes_before))
+        .flat_map(|(mode, [all, tune, check])| {
+            [(Part::All, all), (Part::Tune, tune), (Part::Check, check)]
+                .map(|(part, t)| t.metrics(&options.dataset, *mode, part, business, options.k, bytes_before))
+        })
         .collect())
 }
 
@@ -318,7 +463,7 @@ mod tests {
         t.add(&q(&["a", "b"], &[]), &ids(&["x", "a", "b"]), &ids(&["x", "a", "y", "b"]), 2, 100);
         // Gold missing from the surfaced set and the ranking; a forbidden tool shown.
         t.add(&q(&["c"], &["x"]), &ids(&["x"]), &ids(&["x", "y"]), 2, 50);
-        let m = t.metrics("d", Mode::Hybrid, 5, 2, 1000);
+        let m = t.metrics("d", Mode::Hybrid, Part::All, 5, 2, 1000);
         assert_eq!(m.full_gold_recall, 0.5);
         assert_eq!(m.recall_at_k, 0.25, "(1/2 + 0) / 2");
         assert_eq!(m.mrr, 0.25, "(1/2 + 0) / 2");
@@ -328,6 +473,26 @@ mod tests {
         assert_eq!(m.mean_surfaced, 2.0);
         assert_eq!((m.queries_with_forbidden, m.forbidden_surfaced), (1, 1));
         assert_eq!(m.request_bytes_after, 75.0);
+    }
+
+    #[test]
+    fn the_split_is_a_fixed_hash_of_the_id_with_about_35_percent_check() {
+        let check = (0..2000).filter(|i| Part::of(&format!("q{i}")) == Part::Check).count();
+        assert!((600..800).contains(&check), "{check} of 2000");
+        assert_eq!(Part::of("q1"), Part::of("q1"));
+    }
+
+    #[test]
+    fn rrf_fuses_ranks_and_bm25_prefers_rare_matching_terms() {
+        let a = ids(&["x", "y", "z"]);
+        let b = ids(&["y", "w"]);
+        assert_eq!(rrf(&[&a, &b], 60.0), ["y", "x", "w", "z"]);
+        let bm = Bm25::new(
+            [("lab", "order lab test panel"), ("note", "write a clinical note"), ("bill", "create invoice for the visit")]
+                .into_iter()
+                .map(|(n, t)| (n.to_owned(), t.to_owned())),
+        );
+        assert_eq!(bm.rank("order a lipid panel"), ["lab", "note"], "\"a\" matches the note");
     }
 
     #[test]

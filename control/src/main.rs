@@ -129,7 +129,7 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         k: usize,
         /// Modes, side by side on the same embeddings.
-        #[arg(long, value_delimiter = ',', default_value = "hybrid,cosine")]
+        #[arg(long, value_delimiter = ',', default_value = "hybrid,cosine,rrf")]
         mode: Vec<Mode>,
         /// Evaluate an evenly spaced subset of about this many queries.
         #[arg(long)]
@@ -518,14 +518,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let options = EvalOptions { dataset: dataset.clone(), k, modes: mode };
             let metrics = eval::evaluate(&resolver, &loaded, &queries, &options).await?;
             println!(
-                "{:<16} {:<8} {:>6} {:>6} {:>9} {:>8} {:>7} {:>8} {:>8} {:>9} {:>11} {:>10}",
-                "dataset", "mode", "tools", "turns", "full-gold", format!("R@{k}"), "MRR", "nDCG@10", "surfaced", "forbidden", "bytes-in", "bytes-out"
+                "{:<16} {:<8} {:<6} {:>6} {:>6} {:>9} {:>8} {:>7} {:>8} {:>8} {:>9} {:>11} {:>10}",
+                "dataset", "mode", "part", "tools", "turns", "full-gold", format!("R@{k}"), "MRR", "nDCG@10", "surfaced", "forbidden", "bytes-in", "bytes-out"
             );
             for m in &metrics {
                 println!(
-                    "{:<16} {:<8} {:>6} {:>6} {:>9.3} {:>8.3} {:>7.3} {:>8.3} {:>8.2} {:>9} {:>11} {:>10.0}",
+                    "{:<16} {:<8} {:<6} {:>6} {:>6} {:>9.3} {:>8.3} {:>7.3} {:>8.3} {:>8.2} {:>9} {:>11} {:>10.0}",
                     m.dataset,
                     format!("{:?}", m.mode).to_lowercase(),
+                    m.part.as_str(),
                     m.tools,
                     m.queries,
                     m.full_gold_recall,
