@@ -5,6 +5,15 @@
 //! default that covers the HMS API); [`Taxonomy`] is the validated form with
 //! lookup tables. Both the filter (scanning) and control (minting) load the same
 //! configuration, so an alias minted by one is understood by the other.
+//!
+//! # Adding an id kind
+//! One [`KindConfig`] entry in `defaults::kinds` (this file): its name, alias
+//! prefix, FHIR id prefixes and resource types, id-named keys, object keys and
+//! path segments. Scanning, minting, decoding and the prefix grammar all read
+//! the kind from there, and [`Taxonomy::try_from`] validates it (the test
+//! `defaults_validate_and_cover_the_hms_kinds` runs that on the defaults).
+//! Loading the taxonomy from an operator's file, without a rebuild, is not
+//! wired yet.
 
 use super::shape::Form;
 use serde::{Deserialize, Serialize};
