@@ -42,8 +42,8 @@ use crate::hold::{self, HeaderEdit, Verdict};
 use crate::host;
 use crate::metrics::{Metrics, Refused, Withheld};
 use keyhole_core::alias::{
-    BodyKind, DecodeRequest, DecodeResponse, EncodeRequest, EncodeResponse, PartId, RequestError,
-    RequestScan, ResponseScan, Taxonomy,
+    BodyKind, DecodeRequest, DecodeResponse, EncodeRequest, EncodeResponse, KnownAlias, PartId,
+    RequestError, RequestScan, ResponseScan, Taxonomy,
 };
 use keyhole_core::config::HmsConfig;
 use keyhole_core::reply::{self, ErrorKind, LocalReply};
@@ -365,8 +365,12 @@ impl HmsStream {
             headers: scanned,
             held,
         });
-        if job.scan.is_empty() {
-            return self.apply(*job, &[]);
+        // A body with no structured id may still mention an id the session
+        // learned from an earlier body (prose, text/plain, a URL): control
+        // answers with the session's known ids, so it is asked whenever there
+        // is a body. Only an empty body with no id skips the callout.
+        if job.scan.is_empty() && job.body.is_empty() {
+            return self.apply(*job, &[], &[]);
         }
         let question = EncodeRequest {
             session: self.session.clone(),
@@ -400,7 +404,7 @@ impl HmsStream {
             return Action::Pause;
         };
         match answer {
-            Answer::Ok(e) => self.apply(*job, &e.aliases),
+            Answer::Ok(e) => self.apply(*job, &e.aliases, &e.known),
             Answer::Failed(status) => {
                 let (why, reason) = match status {
                     409 => (Withheld::Conflict, "conflicting ids for one record".to_owned()),
@@ -416,15 +420,27 @@ impl HmsStream {
     }
 
     /// Rewrites body and headers with `aliases` (parallel to the scan's ids)
-    /// and hands the response on.
-    fn apply(&mut self, job: ResponseJob, aliases: &[String]) -> Action {
+    /// and `known` (the session's ids from earlier bodies, with their
+    /// aliases), and hands the response on.
+    fn apply(&mut self, job: ResponseJob, aliases: &[String], known: &[KnownAlias]) -> Action {
         let original: Vec<(String, String)> = job
             .headers
             .iter()
             .map(|(n, v, _)| (n.clone(), v.clone()))
             .collect();
+        let rewriter = match job.scan.rewriter(aliases, known) {
+            Ok(r) => r,
+            Err(e) => {
+                return self.withhold(
+                    Withheld::Unreadable,
+                    job.held.then_some(job.body.len()),
+                    &original,
+                    &e.to_string(),
+                )
+            }
+        };
         let body = match job.body_part {
-            Some(part) => match job.scan.rewrite(part, &job.body, aliases) {
+            Some(part) => match rewriter.rewrite(part, &job.body) {
                 Ok(out) => out,
                 Err(e) => {
                     return self.withhold(
@@ -439,7 +455,7 @@ impl HmsStream {
         };
         let mut edits = Vec::new();
         for (name, value, part) in &job.headers {
-            match job.scan.rewrite(*part, value.as_bytes(), aliases) {
+            match rewriter.rewrite(*part, value.as_bytes()) {
                 Ok(out) if out == value.as_bytes() => {}
                 Ok(out) => match String::from_utf8(out) {
                     Ok(new) => edits.push(HeaderEdit::Set(name.clone(), new)),
@@ -472,7 +488,7 @@ impl HmsStream {
             body.len()
         );
         self.state = State::Done;
-        let aliased = !aliases.is_empty();
+        let aliased = !aliases.is_empty() || !edits.is_empty() || body != job.body;
         if !job.held {
             for edit in &edits {
                 let ok = match edit {

@@ -11,8 +11,8 @@
 //! and only touch the in-memory idle clock, which [`AliasStore::sweep`]
 //! persists in one batch.
 
-use super::{check_session, decode_all, with_fresh_epoch, AliasStore, Sessions, StoreConfig, StoreError, StoreFuture};
-use keyhole_core::alias::{DecodedIds, EntityRecord, IdInput, SessionMap};
+use super::{check_session, decode_all, known_of, with_fresh_epoch, AliasStore, Sessions, StoreConfig, StoreError, StoreFuture};
+use keyhole_core::alias::{DecodedIds, EntityRecord, IdInput, KnownAlias, SessionMap};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use std::path::Path;
 use std::sync::Arc;
@@ -193,6 +193,17 @@ impl AliasStore for RedbStore {
             let slot = self.sessions.get(session);
             let slot = slot.lock().await;
             Ok(slot.map.as_ref().and_then(|m| m.epoch()).map(|e| e.to_string()))
+        })
+    }
+
+    fn known<'a>(&'a self, session: &'a str) -> StoreFuture<'a, Vec<KnownAlias>> {
+        Box::pin(async move {
+            let slot = self.sessions.get(session);
+            let slot = slot.lock().await;
+            match slot.map.as_ref() {
+                Some(map) => known_of(map),
+                None => Ok(Vec::new()),
+            }
         })
     }
 

@@ -47,6 +47,7 @@ pub enum AliasApiError {
 impl IntoResponse for AliasApiError {
     fn into_response(self) -> Response {
         let (status, code) = match &self {
+            AliasApiError::Store(StoreError::TooManyKnown { .. }) => (StatusCode::UNPROCESSABLE_ENTITY, ErrorCode::BadRequest),
             AliasApiError::BadRequest(_) | AliasApiError::Store(StoreError::BadSession) => (StatusCode::BAD_REQUEST, ErrorCode::BadRequest),
             AliasApiError::Store(StoreError::Session(e)) => match e {
                 SessionError::Conflict { .. } | SessionError::FormConflict { .. } => (StatusCode::CONFLICT, ErrorCode::Conflict),
@@ -77,14 +78,18 @@ async fn encode(State(state): State<AliasState>, body: Bytes) -> Result<Json<Enc
         return Err(AliasApiError::BadRequest(format!("ids: at most {MAX_BATCH} per request, got {}", req.ids.len())));
     }
     let aliases = state.store.encode(&req.session, &req.ids).await?;
+    // Ids learned from earlier bodies, so the filter replaces them in prose
+    // and URLs of this one too (bounded: past the bound this fails closed).
+    let known = state.store.known(&req.session).await?;
     tracing::debug!(
         session = %req.session,
         ids = req.ids.len(),
+        known = known.len(),
         store = state.store.backend(),
         micros = started.elapsed().as_micros() as u64,
         "encoded"
     );
-    Ok(Json(EncodeResponse { aliases, known: Vec::new() }))
+    Ok(Json(EncodeResponse { aliases, known }))
 }
 
 async fn decode(State(state): State<AliasState>, body: Bytes) -> Result<Json<DecodeResponse>, AliasApiError> {

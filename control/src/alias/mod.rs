@@ -39,7 +39,7 @@ pub use embedded::RedbStore;
 pub use http::{routes, AliasState};
 pub use shared::RedisStore;
 
-use keyhole_core::alias::{DecodedIds, Epoch, IdInput, SessionError, SessionMap, Taxonomy};
+use keyhole_core::alias::{DecodedIds, Epoch, IdInput, KnownAlias, SessionError, SessionMap, Taxonomy};
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -75,6 +75,11 @@ pub trait AliasStore: Send + Sync {
     /// Only for messages: an alias of another epoch is refused either way.
     fn current_epoch<'a>(&'a self, session: &'a str) -> StoreFuture<'a, Option<String>>;
 
+    /// Every raw id the session knows, with its alias, as last loaded (call
+    /// it after `encode` of the same session). Fails with
+    /// [`StoreError::TooManyKnown`] past [`MAX_KNOWN`].
+    fn known<'a>(&'a self, session: &'a str) -> StoreFuture<'a, Vec<KnownAlias>>;
+
     /// Drops sessions idle for longer than the TTL; returns how many.
     fn sweep(&self) -> StoreFuture<'_, usize>;
 
@@ -102,6 +107,10 @@ pub enum StoreError {
         source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// Other writers kept changing the session while this one planned.
+    /// The session knows more raw ids than an encode answer may carry: the
+    /// filter withholds the body (an id it was not told about could pass).
+    #[error("session knows {count} raw ids, more than the {MAX_KNOWN} an encode answer carries")]
+    TooManyKnown { count: usize },
     #[error("alias store {backend}: session kept changing under {tries} attempts")]
     Contended {
         /// The backend.
@@ -171,6 +180,31 @@ fn check_session(session: &str) -> Result<(), StoreError> {
 }
 
 /// Decodes a batch against a loaded map.
+/// Most raw ids sent back with one encode answer (`EncodeResponse.known`):
+/// every form (UUID, FHIR id, slug) of 5,000 entities, the default
+/// `max_aliases` of a session. A session that knows more (a raised
+/// `max_aliases`) fails its encodes with [`StoreError::TooManyKnown`], and the
+/// filter withholds those responses (502): never passed raw.
+pub const MAX_KNOWN: usize = 15_000;
+
+/// The session's raw ids with their aliases, bounded by [`MAX_KNOWN`].
+fn known_of(map: &SessionMap) -> Result<Vec<KnownAlias>, StoreError> {
+    let known: Vec<KnownAlias> = map
+        .records()
+        .iter()
+        .flat_map(|r| {
+            [r.ids.uuid.as_ref(), r.ids.fhir_id.as_ref(), r.ids.slug.as_ref()]
+                .into_iter()
+                .flatten()
+                .map(|v| KnownAlias { value: v.clone(), alias: r.alias.clone() })
+        })
+        .collect();
+    if known.len() > MAX_KNOWN {
+        return Err(StoreError::TooManyKnown { count: known.len() });
+    }
+    Ok(known)
+}
+
 fn decode_all(tax: &Taxonomy, map: &SessionMap, aliases: &[String]) -> Vec<Option<DecodedIds>> {
     aliases
         .iter()

@@ -12,8 +12,8 @@
 //! gets two aliases and no alias two entities, whichever replica answers.
 //! Every access re-arms the keys' expiry: idle sessions vanish after the TTL.
 
-use super::{check_session, decode_all, with_fresh_epoch, AliasStore, Sessions, StoreConfig, StoreError, StoreFuture};
-use keyhole_core::alias::{DecodedIds, EntityRecord, IdInput, SessionMap};
+use super::{check_session, decode_all, known_of, with_fresh_epoch, AliasStore, Sessions, StoreConfig, StoreError, StoreFuture};
+use keyhole_core::alias::{DecodedIds, EntityRecord, IdInput, KnownAlias, SessionMap};
 use redis::aio::MultiplexedConnection;
 use redis::Script;
 use std::collections::HashMap;
@@ -174,6 +174,14 @@ impl AliasStore for RedisStore {
             let slot = self.sessions.get(session);
             let slot = slot.lock().await;
             Ok(slot.map.epoch().map(|e| e.to_string()))
+        })
+    }
+
+    fn known<'a>(&'a self, session: &'a str) -> StoreFuture<'a, Vec<KnownAlias>> {
+        Box::pin(async move {
+            let slot = self.sessions.get(session);
+            let slot = slot.lock().await;
+            known_of(&slot.map)
         })
     }
 

@@ -102,6 +102,17 @@ async fn conformance(store: &dyn AliasStore, session: &dyn Fn(&str) -> String) {
     let theirs = store.encode(&other, &[id(&uuid_of(3), "patient", None, None)]).await.unwrap();
     assert_eq!(plain(&theirs), ["patient-001"]);
     assert_ne!(theirs, first[..1], "another session's map has its own epoch");
+    // Known ids: every raw id of the session with its own alias, no other
+    // session's.
+    store.encode(&s, &[]).await.unwrap();
+    let known = store.known(&s).await.unwrap();
+    let alias_of = |v: &str| known.iter().find(|k| k.value == v).map(|k| k.alias.clone());
+    assert_eq!(alias_of(&uuid_of(1)), Some(first[0].clone()));
+    assert_eq!(alias_of("pat-000001"), Some(first[0].clone()));
+    assert_eq!(alias_of("appt-0009812"), Some(a("patient-appt-001")));
+    let known_b = store.known(&other).await.unwrap();
+    assert_eq!(known_b.len(), 1);
+    assert_eq!((known_b[0].value.as_str(), known_b[0].alias.as_str()), (uuid_of(3).as_str(), theirs[0].as_str()));
     // Bad input.
     assert!(matches!(store.encode("", &entity).await, Err(StoreError::BadSession)));
     assert!(matches!(
