@@ -7,11 +7,15 @@
 //! every host refusal becomes a value the filter decides on.
 //!
 //! Callouts still go through the SDK (`dispatch_http_call`): its dispatcher must
-//! learn each token to route `on_http_call_response`, and its wrapper already
-//! returns the statuses a missing cluster produces.
+//! learn each token to route `on_http_call_response`, and only its wrapper can
+//! tell it (`register_callout` is private to the SDK). That wrapper panics on a
+//! status other than `Ok`, `BadArgument` and `InternalFailure`; Envoy's
+//! `httpCall` returns no other (a missing cluster is `BadArgument`, a failed
+//! dispatch `InternalFailure`), so this is the one SDK call left with a panic
+//! arm, and it is unreachable on Envoy.
 #![allow(unsafe_code)]
 
-use proxy_wasm::types::{BufferType, MapType, StreamType};
+use proxy_wasm::types::{BufferType, MapType, MetricType, StreamType};
 use std::ptr::{null, null_mut};
 
 /// A host status that is not `Ok`.
@@ -64,6 +68,8 @@ extern "C" {
         grpc_status: i32,
     ) -> u32;
     fn proxy_continue_stream(stream_type: StreamType) -> u32;
+    fn proxy_define_metric(metric_type: MetricType, name_data: *const u8, name_size: usize, return_id: *mut u32) -> u32;
+    fn proxy_increment_metric(metric_id: u32, offset: i64) -> u32;
 }
 
 /// Takes ownership of bytes the host allocated through the SDK's exported
@@ -156,6 +162,19 @@ pub fn send_local_response(status: u32, headers: &[(&str, &str)], body: &[u8]) -
 pub fn continue_stream(stream: StreamType) -> Result<(), HostStatus> {
     // SAFETY: no pointers.
     check(unsafe { proxy_continue_stream(stream) })
+}
+
+/// Defines a metric; returns its id.
+pub fn define_metric(kind: MetricType, name: &str) -> Result<u32, HostStatus> {
+    let mut id: u32 = 0;
+    // SAFETY: pointers are valid for the call; the host writes `id`.
+    check(unsafe { proxy_define_metric(kind, name.as_ptr(), name.len(), &mut id) }).map(|()| id)
+}
+
+/// Adds `offset` to a metric.
+pub fn increment_metric(id: u32, offset: i64) -> Result<(), HostStatus> {
+    // SAFETY: no pointers.
+    check(unsafe { proxy_increment_metric(id, offset) })
 }
 
 /// The ABI's header-map encoding: pair count, then each key and value length

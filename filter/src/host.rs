@@ -160,6 +160,6 @@ pub fn dispatch_to_control(
 /// Adds `offset` to a counter; failures are ignored (metrics never decide).
 pub fn count(metric: Option<u32>, offset: i64) {
     if let Some(id) = metric {
-        let _ = hostcalls::increment_metric(id, offset);
+        let _ = abi::increment_metric(id, offset);
     }
 }

@@ -1,7 +1,7 @@
 //! The filter's counters, visible in Envoy's admin `/stats` as
 //! `wasmcustom.keyhole.<name>`.
 
-use proxy_wasm::hostcalls;
+use crate::abi;
 use proxy_wasm::types::MetricType;
 
 /// Counter ids; a counter the host refused to define is `None` and never counted.
@@ -139,10 +139,10 @@ impl HmsMetrics {
 }
 
 fn counter(name: &str) -> Option<u32> {
-    match hostcalls::define_metric(MetricType::Counter, name) {
+    match abi::define_metric(MetricType::Counter, name) {
         Ok(id) => Some(id),
         Err(status) => {
-            log::warn!("keyhole.metrics op=define name={name} status={status:?}");
+            log::warn!("keyhole.metrics op=define name={name} status={}", status.0);
             None
         }
     }
