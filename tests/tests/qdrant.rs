@@ -214,7 +214,7 @@ async fn in_qdrant_mode_every_format_is_cut_to_a_bounded_byte_identical_hybrid_s
         assert!(original.len() >= 100, "{path}: the fixture carries the registry");
         let resp = send(&stack, path, body.clone(), "formats", "planner").await;
         assert_eq!(resp.status(), 200, "{path}: {}", stack.envoy.log_tail());
-        assert_eq!(header(&resp, "x-keyhole-source"), "retrieval", "{path}");
+        let source = header(&resp, "x-keyhole-source");
         let seen = stack.llm.seen();
         assert_eq!(seen.len(), 1, "{path}");
         let tools = function_tools(&seen[0].body, *gemini);
@@ -226,6 +226,9 @@ async fn in_qdrant_mode_every_format_is_cut_to_a_bounded_byte_identical_hybrid_s
         let how = retrievals(&stack, "formats").await;
         assert_eq!(how.len(), i + 1);
         assert!(matches!(how[i].as_str(), "hybrid" | "lexical"), "{path}: {how:?}");
+        // The header says how the turn was ranked.
+        let said = if how[i] == "hybrid" { "retrieval" } else { "lexical" };
+        assert_eq!(source, said, "{path}");
     }
 
     // Phase budgets and a forced tool, ranked by Qdrant.
@@ -257,7 +260,7 @@ async fn control_started_before_qdrant_ranks_lexically_then_hybrid_once_it_is_up
     for phase in ["planner", "agent-call"] {
         let resp = send(&stack, "/v1/chat/completions", catalog_request(), "late", phase).await;
         assert_eq!(resp.status(), 200, "{}", stack.envoy.log_tail());
-        assert_eq!(header(&resp, "x-keyhole-source"), "retrieval");
+        assert_eq!(header(&resp, "x-keyhole-source"), "lexical", "ranked without vectors, and says so");
     }
     assert_upstream_bounded(&stack, 12);
     let seen = stack.llm.seen();
