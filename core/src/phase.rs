@@ -94,6 +94,61 @@ impl FromStr for Phase {
     }
 }
 
+/// One tool offered to a candidate set, as the phase rules see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Offer {
+    /// The tool may change a record (a tool nothing is known of counts as one).
+    pub mutating: bool,
+    /// The request forces the tool (`tool_choice`): exempt from the formatter
+    /// rule and the recovery limit, never from the budget.
+    pub forced: bool,
+    /// The tool is outside the session's prior set, as far as the caller knows.
+    pub outside_prior: bool,
+}
+
+/// The phase rules, applied tool by tool while a candidate set is composed.
+///
+/// The one place these rules live: control composes its answer through them
+/// ([`crate::rank::outage::bounded`]) and the filter checks control's answer
+/// through them again ([`crate::surface::decide`]).
+///
+/// - At most `phase.budget().max` tools.
+/// - Formatter: no mutating tool, except a forced one.
+/// - Recovery: at most [`RECOVERY_NEW_TOOLS`] tools outside the prior set; a
+///   forced one is always taken and takes one of those places.
+#[derive(Debug, Clone)]
+pub struct Rules {
+    phase: Phase,
+    admitted: usize,
+    new: usize,
+}
+
+impl Rules {
+    /// The rules of `phase`, for an empty set.
+    pub fn new(phase: Phase) -> Self {
+        Rules { phase, admitted: 0, new: 0 }
+    }
+
+    /// Whether the set may take `offer`; counts it when it may. The caller
+    /// checks that the tool exists and is not in the set already.
+    pub fn admit(&mut self, offer: Offer) -> bool {
+        if self.admitted >= self.phase.budget().max {
+            return false;
+        }
+        if self.phase == Phase::Formatter && offer.mutating && !offer.forced {
+            return false;
+        }
+        if self.phase == Phase::Recovery && offer.outside_prior {
+            if self.new >= RECOVERY_NEW_TOOLS && !offer.forced {
+                return false;
+            }
+            self.new += 1;
+        }
+        self.admitted += 1;
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,5 +168,37 @@ mod tests {
             assert!(b.min <= b.max && b.max <= MAX_BUDGET, "{p}: {b:?}");
         }
         assert_eq!(Phase::ToolInput.budget().max, 1);
+    }
+
+    fn offer(mutating: bool, forced: bool, outside_prior: bool) -> Offer {
+        Offer { mutating, forced, outside_prior }
+    }
+
+    #[test]
+    fn rules_hold_the_budget_even_for_forced_tools() {
+        for p in Phase::ALL {
+            let mut rules = Rules::new(p);
+            let taken = (0..40).filter(|_| rules.admit(offer(false, true, false))).count();
+            assert_eq!(taken, p.budget().max, "{p}");
+        }
+    }
+
+    #[test]
+    fn formatter_takes_no_mutating_tool_unless_forced() {
+        let mut rules = Rules::new(Phase::Formatter);
+        assert!(!rules.admit(offer(true, false, false)));
+        assert!(rules.admit(offer(true, true, false)));
+        assert!(rules.admit(offer(false, false, true)));
+        let mut planner = Rules::new(Phase::Planner);
+        assert!(planner.admit(offer(true, false, false)));
+    }
+
+    #[test]
+    fn recovery_adds_few_tools_outside_the_prior_set() {
+        let mut rules = Rules::new(Phase::Recovery);
+        let new = (0..10).filter(|_| rules.admit(offer(false, false, true))).count();
+        assert_eq!(new, RECOVERY_NEW_TOOLS);
+        assert!(rules.admit(offer(false, true, true)), "a forced tool is always taken");
+        assert!(rules.admit(offer(false, false, false)), "the prior set still fits");
     }
 }

@@ -13,7 +13,7 @@ use crate::config::OnOutage;
 use crate::detect;
 use crate::format::{self, BuiltinTools, ParsedRequest};
 use crate::reply::{self, ErrorKind, LocalReply};
-use crate::phase::RECOVERY_NEW_TOOLS;
+use crate::phase::{Offer, Rules};
 use crate::wire::{
     registry_digest, Reason, ResolveRequest, ResolveResponse, Source, SurfacedTool, UnknownRegistry, UNKNOWN_REGISTRY_STATUS,
 };
@@ -183,11 +183,12 @@ pub fn finish(
 ///   to bound a recovery turn.
 /// - `on_outage`: what to do when control is out and nothing is known.
 ///
-/// The phase's rules are the filter's, whatever control answered: at most
+/// The phase's rules ([`Rules`], the same ones control composed its answer
+/// with) are checked again here, whatever control answered: at most
 /// `phase.budget().max` tools; formatter: no tool that may change a record
 /// (as control's metadata says; a tool it says nothing of counts as
 /// mutating), except one the request forces; recovery: at most
-/// [`RECOVERY_NEW_TOOLS`] tools outside the prior set, when this worker knows
+/// [`RECOVERY_NEW_TOOLS`](crate::phase::RECOVERY_NEW_TOOLS) tools outside the prior set, when this worker knows
 /// the session's prior set.
 pub fn decide(
     req: &ParsedRequest<'_>,
@@ -197,7 +198,7 @@ pub fn decide(
     on_outage: OnOutage,
 ) -> Decision {
     let max = phase.budget().max;
-    let mut set = Set { req, phase, max, prior, keep: Vec::with_capacity(max), surfaced: Vec::with_capacity(max), new: 0 };
+    let mut set = Set { req, prior, rules: Rules::new(phase), keep: Vec::with_capacity(max), surfaced: Vec::with_capacity(max) };
 
     // A forced function is always visible, whatever else happens (within the
     // budget: a client may list the whole registry as "allowed").
@@ -233,40 +234,31 @@ pub fn decide(
 /// The set being composed under the phase's rules.
 struct Set<'r, 'a> {
     req: &'r ParsedRequest<'a>,
-    phase: Phase,
-    max: usize,
     prior: &'r [SurfacedTool],
+    rules: Rules,
     keep: Vec<usize>,
     surfaced: Vec<SurfacedTool>,
-    /// Tools outside the prior set kept so far (recovery).
-    new: usize,
 }
 
 impl Set<'_, '_> {
     /// Keeps `tool` if the request carries it and the phase's rules allow it.
+    /// Outside the prior set means outside a prior set this worker knows.
     fn offer(&mut self, tool: SurfacedTool) {
-        if self.keep.len() >= self.max {
-            return;
-        }
         let Some(i) = self.req.tools.iter().position(|t| t.name == tool.name) else {
             return;
         };
         if self.keep.contains(&i) {
             return;
         }
-        let forced = tool.reason == Reason::ToolChoice;
-        if self.phase == Phase::Formatter && tool.mutating && !forced {
-            return;
+        let offer = Offer {
+            mutating: tool.mutating,
+            forced: tool.reason == Reason::ToolChoice,
+            outside_prior: !self.prior.is_empty() && !self.prior.iter().any(|p| p.name == tool.name),
+        };
+        if self.rules.admit(offer) {
+            self.keep.push(i);
+            self.surfaced.push(tool);
         }
-        let outside_prior = !self.prior.is_empty() && !self.prior.iter().any(|p| p.name == tool.name);
-        if self.phase == Phase::Recovery && outside_prior && !forced {
-            if self.new >= RECOVERY_NEW_TOOLS {
-                return;
-            }
-            self.new += 1;
-        }
-        self.keep.push(i);
-        self.surfaced.push(tool);
     }
 }
 
@@ -320,6 +312,7 @@ pub fn reply(status: u16, body: Option<&[u8]>, registry_sent: bool) -> Reply {
 mod tests {
     use super::*;
     use crate::format;
+    use crate::phase::RECOVERY_NEW_TOOLS;
 
     #[test]
     fn an_unknown_registry_is_sent_once() {

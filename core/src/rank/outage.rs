@@ -9,7 +9,7 @@
 //! path; the distinction only matters to the caller's logs.
 
 use super::Candidate;
-use crate::phase::RECOVERY_NEW_TOOLS;
+use crate::phase::{Offer, Rules};
 use crate::wire::Reason;
 use crate::Phase;
 use serde::{Deserialize, Serialize};
@@ -40,33 +40,30 @@ pub struct SetInputs<'a> {
 ///
 /// - Planner, agent-call, formatter with hits: floors ∪ hits.
 /// - Any phase without hits (outage or empty): floors ∪ prior set.
-/// - Recovery: prior set first, then at most [`RECOVERY_NEW_TOOLS`] tools not
+/// - Recovery: prior set first, then at most [`RECOVERY_NEW_TOOLS`](crate::phase::RECOVERY_NEW_TOOLS) tools not
 ///   in it (floors, then hits).
 /// - Formatter: no mutating tool, except a forced `tool_choice`.
 /// - Tool-input: exactly one tool: the forced one, else the best of the rest.
 ///
 /// Never fails; the length of the answer never exceeds `phase.budget().max`.
 pub fn bounded(inputs: &SetInputs<'_>) -> Vec<Candidate> {
-    let max = inputs.phase.budget().max;
-    let mut out: Vec<Candidate> = Vec::with_capacity(max);
-    let mut new_added = 0usize;
+    let mut out: Vec<Candidate> = Vec::with_capacity(inputs.phase.budget().max);
+    let mut rules = Rules::new(inputs.phase);
     let prior: BTreeSet<&str> = inputs.prior.iter().map(String::as_str).collect();
     let recovery = inputs.phase == Phase::Recovery;
 
     let mut offer = |c: Candidate, forced: bool, out: &mut Vec<Candidate>| {
-        if out.len() >= max || !inputs.registry.contains(&c.name) || out.iter().any(|o| o.name == c.name) {
+        if !inputs.registry.contains(&c.name) || out.iter().any(|o| o.name == c.name) {
             return;
         }
-        if !forced && inputs.phase == Phase::Formatter && inputs.mutating.contains(&c.name) {
-            return;
+        let offer = Offer {
+            mutating: inputs.mutating.contains(&c.name),
+            forced,
+            outside_prior: c.reason != Reason::PriorSet && !prior.contains(c.name.as_str()),
+        };
+        if rules.admit(offer) {
+            out.push(c);
         }
-        if recovery && c.reason != Reason::PriorSet && !prior.contains(c.name.as_str()) {
-            if new_added >= RECOVERY_NEW_TOOLS {
-                return;
-            }
-            new_added += 1;
-        }
-        out.push(c);
     };
 
     if let Some(name) = inputs.tool_choice {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::phase::RECOVERY_NEW_TOOLS;
 use proptest::prelude::*;
 
 fn c(name: &str, reason: Reason) -> Candidate {
