@@ -1,22 +1,26 @@
-//! Direct bindings to the proxy-wasm ABI calls whose SDK wrappers panic.
+//! Direct bindings to the proxy-wasm ABI: every host call the filter makes,
+//! each returning the host's status instead of panicking.
 //!
 //! The SDK's `hostcalls` turn any status they do not expect into a `panic!`
 //! (seen here: Envoy answers `BadArgument` to a response-header write from a
 //! body callback), and a panic kills the worker's VM, after which every request
-//! on that worker is refused. These bindings return the raw status instead, so
-//! every host refusal becomes a value the filter decides on.
+//! on that worker is refused. Here every refusal is a [`HostStatus`] the filter
+//! decides on.
 //!
-//! Callouts still go through the SDK (`dispatch_http_call`): its dispatcher must
-//! learn each token to route `on_http_call_response`, and only its wrapper can
-//! tell it (`register_callout` is private to the SDK). That wrapper panics on a
-//! status other than `Ok`, `BadArgument` and `InternalFailure`; Envoy's
-//! `httpCall` returns no other (a missing cluster is `BadArgument`, a failed
-//! dispatch `InternalFailure`), so this is the one SDK call left with a panic
-//! arm, and it is unreachable on Envoy.
+//! One call still goes through the SDK: [`dispatch_http_call`]. The SDK's
+//! exported `proxy_on_http_call_response` routes an answer to its context by
+//! looking the token up in a table that only the SDK's own dispatch wrapper
+//! fills (`register_callout` is private to the SDK), and it `expect`s to find
+//! it: a call dispatched through `proxy_http_call` directly would panic the
+//! VM on its answer. The wrapper panics only on a status other than `Ok`,
+//! `BadArgument` and `InternalFailure`, and Envoy's `httpCall` returns no
+//! other (a missing cluster is `BadArgument`, a failed dispatch
+//! `InternalFailure`), so that panic arm is unreachable on Envoy.
 #![allow(unsafe_code)]
 
-use proxy_wasm::types::{BufferType, MapType, MetricType, StreamType};
+use proxy_wasm::types::{BufferType, MapType, MetricType, Status, StreamType};
 use std::ptr::{null, null_mut};
+use std::time::Duration;
 
 /// A host status that is not `Ok`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,6 +179,19 @@ pub fn define_metric(kind: MetricType, name: &str) -> Result<u32, HostStatus> {
 pub fn increment_metric(id: u32, offset: i64) -> Result<(), HostStatus> {
     // SAFETY: no pointers.
     check(unsafe { proxy_increment_metric(id, offset) })
+}
+
+/// Dispatches an HTTP call to `cluster` and returns its token; the answer
+/// arrives in `on_http_call_response` (see the module docs for why this is
+/// the SDK's wrapper).
+pub fn dispatch_http_call(
+    cluster: &str,
+    headers: Vec<(&str, &str)>,
+    body: &[u8],
+    timeout: Duration,
+) -> Result<u32, HostStatus> {
+    proxy_wasm::hostcalls::dispatch_http_call(cluster, headers, Some(body), Vec::new(), timeout)
+        .map_err(|status: Status| HostStatus(status as u32))
 }
 
 /// The ABI's header-map encoding: pair count, then each key and value length

@@ -5,10 +5,11 @@
 //! `keyhole-core`; this crate only moves bytes between the host and core.
 //!
 //! # Layout
-//! - `abi`: direct ABI bindings for the host calls whose SDK wrappers panic.
-//! - [`host`]: non-panicking host calls as the filter uses them.
+//! - `abi`: direct ABI bindings for every host call (none panics).
+//! - [`host`]: host calls as the filter uses them, each returning a `Result`.
+//! - [`callout`]: callouts to control and their answers.
 //! - [`llm`]: the tool-surface stream context (LLM listener).
-//! - [`hms`]: the id-alias stream context (HMS listener).
+//! - [`hms`]: the id-alias stream context (HMS listener), one half per direction.
 //! - [`hold`]: the response-hold protocol with the `keyhole_hold` Lua filter.
 //! - [`metrics`]: counters in Envoy's `/stats`.
 #![deny(rust_2018_idioms)]
@@ -19,6 +20,7 @@
 )]
 
 mod abi;
+pub mod callout;
 pub mod hms;
 pub mod hold;
 pub mod host;
@@ -71,7 +73,7 @@ impl Context for Root {}
 
 impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
-        let bytes = match abi::get_buffer(proxy_wasm::types::BufferType::PluginConfiguration, 0, usize::MAX) {
+        let bytes = match host::buffer(proxy_wasm::types::BufferType::PluginConfiguration, usize::MAX) {
             Ok(bytes) if !bytes.is_empty() => bytes,
             _ => {
                 log::error!("keyhole.config field=<root> error=\"plugin configuration is missing\"");
@@ -121,7 +123,12 @@ impl Context for Unconfigured {}
 
 impl HttpContext for Unconfigured {
     fn on_http_request_headers(&mut self, _: usize, _: bool) -> proxy_wasm::types::Action {
-        host::send_json(503, br#"{"error":{"type":"keyhole_unconfigured","message":"keyhole filter has no valid configuration"}}"#, &[]);
+        // Refused, the stream stays paused until Envoy times it out: still closed.
+        let _ = host::send_json(
+            503,
+            br#"{"error":{"type":"keyhole_unconfigured","message":"keyhole filter has no valid configuration"}}"#,
+            &[],
+        );
         proxy_wasm::types::Action::Pause
     }
 }

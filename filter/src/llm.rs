@@ -13,9 +13,10 @@
 //! Response path: the audit header is added to the response (request headers
 //! can no longer be changed once the body is being processed).
 
+use crate::callout::{self, Callout, Sent};
 use crate::hold::{Verdict, HOLD_HEADER, HOLD_OPEN};
-use crate::host;
-use crate::metrics::Metrics;
+use crate::host::{self, HostError};
+use crate::metrics::{count, Metrics};
 use keyhole_core::admission::{self, ScanLimits, StreamScanner};
 use keyhole_core::config::{LlmConfig, OffSurface};
 use keyhole_core::format::{Format, ParsedRequest};
@@ -25,7 +26,7 @@ use keyhole_core::surface::{self, Finished, Outage, Read, Refusal, Reply};
 use keyhole_core::wire::{ResolveResponse, Source, SurfacedTool};
 use keyhole_core::Phase;
 use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::{Action, BufferType};
+use proxy_wasm::types::{Action, BufferType, StreamType};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -43,11 +44,10 @@ enum State {
     Passthrough,
     /// Buffering the request body.
     Reading,
-    /// Waiting for control's answer to call `token` (`None` while the call is
-    /// being dispatched: Envoy may answer a dead cluster synchronously). The
-    /// request is kept as read, with the body its spans refer to.
-    /// `registry_sent`: the question carried the descriptors (the second ask).
-    Resolving { token: Option<u32>, body: Vec<u8>, parsed: ParsedRequest<'static>, registry_sent: bool },
+    /// Waiting for control's answer. The request is kept as read, with the
+    /// body its spans refer to. `registry_sent`: the question carried the
+    /// descriptors (the second ask).
+    Resolving { body: Vec<u8>, parsed: ParsedRequest<'static>, registry_sent: bool },
     /// The request was decided; the response is checked against `surfaced`.
     Decided { surfaced: Vec<SurfacedTool>, source: Source, format: Format },
     /// Reading a non-streaming answer whole, to check its tool calls.
@@ -69,9 +69,8 @@ pub struct LlmStream {
     /// The request's `:path` (format detection).
     path: String,
     state: State,
-    /// True while `on_http_request_body` runs: a callout answered inside it
-    /// must not resume the stream (the body callback's return value does).
-    in_body_callback: bool,
+    /// The resolve callout.
+    callout: Callout,
     /// Bytes of request body buffered so far (the trailers callback has no
     /// size of its own).
     body_size: usize,
@@ -94,7 +93,7 @@ impl LlmStream {
             phase: Phase::default(),
             path: String::new(),
             state: State::Passthrough,
-            in_body_callback: false,
+            callout: Callout::default(),
             body_size: 0,
         }
     }
@@ -102,8 +101,9 @@ impl LlmStream {
     /// Answers locally with a JSON error and counts it.
     fn reject(&mut self, reply: LocalReply) -> Action {
         log::warn!("keyhole.reject context={} status={}", self.context_id, reply.status);
-        host::count(self.metrics.rejected, 1);
-        host::send_json(reply.status, &reply.body, &[]);
+        count(self.metrics.rejected, 1);
+        // Refused, the stream stays paused until Envoy times it out: still closed.
+        let _ = host::send_json(reply.status, &reply.body, &[]);
         self.state = State::Answered;
         Action::Pause
     }
@@ -111,7 +111,7 @@ impl LlmStream {
     /// Refuses the request for `refusal`: counted, logged with the reason.
     fn refuse(&mut self, refusal: Refusal, reply: LocalReply) -> Action {
         if let Refusal::OverBudget { found, budget } = refusal {
-            host::count(self.metrics.over_budget, 1);
+            count(self.metrics.over_budget, 1);
             log::warn!(
                 "keyhole.refused context={} reason={} phase={} tool_shaped={found} budget={budget}",
                 self.context_id,
@@ -126,8 +126,8 @@ impl LlmStream {
 
     /// Reads the complete body, asks control, and pauses; or decides at once.
     fn on_complete_body(&mut self, size: usize) -> Action {
-        let body = if size == 0 { Some(Vec::new()) } else { host::buffer(BufferType::HttpRequestBody, size) };
-        let Some(body) = body else {
+        let body = if size == 0 { Ok(Vec::new()) } else { host::buffer(BufferType::HttpRequestBody, size) };
+        let Ok(body) = body else {
             return self.reject(reply::internal("the request body could not be read"));
         };
         let parsed = match surface::read(&self.path, &body, self.phase, &self.config.builtin_tools) {
@@ -150,25 +150,11 @@ impl LlmStream {
         let Ok(payload) = serde_json::to_vec(&question) else {
             return self.apply(&parsed, &body, Err(Outage::Dispatch));
         };
-        self.state = State::Resolving { token: None, body, parsed, registry_sent: with_registry };
-        // A second ask may be dispatched from a synchronous answer to the
-        // first, still inside the body callback: keep that knowledge.
-        let outer = self.in_body_callback;
-        let dispatched = host::dispatch_to_control(&self.config.control, "/v1/resolve", &payload, &mut self.in_body_callback);
-        self.in_body_callback = outer;
-        match (dispatched, &mut self.state) {
-            // Waiting for the answer (or, when a synchronous answer already
-            // asked again, for that second call's).
-            (Ok(id), State::Resolving { token, .. }) => {
-                if token.is_none() {
-                    *token = Some(id);
-                }
-                Action::Pause
-            }
-            // Answered synchronously: the decision is already applied.
-            (Ok(_), State::Decided { .. }) => Action::Continue,
-            (Ok(_), _) => Action::Pause,
-            (Err(_), _) => match std::mem::replace(&mut self.state, State::Answered) {
+        self.state = State::Resolving { body, parsed, registry_sent: with_registry };
+        match self.callout.send(&self.config.control, "/v1/resolve", &payload) {
+            Ok(Sent::Waiting) => Action::Pause,
+            Ok(Sent::Answered(action)) => action,
+            Err(_) => match std::mem::replace(&mut self.state, State::Answered) {
                 State::Resolving { body, parsed, .. } => self.apply(&parsed, &body, Err(Outage::Dispatch)),
                 other => {
                     self.state = other;
@@ -186,7 +172,7 @@ impl LlmStream {
             None => Vec::new(),
         };
         if let Err(outage) = answer {
-            host::count(self.metrics.fallback, 1);
+            count(self.metrics.fallback, 1);
             log::warn!(
                 "keyhole.fallback context={} reason={} prior={} on_outage={:?}",
                 self.context_id,
@@ -200,16 +186,15 @@ impl LlmStream {
             Finished::Refuse(refusal, reply) => return self.refuse(refusal, reply),
             Finished::Forward { body, keep, surfaced, source, clamped } => (body, keep, surfaced, source, clamped),
         };
-        if let Err(status) = host::replace_buffer(BufferType::HttpRequestBody, body.len(), &rewritten) {
-            log::error!("keyhole.host op=set_body status={}", status.0);
+        if host::replace_buffer(BufferType::HttpRequestBody, body.len(), &rewritten).is_err() {
             return self.reject(reply::internal("the request body could not be rewritten"));
         }
         if clamped {
-            host::count(self.metrics.clamped, 1);
+            count(self.metrics.clamped, 1);
         }
-        host::count(self.metrics.requests, 1);
-        host::count(self.metrics.tools_in, parsed.tools.len() as i64);
-        host::count(self.metrics.tools_out, keep.len() as i64);
+        count(self.metrics.requests, 1);
+        count(self.metrics.tools_in, parsed.tools.len() as i64);
+        count(self.metrics.tools_out, keep.len() as i64);
         if matches!(source, Source::Retrieval | Source::Lexical) {
             if let Some(session) = &self.session {
                 self.prior.borrow_mut().remember(session, surfaced.iter().cloned());
@@ -231,9 +216,36 @@ impl LlmStream {
         Action::Continue
     }
 
+    /// The request-headers callback of a request with a body: copies session,
+    /// phase and path, and gets the body ready to be read. Fails when the host
+    /// refuses to read a header (the caller refuses the request).
+    fn read_request_headers(&mut self) -> Result<Action, HostError> {
+        if let Some(len) = host::request_header("content-length")?.and_then(|v| v.trim().parse::<usize>().ok()) {
+            if len > self.config.max_body_bytes {
+                return Ok(self.reject(reply::body_too_large(self.config.max_body_bytes)));
+            }
+        }
+        self.path = host::request_header(":path")?.unwrap_or_default();
+        self.session = host::request_header(&self.config.session_header)?.filter(|s| !s.is_empty());
+        if let Some(value) = host::request_header(&self.config.phase_header)? {
+            match value.parse::<Phase>() {
+                Ok(phase) => self.phase = phase,
+                Err(e) => return Ok(self.reject(reply::error(ErrorKind::InvalidRequest, &e.to_string()))),
+            }
+        }
+        // The body may be rewritten after the headers have gone on; the buffer
+        // filter after this one sets the new length once the body is complete
+        // (and replaces a length that could not be removed here).
+        let _ = host::set_request_header("content-length", None);
+        self.state = State::Reading;
+        // Pausing in the header callback would hang the stream: continue, and
+        // hold the body instead.
+        Ok(Action::Continue)
+    }
+
     /// Counts and logs tool calls outside the surfaced set.
     fn note_off_surface(&self, names: &[String]) {
-        host::count(self.metrics.off_surface_calls, names.len() as i64);
+        count(self.metrics.off_surface_calls, names.len() as i64);
         log::warn!(
             "keyhole.off-surface session={} tools={}",
             self.session.as_deref().unwrap_or("-"),
@@ -265,20 +277,17 @@ fn audit_value(surfaced: &[SurfacedTool]) -> String {
 
 impl Context for LlmStream {
     fn on_http_call_response(&mut self, token_id: u32, _headers: usize, body_size: usize, _trailers: usize) {
+        if !self.callout.claim(token_id) {
+            return;
+        }
         let (body, parsed, registry_sent) = match std::mem::replace(&mut self.state, State::Answered) {
-            State::Resolving { token, body, parsed, registry_sent } if token.is_none() || token == Some(token_id) => {
-                (body, parsed, registry_sent)
-            }
+            State::Resolving { body, parsed, registry_sent } => (body, parsed, registry_sent),
             other => {
                 self.state = other;
                 return;
             }
         };
-        // An unreachable or slow control still lands here, with Envoy's
-        // synthetic 503/504: always check the status.
-        let status = host::call_response_header(":status").and_then(|s| s.parse::<u16>().ok()).unwrap_or(0);
-        let reply = if body_size > 0 { host::buffer(BufferType::HttpCallResponseBody, body_size) } else { None };
-        let action = match surface::reply(status, reply.as_deref(), registry_sent) {
+        let action = match surface::reply(callout::status(), callout::body(body_size).as_deref(), registry_sent) {
             Reply::Answer(answer) => self.apply(&parsed, &body, Ok(&answer)),
             Reply::Outage(outage) => self.apply(&parsed, &body, Err(outage)),
             Reply::SendRegistry => {
@@ -286,9 +295,7 @@ impl Context for LlmStream {
                 self.ask(body, parsed, true)
             }
         };
-        if matches!(action, Action::Continue) && !self.in_body_callback {
-            host::resume_request();
-        }
+        self.callout.settle(action, StreamType::HttpRequest);
     }
 }
 
@@ -299,26 +306,10 @@ impl HttpContext for LlmStream {
         if end_of_stream {
             return Action::Continue;
         }
-        if let Some(len) = host::request_header("content-length").and_then(|v| v.trim().parse::<usize>().ok()) {
-            if len > self.config.max_body_bytes {
-                return self.reject(reply::body_too_large(self.config.max_body_bytes));
-            }
+        match self.read_request_headers() {
+            Ok(action) => action,
+            Err(_) => self.reject(reply::internal("the request headers could not be read")),
         }
-        self.path = host::request_header(":path").unwrap_or_default();
-        self.session = host::request_header(&self.config.session_header).filter(|s| !s.is_empty());
-        if let Some(value) = host::request_header(&self.config.phase_header) {
-            match value.parse::<Phase>() {
-                Ok(phase) => self.phase = phase,
-                Err(e) => return self.reject(reply::error(ErrorKind::InvalidRequest, &e.to_string())),
-            }
-        }
-        // The body may be rewritten after the headers have gone on; the buffer
-        // filter after this one sets the new length once the body is complete.
-        host::remove_request_header("content-length");
-        self.state = State::Reading;
-        // Pausing in the header callback would hang the stream: continue, and
-        // hold the body instead.
-        Action::Continue
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
@@ -349,21 +340,23 @@ impl HttpContext for LlmStream {
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        // Only keyhole sets these; an upstream must not forge them.
+        // Only keyhole sets these; an upstream must not forge them. (Envoy
+        // does not refuse header writes in this callback; a refusal is logged.)
         for name in [HOLD_HEADER, OFF_SURFACE_HEADER, AUDIT_HEADER, SOURCE_HEADER] {
-            if host::response_header(name).is_some() {
-                host::set_response_header(name, None);
-            }
+            let _ = host::set_response_header(name, None);
         }
         let State::Decided { surfaced, source, format } = std::mem::replace(&mut self.state, State::Answered) else {
             return Action::Continue;
         };
-        host::set_response_header(AUDIT_HEADER, Some(&audit_value(&surfaced)));
-        host::set_response_header(SOURCE_HEADER, Some(source.as_str()));
+        // The audit headers inform; a refused one is logged, and the answer is
+        // still checked.
+        let _ = host::set_response_header(AUDIT_HEADER, Some(&audit_value(&surfaced)));
+        let _ = host::set_response_header(SOURCE_HEADER, Some(source.as_str()));
         if end_of_stream {
             return Action::Continue;
         }
-        let content_type = host::response_header("content-type").unwrap_or_default();
+        // An unreadable content type counts as an unknown one: not checked.
+        let content_type = host::response_header("content-type").ok().flatten().unwrap_or_default();
         if content_type.starts_with("text/event-stream") {
             // Streams pass in real time; calls are checked as they appear and
             // can only be counted (the headers are already gone).
@@ -377,7 +370,7 @@ impl HttpContext for LlmStream {
         // so the headers must wait for the body. Pausing here would stop this
         // filter's body callbacks too; the hold filter after us keeps the
         // headers instead.
-        host::set_response_header(HOLD_HEADER, Some(HOLD_OPEN));
+        let _ = host::set_response_header(HOLD_HEADER, Some(HOLD_OPEN));
         self.state = State::CheckingAnswer { surfaced, format };
         Action::Continue
     }
@@ -385,6 +378,7 @@ impl HttpContext for LlmStream {
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         match &mut self.state {
             State::CheckingStream { surfaced, scanner } => {
+                // An unreadable chunk is passed on unscanned (it cannot be held).
                 let chunk = host::buffer(BufferType::HttpResponseBody, body_size).unwrap_or_default();
                 let mut fresh = scanner.feed(&chunk);
                 if end_of_stream {
@@ -392,7 +386,7 @@ impl HttpContext for LlmStream {
                     let stats = scanner.stats();
                     let skipped = stats.oversized + stats.unreadable;
                     if skipped > 0 {
-                        host::count(self.metrics.stream_events_skipped, skipped as i64);
+                        count(self.metrics.stream_events_skipped, skipped as i64);
                         log::warn!("keyhole.stream-skipped context={} oversized={} unreadable={}", self.context_id, stats.oversized, stats.unreadable);
                     }
                 }
@@ -407,7 +401,7 @@ impl HttpContext for LlmStream {
                 if !end_of_stream {
                     return Action::Pause;
                 }
-                let Some(body) = host::buffer(BufferType::HttpResponseBody, body_size) else {
+                let Ok(body) = host::buffer(BufferType::HttpResponseBody, body_size) else {
                     return Action::Continue;
                 };
                 let off = admission::off_surface(*format, &body, &names(surfaced)).unwrap_or_default();
@@ -434,9 +428,9 @@ impl HttpContext for LlmStream {
                             .unwrap_or_default()
                     }
                 };
-                if let Err(status) = host::replace_buffer(BufferType::HttpResponseBody, body.len(), &framed) {
-                    log::error!("keyhole.host op=set_response_body status={}", status.0);
-                }
+                // A refused replacement leaves the answer without a verdict
+                // line: the open hold passes it on unchanged, unflagged.
+                let _ = host::replace_buffer(BufferType::HttpResponseBody, body.len(), &framed);
                 Action::Continue
             }
             _ => Action::Continue,

@@ -138,6 +138,17 @@ impl HmsMetrics {
     }
 }
 
+/// Adds `offset` to `counter` (`None`: a counter the host refused to define).
+/// A refused increment is dropped on purpose: counters report, they never
+/// decide, so a refusal changes nothing about the stream.
+pub fn count(counter: Option<u32>, offset: i64) {
+    if let Some(id) = counter {
+        if let Err(status) = abi::increment_metric(id, offset) {
+            log::debug!("keyhole.metrics op=increment id={id} status={}", status.0);
+        }
+    }
+}
+
 fn counter(name: &str) -> Option<u32> {
     match abi::define_metric(MetricType::Counter, name) {
         Ok(id) => Some(id),

@@ -1,0 +1,252 @@
+//! The request half of an HMS stream: aliases become real ids before HMS sees
+//! the request.
+//!
+//! Headers (session and path copied; a path with aliases closes the request
+//! hold) → body held to its end → one decode callout for path and body →
+//! rewritten (directly, or through the request hold filter's verdict line) →
+//! resumed. Anything that cannot be decoded is answered locally with a 4xx or
+//! 5xx JSON error, and nothing reaches HMS.
+
+use super::{body_kind, hand_on, taxonomy, HandOnError, Headers, Side, Stream};
+use crate::callout::{self, Answer, Callout, Sent};
+use crate::hold::{self, HeaderEdit, Verdict};
+use crate::host::{self, HostError};
+use crate::metrics::{count, Refused};
+use keyhole_core::alias::{BodyKind, DecodeRequest, DecodeResponse, RequestError, RequestScan};
+use keyhole_core::reply::{self, ErrorKind, LocalReply};
+use proxy_wasm::types::{Action, BufferType, StreamType};
+
+/// The request half of one HMS stream.
+#[derive(Default)]
+pub(super) struct Request {
+    state: State,
+    /// The decode callout.
+    callout: Callout,
+}
+
+/// Where the request is.
+#[derive(Default)]
+enum State {
+    /// Headers not seen yet.
+    #[default]
+    Start,
+    /// Buffering the body. `headers` is [`Headers::Held`] when the path holds
+    /// aliases and the request hold filter waits for a verdict carrying the
+    /// new `:path`.
+    Reading { headers: Headers, kind: BodyKind },
+    /// Waiting for control's decode answer.
+    Decoding { scan: RequestScan, body: Option<Vec<u8>>, headers: Headers },
+    /// Gone upstream, decoded or with nothing to decode.
+    Forwarded,
+    /// Answered locally: nothing reached HMS.
+    Refused,
+}
+
+impl Request {
+    /// True once this filter answered the request itself: that answer passes
+    /// unaliased (it holds no id).
+    pub(super) fn answered_locally(&self) -> bool {
+        matches!(self.state, State::Refused)
+    }
+
+    /// Copies session and path; decodes a bodiless request at once, or gets a
+    /// body ready to be held.
+    pub(super) fn on_headers(&mut self, s: &mut Stream, end_of_stream: bool) -> Action {
+        // Only keyhole asks the request hold filter for a verdict. (Envoy does
+        // not refuse header writes in this callback; a refusal is logged.)
+        let _ = host::set_request_header(hold::HOLD_HEADER, None);
+        match self.read_headers(s, end_of_stream) {
+            Ok(action) => action,
+            Err(_) => self.reject(s, reply::internal("the request headers could not be read")),
+        }
+    }
+
+    /// [`Request::on_headers`]; fails when the host refuses to read a header.
+    fn read_headers(&mut self, s: &mut Stream, end_of_stream: bool) -> Result<Action, HostError> {
+        let Some(session) = host::request_header(&s.config.session_header)?.filter(|v| !v.trim().is_empty()) else {
+            let message = format!("keyhole needs the session header {} on every HMS request", s.config.session_header);
+            return Ok(self.reject(s, reply::error(ErrorKind::InvalidRequest, &message)));
+        };
+        s.session = session;
+        s.path = host::request_header(":path")?.unwrap_or_default();
+        let kind = body_kind(host::request_header("content-type")?.as_deref());
+        // Responses must come back readable: an encoded body cannot be scanned
+        // and would be withheld (which is also what a refusal here leads to).
+        let _ = host::set_request_header("accept-encoding", None);
+        if end_of_stream {
+            // Measured: pausing a bodiless request here and setting `:path` from
+            // the decode answer works.
+            return Ok(self.decode(s, None, kind, Headers::Direct));
+        }
+        if let Some(len) = host::request_header("content-length")?.and_then(|v| v.trim().parse::<usize>().ok()) {
+            if len > s.config.max_body_bytes {
+                return Ok(self.reject(s, reply::body_too_large(s.config.max_body_bytes)));
+            }
+        }
+        // Measured: pausing here when a body follows hangs the stream (the body
+        // callbacks never come). Continue, and decode path and body together
+        // once the body is complete; the buffer filter after this one sets the
+        // new length (and replaces one that could not be removed here), and the
+        // request hold filter the new path.
+        let _ = host::set_request_header("content-length", None);
+        let tax = taxonomy();
+        let headers = match RequestScan::new(tax, &s.path, None) {
+            Ok(scan) if scan.aliases().is_empty() => Headers::Direct,
+            Ok(scan) => {
+                if let Some(alias) = scan.sentinel(tax) {
+                    return Ok(self.reject(s, sentinel(alias)));
+                }
+                if host::set_request_header(hold::HOLD_HEADER, Some(hold::HOLD_CLOSED)).is_err() {
+                    return Ok(self.reject(s, reply::internal("the request could not be held")));
+                }
+                Headers::Held
+            }
+            Err(e) => return Ok(self.reject(s, reply::error(ErrorKind::InvalidRequest, &e.to_string()))),
+        };
+        self.state = State::Reading { headers, kind };
+        Ok(Action::Continue)
+    }
+
+    /// Holds the body to its end, then decodes.
+    pub(super) fn on_body(&mut self, s: &Stream, body_size: usize, end_of_stream: bool) -> Action {
+        let (headers, kind) = match self.state {
+            State::Reading { headers, kind } => (headers, kind),
+            State::Forwarded => return Action::Continue,
+            _ => return Action::Pause,
+        };
+        if body_size > s.config.max_body_bytes {
+            return self.reject(s, reply::body_too_large(s.config.max_body_bytes));
+        }
+        if !end_of_stream {
+            return Action::Pause;
+        }
+        let Ok(body) = host::buffer(BufferType::HttpRequestBody, body_size) else {
+            return self.reject(s, reply::internal("the request body could not be read"));
+        };
+        self.decode(s, if body.is_empty() { None } else { Some(body) }, kind, headers)
+    }
+
+    /// Trailers end the body without an end-of-stream body callback: it was
+    /// never decoded, so it must not go on.
+    pub(super) fn on_trailers(&mut self, s: &Stream) -> Action {
+        if matches!(self.state, State::Reading { .. }) {
+            return self.reject(
+                s,
+                reply::error(ErrorKind::InvalidRequest, "keyhole does not forward HMS requests with trailers"),
+            );
+        }
+        Action::Continue
+    }
+
+    /// Handles the decode answer when `token` is the decode callout's.
+    pub(super) fn on_call_response(&mut self, s: &Stream, token: u32, body_size: usize) {
+        if !self.callout.claim(token) {
+            return;
+        }
+        let action = self.on_decoded(s, callout::answer(body_size));
+        self.callout.settle(action, StreamType::HttpRequest);
+    }
+
+    /// Scans the request and either lets it go (no alias), refuses it, or asks
+    /// control to decode. Returns the callback's action.
+    fn decode(&mut self, s: &Stream, body: Option<Vec<u8>>, kind: BodyKind, headers: Headers) -> Action {
+        let tax = taxonomy();
+        let scan = match RequestScan::new(tax, &s.path, body.as_deref().map(|b| (b, kind))) {
+            Ok(scan) => scan,
+            Err(e) => return self.reject(s, reply::error(ErrorKind::InvalidRequest, &e.to_string())),
+        };
+        if scan.aliases().is_empty() {
+            self.state = State::Forwarded;
+            return Action::Continue;
+        }
+        if let Some(alias) = scan.sentinel(tax) {
+            return self.reject(s, sentinel(alias));
+        }
+        let question = DecodeRequest { session: s.session.clone(), aliases: scan.aliases().to_vec() };
+        let Ok(payload) = serde_json::to_vec(&question) else {
+            return self.reject(s, reply::internal("the decode request could not be built"));
+        };
+        self.state = State::Decoding { scan, body, headers };
+        match self.callout.send(&s.config.control, "/v1/alias/decode", &payload) {
+            Ok(Sent::Waiting) => Action::Pause,
+            Ok(Sent::Answered(action)) => action,
+            Err(e) => {
+                log::warn!("keyhole.alias-dispatch context={} status={}", s.context_id, e.status);
+                self.reject(
+                    s,
+                    reply::error(
+                        ErrorKind::Unavailable,
+                        "keyhole cannot decode aliases right now (control unreachable); retry later",
+                    ),
+                )
+            }
+        }
+    }
+
+    /// Applies control's decode answer. Returns `Continue` when the request
+    /// may go on, `Pause` when it was answered locally.
+    fn on_decoded(&mut self, s: &Stream, answer: Answer<DecodeResponse>) -> Action {
+        let (scan, body, headers) = match std::mem::replace(&mut self.state, State::Forwarded) {
+            State::Decoding { scan, body, headers } => (scan, body, headers),
+            other => {
+                self.state = other;
+                return Action::Pause;
+            }
+        };
+        let (decoded, epoch) = match answer {
+            Answer::Ok(d) => (d.ids, d.epoch),
+            Answer::Failed(status) => {
+                log::warn!("keyhole.alias-decode context={} control_status={status}", s.context_id);
+                let message =
+                    format!("keyhole cannot decode aliases right now (control answered {status}); retry later");
+                return self.reject(s, reply::error(ErrorKind::Unavailable, &message));
+            }
+        };
+        let (path, new_body) = match scan.rewrite(taxonomy(), &s.path, body.as_deref(), &decoded) {
+            Ok(rewritten) => rewritten,
+            Err(e @ (RequestError::UnknownAlias { .. } | RequestError::Sentinel { .. })) => {
+                let e = e.with_current_epoch(taxonomy(), epoch.as_deref());
+                return self.reject(s, reply::error(ErrorKind::UnknownAlias, &e.to_string()));
+            }
+            Err(e) => return self.reject(s, reply::internal(&format!("the request could not be rewritten: {e}"))),
+        };
+        // Held headers get the new `:path` from the request hold filter after
+        // this one; direct ones are paused here (bodiless) or keep their path
+        // (it holds no alias). The buffer filter sets the body's new length.
+        let edits = if path == s.path { Vec::new() } else { vec![HeaderEdit::Set(":path".into(), path)] };
+        let old_len = body.as_deref().map_or(0, <[u8]>::len);
+        match hand_on(Side::Request, headers, &Verdict::keep(edits), old_len, new_body.as_deref()) {
+            Ok(()) => {}
+            Err(HandOnError::Verdict(e)) => {
+                return self.reject(s, reply::internal(&format!("the request path could not be rewritten: {e}")))
+            }
+            Err(HandOnError::Header(_)) => {
+                return self.reject(s, reply::internal("the request path could not be rewritten"))
+            }
+            Err(HandOnError::Body(_)) => {
+                return self.reject(s, reply::internal("the request body could not be rewritten"))
+            }
+        }
+        count(s.metrics.hms.aliases_decoded, decoded.len() as i64);
+        log::info!("keyhole.alias-decode context={} session={} aliases={}", s.context_id, s.session, decoded.len());
+        Action::Continue
+    }
+
+    /// Answers locally (the request goes no further) and counts it.
+    fn reject(&mut self, s: &Stream, reply: LocalReply) -> Action {
+        log::warn!("keyhole.alias-reject context={} session={} status={}", s.context_id, s.session, reply.status);
+        count(s.metrics.hms.refused(Refused::of_status(reply.status)), 1);
+        // Refused, the request stays paused until Envoy times it out: nothing
+        // reaches HMS either way.
+        let _ = host::send_json(reply.status, &reply.body, &[]);
+        self.state = State::Refused;
+        Action::Pause
+    }
+}
+
+/// The 404 for a sentinel alias (issued past the session's bound: it decodes
+/// to nothing).
+fn sentinel(alias: &str) -> LocalReply {
+    let err = RequestError::Sentinel { alias: alias.to_owned() };
+    reply::error(ErrorKind::UnknownAlias, &err.to_string())
+}

@@ -1,0 +1,342 @@
+//! The response half of an HMS stream: every raw id becomes an alias, or the
+//! response is withheld.
+//!
+//! Headers (scanned ones copied; a body closes the response hold) → body held
+//! to its end → scanned → one encode callout (skipped only for an empty body
+//! with no id) → body and headers rewritten, handed on through the hold
+//! filter's verdict line (or, bodiless, to the headers paused here) → resumed.
+//! Anything that cannot be aliased replaces the response with a 502 JSON error
+//! and removes every scanned header.
+
+use super::{body_kind, hand_on, taxonomy, HandOnError, Headers, Side, Stream};
+use crate::callout::{self, Answer, Callout, Sent};
+use crate::hold::{self, HeaderEdit, Verdict};
+use crate::host;
+use crate::metrics::{count, Withheld};
+use keyhole_core::alias::{BodyKind, EncodeRequest, EncodeResponse, KnownAlias, PartId, ResponseScan};
+use keyhole_core::reply::{self, LocalReply};
+use proxy_wasm::types::{Action, BufferType, StreamType};
+
+/// Response headers that are never scanned: they carry no ids and the hold
+/// filter (or Envoy) sets them.
+const UNSCANNED: [&str; 3] = ["content-length", "content-type", hold::HOLD_HEADER];
+
+/// The response half of one HMS stream.
+#[derive(Default)]
+pub(super) struct Response {
+    state: State,
+    /// The encode callout.
+    callout: Callout,
+}
+
+/// Where the response is.
+#[derive(Default)]
+enum State {
+    /// No response being aliased: not started, or done.
+    #[default]
+    Idle,
+    /// Holding the body to its end (the hold filter holds the headers).
+    Reading { headers: Vec<(String, String)>, kind: BodyKind },
+    /// Waiting for control's encode answer.
+    Encoding { job: Box<Job> },
+}
+
+/// A response being aliased: the scan and everything needed to apply it.
+struct Job {
+    scan: ResponseScan<'static>,
+    /// The complete body and its part (`None` for an empty body).
+    body: Vec<u8>,
+    body_part: Option<PartId>,
+    /// Scanned headers: name, original value, part.
+    headers: Vec<(String, String, PartId)>,
+    /// [`Headers::Held`] with a body, [`Headers::Direct`] for a bodiless
+    /// response (its headers paused here).
+    hold: Headers,
+}
+
+impl Job {
+    /// Scans `body` (read as `kind`) and `headers` for ids; fails, never
+    /// quoting the response, when a part cannot be read.
+    fn scan(
+        path: &str,
+        headers: &[(String, String)],
+        body: Vec<u8>,
+        kind: BodyKind,
+        hold: Headers,
+    ) -> Result<Job, String> {
+        let tax = taxonomy();
+        let mut scan = ResponseScan::new(tax);
+        let body_part = if body.is_empty() {
+            None
+        } else {
+            Some(scan.add(&body, kind, tax.kind_for_path(path)).map_err(|e| e.to_string())?)
+        };
+        let headers = headers
+            .iter()
+            .map(|(name, value)| {
+                let part = scan.add(value.as_bytes(), BodyKind::Text, None).map_err(|e| e.to_string())?;
+                Ok((name.clone(), value.clone(), part))
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(Job { scan, body, body_part, headers, hold })
+    }
+
+    /// The held body's length, for [`Response::withhold`].
+    fn held_body(&self) -> Option<usize> {
+        (self.hold == Headers::Held).then_some(self.body.len())
+    }
+
+    /// The header removals of a withheld response.
+    fn removals(&self) -> Vec<HeaderEdit> {
+        removals(self.headers.iter().map(|(name, _, _)| name.as_str()))
+    }
+}
+
+/// Removals of every header in `names` that may hold an id.
+fn removals<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<HeaderEdit> {
+    names
+        .into_iter()
+        .filter(|name| !hold::KEPT_ON_WITHHOLD.contains(name))
+        .map(|name| HeaderEdit::Remove(name.to_owned()))
+        .collect()
+}
+
+/// The names of copied headers.
+fn names(headers: &[(String, String)]) -> impl Iterator<Item = &str> {
+    headers.iter().map(|(name, _)| name.as_str())
+}
+
+impl Response {
+    /// Encodes a bodiless response at once (its headers paused here), or
+    /// closes the hold so the headers wait for the body.
+    pub(super) fn on_headers(&mut self, s: &Stream, end_of_stream: bool) -> Action {
+        if !matches!(self.state, State::Idle) {
+            return Action::Continue;
+        }
+        let Ok(all) = host::response_headers() else {
+            return self.withhold(s, Withheld::Host, None, Vec::new(), "the response headers could not be read");
+        };
+        let kind = body_kind(all.iter().find(|(n, _)| n == "content-type").map(|(_, v)| v.as_str()));
+        let headers: Vec<(String, String)> =
+            all.into_iter().filter(|(n, _)| !n.starts_with(':') && !UNSCANNED.contains(&n.as_str())).collect();
+        if end_of_stream {
+            return self.encode(s, headers, Vec::new(), kind, Headers::Direct);
+        }
+        if host::set_response_header(hold::HOLD_HEADER, Some(hold::HOLD_CLOSED)).is_err() {
+            count(s.metrics.hms.withheld(Withheld::Host), 1);
+            return self.refuse(&reply::unaliasable("the response could not be held"));
+        }
+        self.state = State::Reading { headers, kind };
+        Action::Continue
+    }
+
+    /// Holds the body to its end, then encodes.
+    pub(super) fn on_body(&mut self, s: &Stream, body_size: usize, end_of_stream: bool) -> Action {
+        match self.state {
+            State::Reading { .. } if !end_of_stream => return Action::Pause,
+            State::Reading { .. } => {}
+            State::Encoding { .. } => return Action::Pause,
+            State::Idle => return Action::Continue,
+        }
+        let State::Reading { headers, kind } = std::mem::replace(&mut self.state, State::Idle) else {
+            return Action::Pause;
+        };
+        let Ok(body) = host::buffer(BufferType::HttpResponseBody, body_size) else {
+            let removals = removals(names(&headers));
+            return self.withhold(s, Withheld::Host, Some(body_size), removals, "the response body could not be read");
+        };
+        if headers.iter().any(|(n, v)| n == "content-encoding" && !v.trim().eq_ignore_ascii_case("identity")) {
+            let removals = removals(names(&headers));
+            let reason = "encoded response bodies cannot be read";
+            return self.withhold(s, Withheld::Unreadable, Some(body.len()), removals, reason);
+        }
+        self.encode(s, headers, body, kind, Headers::Held)
+    }
+
+    /// Trailers end the body without an end-of-stream body callback: it was
+    /// never scanned, so it must not go on.
+    pub(super) fn on_trailers(&mut self, s: &Stream) -> Action {
+        if matches!(self.state, State::Reading { .. }) {
+            count(s.metrics.hms.withheld(Withheld::Trailers), 1);
+            return self.refuse(&reply::unaliasable("responses with trailers cannot be aliased"));
+        }
+        Action::Continue
+    }
+
+    /// Handles the encode answer when `token` is the encode callout's.
+    pub(super) fn on_call_response(&mut self, s: &Stream, token: u32, body_size: usize) {
+        if !self.callout.claim(token) {
+            return;
+        }
+        let action = match std::mem::replace(&mut self.state, State::Idle) {
+            State::Encoding { job } => self.on_encoded(s, *job, callout::answer(body_size)),
+            other => {
+                self.state = other;
+                Action::Pause
+            }
+        };
+        self.callout.settle(action, StreamType::HttpResponse);
+    }
+
+    /// Scans a complete response and asks control to encode its ids.
+    fn encode(
+        &mut self,
+        s: &Stream,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+        kind: BodyKind,
+        hold: Headers,
+    ) -> Action {
+        let held_body = (hold == Headers::Held).then_some(body.len());
+        let job = match Job::scan(&s.path, &headers, body, kind, hold) {
+            Ok(job) => Box::new(job),
+            Err(reason) => {
+                return self.withhold(s, Withheld::Unreadable, held_body, removals(names(&headers)), &reason)
+            }
+        };
+        // A body with no structured id may still mention an id the session
+        // learned from an earlier body (prose, text/plain, a URL): control
+        // answers with the session's known ids, so it is asked whenever there
+        // is a body. Only an empty body with no id skips the callout.
+        if job.scan.is_empty() && job.body.is_empty() {
+            return self.apply(s, *job, &[], &[]);
+        }
+        let question = EncodeRequest { session: s.session.clone(), ids: job.scan.ids().to_vec() };
+        let Ok(payload) = serde_json::to_vec(&question) else {
+            let removals = job.removals();
+            return self.withhold(s, Withheld::Control, held_body, removals, "the encode request could not be built");
+        };
+        self.state = State::Encoding { job };
+        match self.callout.send(&s.config.control, "/v1/alias/encode", &payload) {
+            Ok(Sent::Waiting) => Action::Pause,
+            Ok(Sent::Answered(action)) => action,
+            Err(e) => {
+                log::warn!("keyhole.alias-dispatch context={} status={}", s.context_id, e.status);
+                self.state = State::Idle;
+                self.withhold(s, Withheld::Control, held_body, removals(names(&headers)), "control unreachable")
+            }
+        }
+    }
+
+    /// Applies control's encode answer.
+    fn on_encoded(&mut self, s: &Stream, job: Job, answer: Answer<EncodeResponse>) -> Action {
+        match answer {
+            Answer::Ok(e) => self.apply(s, job, &e.aliases, &e.known),
+            Answer::Failed(status) => {
+                let (why, reason) = match status {
+                    409 => (Withheld::Conflict, "conflicting ids for one record".to_owned()),
+                    503 => (Withheld::Store, "alias store unavailable".to_owned()),
+                    0 => (Withheld::Control, "control answered garbage".to_owned()),
+                    other => (Withheld::Control, format!("control answered {other}")),
+                };
+                self.withhold(s, why, job.held_body(), job.removals(), &reason)
+            }
+        }
+    }
+
+    /// Rewrites body and headers with `aliases` (parallel to the scan's ids)
+    /// and `known` (the session's ids from earlier bodies, with their
+    /// aliases), and hands the response on.
+    fn apply(&mut self, s: &Stream, job: Job, aliases: &[String], known: &[KnownAlias]) -> Action {
+        let (body, edits) = match rewrite(&job, aliases, known) {
+            Ok(rewritten) => rewritten,
+            Err(reason) => return self.withhold(s, Withheld::Unreadable, job.held_body(), job.removals(), &reason),
+        };
+        log::info!(
+            "keyhole.alias-encode context={} session={} ids={} headers_rewritten={} bytes_in={} bytes_out={}",
+            s.context_id,
+            s.session,
+            aliases.len(),
+            edits.len(),
+            job.body.len(),
+            body.len()
+        );
+        self.state = State::Idle;
+        let aliased = !aliases.is_empty() || !edits.is_empty() || body != job.body;
+        // A bodiless response has no body to replace.
+        let new_body = (job.hold == Headers::Held).then_some(body.as_slice());
+        match hand_on(Side::Response, job.hold, &Verdict::keep(edits), job.body.len(), new_body) {
+            Ok(()) => {}
+            Err(HandOnError::Verdict(e)) => {
+                return self.withhold(s, Withheld::Unreadable, job.held_body(), job.removals(), &e.to_string())
+            }
+            Err(HandOnError::Header(_)) => {
+                let reason = "a header could not be rewritten";
+                return self.withhold(s, Withheld::Host, None, job.removals(), reason);
+            }
+            Err(HandOnError::Body(_)) => {
+                count(s.metrics.hms.withheld(Withheld::Host), 1);
+                return self.refuse(&reply::unaliasable("the response body could not be rewritten"));
+            }
+        }
+        if aliased {
+            count(s.metrics.hms.responses_aliased, 1);
+        }
+        Action::Continue
+    }
+
+    /// Replaces the response with a 502 JSON error and makes `removals` (every
+    /// scanned header that may hold an id). `held_body` is the length of the
+    /// held body (`None` for a bodiless response, whose headers are paused
+    /// here). `reason` must not quote the response.
+    fn withhold(
+        &mut self,
+        s: &Stream,
+        why: Withheld,
+        held_body: Option<usize>,
+        removals: Vec<HeaderEdit>,
+        reason: &str,
+    ) -> Action {
+        log::warn!(
+            "keyhole.alias-withheld context={} session={} why={} reason={reason:?}",
+            s.context_id,
+            s.session,
+            why.as_str()
+        );
+        count(s.metrics.hms.withheld(why), 1);
+        self.state = State::Idle;
+        let reply = reply::unaliasable(reason);
+        let verdict = Verdict { status: reply.status, names: Vec::new(), edits: removals };
+        let (hold, old_len, body) = match held_body {
+            Some(old_len) => (Headers::Held, old_len, Some(reply.body.as_slice())),
+            None => (Headers::Direct, 0, None),
+        };
+        match hand_on(Side::Response, hold, &verdict, old_len, body) {
+            // The hold filter puts the 502 in place of the response.
+            Ok(()) if hold == Headers::Held => Action::Continue,
+            // Bodiless: the headers paused here are answered locally, the
+            // removals made or not. Without a verdict, too.
+            Ok(()) | Err(HandOnError::Header(_) | HandOnError::Verdict(_)) => self.refuse(&reply),
+            Err(HandOnError::Body(_)) => self.refuse(&reply::unaliasable("the response body could not be rewritten")),
+        }
+    }
+
+    /// Last resort: a local 502 while the response headers have not left
+    /// Envoy (held or paused). The stream is never resumed afterwards, so the
+    /// upstream response cannot follow.
+    fn refuse(&mut self, reply: &LocalReply) -> Action {
+        // Refused too, the response stays paused: still nothing leaves.
+        let _ = host::send_json(reply.status, &reply.body, &[]);
+        self.state = State::Idle;
+        Action::Pause
+    }
+}
+
+/// The rewritten body and the header edits of `job`, or why the response
+/// cannot be aliased (never quoting it).
+fn rewrite(job: &Job, aliases: &[String], known: &[KnownAlias]) -> Result<(Vec<u8>, Vec<HeaderEdit>), String> {
+    let rewriter = job.scan.rewriter(aliases, known).map_err(|e| e.to_string())?;
+    let body = match job.body_part {
+        Some(part) => rewriter.rewrite(part, &job.body).map_err(|e| e.to_string())?,
+        None => Vec::new(),
+    };
+    let mut edits = Vec::new();
+    for (name, value, part) in &job.headers {
+        let out = rewriter.rewrite(*part, value.as_bytes()).map_err(|e| e.to_string())?;
+        if out != value.as_bytes() {
+            let new = String::from_utf8(out).map_err(|_| "a header could not be rewritten".to_owned())?;
+            edits.push(HeaderEdit::Set(name.clone(), new));
+        }
+    }
+    Ok((body, edits))
+}
