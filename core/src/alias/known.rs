@@ -116,10 +116,18 @@ impl<'v> KnownIds<'v> {
         });
     }
 
-    /// The first accepted match in `hay`.
-    pub(crate) fn first(&self, hay: &[u8]) -> Option<Range<usize>> {
+    /// The first accepted match in `hay` whose text `allowed` does not let
+    /// through (verification: an issued alias may equal a raw value).
+    pub(crate) fn first_except(
+        &self,
+        hay: &[u8],
+        allowed: impl Fn(&[u8]) -> bool,
+    ) -> Option<Range<usize>> {
         let mut found = None;
         self.search(hay, |r, _| {
+            if hay.get(r.clone()).is_some_and(&allowed) {
+                return true;
+            }
             found = Some(r);
             false
         });
@@ -268,9 +276,8 @@ pub(crate) fn decoded_view(text: &[u8]) -> Option<String> {
                 continue;
             }
         } else if b == b'&' {
-            if let Some((ch, len)) = entity(text.get(i..).unwrap_or_default()) {
-                let mut buf = [0u8; 4];
-                out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+            if let Some((t, len)) = entity(text.get(i..).unwrap_or_default()) {
+                t.push_to(&mut out);
                 i += len;
                 continue;
             }
@@ -288,35 +295,129 @@ pub(crate) fn decoded_view(text: &[u8]) -> Option<String> {
     Some(once)
 }
 
-/// One HTML character reference at the start of `s`: the character and the
-/// reference's length.
-fn entity(s: &[u8]) -> Option<(char, usize)> {
-    let end = s.iter().take(12).position(|b| *b == b';')?;
+/// One HTML character reference at the start of `s` (`&#45;`, `&#x2d;`,
+/// `&hyphen;`, any HTML5 name): the text it stands for and the reference's
+/// length. Hyphen-like characters (`&hyphen;` is U+2010) read as `-`: an id
+/// written with one is still the id.
+fn entity(s: &[u8]) -> Option<(Ent, usize)> {
+    let end = s.iter().take(34).position(|b| *b == b';')?;
     let name = std::str::from_utf8(s.get(1..end)?).ok()?;
-    let ch = if let Some(num) = name.strip_prefix('#') {
+    let text = if let Some(num) = name.strip_prefix('#') {
         let code = match num.strip_prefix(['x', 'X']) {
             Some(hex) => u32::from_str_radix(hex, 16).ok()?,
             None => num.parse::<u32>().ok()?,
         };
-        char::from_u32(code)?
+        let ch = char::from_u32(code)?;
+        let ch = if matches!(ch, '\u{2010}' | '\u{2011}' | '\u{2212}') { '-' } else { ch };
+        Ent::Char(ch)
     } else {
         match name {
-            "amp" => '&',
-            "lt" => '<',
-            "gt" => '>',
-            "quot" => '"',
-            "apos" => '\'',
-            "sol" => '/',
-            "hyphen" | "dash" | "minus" => '-',
-            "lowbar" => '_',
-            "period" => '.',
-            "colon" => ':',
-            "percnt" => '%',
-            "nbsp" => ' ',
-            _ => return None,
+            "hyphen" | "dash" | "minus" => Ent::Static("-"),
+            _ => Ent::Static(quick_xml::escape::resolve_html5_entity(name)?),
         }
     };
-    Some((ch, end + 1))
+    Some((text, end + 1))
+}
+
+/// What a character reference stands for.
+enum Ent {
+    Static(&'static str),
+    Char(char),
+}
+
+impl Ent {
+    fn push_to(&self, out: &mut Vec<u8>) {
+        match self {
+            Ent::Static(s) => out.extend_from_slice(s.as_bytes()),
+            Ent::Char(c) => {
+                let mut buf = [0u8; 4];
+                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+            }
+        }
+    }
+}
+
+/// A text with its percent escapes and character references decoded (one
+/// round), and the way back: every decoded range maps to the raw bytes it
+/// came from, an escape as a whole. An id written with escapes is found in
+/// the decoded text and replaced in the raw bytes, escapes and all.
+pub(crate) struct MappedView {
+    /// The decoded bytes.
+    pub text: Vec<u8>,
+    /// One entry per escape, in order: (decoded start, raw start, decoded
+    /// length, raw length).
+    spans: Vec<(usize, usize, usize, usize)>,
+}
+
+impl MappedView {
+    /// The view of `raw`; `None` when it holds no escape.
+    pub(crate) fn new(raw: &[u8]) -> Option<MappedView> {
+        memchr2(b'%', b'&', raw)?;
+        let mut text = Vec::with_capacity(raw.len());
+        let mut spans = Vec::new();
+        let mut i = 0;
+        while let Some(&b) = raw.get(i) {
+            let at = text.len();
+            let used = match b {
+                b'%' => raw
+                    .get(i + 1..i + 3)
+                    .and_then(|h| std::str::from_utf8(h).ok())
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .map(|v| {
+                        text.push(v);
+                        3
+                    }),
+                b'&' => entity(raw.get(i..).unwrap_or_default()).map(|(t, len)| {
+                    t.push_to(&mut text);
+                    len
+                }),
+                _ => None,
+            };
+            match used {
+                Some(len) => {
+                    spans.push((at, i, text.len() - at, len));
+                    i += len;
+                }
+                None => {
+                    // Copy up to the next escape in one go.
+                    let rest = raw.get(i + 1..).unwrap_or_default();
+                    let next = memchr2(b'%', b'&', rest).map_or(raw.len(), |p| i + 1 + p);
+                    text.extend_from_slice(raw.get(i..next).unwrap_or_default());
+                    i = next;
+                }
+            }
+        }
+        if spans.is_empty() {
+            return None;
+        }
+        Some(MappedView { text, spans })
+    }
+
+    fn raw_at(&self, d: usize, end: bool) -> usize {
+        let idx = self.spans.partition_point(|s| s.0 <= d);
+        let Some(&(ds, rs, dl, rl)) = idx.checked_sub(1).and_then(|i| self.spans.get(i)) else {
+            return d;
+        };
+        if d < ds + dl {
+            if end {
+                rs + rl
+            } else {
+                rs
+            }
+        } else {
+            rs + rl + (d - ds - dl)
+        }
+    }
+
+    /// The raw range a decoded range stands for (escapes it touches whole).
+    pub(crate) fn raw_range(&self, r: Range<usize>) -> Range<usize> {
+        let start = self.raw_at(r.start, false);
+        let end = match r.end.checked_sub(1) {
+            Some(last) if r.end > r.start => self.raw_at(last, true).max(self.raw_at(last, false) + 1),
+            _ => start,
+        };
+        start..end
+    }
 }
 
 #[cfg(test)]

@@ -228,7 +228,9 @@ impl RequestScan {
         if let Some((bytes, kind)) = body {
             scan.body_len = bytes.len();
             match kind {
-                BodyKind::Text => {
+                // Aliases are found by their grammar in any text; only JSON
+                // needs its structure (which key asks for which id form).
+                BodyKind::Text | BodyKind::NdJson | BodyKind::Csv | BodyKind::Xml | BodyKind::Html => {
                     let text = String::from_utf8_lossy(bytes);
                     if let Cow::Borrowed(text) = text {
                         let mut found = Vec::new();

@@ -36,13 +36,34 @@ use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::ops::Range;
 
-/// How to read a body.
+mod csv;
+mod format;
+mod xml;
+
+pub use format::WithholdReason;
+
+/// How to read a body; [`BodyKind::from_content_type`] picks it from the
+/// `content-type` header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BodyKind {
     /// A JSON document; a body that is not JSON is an error.
     Json,
-    /// Any other text (or a header value): only the text patterns apply.
+    /// Text of no particular format (or a header value): only the text
+    /// patterns apply, unless the bytes are JSON (then read as JSON).
     Text,
+    /// Newline-delimited JSON: every non-blank line a JSON document.
+    NdJson,
+    /// A CSV (or TSV, `;`-separated) export: cells under id-named columns
+    /// are ids, numbers included; every cell is scanned as text.
+    Csv,
+    /// XML, FHIR XML included: `<id value>` of a resource element,
+    /// `<reference value>`, id-named elements and attributes are ids;
+    /// character references are decoded for scanning. A body that is not
+    /// well-formed XML is an error.
+    Xml,
+    /// HTML: text whose character references (`&#45;`, `&hyphen;`) are
+    /// decoded for scanning; an id written with them is replaced whole.
+    Html,
 }
 
 /// A part of a scan (one body or header), returned by [`ResponseScan::add`].
@@ -57,6 +78,19 @@ pub enum RewriteError {
     /// A JSON body is not JSON.
     #[error("response body is not valid JSON: {0}")]
     Json(#[from] JsonError),
+    /// The body is compressed or archived (gzip, zstd, zip, …) but carries
+    /// no `content-encoding`.
+    #[error("response body is compressed without a content-encoding")]
+    Compressed,
+    /// The body is binary: NUL bytes, or not UTF-8.
+    #[error("response body is binary (NUL bytes or not UTF-8)")]
+    Binary,
+    /// An XML body is not well-formed.
+    #[error("response body is not well-formed XML at offset {at}")]
+    Xml {
+        /// Byte offset of the error.
+        at: usize,
+    },
     /// The aliases do not match the scan's ids.
     #[error("got {got} aliases for {want} ids")]
     AliasCount {
@@ -87,6 +121,34 @@ pub enum RewriteError {
         /// Byte offset in the rewritten body.
         at: usize,
     },
+}
+
+impl RewriteError {
+    /// The reason as a counter label: what made the body unreadable, or
+    /// that verification refused it.
+    pub fn reason(&self) -> WithholdReason {
+        match self {
+            RewriteError::Json(_) => WithholdReason::NotJson,
+            RewriteError::Compressed => WithholdReason::Compressed,
+            RewriteError::Binary => WithholdReason::Binary,
+            RewriteError::Xml { .. } => WithholdReason::NotXml,
+            RewriteError::Leak { .. } => WithholdReason::Leak,
+            RewriteError::AliasCount { .. }
+            | RewriteError::EmptyAlias { .. }
+            | RewriteError::WrongBody { .. } => WithholdReason::Mismatch,
+        }
+    }
+}
+
+impl From<WithholdReason> for RewriteError {
+    fn from(r: WithholdReason) -> Self {
+        match r {
+            WithholdReason::Compressed => RewriteError::Compressed,
+            WithholdReason::NotJson => RewriteError::Json(JsonError::NotUtf8),
+            WithholdReason::NotXml => RewriteError::Xml { at: 0 },
+            _ => RewriteError::Binary,
+        }
+    }
 }
 
 /// Where an occurrence sits.
@@ -170,45 +232,123 @@ impl<'t> ResponseScan<'t> {
         kind: BodyKind,
         root_kind: Option<KindId>,
     ) -> Result<PartId, RewriteError> {
+        let kind = format::effective_kind(body, kind).map_err(RewriteError::from)?;
         let part = match kind {
             BodyKind::Json => {
                 let src = std::str::from_utf8(body).map_err(|_| JsonError::NotUtf8)?;
-                let mut w = Walker {
-                    scan: self,
-                    src,
-                    root_kind,
-                    frames: Vec::new(),
-                    hits: Vec::new(),
-                    part: Part::empty(body.len(), kind),
-                };
-                w.run()?;
-                w.part
+                self.json_part(src, kind, root_kind)?
             }
-            BodyKind::Text => {
+            BodyKind::NdJson => {
+                let src = std::str::from_utf8(body).map_err(|_| JsonError::NotUtf8)?;
                 let mut part = Part::empty(body.len(), kind);
-                part.lits.push(0..body.len());
-                let mut hits = Vec::new();
-                shape::find_in_text(self.tax, body, &mut hits);
-                for h in &hits {
-                    let Some(value) = body
-                        .get(h.range.clone())
-                        .and_then(|v| std::str::from_utf8(v).ok())
-                    else {
+                let mut at = 0;
+                for line in src.split_inclusive('\n') {
+                    let base = at;
+                    at += line.len();
+                    if line.trim().is_empty() {
                         continue;
-                    };
-                    let (k, form) = self.hit_meta(h, body, None);
-                    let v = self.value(value, k, form);
-                    part.occs.push((h.range.clone(), v));
+                    }
+                    let one = self.json_part(line, kind, root_kind).map_err(|e| match e {
+                        RewriteError::Json(JsonError::Unexpected { at })
+                        | RewriteError::Json(JsonError::Eof { at }) => {
+                            RewriteError::Json(JsonError::Unexpected { at: at + base })
+                        }
+                        other => other,
+                    })?;
+                    part.append_shifted(one, base);
                 }
-                self.learn_decoded(body, None);
                 part
+            }
+            BodyKind::Text | BodyKind::Csv | BodyKind::Xml | BodyKind::Html => {
+                self.text_part(body, kind, root_kind)?
             }
         };
         let mut part = part;
-        part.occs.sort_by_key(|(r, _)| r.start);
+        part.occs.sort_by_key(|(r, _)| (r.start, usize::MAX - r.end));
+        // Keep the first (longest) of overlapping occurrences.
+        let mut end = 0;
+        part.occs.retain(|(r, _)| {
+            let keep = r.start >= end;
+            if keep {
+                end = r.end;
+            }
+            keep
+        });
         self.parts.push(part);
         self.build_ids();
         Ok(PartId(self.parts.len() - 1))
+    }
+
+    /// Walks one JSON document (a whole body, or one NDJSON line).
+    fn json_part(
+        &mut self,
+        src: &str,
+        kind: BodyKind,
+        root_kind: Option<KindId>,
+    ) -> Result<Part, RewriteError> {
+        let mut w = Walker {
+            scan: self,
+            src,
+            root_kind,
+            frames: Vec::new(),
+            hits: Vec::new(),
+            part: Part::empty(src.len(), kind),
+        };
+        w.run()?;
+        Ok(w.part)
+    }
+
+    /// Reads a text body: the format's structured positions first (CSV id
+    /// columns, FHIR XML ids), then the text patterns over the raw bytes and
+    /// over their decoded view (escapes replaced whole).
+    fn text_part(
+        &mut self,
+        body: &[u8],
+        kind: BodyKind,
+        root_kind: Option<KindId>,
+    ) -> Result<Part, RewriteError> {
+        let mut part = Part::empty(body.len(), kind);
+        part.lits.push(0..body.len());
+        match kind {
+            BodyKind::Csv => csv::scan(self, body, root_kind, &mut part),
+            BodyKind::Xml => xml::scan(self, body, root_kind, &mut part)?,
+            _ => {}
+        }
+        let mut hits = Vec::new();
+        shape::find_in_text(self.tax, body, &mut hits);
+        for h in &hits {
+            let Some(value) = body
+                .get(h.range.clone())
+                .and_then(|v| std::str::from_utf8(v).ok())
+            else {
+                continue;
+            };
+            let (k, form) = self.hit_meta(h, body, None);
+            let v = self.value(value, k, form);
+            part.occs.push((h.range.clone(), v));
+        }
+        if let Some(view) = super::known::MappedView::new(body) {
+            part.occs.sort_by_key(|(r, _)| r.start);
+            let plain = part.occs.len();
+            shape::find_in_text(self.tax, &view.text, &mut hits);
+            for h in &hits {
+                let raw = view.raw_range(h.range.clone());
+                let Some(value) = view
+                    .text
+                    .get(h.range.clone())
+                    .and_then(|v| std::str::from_utf8(v).ok())
+                else {
+                    continue;
+                };
+                let (k, form) = self.hit_meta(h, &view.text, None);
+                let v = self.value(value, k, form);
+                if !overlaps(part.occs.get(..plain).unwrap_or_default(), &raw) {
+                    part.occs.push((raw, v));
+                }
+            }
+        }
+        self.learn_decoded(body, None);
+        Ok(part)
     }
 
     /// The encode batch: every distinct raw id, grouped by entity, with kind and
@@ -323,6 +463,7 @@ impl<'t> ResponseScan<'t> {
                 choose(kinds, ctx, None).unwrap_or(tax.fallback_kind()),
                 Form::Fhir,
             ),
+            Pattern::AliasShaped(kind) => (kind, Form::Slug),
             Pattern::Segment(kind) => {
                 let form = text
                     .get(h.range.clone())
@@ -394,6 +535,19 @@ impl<'t> ResponseScan<'t> {
 }
 
 impl Part {
+    /// Appends `other` (a part of the same body starting at `base`).
+    fn append_shifted(&mut self, other: Part, base: usize) {
+        let shift = |r: Range<usize>| r.start + base..r.end + base;
+        self.occs
+            .extend(other.occs.into_iter().map(|(r, v)| (shift(r), v)));
+        self.lits.extend(other.lits.into_iter().map(shift));
+        self.numbers.extend(other.numbers.into_iter().map(shift));
+        self.escaped.extend(other.escaped.into_iter().map(|mut e| {
+            e.span = shift(e.span);
+            e
+        }));
+    }
+
     fn empty(len: usize, kind: BodyKind) -> Part {
         Part {
             len,
@@ -469,23 +623,43 @@ impl Rewriter<'_, '_> {
             edits.push((r.clone(), with));
         }
         // Known ids anywhere: inside unescaped strings, or a whole number.
+        let in_lit = |r: &Range<usize>| {
+            !p.kind.is_json() || {
+                let l = p.lits.partition_point(|l| l.end < r.end);
+                p.lits.get(l).is_some_and(|l| l.start <= r.start && r.end <= l.end)
+            }
+        };
         self.known.for_each(body, |r, v| {
             if overlaps(&p.occs, &r) {
                 return;
             }
-            let in_lit = match p.kind {
-                BodyKind::Text => true,
-                BodyKind::Json => {
-                    let l = p.lits.partition_point(|l| l.end < r.end);
-                    p.lits.get(l).is_some_and(|l| l.start <= r.start && r.end <= l.end)
-                }
-            };
-            if in_lit {
+            if in_lit(&r) {
                 edits.push((r, Cow::Borrowed(alias(v))));
             } else if is_number(&r) {
                 edits.push((r, quoted(v)));
             }
         });
+        // Known ids written with escapes (`&#x70;at-000123`,
+        // `%70at-000123`): found decoded, replaced with their escapes.
+        if let Some(view) = super::known::MappedView::new(body) {
+            edits.sort_by_key(|(r, _)| r.start);
+            let plain = edits.len();
+            let mut extra = Vec::new();
+            self.known.for_each(&view.text, |r, v| {
+                let raw = view.raw_range(r);
+                let taken = {
+                    let i = edits
+                        .get(..plain)
+                        .unwrap_or_default()
+                        .partition_point(|(o, _)| o.end <= raw.start);
+                    edits.get(i).is_some_and(|(o, _)| i < plain && o.start < raw.end)
+                };
+                if !taken && in_lit(&raw) {
+                    extra.push((raw, Cow::Borrowed(alias(v))));
+                }
+            });
+            edits.extend(extra);
+        }
         // Escaped literals: rewrite the decoded text, re-encode the literal.
         for e in &p.escaped {
             let mut inner: Vec<(Range<usize>, usize)> = e.occs.clone();
@@ -523,11 +697,13 @@ impl Rewriter<'_, '_> {
     /// entity-encoded text), and every id the text patterns find in a string
     /// must be one of the aliases.
     fn verify(&self, out: &[u8], kind: BodyKind) -> Result<(), RewriteError> {
-        if let Some(r) = self.known.first(out) {
+        // A raw value may be spelled like an alias this answer issued
+        // (`patient-001` from HMS): where it stands as that alias, it is one.
+        let allowed = |v: &[u8]| self.allowed.contains(v);
+        if let Some(r) = self.known.first_except(out, allowed) {
             return Err(RewriteError::Leak { at: r.start });
         }
         let tax = self.scan.tax;
-        let allowed = |v: &[u8]| self.allowed.contains(v);
         let mut hits = Vec::new();
         let mut check = |text: &[u8], at: usize| -> Result<(), RewriteError> {
             shape::find_in_text(tax, text, &mut hits);
@@ -538,7 +714,7 @@ impl Rewriter<'_, '_> {
                 return Err(RewriteError::Leak { at: at + h.range.start });
             }
             if let Some(decoded) = super::known::decoded_view(text) {
-                if self.known.first(decoded.as_bytes()).is_some() {
+                if self.known.first_except(decoded.as_bytes(), allowed).is_some() {
                     return Err(RewriteError::Leak { at });
                 }
                 shape::find_in_text(tax, decoded.as_bytes(), &mut hits);
@@ -551,27 +727,41 @@ impl Rewriter<'_, '_> {
             }
             Ok(())
         };
-        match kind {
-            BodyKind::Text => check(out, 0)?,
-            BodyKind::Json => {
-                let src = std::str::from_utf8(out).map_err(|_| JsonError::NotUtf8)?;
-                let mut lx = Lexer::new(src);
-                while let Some(ev) = lx.next_event()? {
-                    let (Event::Key(lit) | Event::Str(lit)) = ev else {
-                        continue;
-                    };
-                    if lit.escaped {
-                        let text = text_of(src, &lit)?;
-                        check(text.as_bytes(), lit.span.start)?;
-                        if self.known.first(text.as_bytes()).is_some() {
-                            return Err(RewriteError::Leak { at: lit.span.start });
-                        }
-                    } else {
-                        let inner = lit.inner();
-                        check(out.get(inner.clone()).unwrap_or_default(), inner.start)?;
+        let mut json = |src: &str, base: usize| -> Result<(), RewriteError> {
+            let mut lx = Lexer::new(src);
+            while let Some(ev) = lx.next_event()? {
+                let (Event::Key(lit) | Event::Str(lit)) = ev else {
+                    continue;
+                };
+                if lit.escaped {
+                    let text = text_of(src, &lit)?;
+                    check(text.as_bytes(), base + lit.span.start)?;
+                    if self.known.first_except(text.as_bytes(), allowed).is_some() {
+                        return Err(RewriteError::Leak { at: base + lit.span.start });
                     }
+                } else {
+                    let inner = lit.inner();
+                    check(src.as_bytes().get(inner.clone()).unwrap_or_default(), base + inner.start)?;
                 }
             }
+            Ok(())
+        };
+        match kind {
+            BodyKind::Json => {
+                let src = std::str::from_utf8(out).map_err(|_| JsonError::NotUtf8)?;
+                json(src, 0)?;
+            }
+            BodyKind::NdJson => {
+                let src = std::str::from_utf8(out).map_err(|_| JsonError::NotUtf8)?;
+                let mut at = 0;
+                for line in src.split_inclusive('\n') {
+                    if !line.trim().is_empty() {
+                        json(line, at)?;
+                    }
+                    at += line.len();
+                }
+            }
+            BodyKind::Text | BodyKind::Csv | BodyKind::Xml | BodyKind::Html => check(out, 0)?,
         }
         Ok(())
     }

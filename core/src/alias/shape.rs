@@ -98,6 +98,9 @@ fn is_fhir_id_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'-' || b == b'.'
 }
 
+/// Longest alias-shaped run looked at in text.
+const ALIAS_MAX: usize = 96;
+
 /// Longest FHIR id (FHIR caps logical ids at 64 characters).
 const FHIR_ID_MAX: usize = 64;
 
@@ -122,6 +125,8 @@ pub(crate) enum Pattern<'t> {
     Reference(&'t [KindId]),
     /// A FHIR id with a configured prefix; kinds of the prefix.
     FhirId(&'t [KindId]),
+    /// A value with the shape of an alias of a kind (`ward-101`).
+    AliasShaped(KindId),
     /// A URL path segment after a segment that names a kind
     /// (`/patients/482913`).
     Segment(KindId),
@@ -209,7 +214,7 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
                 if end - start <= FHIR_ID_MAX
                     && seg.iter().any(u8::is_ascii_digit)
                     && !is_date_like(seg)
-                    && !text.get(end).copied().is_some_and(|b| b == b'%')
+                    && !escape_at(text, end)
                 {
                     out.push(TextHit {
                         range: start..end,
@@ -238,7 +243,7 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
                 // in prose is not a reference.
                 let plausible = tax.resource_type_configured(word)
                     || text.get(start..end).is_some_and(|t| t.iter().any(u8::is_ascii_digit));
-                if end > start && plausible {
+                if end > start && plausible && !escape_at(text, end) {
                     out.push(TextHit {
                         range: start..end,
                         pattern: Pattern::Reference(kinds),
@@ -254,10 +259,41 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
                     + text
                         .get(start..limit)
                         .map_or(0, |t| t.iter().take_while(|b| b.is_ascii_digit()).count());
-                if end > start && !text.get(end).copied().is_some_and(is_token_byte) {
+                if end > start
+                    && !text.get(end).copied().is_some_and(is_token_byte)
+                    && !escape_at(text, end)
+                {
                     out.push(TextHit {
                         range: i..end,
                         pattern: Pattern::FhirId(kinds),
+                    });
+                    i = end;
+                    continue;
+                }
+            }
+            // A value shaped like an alias (`ward-101`, `patient-k7q2-001`)
+            // is a raw id like any other: left alone, the model could not
+            // tell it from an alias of another record.
+            let run = text.get(i..limit).map_or(0, |t| {
+                t.iter()
+                    .take(ALIAS_MAX)
+                    .take_while(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || **b == b'-')
+                    .count()
+            });
+            let mut end = i + run;
+            while end > i && text.get(end - 1) == Some(&b'-') {
+                end -= 1;
+            }
+            if !text.get(end).copied().is_some_and(is_token_byte) && !escape_at(text, end) {
+                let kind = text
+                    .get(i..end)
+                    .and_then(|t| std::str::from_utf8(t).ok())
+                    .and_then(|t| tax.parse_alias(t))
+                    .map(|p| p.kind);
+                if let Some(kind) = kind {
+                    out.push(TextHit {
+                        range: i..end,
+                        pattern: Pattern::AliasShaped(kind),
                     });
                     i = end;
                     continue;
@@ -267,6 +303,22 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
         i = word_end.max(i + 1);
     }
     out.sort_by_key(|h| h.range.start);
+}
+
+/// Whether a percent escape or a character reference starts at `i`: an id
+/// cut short there goes on in encoded form (`pat&#45;000123`), and is found
+/// whole in the decoded text instead.
+fn escape_at(text: &[u8], i: usize) -> bool {
+    match text.get(i) {
+        Some(b'%') => text
+            .get(i + 1..i + 3)
+            .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)),
+        Some(b'&') => text
+            .get(i + 1..)
+            .is_some_and(|t| t.iter().take(34).take_while(|b| **b != b';').all(|b| b.is_ascii_alphanumeric() || *b == b'#')
+                && t.iter().take(34).any(|b| *b == b';')),
+        _ => false,
+    }
 }
 
 /// Whether a path segment is a date (`2025-03-25`), not an id.
@@ -418,6 +470,7 @@ mod tests {
                     Pattern::Reference(_) => "ref",
                     Pattern::FhirId(_) => "fhir",
                     Pattern::Segment(_) => "seg",
+                    Pattern::AliasShaped(_) => "alias",
                 };
                 (text[h.range.clone()].to_owned(), p)
             })
@@ -463,7 +516,6 @@ mod tests {
     #[test]
     fn leaves_near_misses_alone() {
         for text in [
-            "patient-appt-001",
             "ext-prac-20981",
             "pat-000123x",
             "patient-portal",
@@ -473,6 +525,20 @@ mod tests {
         ] {
             assert_eq!(hits(text), vec![], "{text}");
         }
+    }
+
+    #[test]
+    fn alias_shaped_values_are_ids() {
+        assert_eq!(
+            hits("Bett in ward-101, see patient-k7q2-001 and patient-appt-001; ward-7 stays"),
+            vec![
+                ("ward-101".into(), "alias"),
+                ("patient-k7q2-001".into(), "alias"),
+                ("patient-appt-001".into(), "alias"),
+            ]
+        );
+        // Not the grammar: too few digits, a word after, glued to a word.
+        assert_eq!(hits("ward-7 ward-101a xward-101 clinic-wide"), vec![]);
     }
 
     #[test]

@@ -90,15 +90,9 @@ fn text_bodies_and_headers() {
         String::from_utf8(out).unwrap(),
         "Location: /api/v2/patients/patient-001\nsee Patient/patient-002 and practitioner-001.\n"
     );
-    // Not UTF-8 still works: ids are ASCII.
-    let mut bytes = b"\xff\xfe ".to_vec();
-    bytes.extend_from_slice(U.as_bytes());
-    let (out, _, _) = run(&tax, &bytes, BodyKind::Text, None);
-    assert_eq!(
-        out,
-        b"\xff\xfe ref-001".to_vec(),
-        "no context: the fallback kind"
-    );
+    // No context: the fallback kind.
+    let (out, _, _) = run(&tax, format!("x {U}").as_bytes(), BodyKind::Text, None);
+    assert_eq!(out, b"x ref-001".to_vec());
 }
 
 #[test]
@@ -177,6 +171,127 @@ fn fails_closed() {
     assert_eq!(
         s3.rewrite(p3, body.as_bytes(), &names).unwrap(),
         br#"{"a":"x-001","b":"y-001"}"#
+    );
+}
+
+fn rewritten(tax: &Taxonomy, body: &str, kind: BodyKind) -> String {
+    String::from_utf8(run(tax, body.as_bytes(), kind, Some("patient")).0).unwrap()
+}
+
+#[test]
+fn json_under_text_plain_or_no_content_type_keeps_its_structure() {
+    let tax = Taxonomy::default();
+    let ct = BodyKind::from_content_type(Some("text/plain; charset=utf-8"));
+    let body = r#" {"patientId": 482913, "note": "n"}"#;
+    assert_eq!(rewritten(&tax, body, ct), r#" {"patientId": "patient-001", "note": "n"}"#);
+    let none = BodyKind::from_content_type(None);
+    assert_eq!(rewritten(&tax, body, none), r#" {"patientId": "patient-001", "note": "n"}"#);
+    // Text that only starts like JSON stays text.
+    assert_eq!(rewritten(&tax, "[INFO] pat-000123", none), "[INFO] patient-001");
+}
+
+#[test]
+fn ndjson_and_problem_json() {
+    let tax = Taxonomy::default();
+    let body = "{\"patientId\":482913}\n\n{\"id\":\"pat-000123\",\"msg\":\"see 482913\"}\n";
+    let kind = BodyKind::from_content_type(Some("application/x-ndjson"));
+    assert_eq!(
+        rewritten(&tax, body, kind),
+        "{\"patientId\":\"patient-001\"}\n\n{\"id\":\"patient-002\",\"msg\":\"see patient-001\"}\n"
+    );
+    let mut scan = ResponseScan::new(&tax);
+    assert!(matches!(scan.add(b"{\"a\":1}\n{\"b\"", kind, None), Err(RewriteError::Json(_))));
+    let problem = BodyKind::from_content_type(Some("application/problem+json"));
+    let body = r#"{"type":"about:blank","detail":"Slot slot-im-4 of Patient/pat-000123 is taken","instance":"/api/v2/slots/slot-im-4"}"#;
+    let out = rewritten(&tax, body, problem);
+    assert!(!out.contains("pat-000123") && !out.contains("slot-im-4"), "{out}");
+}
+
+#[test]
+fn csv_id_columns_numbers_included() {
+    let tax = Taxonomy::default();
+    let body = "Patient ID;Name;Ward;Bemerkung\r\n482913;\"Müller; Anna\";ward-4a-bm;\"Bezug 482913, Dosis 1-0-1-0\"\r\n77;Bo;ward-4a-bm;\"sagte \"\"hallo\"\"\"\r\n";
+    let kind = BodyKind::from_content_type(Some("text/csv"));
+    assert_eq!(
+        rewritten(&tax, body, kind),
+        "Patient ID;Name;Ward;Bemerkung\r\npatient-001;\"Müller; Anna\";ward-001;\"Bezug patient-001, Dosis 1-0-1-0\"\r\npatient-002;Bo;ward-001;\"sagte \"\"hallo\"\"\"\r\n"
+    );
+    let body = "id,patient_id,reference\n\"9001\",12345,Patient/pat-7\n";
+    assert_eq!(rewritten(&tax, body, kind), "id,patient_id,reference\n\"patient-001\",patient-002,Patient/patient-003\n");
+}
+
+#[test]
+fn fhir_xml_ids_references_and_entities() {
+    let tax = Taxonomy::default();
+    let kind = BodyKind::from_content_type(Some("application/fhir+xml"));
+    let body = r#"<?xml version="1.0" encoding="UTF-8"?>
+<Bundle xmlns="http://hl7.org/fhir"><entry><resource><Observation><id value="482913"/><subject><reference value="Patient/pat&#45;000123"/></subject><note><text value="für 482913 &amp; pat-000123"/></note></Observation></resource></entry><patientId>4711</patientId></Bundle>"#;
+    let out = rewritten(&tax, body, kind);
+    assert_eq!(
+        out,
+        r#"<?xml version="1.0" encoding="UTF-8"?>
+<Bundle xmlns="http://hl7.org/fhir"><entry><resource><Observation><id value="observation-001"/><subject><reference value="Patient/patient-001"/></subject><note><text value="für observation-001 &amp; patient-001"/></note></Observation></resource></entry><patientId>patient-002</patientId></Bundle>"#
+    );
+    let mut scan = ResponseScan::new(&tax);
+    for bad in ["<a><b></a>", "no markup", "<a>"] {
+        let e = scan.add(bad.as_bytes(), kind, None).unwrap_err();
+        assert_eq!(e.reason(), WithholdReason::NotXml, "{bad}");
+    }
+}
+
+#[test]
+fn html_entity_encoded_ids_are_replaced_whole() {
+    let tax = Taxonomy::default();
+    let kind = BodyKind::from_content_type(Some("text/html"));
+    let enc = U.replace('-', "&#45;");
+    let body = format!(
+        r#"<p>Termin <a href="/patients/{enc}">x</a> &#x70;at&hyphen;000123 &amp; pat&#x2d;000123, Patient/pat-000123</p>"#
+    );
+    assert_eq!(
+        rewritten(&tax, &body, kind),
+        r#"<p>Termin <a href="/patients/patient-002">x</a> patient-001 &amp; patient-001, Patient/patient-001</p>"#
+    );
+}
+
+#[test]
+fn alias_shaped_raw_values_are_aliased() {
+    let tax = Taxonomy::default();
+    // Structured and in prose; the raw `patient-001` is not the alias of
+    // itself, and an issued alias equal to a raw value is no leak.
+    let body = r#"{"ward":"ward-101","id":"patient-001","note":"from ward-101 via patient-k7q2-001","other":{"id":"pat-9"}}"#;
+    let out = rewritten(&tax, body, BodyKind::Json);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_ne!(v["ward"], "ward-101");
+    assert!(!out.contains("ward-101") && !out.contains("patient-k7q2-001"), "{out}");
+    let ids: Vec<String> = run(&tax, body.as_bytes(), BodyKind::Json, Some("patient"))
+        .1
+        .ids()
+        .iter()
+        .map(|i| i.value.clone())
+        .collect();
+    assert!(ids.contains(&"patient-001".to_owned()) && ids.contains(&"patient-k7q2-001".to_owned()), "{ids:?}");
+    let out = rewritten(&tax, "Bett ward-101, dann ward-102.", BodyKind::Text);
+    assert_eq!(out, "Bett ward-001, dann ward-002.");
+}
+
+#[test]
+fn unreadable_bodies_are_refused_with_a_reason() {
+    let tax = Taxonomy::default();
+    let mut scan = ResponseScan::new(&tax);
+    let cases: [(&[u8], BodyKind, WithholdReason); 5] = [
+        (b"\x1f\x8b\x08\x00\x00\x00pat-000123", BodyKind::Text, WithholdReason::Compressed),
+        (b"\x28\xb5\x2f\xfd{}", BodyKind::Json, WithholdReason::Compressed),
+        (b"PK\x03\x04pat-000123.csv", BodyKind::Csv, WithholdReason::Compressed),
+        (b"pat-000123\x00\x01", BodyKind::Text, WithholdReason::Binary),
+        (b"\xff\xfe p\x00a\x00t\x00", BodyKind::Html, WithholdReason::Binary),
+    ];
+    for (body, kind, why) in cases {
+        let e = scan.add(body, kind, None).unwrap_err();
+        assert_eq!(e.reason(), why, "{body:?}");
+    }
+    assert_eq!(
+        scan.add(b"{\"id\":", BodyKind::Json, None).unwrap_err().reason(),
+        WithholdReason::NotJson
     );
 }
 
