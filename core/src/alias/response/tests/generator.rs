@@ -2,14 +2,27 @@
 //! ground-truth list in every structured position and mentioned again in prose,
 //! URLs (percent-encoded too), arrays, glued to other text and in later bodies
 //! of the session; plus look-alikes that are not ids. Control's alias
-//! assignment is simulated with the pure [`SessionMap`].
+//! assignment is simulated with the pure [`SessionMap`] (with an epoch, as
+//! control issues them).
 //!
-//! Measured over [`BODIES`] bodies: no raw id may reach the output, every
-//! look-alike must come out unchanged, nothing may panic. The seed is
-//! `PROPTEST_RNG_SEED` (set by `make test`), else a fixed one.
+//! The envelopes: JSON (HAL, FHIR bundles, GraphQL, keyed maps, nested
+//! escaped JSON, cursors), the same JSON under `text/plain` and under no
+//! content type, NDJSON, problem+json, CSV exports (`,`, `;`, tab; numeric id
+//! columns), FHIR XML bundles (entity-encoded ids too), HTML with ids written
+//! with character references; later bodies as prose, CSV rows, XML entries
+//! and HTML lists. Ground-truth ids include alias-shaped HMS values
+//! (`ward-101`, `patient-042`, `patient-m3x9-007`).
+//!
+//! Measured over [`BODIES`] readable bodies: no raw id may reach the output,
+//! every look-alike must come out unchanged, nothing may panic and no
+//! readable body may be withheld. Compressed and binary bodies (gzip, zstd,
+//! zip magic; brotli-like and UTF-16 bytes; Latin-1 text) are generated
+//! beside them and must all be refused. The seed is `PROPTEST_RNG_SEED` (set
+//! by `make test`), else a fixed one.
 
 use super::super::*;
-use crate::alias::{KnownAlias, SessionMap};
+use crate::alias::{Epoch, KnownAlias, SessionMap};
+use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 const BODIES: u64 = 10_000;
@@ -79,7 +92,7 @@ const FHIR_TYPES: &[&str] = &[
 
 /// One ground-truth id.
 fn gen_id(rng: &mut Rng, n: usize) -> String {
-    match rng.below(7) {
+    match rng.below(9) {
         0 => format!(
             "{}-{}-4{}-a{}-{}",
             rng.hex(8),
@@ -97,7 +110,13 @@ fn gen_id(rng: &mut Rng, n: usize) -> String {
         3 => format!("9{:06}", n * 104_729 % 1_000_000),
         4 => format!("{}-{}-{}", rng.pick(&["clinic", "ward", "station"]), rng.pick(&["berlin", "nord", "mitte"]), 10 + n),
         5 => format!("pat-{:06}", 200_000 + n),
-        _ => format!("{}{:05}", rng.pick(&["MRN", "AKZ"]), 10_000 + n),
+        6 => format!("{}{:05}", rng.pick(&["MRN", "AKZ"]), 10_000 + n),
+        // Alias-shaped HMS values: aliased like any other id.
+        7 => format!("{}-{}", rng.pick(&["ward", "slot", "clinic"]), 100 + n % 900),
+        _ => match rng.below(2) {
+            0 => format!("patient-{:03}", 1 + n % 999),
+            _ => format!("patient-m3x9-{:03}", 1 + n % 999),
+        },
     }
 }
 
@@ -196,9 +215,148 @@ fn json_body(rng: &mut Rng, ids: &[String]) -> String {
     }
 }
 
+/// Markup escaping for text and attribute values.
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// An id written with character references, as an HTML or XML generator may.
+fn entity_encoded(rng: &mut Rng, id: &str) -> String {
+    match rng.below(6) {
+        0 => id.replace('-', "&#45;"),
+        1 => id.replace('-', "&#x2d;"),
+        2 => id.replace('-', "&hyphen;"),
+        3 => {
+            let mut c = id.chars();
+            let first = c.next().map_or(0, u32::from);
+            format!("&#x{first:x};{}", c.as_str())
+        }
+        4 => id.chars().map(|c| format!("&#{};", u32::from(c))).collect(),
+        _ => id.to_owned(),
+    }
+}
+
+/// The content types a JSON body is served with.
+fn json_type(rng: &mut Rng) -> (Option<&'static str>, &'static str) {
+    match rng.below(6) {
+        0 => (Some("text/plain; charset=utf-8"), "json-as-text"),
+        1 => (None, "json-untyped"),
+        2 => (Some("application/fhir+json"), "json"),
+        _ => (Some("application/json"), "json"),
+    }
+}
+
+/// NDJSON: one record per line.
+fn ndjson_body(rng: &mut Rng, ids: &[String]) -> String {
+    let mut out = String::new();
+    for id in ids {
+        let key = rng.pick(&["patientId", "id", "encounter_id", "docId"]);
+        let l = rng.pick(LOOKALIKES);
+        let note = mention(rng, id, l);
+        out.push_str(&format!(r#"{{"{key}":{},"status":"{l}","note":"{note}"}}"#, jv(id)));
+        out.push_str(if rng.below(2) == 0 { "\n" } else { "\r\n" });
+    }
+    out
+}
+
+/// problem+json: the detail and the errors name the ids.
+fn problem_body(rng: &mut Rng, ids: &[String]) -> String {
+    let errors: Vec<String> = ids
+        .iter()
+        .map(|id| {
+            let l = rng.pick(LOOKALIKES);
+            let m = mention(rng, id, l);
+            format!(r#"{{"detail":"{m}","pointer":"/data/patientId","patientId":{}}}"#, jv(id))
+        })
+        .collect();
+    let first = ids.first().map_or("", String::as_str);
+    format!(
+        r#"{{"type":"https://hms.example/problems/conflict","title":"Conflict","status":409,"detail":"Record {first} is locked ({})","instance":"/api/v2/patients/{first}","errors":[{}]}}"#,
+        rng.pick(LOOKALIKES),
+        errors.join(",")
+    )
+}
+
+/// A CSV export: an id-named column (numbers as they are), look-alikes and
+/// prose mentions in the other columns.
+fn csv_body(rng: &mut Rng, ids: &[String]) -> String {
+    let sep = rng.pick(&[",", ";", "\t"]);
+    let col = rng.pick(&["Patient ID", "patient_id", "PatientID", "patientId", "id", "ID", "encounterId", "Fall-ID"]);
+    let nl = if rng.below(2) == 0 { "\n" } else { "\r\n" };
+    let mut out = format!("\u{feff}{col}{sep}Name{sep}Status{sep}Bemerkung{sep}Link{nl}");
+    for id in ids {
+        let name = rng.pick(&["Müller-Lüdenscheidt", "Anna-Lena Roth", "Meier, Jo"]);
+        let l = rng.pick(LOOKALIKES);
+        let m = { let l2 = rng.pick(LOOKALIKES); mention(rng, id, l2) }.replace('"', "\"\"");
+        let cell = if rng.below(3) == 0 { format!("\"{id}\"") } else { id.clone() };
+        // The link names the id only sometimes: the id column alone must do.
+        let link = if rng.below(3) == 0 { format!("/api/v2/patients/{id}") } else { "-".to_owned() };
+        out.push_str(&format!("{cell}{sep}\"{name}\"{sep}{l}{sep}\"{m}\"{sep}{link}{nl}"));
+    }
+    out
+}
+
+/// A FHIR XML bundle: resource ids, references, id-named elements, prose.
+fn fhir_xml_body(rng: &mut Rng, ids: &[String]) -> String {
+    let mut out = String::from(r#"<?xml version="1.0" encoding="UTF-8"?>"#);
+    out.push_str(&format!(
+        r#"<Bundle xmlns="http://hl7.org/fhir"><type value="searchset"/><total value="{}"/>"#,
+        ids.len()
+    ));
+    for id in ids {
+        let ty = rng.pick(FHIR_TYPES);
+        let l = esc(rng.pick(LOOKALIKES));
+        let m = esc(&{ let l2 = rng.pick(LOOKALIKES); mention(rng, id, l2) });
+        let idv = if rng.below(4) == 0 { entity_encoded(rng, id) } else { id.clone() };
+        let extra = match rng.below(3) {
+            0 => format!("<subject><reference value=\"Patient/{id}\"/></subject>"),
+            1 => format!("<patientId>{id}</patientId>"),
+            _ => format!("<identifier><system value=\"urn:hms\"/><value value=\"{l}\"/></identifier>"),
+        };
+        let full = if rng.below(3) == 0 {
+            format!(r#"<fullUrl value="https://fhir.example/{ty}/{id}"/>"#)
+        } else {
+            String::new()
+        };
+        out.push_str(&format!(
+            r#"<entry>{full}<resource><{ty}><id value="{idv}"/><status value="{l}"/>{extra}<text><div xmlns="http://www.w3.org/1999/xhtml">{m}</div></text></{ty}></resource></entry>"#
+        ));
+    }
+    out.push_str("</Bundle>");
+    out
+}
+
+/// An HTML page whose links carry the ids written with character references.
+fn html_body(rng: &mut Rng, ids: &[String]) -> String {
+    let mut out = format!("<!DOCTYPE html><html><body><h1>{}</h1><ul>", esc(rng.pick(LOOKALIKES)));
+    for id in ids {
+        let enc = entity_encoded(rng, id);
+        let l = esc(rng.pick(LOOKALIKES));
+        let m = esc(&{ let l2 = rng.pick(LOOKALIKES); mention(rng, id, l2) });
+        out.push_str(&format!(r#"<li><a href="/patients/{enc}">{l}</a> {m}</li>"#));
+    }
+    out.push_str("</ul></body></html>");
+    out
+}
+
+/// The first body of a session: ids in structured positions of its format.
+fn first_body(rng: &mut Rng, ids: &[String]) -> (String, Option<&'static str>, &'static str) {
+    match rng.below(10) {
+        0 => (ndjson_body(rng, ids), Some("application/x-ndjson"), "ndjson"),
+        1 => (problem_body(rng, ids), Some("application/problem+json"), "problem+json"),
+        2 => (csv_body(rng, ids), Some("text/csv; charset=utf-8"), "csv"),
+        3 => (fhir_xml_body(rng, ids), Some("application/fhir+xml"), "fhir-xml"),
+        4 => (html_body(rng, ids), Some("text/html; charset=utf-8"), "html"),
+        _ => {
+            let (ct, label) = json_type(rng);
+            (json_body(rng, ids), ct, label)
+        }
+    }
+}
+
 /// A later body of the same session, in a non-JSON format: it only mentions
 /// ids the session learned before.
-fn text_body(rng: &mut Rng, ids: &[String]) -> String {
+fn text_body(rng: &mut Rng, ids: &[String]) -> (String, Option<&'static str>, &'static str) {
     let mut rows = Vec::new();
     let kind = rng.below(4);
     for id in ids {
@@ -206,12 +364,62 @@ fn text_body(rng: &mut Rng, ids: &[String]) -> String {
         let m = mention(rng, id, l);
         rows.push(match kind {
             0 => format!("{id};{l};\"{m}\""),
-            1 => format!("<entry><id value=\"{id}\"/><note>{}</note><code>{l}</code></entry>", m.replace('&', "&amp;")),
-            2 => format!("<li><a href=\"/patients/{}\">{l}</a> {}</li>", id.replace('-', "&#45;"), m.replace('&', "&amp;")),
+            1 => format!("<entry><id value=\"{id}\"/><note>{}</note><code>{l}</code></entry>", esc(&m)),
+            2 => format!("<li><a href=\"/patients/{}\">{l}</a> {}</li>", entity_encoded(rng, id), esc(&m)),
             _ => m,
         });
     }
-    rows.join("\n")
+    let body = rows.join("\n");
+    match kind {
+        0 => (body, Some("text/csv"), "later-csv"),
+        1 => (format!("<entries>{body}</entries>"), Some("application/xml"), "later-xml"),
+        2 => (format!("<ul>{body}</ul>"), Some("text/html"), "later-html"),
+        _ => (body, if rng.below(2) == 0 { Some("text/plain") } else { None }, "later-text"),
+    }
+}
+
+/// Bodies nobody can read as sent: compressed without a content-encoding,
+/// or binary. Raw ids stand in them in plain bytes.
+fn unreadable_body(rng: &mut Rng, ids: &[String]) -> (Vec<u8>, Option<&'static str>, WithholdReason) {
+    let text = ids.join(",");
+    let mut b: Vec<u8> = Vec::new();
+    match rng.below(6) {
+        0 => {
+            // gzip with a stored block: the ids are readable in the bytes.
+            b.extend_from_slice(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\x01");
+            b.extend_from_slice(text.as_bytes());
+            (b, Some("application/json"), WithholdReason::Compressed)
+        }
+        1 => {
+            b.extend_from_slice(b"\x28\xb5\x2f\xfd\x24\x00");
+            b.extend_from_slice(text.as_bytes());
+            (b, None, WithholdReason::Compressed)
+        }
+        2 => {
+            b.extend_from_slice(b"PK\x03\x04\x14\x00\x00\x00");
+            b.extend_from_slice(format!("Arztbrief_{text}.pdf").as_bytes());
+            (b, Some("text/csv"), WithholdReason::Compressed)
+        }
+        3 => {
+            // Brotli has no magic number: high bytes around the ids.
+            for id in ids {
+                b.extend((0..8).map(|_| 0x80 + rng.below(0x7f) as u8));
+                b.extend_from_slice(id.as_bytes());
+            }
+            (b, Some("text/plain"), WithholdReason::Binary)
+        }
+        4 => {
+            for c in format!(r#"{{"patientId":"{text}"}}"#).encode_utf16() {
+                b.extend_from_slice(&c.to_le_bytes());
+            }
+            (b, Some("application/json"), WithholdReason::Binary)
+        }
+        _ => {
+            b.extend_from_slice(b"M\xfcller ");
+            b.extend_from_slice(text.as_bytes());
+            (b, Some("text/html; charset=iso-8859-1"), WithholdReason::Binary)
+        }
+    }
 }
 
 #[derive(Default, Debug)]
@@ -223,6 +431,11 @@ struct Counts {
     lost: u64,
     panics: u64,
     withheld: u64,
+    /// Readable bodies per envelope.
+    formats: BTreeMap<&'static str, u64>,
+    unreadable: u64,
+    /// Unreadable bodies refused for the expected reason.
+    refused: u64,
 }
 
 fn leaked(out: &str, id: &str) -> bool {
@@ -244,12 +457,14 @@ fn run_one(tax: &'static Taxonomy, seed: u64, c: &mut Counts) {
     let mut rng = Rng(seed | 1);
     let n = 1 + rng.below(5);
     let ids: Vec<String> = (0..n).map(|i| gen_id(&mut rng, (seed as usize % 50_000) * 8 + i)).collect();
-    let mut session = SessionMap::new();
-    let first = json_body(&mut rng, &ids);
+    let mut session = SessionMap::with_epoch(Epoch::from_seed(seed));
+    let first = first_body(&mut rng, &ids);
     let second = text_body(&mut rng, &ids);
-    for (body, kind) in [(first, BodyKind::Json), (second, BodyKind::Text)] {
+    for (body, ct, label) in [first, second] {
         c.bodies += 1;
         c.ids += ids.len() as u64;
+        *c.formats.entry(label).or_default() += 1;
+        let kind = BodyKind::from_content_type(ct);
         let lookalikes: Vec<&str> = LOOKALIKES.iter().copied().filter(|l| body.contains(l)).collect();
         let known: Vec<KnownAlias> = session
             .records()
@@ -261,16 +476,23 @@ fn run_one(tax: &'static Taxonomy, seed: u64, c: &mut Counts) {
                 })
             })
             .collect();
+        let verbose = std::env::var_os("KEYHOLE_GEN_VERBOSE").is_some();
         let mut scan = ResponseScan::new(tax);
         let part = match scan.add(body.as_bytes(), kind, tax.kind_for_path("/api/v2/patients")) {
             Ok(p) => p,
-            Err(e) => panic!("unreadable generated body ({e}): {body}"),
+            Err(e) => {
+                c.withheld += 1;
+                if verbose {
+                    eprintln!("unreadable {label} ({e}): {body}");
+                }
+                continue;
+            }
         };
         let aliases = match session.encode(tax, scan.ids()) {
             Ok(e) => e.aliases,
             Err(e) => {
                 c.withheld += 1;
-                if std::env::var_os("KEYHOLE_GEN_VERBOSE").is_some() {
+                if verbose {
                     eprintln!("encode refused ({e}): {body}");
                 }
                 continue;
@@ -280,8 +502,8 @@ fn run_one(tax: &'static Taxonomy, seed: u64, c: &mut Counts) {
             Ok(out) => out,
             Err(e) => {
                 c.withheld += 1;
-                if std::env::var_os("KEYHOLE_GEN_VERBOSE").is_some() {
-                    eprintln!("withheld ({e}): {body}");
+                if verbose {
+                    eprintln!("withheld {label} ({e}): {body}");
                 }
                 continue;
             }
@@ -290,15 +512,25 @@ fn run_one(tax: &'static Taxonomy, seed: u64, c: &mut Counts) {
         for id in &ids {
             if leaked(&out, id) {
                 c.leaks += 1;
-                eprintln!("leak of {id}\n in: {body}\nout: {out}");
+                eprintln!("leak of {id} ({label})\n in: {body}\nout: {out}");
             }
         }
         for l in lookalikes {
             c.lookalikes += 1;
             if body.matches(l).count() > out.matches(l).count() {
                 c.lost += 1;
-                eprintln!("look-alike {l} lost\n in: {body}\nout: {out}");
+                eprintln!("look-alike {l} lost ({label})\n in: {body}\nout: {out}");
             }
+        }
+    }
+    // Every fourth session also gets a body nobody can read.
+    if rng.below(4) == 0 {
+        let (bytes, ct, why) = unreadable_body(&mut rng, &ids);
+        c.unreadable += 1;
+        let mut scan = ResponseScan::new(tax);
+        match scan.add(&bytes, BodyKind::from_content_type(ct), None) {
+            Err(e) if e.reason() == why => c.refused += 1,
+            other => eprintln!("unreadable body not refused as {why:?}: {other:?}: {bytes:?}"),
         }
     }
 }
@@ -327,11 +559,18 @@ fn generated_bodies_leak_no_id_and_keep_every_lookalike() {
         c.lookalikes += local.lookalikes;
         c.lost += local.lost;
         c.withheld += local.withheld;
+        c.unreadable += local.unreadable;
+        c.refused += local.refused;
+        for (k, v) in local.formats {
+            *c.formats.entry(k).or_default() += v;
+        }
     }
     println!(
-        "generator: bodies={} ids={} leaks={} lookalikes={} lookalikes_lost={} panics={} withheld={}",
-        c.bodies, c.ids, c.leaks, c.lookalikes, c.lost, c.panics, c.withheld
+        "generator: bodies={} ids={} leaks={} lookalikes={} lookalikes_lost={} panics={} withheld={} unreadable={} refused={}",
+        c.bodies, c.ids, c.leaks, c.lookalikes, c.lost, c.panics, c.withheld, c.unreadable, c.refused
     );
-    assert_eq!((c.leaks, c.lost, c.panics), (0, 0, 0), "{c:?}");
+    println!("generator: formats {:?}", c.formats);
+    assert_eq!((c.leaks, c.lost, c.panics, c.withheld), (0, 0, 0, 0), "{c:?}");
+    assert_eq!(c.refused, c.unreadable, "{c:?}");
 }
 
