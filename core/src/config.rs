@@ -5,8 +5,10 @@
 //! every error it returns names the offending field, so `on_configure` (and
 //! `envoy --mode validate`) can say exactly what is wrong.
 
+use crate::alias::{Taxonomy, TaxonomyConfig};
 use crate::format::{BuiltinTools, Format};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// What a listener's filter instance does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -85,6 +87,10 @@ pub struct LlmFilterConfig {
     /// here replaces its default allow-list.
     #[serde(default)]
     pub builtin_tools: BuiltinToolsConfig,
+    /// The alias taxonomy (the taxonomy file's object, inline): see
+    /// [`HmsFilterConfig::taxonomy`]. Default `{}`: the built-in kinds.
+    #[serde(default)]
+    pub taxonomy: TaxonomyConfig,
 }
 
 /// Allow-lists of built-in tool types per format, as the operator writes them:
@@ -134,12 +140,19 @@ pub struct HmsFilterConfig {
     /// Largest request or response body the filter reads.
     #[serde(default = "defaults::max_body_bytes")]
     pub max_body_bytes: usize,
+    /// The alias taxonomy: the object of the taxonomy file control reads
+    /// (`keyhole serve --taxonomy FILE`), inline. It extends the built-in
+    /// kinds ([`TaxonomyConfig::kinds`]). Default `{}`: the built-in kinds.
+    /// Filter and control must hold the same one; the filter names it by
+    /// [`Taxonomy::digest`] in every alias request.
+    #[serde(default)]
+    pub taxonomy: TaxonomyConfig,
 }
 
 /// The fields each mode accepts (besides `mode`); a field in the other list
 /// is reported as belonging to the other mode. A test checks these lists are
 /// exactly the fields of [`LlmFilterConfig`] and [`HmsFilterConfig`].
-pub const LLM_FIELDS: [&str; 9] = [
+pub const LLM_FIELDS: [&str; 10] = [
     "control_cluster",
     "control_authority",
     "timeout_ms",
@@ -149,10 +162,11 @@ pub const LLM_FIELDS: [&str; 9] = [
     "on_outage",
     "off_surface",
     "builtin_tools",
+    "taxonomy",
 ];
 /// See [`LLM_FIELDS`].
-pub const HMS_FIELDS: [&str; 5] =
-    ["control_cluster", "control_authority", "timeout_ms", "session_header", "max_body_bytes"];
+pub const HMS_FIELDS: [&str; 6] =
+    ["control_cluster", "control_authority", "timeout_ms", "session_header", "max_body_bytes", "taxonomy"];
 
 mod defaults {
     use super::OnOutage;
@@ -210,6 +224,8 @@ pub struct LlmConfig {
     pub off_surface: OffSurface,
     /// See [`LlmFilterConfig::builtin_tools`].
     pub builtin_tools: BuiltinTools,
+    /// The validated alias taxonomy ([`LlmFilterConfig::taxonomy`]).
+    pub taxonomy: Arc<Taxonomy>,
 }
 
 /// The validated configuration of an `hms` listener.
@@ -221,6 +237,10 @@ pub struct HmsConfig {
     pub session_header: String,
     /// See [`HmsFilterConfig::max_body_bytes`].
     pub max_body_bytes: usize,
+    /// The validated alias taxonomy ([`HmsFilterConfig::taxonomy`]); send
+    /// its [`Taxonomy::digest`] with every alias request. Configurations
+    /// compare equal when their taxonomies' digests do.
+    pub taxonomy: Arc<Taxonomy>,
 }
 
 /// The validated configuration the filter runs with, per mode.
@@ -284,6 +304,12 @@ fn blame(doc: &serde_json::Map<String, serde_json::Value>, msg: &str) -> ConfigE
         }
         one.insert(key.clone(), value.clone());
         if let Err(e) = serde_json::from_value::<FilterConfig>(serde_json::Value::Object(one)) {
+            if key == "taxonomy" {
+                // Name the member inside the taxonomy (`taxonomy.kinds`).
+                if let Err(inner) = TaxonomyConfig::from_value(value.clone()) {
+                    return err(&taxonomy_field(&inner.field), inner.message);
+                }
+            }
             return err(key, e.to_string());
         }
     }
@@ -346,6 +372,20 @@ fn header(field: &str, value: &str) -> Result<String, ConfigError> {
     Ok(value.to_ascii_lowercase())
 }
 
+/// The path of a taxonomy member in the filter's configuration.
+fn taxonomy_field(inner: &str) -> String {
+    if inner == "<root>" {
+        "taxonomy".to_owned()
+    } else {
+        format!("taxonomy.{inner}")
+    }
+}
+
+/// The validated taxonomy; errors name the member under `taxonomy.`.
+fn taxonomy(raw: TaxonomyConfig) -> Result<Arc<Taxonomy>, ConfigError> {
+    Taxonomy::try_from(raw).map(Arc::new).map_err(|e| err(&taxonomy_field(&e.field), e.message))
+}
+
 fn max_body_bytes(value: usize) -> Result<usize, ConfigError> {
     if !(1024..=64 * 1024 * 1024).contains(&value) {
         return Err(err("max_body_bytes", format!("must be between 1024 and 67108864, got {value}")));
@@ -366,11 +406,13 @@ impl TryFrom<FilterConfig> for Config {
                 on_outage: raw.on_outage,
                 off_surface: raw.off_surface,
                 builtin_tools: raw.builtin_tools.validate()?,
+                taxonomy: taxonomy(raw.taxonomy)?,
             }),
             FilterConfig::Hms(raw) => Config::Hms(HmsConfig {
                 control: control(raw.control_cluster, raw.control_authority, raw.timeout_ms)?,
                 session_header: header("session_header", &raw.session_header)?,
                 max_body_bytes: max_body_bytes(raw.max_body_bytes)?,
+                taxonomy: taxonomy(raw.taxonomy)?,
             }),
         })
     }
@@ -393,7 +435,7 @@ mod tests {
 
     #[test]
     fn errors_name_the_field() {
-        let cases: [(&[u8], &str); 13] = [
+        let cases: [(&[u8], &str); 17] = [
             (br#"{"mode":"llm","timeout_ms":0}"#, "timeout_ms"),
             (br#"{"mode":"llm","timeout_msec":5}"#, "timeout_msec"),
             (br#"{"mode":"llm","session_header":"x y"}"#, "session_header"),
@@ -407,6 +449,10 @@ mod tests {
             (br#"{"mode":"llm","off_surface":"drop"}"#, "off_surface"),
             (br#"{"mode":"llm","builtin_tools":{"anthropic":[""]}}"#, "builtin_tools.anthropic"),
             (br#"{"mode":"llm","builtin_tools":{"bedrock":["x"]}}"#, "builtin_tools.bedrock"),
+            (br#"{"mode":"hms","taxonomy":{"kinds":[{"name":"a","prefix":"A"}]}}"#, "taxonomy.kinds[0].prefix"),
+            (br#"{"mode":"hms","taxonomy":{"prefixes":[]}}"#, "taxonomy.prefixes"),
+            (br#"{"mode":"hms","taxonomy":"config/taxonomy.json"}"#, "taxonomy"),
+            (br#"{"mode":"llm","taxonomy":{"maxIdLen":1}}"#, "taxonomy.maxIdLen"),
         ];
         for (json, field) in cases {
             let e = Config::from_json(json).unwrap_err();
@@ -415,6 +461,24 @@ mod tests {
         }
         let e = Config::from_json(br#"{"mode":"hms","off_surface":"block"}"#).unwrap_err();
         assert_eq!(e.to_string(), "off_surface: is a setting of mode llm, not of mode hms");
+    }
+
+    #[test]
+    fn both_modes_take_a_taxonomy_that_extends_the_defaults() {
+        let Config::Hms(plain) = Config::from_json(br#"{"mode":"hms"}"#).unwrap() else { panic!("hms") };
+        assert_eq!(*plain.taxonomy, Taxonomy::default());
+        let example = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../config/taxonomy.example.json"));
+        let file = Taxonomy::from_json(example.as_bytes()).unwrap();
+        let json = format!(r#"{{"mode":"hms","timeout_ms":5000,"taxonomy":{example}}}"#);
+        let Config::Hms(c) = Config::from_json(json.as_bytes()).unwrap() else { panic!("hms") };
+        assert_eq!(c.taxonomy.digest(), file.digest());
+        assert!(c.taxonomy.kind_by_name("specimen").is_some());
+        assert_ne!(c, plain, "configurations with different taxonomies differ");
+        let json = format!(r#"{{"mode":"llm","taxonomy":{example}}}"#);
+        let Config::Llm(c) = Config::from_json(json.as_bytes()).unwrap() else { panic!("llm") };
+        assert_eq!(c.taxonomy.digest(), file.digest());
+        let Config::Llm(c) = Config::from_json(br#"{"mode":"llm","taxonomy":{}}"#).unwrap() else { panic!("llm") };
+        assert_eq!(c.taxonomy.digest(), Taxonomy::default().digest());
     }
 
     #[test]

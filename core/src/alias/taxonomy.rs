@@ -4,16 +4,36 @@
 //! [`TaxonomyConfig`] is what an operator writes (every field has a documented
 //! default that covers the HMS API); [`Taxonomy`] is the validated form with
 //! lookup tables. Both the filter (scanning) and control (minting) load the same
-//! configuration, so an alias minted by one is understood by the other.
+//! configuration, so an alias minted by one is understood by the other; each
+//! side names its taxonomy by [`Taxonomy::digest`], the filter sends that digest
+//! with every alias request, and control refuses one that differs from its own.
+//!
+//! # The taxonomy file
+//! One JSON object (`config/taxonomy.example.json`), read by control
+//! (`keyhole serve --taxonomy FILE`) and inlined as the `taxonomy` member of
+//! the filter's plugin configuration ([`crate::config::HmsFilterConfig`]).
+//! `make run` and the end-to-end harness do both from `KEYHOLE_TAXONOMY`
+//! (`envoy/render.py` does the inlining).
+//!
+//! The file *extends* the built-in kinds: each entry of `kinds` replaces the
+//! built-in kind of the same name (whole, in its place) or, under a new name,
+//! is added after the built-in kinds. With `"replaceDefaults": true` the
+//! file's kinds are the only ones. Every other field, when given, replaces its
+//! default.
 //!
 //! # Adding an id kind
-//! One [`KindConfig`] entry in `defaults::kinds` (this file): its name, alias
-//! prefix, FHIR id prefixes and resource types, id-named keys, object keys and
-//! path segments. Scanning, minting, decoding and the prefix grammar all read
-//! the kind from there, and [`Taxonomy::try_from`] validates it (the test
-//! `defaults_validate_and_cover_the_hms_kinds` runs that on the defaults).
-//! Loading the taxonomy from an operator's file, without a rebuild, is not
-//! wired yet.
+//! Without a rebuild: one entry in the taxonomy file's `kinds` (name, alias
+//! prefix, FHIR id prefixes and resource types, id-named keys, object keys,
+//! path segments), checked by `keyhole config check --taxonomy FILE`, which
+//! prints the digest both sides will report. Restart control and reload Envoy
+//! with the same file; scanning, minting, decoding and the prefix grammar all
+//! read the kind from there, and [`Taxonomy::try_from`] validates it.
+//!
+//! A kind every deployment needs belongs in `defaults::kinds` (this file)
+//! instead; the test `defaults_validate_and_cover_the_hms_kinds` validates the
+//! defaults. Either way the digest changes, so control and every filter must
+//! be given the new taxonomy together: until they are, control answers the
+//! filter's alias requests with `409 taxonomy_mismatch`.
 
 use super::shape::Form;
 use serde::{Deserialize, Serialize};
@@ -57,15 +77,24 @@ pub struct KindConfig {
     pub preferred_form: Option<Form>,
 }
 
-/// The taxonomy as written by the operator. Every field may be omitted.
+/// The taxonomy as written by the operator. Every field may be omitted: `{}`
+/// is the built-in HMS taxonomy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TaxonomyConfig {
-    /// The kinds. Default: the HMS kinds (patient, appointment = `patient-appt`,
-    /// visit, encounter, task-group, task, prescription, practitioner, clinic,
-    /// department, ward, location, slot, observation, condition, allergy,
-    /// coverage, note, order, report, contact, user, record = `ref`).
-    #[serde(default = "defaults::kinds")]
+    /// `false` (default): [`kinds`](Self::kinds) extend the built-in kinds.
+    /// `true`: they replace them, and must then include the fallback kind.
+    #[serde(default)]
+    pub replace_defaults: bool,
+    /// Kinds merged into the built-in HMS kinds by name: one named like a
+    /// built-in kind replaces it whole, in its place (the order decides
+    /// between kinds sharing a FHIR prefix); a new name is added after the
+    /// built-in kinds, in file order. Default: none, so the built-in kinds
+    /// alone (patient, appointment = `patient-appt`, visit, encounter,
+    /// task-group, task, prescription, practitioner, clinic, department, ward,
+    /// location, slot, observation, condition, allergy, coverage, note, order,
+    /// report, contact, user, record = `ref`).
+    #[serde(default)]
     pub kinds: Vec<KindConfig>,
     /// The kind of an id whose kind nothing tells (a UUID in an idempotency
     /// key). Default `record` (prefix `ref`).
@@ -107,10 +136,14 @@ pub struct TaxonomyConfig {
     pub max_id_len: usize,
 }
 
+
 impl Default for TaxonomyConfig {
+    /// The built-in taxonomy: no kinds of its own (so the built-in kinds
+    /// alone) and every other field at its default.
     fn default() -> Self {
         TaxonomyConfig {
-            kinds: defaults::kinds(),
+            replace_defaults: false,
+            kinds: Vec::new(),
             fallback_kind: defaults::fallback_kind(),
             self_id_keys: defaults::self_id_keys(),
             fhir_id_keys: defaults::fhir_id_keys(),
@@ -122,6 +155,64 @@ impl Default for TaxonomyConfig {
             max_id_len: defaults::max_id_len(),
         }
     }
+}
+
+impl TaxonomyConfig {
+    /// Parses a taxonomy file (JSON) without validating it.
+    ///
+    /// Fails with a [`TaxonomyError`] naming the field when the JSON is
+    /// malformed, has an unknown field or a value of the wrong type.
+    pub fn from_json(bytes: &[u8]) -> Result<TaxonomyConfig, TaxonomyError> {
+        serde_json::from_slice(bytes).map_err(|e| serde_err(&e))
+    }
+
+    /// Like [`TaxonomyConfig::from_json`], from an already parsed JSON value
+    /// (the `taxonomy` member of the filter's plugin configuration).
+    pub fn from_value(value: serde_json::Value) -> Result<TaxonomyConfig, TaxonomyError> {
+        serde_json::from_value(value).map_err(|e| serde_err(&e))
+    }
+
+    /// The configuration with the built-in kinds merged in
+    /// ([`TaxonomyConfig::kinds`]): `replace_defaults` is then `true`. Each
+    /// kind comes with the path an error about it names: `kinds[i]` for the
+    /// file's `i`-th kind, `default kind "visit"` for a built-in one.
+    fn merged(self) -> (TaxonomyConfig, Vec<String>) {
+        let mut kinds: Vec<(Option<usize>, KindConfig)> = if self.replace_defaults {
+            Vec::new()
+        } else {
+            defaults::kinds().into_iter().map(|k| (None, k)).collect()
+        };
+        for (i, k) in self.kinds.into_iter().enumerate() {
+            match kinds.iter_mut().find(|(from, d)| from.is_none() && d.name == k.name) {
+                Some(slot) => *slot = (Some(i), k),
+                None => kinds.push((Some(i), k)),
+            }
+        }
+        let at = kinds
+            .iter()
+            .map(|(from, k)| match from {
+                Some(i) => format!("kinds[{i}]"),
+                None => format!("default kind {:?}", k.name),
+            })
+            .collect();
+        let merged = TaxonomyConfig {
+            replace_defaults: true,
+            kinds: kinds.into_iter().map(|(_, k)| k).collect(),
+            ..self
+        };
+        (merged, at)
+    }
+}
+
+/// A serde error as a [`TaxonomyError`]: serde_json names the offending key
+/// between backticks (`unknown field `prefixes``), not its path.
+fn serde_err(e: &serde_json::Error) -> TaxonomyError {
+    let msg = e.to_string();
+    let field = msg
+        .split('`')
+        .nth(1)
+        .map_or_else(|| "<root>".to_owned(), str::to_owned);
+    err(field, msg)
 }
 
 mod defaults {
@@ -453,7 +544,10 @@ pub(crate) enum KeyRole {
 }
 
 /// The validated taxonomy with its lookup tables.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Two taxonomies are equal when their [digests](Taxonomy::digest) are: the
+/// tables are a function of the merged configuration the digest covers.
+#[derive(Clone)]
 pub struct Taxonomy {
     kinds: Vec<Kind>,
     fallback: KindId,
@@ -473,6 +567,8 @@ pub struct Taxonomy {
     repair_infixes: Vec<String>,
     max_aliases: usize,
     max_id_len: usize,
+    /// See [`Taxonomy::digest`].
+    digest: String,
 }
 
 /// A taxonomy configuration error, naming the field (`kinds[3].prefix`).
@@ -524,6 +620,37 @@ fn valid_prefix(s: &str) -> bool {
     s.split('-').all(valid_segment)
 }
 
+/// The stem of a key that ends in an id word at a word boundary: `patient`
+/// of `patientId`, `PatientID`, `patient_id`, `PATIENT-IDS`, `patientUuid`,
+/// `patientGUID`; `""` of a bare `id`, `ID`, `_id`, `uuid`. The word is
+/// `id`, `ids`, `uuid`, `uuids`, `guid` or `guids` in any case, after a
+/// separator (`_`, `-`, `.`, space), at the start of the key, or (camelCase)
+/// starting upper case after a lower-case letter or a digit. `None` otherwise:
+/// `paid`, `VALID`, `grid`, `squid`.
+fn id_stem(key: &str) -> Option<&str> {
+    const WORDS: [&str; 6] = ["uuids", "guids", "uuid", "guid", "ids", "id"];
+    for word in WORDS {
+        let Some(split) = key.len().checked_sub(word.len()) else {
+            continue;
+        };
+        let (Some(stem), Some(tail)) = (key.get(..split), key.get(split..)) else {
+            continue;
+        };
+        if !tail.eq_ignore_ascii_case(word) {
+            continue;
+        }
+        let camel = tail.bytes().next().is_some_and(|b| b.is_ascii_uppercase());
+        let boundary = match stem.bytes().last() {
+            None | Some(b'_' | b'-' | b'.' | b' ') => true,
+            Some(b) => camel && (b.is_ascii_lowercase() || b.is_ascii_digit()),
+        };
+        if boundary {
+            return Some(stem.trim_end_matches(['_', '-', '.', ' ']));
+        }
+    }
+    None
+}
+
 /// Inserts `key → kind` into a one-kind-per-key table, failing on a clash.
 fn insert_unique(
     table: &mut Table<KindId>,
@@ -552,7 +679,25 @@ fn insert_unique(
 impl TryFrom<TaxonomyConfig> for Taxonomy {
     type Error = TaxonomyError;
 
+    /// Merges the built-in kinds in ([`TaxonomyConfig::kinds`]), validates
+    /// the result and builds the lookup tables.
+    ///
+    /// Fails with a [`TaxonomyError`] naming the field (`kinds[0].prefix`, or
+    /// `default kind "visit".idFields[0]` for a built-in kind a file kind
+    /// clashes with) when a rule is broken.
     fn try_from(raw: TaxonomyConfig) -> Result<Self, Self::Error> {
+        let (merged, at) = raw.merged();
+        let digest = digest_of(&merged);
+        let mut t = Taxonomy::validate(merged, &at)?;
+        t.digest = digest;
+        Ok(t)
+    }
+}
+
+impl Taxonomy {
+    /// Validates a merged configuration; `at[i]` is the path of kind `i`.
+    fn validate(raw: TaxonomyConfig, at: &[String]) -> Result<Taxonomy, TaxonomyError> {
+        let kind_at = |i: usize| at.get(i).cloned().unwrap_or_else(|| format!("kinds[{i}]"));
         if raw.kinds.is_empty() {
             return Err(err("kinds", "must list at least one kind"));
         }
@@ -576,9 +721,10 @@ impl TryFrom<TaxonomyConfig> for Taxonomy {
             repair_infixes: Vec::new(),
             max_aliases: raw.max_aliases_per_session,
             max_id_len: raw.max_id_len,
+            digest: String::new(),
         };
         for (i, k) in raw.kinds.iter().enumerate() {
-            let at = format!("kinds[{i}]");
+            let at = kind_at(i);
             let id = KindId(u16::try_from(i).map_err(|_| err(&at, "too many kinds"))?);
             if !valid_prefix(&k.name) {
                 return Err(err(
@@ -614,7 +760,7 @@ impl TryFrom<TaxonomyConfig> for Taxonomy {
             });
         }
         for (i, k) in raw.kinds.iter().enumerate() {
-            let at = format!("kinds[{i}]");
+            let at = kind_at(i);
             let id = KindId(u16::try_from(i).map_err(|_| err(&at, "too many kinds"))?);
             for (j, p) in k.fhir_prefixes.iter().enumerate() {
                 if !valid_segment(p) {
@@ -729,21 +875,73 @@ impl Default for Taxonomy {
     }
 }
 
+/// The digest and the kinds, not the tables (a configuration's `Debug` holds
+/// its taxonomy).
+impl std::fmt::Debug for Taxonomy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.kinds.iter().map(|k| k.name.as_str()).collect();
+        f.debug_struct("Taxonomy")
+            .field("digest", &self.digest)
+            .field("kinds", &names)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for Taxonomy {
+    fn eq(&self, other: &Taxonomy) -> bool {
+        self.digest == other.digest
+    }
+}
+
+impl Eq for Taxonomy {}
+
+/// Domain tag of [`Taxonomy::digest`]'s input; a change to what the digest
+/// covers changes the tag.
+const DIGEST_TAG: &[u8] = b"keyhole-taxonomy-v1\n";
+
+/// SHA-256 over [`DIGEST_TAG`] and the merged configuration as compact JSON
+/// (fields in declaration order, lists in configuration order), as 64
+/// lowercase hex digits. serde_json writes a struct the same way every time,
+/// so the digest depends only on the configuration, not on how a file spelled
+/// it (whitespace, member order, defaults left out or written out).
+fn digest_of(merged: &TaxonomyConfig) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(DIGEST_TAG);
+    // Serializing plain strings, numbers and enums cannot fail; were it ever
+    // to, the digest of an empty body still differs from every real one.
+    h.update(serde_json::to_vec(merged).unwrap_or_default());
+    let bytes: [u8; 32] = h.finalize().into();
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(64);
+    for b in bytes {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 15)]));
+    }
+    out
+}
+
 impl Taxonomy {
-    /// Parses and validates a taxonomy from JSON.
+    /// Parses and validates a taxonomy from JSON (a taxonomy file).
     ///
     /// Fails with a [`TaxonomyError`] naming the field when the JSON is
     /// malformed, has an unknown field, or breaks a rule.
     pub fn from_json(bytes: &[u8]) -> Result<Taxonomy, TaxonomyError> {
-        let raw: TaxonomyConfig = serde_json::from_slice(bytes).map_err(|e| {
-            let msg = e.to_string();
-            let field = msg
-                .split('`')
-                .nth(1)
-                .map_or_else(|| "<root>".to_owned(), str::to_owned);
-            err(field, msg)
-        })?;
-        Taxonomy::try_from(raw)
+        Taxonomy::try_from(TaxonomyConfig::from_json(bytes)?)
+    }
+
+    /// The taxonomy's digest: SHA-256 of the merged configuration (built-in
+    /// kinds included), 64 lowercase hex digits. Equal digests mean the same
+    /// kinds, prefixes and rules; the filter sends its digest with every alias
+    /// request (`taxonomy` of [`super::wire::WithTaxonomy`]) and control
+    /// refuses one that is not its own.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// Number of kinds.
+    pub fn kind_count(&self) -> usize {
+        self.kinds.len()
     }
 
     fn minimal() -> Taxonomy {
@@ -751,6 +949,28 @@ impl Taxonomy {
             name: "record".into(),
             prefix: "ref".into(),
             preferred_form: None,
+        };
+        let config = TaxonomyConfig {
+            replace_defaults: true,
+            kinds: vec![KindConfig {
+                name: kind.name.clone(),
+                prefix: kind.prefix.clone(),
+                fhir_prefixes: Vec::new(),
+                resource_types: Vec::new(),
+                id_fields: Vec::new(),
+                object_keys: Vec::new(),
+                path_segments: Vec::new(),
+                preferred_form: None,
+            }],
+            fallback_kind: kind.name.clone(),
+            self_id_keys: vec!["id".into()],
+            fhir_id_keys: Vec::new(),
+            slug_keys: Vec::new(),
+            reference_keys: Vec::new(),
+            envelope_keys: Vec::new(),
+            repair_infixes: Vec::new(),
+            max_aliases_per_session: 5000,
+            max_id_len: 128,
         };
         Taxonomy {
             by_prefix: Table::from_iter([(kind.prefix.clone(), KindId(0))]),
@@ -769,6 +989,7 @@ impl Taxonomy {
             repair_infixes: Vec::new(),
             max_aliases: 5000,
             max_id_len: 128,
+            digest: digest_of(&config),
         }
     }
 
@@ -848,37 +1069,39 @@ impl Taxonomy {
     }
     /// The kind of a key that names an id by its spelling, in any case or
     /// separator style (`id`, `ID`, `_id`, `patientId`, `patient_id`,
-    /// `PatientID`, `externalDocIds`): a configured id field's kind, else the
-    /// kind the stem names (`patient`), else the fallback kind. `None` for a
-    /// key that does not name an id (`paid`, `valid`).
+    /// `PatientID`, `PATIENT-ID`, `externalDocIds`): a configured id field's
+    /// kind, else the kind the stem names (`patient`), else the fallback kind.
+    /// `None` for a key that does not name an id (`paid`, `VALID`, `grid`) or
+    /// names an id of the request rather than of a record (`requestId`,
+    /// `x-correlation-id`).
     pub(crate) fn id_named_kind(&self, key: &str) -> Option<KindId> {
         if let Some(k) = self.id_field_kind(key) {
             return Some(k);
         }
-        const TAILS: [&str; 12] = [
-            "Id", "ID", "Ids", "IDs", "_id", "-id", "_ids", "-ids", "Uuid", "UUID", "_uuid", "_ID",
-        ];
-        let lower = key.len() <= 4 && matches!(key.to_ascii_lowercase().as_str(), "id" | "ids" | "uuid" | "_id");
-        let tail = TAILS.iter().find(|t| key.ends_with(*t) && key.len() > t.len());
-        if !lower && tail.is_none() {
-            return None;
-        }
-        let stem = tail.map_or("", |t| key.get(..key.len() - t.len()).unwrap_or(""));
-        // Ids of a request, not of a record: they name no patient data.
-        const NOT_RECORDS: [&str; 8] = [
-            "request", "trace", "span", "correlation", "idempotency", "session", "x-request", "parentspan",
-        ];
-        if with_norm(stem, |s| NOT_RECORDS.contains(&s)).unwrap_or(false) {
-            return None;
-        }
-        let kind = with_norm(stem, |s| {
+        let stem = id_stem(key)?;
+        let named = with_norm(stem, |s| {
             self.by_norm_name
                 .get(s)
                 .or_else(|| self.object_key.get(s))
                 .copied()
         })
         .flatten();
-        Some(kind.unwrap_or(self.fallback))
+        if let Some(kind) = named {
+            return Some(kind);
+        }
+        // Ids of a request, not of a record: they name no patient data.
+        const NOT_RECORDS: [&str; 6] = [
+            "request",
+            "trace",
+            "span",
+            "correlation",
+            "idempotency",
+            "session",
+        ];
+        if with_norm(stem, |s| NOT_RECORDS.iter().any(|n| s.ends_with(n))).unwrap_or(false) {
+            return None;
+        }
+        Some(self.fallback)
     }
     pub(crate) fn path_segment_kind(&self, segment: &str) -> Option<KindId> {
         with_norm(segment, |k| self.path_segment.get(k).copied()).flatten()
@@ -967,10 +1190,133 @@ mod tests {
         assert_eq!(name("/health"), None);
     }
 
+    const EXAMPLE: &[u8] = include_bytes!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../config/taxonomy.example.json"
+    ));
+
+    #[test]
+    fn the_example_file_adds_specimens_to_the_defaults() {
+        let t = Taxonomy::from_json(EXAMPLE).unwrap();
+        let defaults = Taxonomy::default();
+        assert_eq!(t.kind_count(), defaults.kind_count() + 1);
+        let specimen = t.kind_by_name("specimen").unwrap();
+        assert_eq!(t.kind(specimen).unwrap().prefix, "specimen");
+        assert_eq!(t.kind_for_path("/api/v2/specimens/x"), Some(specimen));
+        assert_eq!(t.resource_type_kinds("Specimen"), Some(&[specimen][..]));
+        assert_eq!(t.id_named_kind("specimen_id"), Some(specimen));
+        // The built-in kinds are all there, unchanged.
+        for (_, k) in defaults.kinds() {
+            let id = t.kind_by_name(&k.name).unwrap();
+            assert_eq!(t.kind(id), Some(k));
+        }
+        assert_ne!(t.digest(), defaults.digest());
+    }
+
+    #[test]
+    fn file_kinds_replace_built_in_kinds_by_name_or_come_after_them() {
+        let t = Taxonomy::from_json(
+            br#"{"kinds":[{"name":"ward","prefix":"station","pathSegments":["stations"]},{"name":"bed","prefix":"bed"}]}"#,
+        )
+        .unwrap();
+        let names: Vec<&str> = t.kinds().map(|(_, k)| k.name.as_str()).collect();
+        let default_names: Vec<String> = Taxonomy::default()
+            .kinds()
+            .map(|(_, k)| k.name.clone())
+            .collect();
+        assert_eq!(names.len(), default_names.len() + 1);
+        assert_eq!(names[..default_names.len()], default_names[..], "replaced in place");
+        assert_eq!(names.last(), Some(&"bed"));
+        let ward = t.kind_by_name("ward").unwrap();
+        assert_eq!(t.kind(ward).unwrap().prefix, "station");
+        assert_eq!(t.kind_for_path("/api/v2/stations/x"), Some(ward));
+        assert_eq!(t.kind_for_path("/api/v2/wards/x"), None, "replaced whole");
+
+        let only = Taxonomy::from_json(
+            br#"{"replaceDefaults":true,"kinds":[{"name":"thing","prefix":"thing"}],"fallbackKind":"thing"}"#,
+        )
+        .unwrap();
+        assert_eq!(only.kind_count(), 1);
+    }
+
+    #[test]
+    fn the_digest_names_the_merged_configuration() {
+        let d = Taxonomy::default();
+        assert_eq!(d.digest().len(), 64);
+        assert!(d
+            .digest()
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+        // However the file spells the same taxonomy.
+        assert_eq!(Taxonomy::from_json(b" { } ").unwrap().digest(), d.digest());
+        let spelled_out = serde_json::json!({
+            "replaceDefaults": true,
+            "kinds": defaults::kinds(),
+            "maxIdLen": 128,
+        });
+        let t = Taxonomy::from_json(spelled_out.to_string().as_bytes()).unwrap();
+        assert_eq!(t.digest(), d.digest());
+        let a = Taxonomy::from_json(EXAMPLE).unwrap();
+        let mut reordered: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(EXAMPLE).unwrap();
+        reordered.sort_keys();
+        let b = Taxonomy::from_json(serde_json::to_string_pretty(&reordered).unwrap().as_bytes())
+            .unwrap();
+        assert_eq!(a.digest(), b.digest());
+        assert_eq!(a, b);
+        // Any change is another digest.
+        for changed in [
+            &br#"{"maxIdLen":129}"#[..],
+            br#"{"kinds":[{"name":"slot","prefix":"slot","idFields":["slotId"]}]}"#,
+            br#"{"selfIdKeys":["id"]}"#,
+        ] {
+            let t = Taxonomy::from_json(changed).unwrap();
+            assert_ne!(t.digest(), d.digest(), "{}", String::from_utf8_lossy(changed));
+            assert_ne!(t, d);
+        }
+        assert_ne!(Taxonomy::minimal().digest(), d.digest());
+    }
+
+    #[test]
+    fn id_named_keys_match_in_any_case_and_separator_style() {
+        let t = Taxonomy::default();
+        let name = |key: &str| t.id_named_kind(key).map(|k| t.kind_name(k).to_owned());
+        for key in [
+            "patientId",
+            "patient_id",
+            "PatientID",
+            "PATIENT_ID",
+            "patient-id",
+            "Patient-Id",
+            "patient_Id",
+            "patientIds",
+            "patient_IDs",
+            "patientUuid",
+            "patient_uuid",
+            "PatientUUID",
+            "patient.id",
+        ] {
+            assert_eq!(name(key).as_deref(), Some("patient"), "{key}");
+        }
+        // A kind named by its stem only (no configured id field).
+        for key in ["taskGroupUuid", "task_group_ids", "TaskGroupID"] {
+            assert_eq!(name(key).as_deref(), Some("task-group"), "{key}");
+        }
+        for key in ["id", "ID", "_id", "Ids", "uuid", "UUID", "guid", "externalDocIds", "fooGUID", "address2Id"] {
+            assert_eq!(name(key).as_deref(), Some("record"), "{key}");
+        }
+        for key in [
+            "paid", "PAID", "valid", "VALID", "grid", "squid", "Guidance", "idle", "",
+            "requestId", "x-request-id", "X-Correlation-ID", "traceId", "parentSpanId", "session_id",
+        ] {
+            assert_eq!(name(key), None, "{key}");
+        }
+    }
+
     #[test]
     fn errors_name_the_field() {
-        let cases: [(&[u8], &str); 8] = [
-            (br#"{"kinds":[]}"#, "kinds"),
+        let cases: [(&[u8], &str); 11] = [
+            (br#"{"replaceDefaults":true,"kinds":[]}"#, "kinds"),
             (br#"{"kinds":[{"name":"a","prefix":"A"}],"fallbackKind":"a"}"#, "kinds[0].prefix"),
             (br#"{"kinds":[{"name":"a","prefix":"x-1"}],"fallbackKind":"a"}"#, "kinds[0].prefix"),
             (br#"{"kinds":[{"name":"a","prefix":"a"},{"name":"b","prefix":"a"}],"fallbackKind":"a"}"#, "kinds[1].prefix"),
@@ -978,7 +1324,15 @@ mod tests {
                 br#"{"kinds":[{"name":"a","prefix":"a","idFields":["x"]},{"name":"b","prefix":"b","idFields":["x"]}],"fallbackKind":"a"}"#,
                 "kinds[1].idFields[0]",
             ),
-            (br#"{"kinds":[{"name":"a","prefix":"a"}]}"#, "fallbackKind"),
+            (br#"{"replaceDefaults":true,"kinds":[{"name":"a","prefix":"a"}]}"#, "fallbackKind"),
+            // A new kind taking a built-in kind's prefix or key.
+            (br#"{"kinds":[{"name":"specimen","prefix":"patient"}]}"#, "kinds[0].prefix"),
+            (br#"{"kinds":[{"name":"specimen","prefix":"specimen","pathSegments":["visits"]}]}"#, "kinds[0].pathSegments[0]"),
+            // A replaced built-in kind taking a later built-in kind's key.
+            (
+                br#"{"kinds":[{"name":"patient","prefix":"patient","idFields":["visit_id"]}]}"#,
+                "default kind \"visit\".idFields[0]",
+            ),
             (br#"{"maxAliasesPerSession":0}"#, "maxAliasesPerSession"),
             (br#"{"prefixes":[]}"#, "prefixes"),
         ];

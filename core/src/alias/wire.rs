@@ -2,6 +2,12 @@
 //!
 //! The filter and control both use these types, so a change here is a protocol
 //! change: add fields with `#[serde(default)]`.
+//!
+//! A request names the sender's taxonomy by digest ([`WithTaxonomy`]:
+//! `{"session": …, "ids": […], "taxonomy": "<64 hex>"}`); control answers
+//! `409` [`ErrorCode::TaxonomyMismatch`] when it is not control's own, so a
+//! filter and a control configured with different kinds never exchange
+//! aliases.
 
 use super::shape::Form;
 use serde::{Deserialize, Serialize};
@@ -68,6 +74,63 @@ pub struct DecodeRequest {
     pub session: String,
     /// Aliases as the model wrote them.
     pub aliases: Vec<String>,
+}
+
+/// An encode or decode request with the digest of the sender's taxonomy
+/// ([`crate::alias::Taxonomy::digest`]): on the wire, the request's own
+/// members plus `taxonomy`.
+///
+/// ```
+/// use keyhole_core::alias::wire::WithTaxonomy;
+/// use keyhole_core::alias::{EncodeRequest, Taxonomy};
+///
+/// let tax = Taxonomy::default();
+/// let question = WithTaxonomy::new(EncodeRequest { session: "s1".into(), ids: vec![] }, &tax);
+/// let json = serde_json::to_value(&question).unwrap();
+/// assert_eq!(json["taxonomy"], tax.digest());
+/// let back: WithTaxonomy<EncodeRequest> = serde_json::from_value(json).unwrap();
+/// assert_eq!(back, question);
+/// ```
+///
+/// A request without `taxonomy` (a filter that predates it) parses with
+/// `taxonomy: None`, and control then does not check. The request's own
+/// members keep their strictness: an unknown member besides `taxonomy` is an
+/// error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WithTaxonomy<R> {
+    /// The request.
+    #[serde(flatten)]
+    pub request: R,
+    /// The sender's [`crate::alias::Taxonomy::digest`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taxonomy: Option<String>,
+}
+
+impl<R> WithTaxonomy<R> {
+    /// `request`, naming `taxonomy` by its digest.
+    pub fn new(request: R, taxonomy: &crate::alias::Taxonomy) -> Self {
+        WithTaxonomy {
+            request,
+            taxonomy: Some(taxonomy.digest().to_owned()),
+        }
+    }
+}
+
+/// Takes `taxonomy` out of the object and hands the rest to `R`, so that
+/// `R`'s `deny_unknown_fields` still applies (serde's `flatten` would make it
+/// ignore unknown members).
+impl<'de, R: serde::de::DeserializeOwned> Deserialize<'de> for WithTaxonomy<R> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let mut members = serde_json::Map::<String, serde_json::Value>::deserialize(deserializer)?;
+        let taxonomy = match members.remove("taxonomy") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(digest)) => Some(digest),
+            Some(_) => return Err(D::Error::custom("taxonomy: must be a digest string")),
+        };
+        let request = R::deserialize(serde_json::Value::Object(members)).map_err(D::Error::custom)?;
+        Ok(WithTaxonomy { request, taxonomy })
+    }
 }
 
 /// The real ids behind one alias.
@@ -161,6 +224,9 @@ pub enum ErrorCode {
     UnknownAlias,
     /// The alias store failed; nothing was persisted.
     StoreUnavailable,
+    /// The request names another taxonomy than control's (a filter and
+    /// control configured with different taxonomy files); nothing was done.
+    TaxonomyMismatch,
 }
 
 /// An error body of the alias API (and of the filter's local replies):
@@ -239,6 +305,56 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&err).unwrap(),
             serde_json::json!({"error":{"code":"unknown_alias","message":"alias \"patient-007\" was not issued in this session","alias":"patient-007"}})
+        );
+    }
+
+    #[test]
+    fn the_taxonomy_digest_rides_along_and_is_optional() {
+        let digest = "ab".repeat(32);
+        let req: WithTaxonomy<EncodeRequest> = serde_json::from_str(&format!(
+            r#"{{"session":"s","ids":[{{"value":"x"}}],"taxonomy":"{digest}"}}"#
+        ))
+        .unwrap();
+        assert_eq!(req.taxonomy.as_deref(), Some(digest.as_str()));
+        assert_eq!(req.request.ids.len(), 1);
+        // Today's filter sends the plain request.
+        let plain = EncodeRequest {
+            session: "s".into(),
+            ids: vec![],
+        };
+        let req: WithTaxonomy<EncodeRequest> =
+            serde_json::from_slice(&serde_json::to_vec(&plain).unwrap()).unwrap();
+        assert_eq!(req.taxonomy, None);
+        assert_eq!(req.request, plain);
+        let req: WithTaxonomy<DecodeRequest> =
+            serde_json::from_str(r#"{"session":"s","aliases":["patient-001"],"taxonomy":null}"#).unwrap();
+        assert_eq!(req.taxonomy, None);
+        // Strict as before: unknown members, a non-string digest, missing members.
+        for bad in [
+            r#"{"session":"s","aliases":[],"extra":1}"#,
+            r#"{"session":"s","aliases":[],"taxonomy":7}"#,
+            r#"{"session":"s","taxonomy":"x"}"#,
+            r#"[]"#,
+        ] {
+            assert!(serde_json::from_str::<WithTaxonomy<DecodeRequest>>(bad).is_err(), "{bad}");
+        }
+        // Serialized as one object.
+        let tax = crate::alias::Taxonomy::default();
+        let json = serde_json::to_value(WithTaxonomy::new(
+            DecodeRequest {
+                session: "s".into(),
+                aliases: vec!["patient-001".into()],
+            },
+            &tax,
+        ))
+        .unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"session": "s", "aliases": ["patient-001"], "taxonomy": tax.digest()})
+        );
+        assert_eq!(
+            serde_json::to_value(ErrorCode::TaxonomyMismatch).unwrap(),
+            "taxonomy_mismatch"
         );
     }
 
