@@ -213,29 +213,34 @@ fn serialize_map(pairs: &[(&str, &str)]) -> Vec<u8> {
 }
 
 /// Reads the ABI's header-map encoding (see [`serialize_map`]); a truncated
-/// map yields the pairs read before the damage.
+/// map yields the pairs read before the damage. All offsets are checked: no
+/// length the host writes can make this panic or wrap.
 fn deserialize_map(bytes: &[u8]) -> Vec<(String, String)> {
+    let slice = |at: usize, len: usize| bytes.get(at..at.checked_add(len)?);
     let u32_at = |at: usize| -> Option<usize> {
-        let b: [u8; 4] = bytes.get(at..at + 4)?.try_into().ok()?;
+        let b: [u8; 4] = slice(at, 4)?.try_into().ok()?;
         usize::try_from(u32::from_le_bytes(b)).ok()
     };
     let Some(count) = u32_at(0) else {
         return Vec::new();
     };
     let mut pairs = Vec::with_capacity(count.min(256));
-    let mut at = 4 + count.saturating_mul(8);
+    let Some(mut at) = count.checked_mul(8).and_then(|sizes| sizes.checked_add(4)) else {
+        return pairs;
+    };
     for n in 0..count {
-        let (Some(key_len), Some(value_len)) = (u32_at(4 + n * 8), u32_at(8 + n * 8)) else {
+        // In bounds: `4 + count * 8` did not overflow.
+        let sizes = 4 + n * 8;
+        let (Some(key_len), Some(value_len)) = (u32_at(sizes), u32_at(sizes + 4)) else {
             break;
         };
-        let Some(key) = bytes.get(at..at + key_len) else {
+        let Some(key) = slice(at, key_len) else {
             break;
         };
-        at += key_len + 1;
-        let Some(value) = bytes.get(at..at + value_len) else {
+        let Some(value) = at.checked_add(key_len + 1).and_then(|start| slice(start, value_len)) else {
             break;
         };
-        at += value_len + 1;
+        at += key_len + 1 + value_len + 1;
         pairs.push((String::from_utf8_lossy(key).into_owned(), String::from_utf8_lossy(value).into_owned()));
     }
     pairs
@@ -254,6 +259,17 @@ mod tests {
         );
         assert_eq!(deserialize_map(bytes.get(..bytes.len() - 6).unwrap()).len(), 1);
         assert!(deserialize_map(&[]).is_empty());
+    }
+
+    #[test]
+    fn hostile_lengths_end_the_map() {
+        let mut bytes = serialize_map(&[("a", "b")]);
+        assert!(deserialize_map(&[0xff, 0xff, 0xff, 0xff]).is_empty());
+        bytes.splice(4..8, u32::MAX.to_le_bytes());
+        assert!(deserialize_map(&bytes).is_empty());
+        bytes.splice(4..8, 1u32.to_le_bytes());
+        bytes.splice(8..12, u32::MAX.to_le_bytes());
+        assert!(deserialize_map(&bytes).is_empty());
     }
 
     #[test]
