@@ -249,6 +249,12 @@ impl<'a> Lexer<'a> {
         }
     }
 
+    /// Byte offset just past the last event read (after a closing bracket:
+    /// the end of its container).
+    pub fn offset(&self) -> usize {
+        self.pos
+    }
+
     /// Byte range of the scalar the last [`Event::Scalar`] stood for.
     pub fn scalar_span(&self) -> Range<usize> {
         self.scalar.clone()

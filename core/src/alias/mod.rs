@@ -12,6 +12,8 @@
 //! - [`shape`]: id forms (uuid / FHIR id / slug) and ids inside free text.
 //! - [`response`]: find every raw id in a response body and rewrite them,
 //!   verifying that none remains (fail closed).
+//! - [`prompt`]: find every raw id in an LLM request (outside the tool
+//!   definitions) and rewrite them, by the same rules.
 //! - [`request`]: find aliases in a request's path, query and body, and
 //!   rewrite them to real ids.
 //! - [`session`]: one session's alias map as a pure state machine.
@@ -36,6 +38,7 @@ pub mod fhir;
 pub mod grammar;
 mod json;
 mod known;
+pub mod prompt;
 pub mod request;
 pub mod response;
 pub mod session;
@@ -44,6 +47,7 @@ pub mod taxonomy;
 pub mod wire;
 
 pub use grammar::{AliasParts, Epoch};
+pub use prompt::PromptScan;
 pub use json::JsonError;
 pub use request::{RawIdCount, RequestError, RequestScan};
 pub use response::{BodyKind, PartId, ResponseScan, RewriteError, Rewriter};

@@ -1,0 +1,264 @@
+//! LLM request bodies of the four formats, generated with raw ids from a
+//! ground-truth list in every place a model reads — system prompts, user and
+//! assistant messages, content parts, tool calls and tool results (as JSON
+//! strings and as objects), percent-encoded URLs, escaped JSON — and with
+//! look-alikes that are not ids. Checked by readers independent of the scan:
+//! no ground-truth id and nothing UUID-shaped is left outside the tool
+//! definitions, every look-alike survives, the tool definitions are
+//! byte-identical, and the result is JSON of the same shape.
+
+use super::*;
+use crate::alias::SessionMap;
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+/// One raw id and the forms it may be written in.
+#[derive(Debug, Clone)]
+struct Id {
+    /// What must not reach the model, in any of its forms.
+    raw: String,
+    /// How it is written into the body.
+    written: String,
+}
+
+const LOOKALIKES: [&str; 10] = [
+    "2025-03-14",
+    "E11.9",
+    "1-0-1-0",
+    "in-progress",
+    "+49 30 1234-5678",
+    "gpt-4o-2024-08-06",
+    "LOINC 2345-7",
+    "clinic-wide",
+    "Müller-Lüdenscheidt",
+    "4.5-5.9 mmol/L",
+];
+
+fn uuid() -> impl Strategy<Value = String> {
+    (any::<u32>(), any::<u16>(), any::<u16>(), any::<u16>(), any::<u64>()).prop_map(|(a, b, c, d, e)| {
+        format!("{a:08x}-{b:04x}-4{:03x}-{:04x}-{:012x}", c & 0xfff, (d & 0x3fff) | 0x8000, e & 0xffff_ffff_ffff)
+    })
+}
+
+/// A raw id in one of its written forms.
+fn id() -> impl Strategy<Value = Id> {
+    let plain = uuid().prop_map(|u| Id { written: u.clone(), raw: u });
+    let url = uuid().prop_map(|u| Id {
+        written: format!("https://hms.example.org/api/v2/patients/{u}?view=full"),
+        raw: u,
+    });
+    let reference = (prop::sample::select(vec![("Patient", "pat"), ("Encounter", "enc"), ("Practitioner", "prac")]), 1u32..999_999)
+        .prop_map(|((ty, prefix), n)| {
+            let raw = format!("{prefix}-{n:06}");
+            Id { written: format!("{ty}/{raw}"), raw }
+        });
+    let encoded = (1u32..999_999).prop_map(|n| {
+        let raw = format!("pat-{n:06}");
+        Id { written: format!("https://hms.example.org/fhir/Observation?subject=Patient%2F{raw}&_count=10"), raw }
+    });
+    let upper = uuid().prop_map(|u| Id { written: u.to_uppercase(), raw: u });
+    prop_oneof![plain, url, reference, encoded, upper]
+}
+
+/// A JSON number id with a string id, as a tool result carries them.
+fn record() -> impl Strategy<Value = (u64, String)> {
+    (100_000u64..999_999_999, uuid())
+}
+
+/// Free text with ids and look-alikes woven in.
+fn prose(ids: &[Id], lookalike: &str) -> String {
+    let mut s = format!("Noted on {lookalike}: ");
+    for (i, id) in ids.iter().enumerate() {
+        s.push_str(&format!("see {} ({i}); ", id.written));
+    }
+    s.push_str("continue.");
+    s
+}
+
+/// The tool definitions, in each format's shape: kept byte-identical.
+fn tools(format: usize) -> Value {
+    let params = json!({"type":"object","properties":{"patientId":{"type":"string","description":"e.g. 039b70b8-92f7-44b7-9c91-4e3f0e900c71"}}});
+    match format {
+        0 => json!([{"type":"function","function":{"name":"get_patient","description":"Reads a patient","parameters":params}}]),
+        1 => json!([{"type":"function","name":"get_patient","description":"Reads a patient","parameters":params}]),
+        2 => json!([{"name":"get_patient","description":"Reads a patient","input_schema":params}]),
+        _ => json!([{"functionDeclarations":[{"name":"get_patient","description":"Reads a patient","parameters":params}]}]),
+    }
+}
+
+/// A request body of `format` (0 OpenAI chat, 1 OpenAI responses, 2
+/// Anthropic, 3 Gemini) carrying the ids in every place a model reads.
+fn request(format: usize, ids: &[Id], rec: (u64, &str), look: &str) -> Value {
+    let n = ids.len();
+    let (a, b, c) = (&ids[..n / 3], &ids[n / 3..2 * n / 3], &ids[2 * n / 3..]);
+    let result = json!({"id": rec.0, "patientId": rec.1, "status": "in-progress", "note": prose(c, look)});
+    let result_text = result.to_string();
+    match format {
+        0 => json!({
+            "model": "gpt-4o-2024-08-06",
+            "messages": [
+                {"role": "system", "content": prose(a, look)},
+                {"role": "user", "content": [{"type": "text", "text": prose(b, look)}]},
+                {"role": "assistant", "content": null, "tool_calls": [{"id": "call_abc123", "type": "function",
+                    "function": {"name": "get_patient", "arguments": json!({"patientId": rec.1}).to_string()}}]},
+                {"role": "tool", "tool_call_id": "call_abc123", "content": result_text},
+            ],
+            "tools": tools(format),
+        }),
+        1 => json!({
+            "model": "gpt-4o-2024-08-06",
+            "instructions": prose(a, look),
+            "input": [
+                {"role": "user", "content": [{"type": "input_text", "text": prose(b, look)}]},
+                {"type": "function_call", "call_id": "call_1", "name": "get_patient", "arguments": json!({"patientId": rec.1}).to_string()},
+                {"type": "function_call_output", "call_id": "call_1", "output": result_text},
+            ],
+            "tools": tools(format),
+        }),
+        2 => json!({
+            "model": "claude-sonnet-4-5",
+            "system": [{"type": "text", "text": prose(a, look)}],
+            "messages": [
+                {"role": "user", "content": prose(b, look)},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_01A", "name": "get_patient", "input": {"patientId": rec.1}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_01A", "content": result_text}]},
+            ],
+            "tools": tools(format),
+        }),
+        _ => json!({
+            "systemInstruction": {"parts": [{"text": prose(a, look)}]},
+            "contents": [
+                {"role": "user", "parts": [{"text": prose(b, look)}]},
+                {"role": "model", "parts": [{"functionCall": {"name": "get_patient", "args": {"patientId": rec.1}}}]},
+                {"role": "user", "parts": [{"functionResponse": {"name": "get_patient", "response": result}}]},
+            ],
+            "tools": tools(format),
+        }),
+    }
+}
+
+/// Every string and number of `v` outside the top-level `tools`, decoded.
+fn readable(v: &Value, top: bool, out: &mut Vec<String>) {
+    match v {
+        Value::String(s) => out.push(s.clone()),
+        Value::Number(n) => out.push(n.to_string()),
+        Value::Array(items) => items.iter().for_each(|i| readable(i, false, out)),
+        Value::Object(map) => {
+            for (k, v) in map {
+                if !(top && k == "tools") {
+                    readable(v, false, out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Same keys and array lengths, whatever the leaf values.
+fn same_shape(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same_shape(v, w)))
+        }
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(v, w)| same_shape(v, w)),
+        _ => true,
+    }
+}
+
+/// Writes some `-` of string literals as `\u002d`: the same JSON, escaped.
+fn escape_dashes(body: &str, every: usize) -> String {
+    let mut out = String::with_capacity(body.len() + 64);
+    for (i, c) in body.chars().enumerate() {
+        if c == '-' && i % every == 0 {
+            out.push_str("\\u002d");
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    #[test]
+    fn no_raw_id_reaches_the_model(
+        format in 0usize..4,
+        ids in prop::collection::vec(id(), 3..9),
+        rec in record(),
+        look in prop::sample::select(LOOKALIKES.to_vec()),
+        escape in prop::option::of(2usize..7),
+    ) {
+        let tax = Taxonomy::default();
+        let value = request(format, &ids, (rec.0, &rec.1), look);
+        let mut body = value.to_string();
+        if let Some(every) = escape {
+            body = escape_dashes(&body, every);
+        }
+        let scan = PromptScan::new(&tax, body.as_bytes()).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let aliases = SessionMap::new().encode(&tax, scan.ids()).map_err(|e| TestCaseError::fail(e.to_string()))?.aliases;
+        let out = scan.rewrite(body.as_bytes(), &aliases, &[]).map_err(|e| TestCaseError::fail(e.to_string()))?;
+
+        let after: Value = serde_json::from_slice(&out).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let before: Value = serde_json::from_str(&body).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert!(same_shape(&before, &after));
+        prop_assert_eq!(&before["tools"], &after["tools"]);
+        let mut texts = Vec::new();
+        readable(&after, true, &mut texts);
+        let uuid = regex::Regex::new(r"(?i)[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}").map_err(|e| TestCaseError::fail(e.to_string()))?;
+        for t in &texts {
+            let lower = t.to_lowercase();
+            for id in &ids {
+                prop_assert!(!lower.contains(&id.raw.to_lowercase()), "{} left in {t:?}", id.raw);
+            }
+            prop_assert!(!lower.contains(&rec.1), "{} left in {t:?}", rec.1);
+            prop_assert!(!t.contains(&rec.0.to_string()), "{} left in {t:?}", rec.0);
+            prop_assert!(!uuid.is_match(t), "UUID-shaped text left: {t:?}");
+        }
+        let all = texts.join("\n");
+        prop_assert!(all.contains(look), "look-alike {look:?} lost");
+        prop_assert!(all.contains("gpt-4o-2024-08-06") || format > 1, "the model name changed");
+    }
+}
+
+#[test]
+fn tool_definitions_stay_byte_identical_even_with_ids_in_them() {
+    let tax = Taxonomy::default();
+    let tools = r#"[{"type":"function","function":{"name":"get_patient","description":"e.g. 039b70b8-92f7-44b7-9c91-4e3f0e900c71","parameters":{"type":"object"}}}]"#;
+    let body = format!(r#"{{"messages":[{{"role":"user","content":"open 039b70b8-92f7-44b7-9c91-4e3f0e900c71"}}],"tools":{tools}}}"#);
+    let scan = PromptScan::new(&tax, body.as_bytes()).expect("scan");
+    let aliases = SessionMap::new().encode(&tax, scan.ids()).expect("encode").aliases;
+    let out = String::from_utf8(scan.rewrite(body.as_bytes(), &aliases, &[]).expect("rewrite")).expect("utf8");
+    assert!(out.ends_with(&format!(r#""tools":{tools}}}"#)), "{out}");
+    assert!(out.starts_with(r#"{"messages":[{"role":"user","content":"open ref-"#), "{out}");
+}
+
+#[test]
+fn ids_the_session_learned_before_are_replaced_in_prompts() {
+    let tax = Taxonomy::default();
+    let body = br#"{"messages":[{"role":"system","content":"Clinic: berlin-mitte-ambulanz. Ward 7b."}]}"#;
+    let scan = PromptScan::new(&tax, body).expect("scan");
+    assert!(scan.ids().is_empty(), "a bare slug is not an id by its shape");
+    let known = [KnownAlias { value: "berlin-mitte-ambulanz".into(), alias: "clinic-001".into() }];
+    let out = scan.rewrite(body, &[], &known).expect("rewrite");
+    assert_eq!(out, br#"{"messages":[{"role":"system","content":"Clinic: clinic-001. Ward 7b."}]}"#);
+}
+
+#[test]
+fn number_ids_in_tool_data_are_ids() {
+    let tax = Taxonomy::default();
+    let body = br#"{"contents":[{"parts":[{"functionResponse":{"name":"get","response":{"patientId":482913,"count":3}}}]}]}"#;
+    let scan = PromptScan::new(&tax, body).expect("scan");
+    assert_eq!(scan.ids().len(), 1);
+    let aliases = SessionMap::new().encode(&tax, scan.ids()).expect("encode").aliases;
+    let out = String::from_utf8(scan.rewrite(body, &aliases, &[]).expect("rewrite")).expect("utf8");
+    assert!(!out.contains("482913") && out.contains(r#""count":3"#), "{out}");
+}
+
+#[test]
+fn bodies_that_are_not_json_are_errors() {
+    let tax = Taxonomy::default();
+    for bad in [&b"{\"messages\":["[..], b"not json", b"{\"a\":\"\xff\"}", b"{\"a\":\"\\x\"}"] {
+        assert!(PromptScan::new(&tax, bad).is_err(), "{}", String::from_utf8_lossy(bad));
+    }
+}
