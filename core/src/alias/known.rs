@@ -107,6 +107,11 @@ impl<'v> KnownIds<'v> {
         k
     }
 
+    /// Length of the longest value searched.
+    pub(crate) fn max_len(&self) -> usize {
+        self.lens.first().copied().unwrap_or(0)
+    }
+
     /// Calls `f(range, value)` for each accepted match in `hay`, in order,
     /// without overlaps (leftmost, then longest).
     pub(crate) fn for_each(&self, hay: &[u8], mut f: impl FnMut(Range<usize>, usize)) {
@@ -308,7 +313,11 @@ fn entity(s: &[u8]) -> Option<(Ent, usize)> {
             None => num.parse::<u32>().ok()?,
         };
         let ch = char::from_u32(code)?;
-        let ch = if matches!(ch, '\u{2010}' | '\u{2011}' | '\u{2212}') { '-' } else { ch };
+        let ch = if matches!(ch, '\u{2010}' | '\u{2011}' | '\u{2212}') {
+            '-'
+        } else {
+            ch
+        };
         Ent::Char(ch)
     } else {
         match name {
@@ -352,7 +361,22 @@ pub(crate) struct MappedView {
 impl MappedView {
     /// The view of `raw`; `None` when it holds no escape.
     pub(crate) fn new(raw: &[u8]) -> Option<MappedView> {
-        memchr2(b'%', b'&', raw)?;
+        // Most bodies hold a `&` or `%` that is no escape (`?a=1&b=2`, `50%`):
+        // look before copying anything.
+        let decodes = |i: usize| match raw.get(i) {
+            Some(b'%') => raw
+                .get(i + 1..i + 3)
+                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)),
+            _ => entity(raw.get(i..).unwrap_or_default()).is_some(),
+        };
+        let mut from = 0;
+        loop {
+            let at = from + memchr2(b'%', b'&', raw.get(from..)?)?;
+            if decodes(at) {
+                break;
+            }
+            from = at + 1;
+        }
         let mut text = Vec::with_capacity(raw.len());
         let mut spans = Vec::new();
         let mut i = 0;
@@ -409,11 +433,34 @@ impl MappedView {
         }
     }
 
+    /// Ranges of the decoded text within `reach` bytes of an escape, merged:
+    /// a match that involves an escape lies inside one of them (searching
+    /// only these keeps the second search off the escape-free bulk).
+    pub(crate) fn windows(&self, reach: usize) -> Vec<Range<usize>> {
+        let mut out: Vec<Range<usize>> = Vec::new();
+        for &(ds, _, dl, _) in &self.spans {
+            let w = ds.saturating_sub(reach)..(ds + dl + reach).min(self.text.len());
+            match out.last_mut() {
+                Some(last) if w.start <= last.end => last.end = last.end.max(w.end),
+                _ => out.push(w),
+            }
+        }
+        out
+    }
+
+    /// Whether decoded range `r` covers part of an escape.
+    pub(crate) fn touches_escape(&self, r: &Range<usize>) -> bool {
+        let i = self.spans.partition_point(|s| s.0 + s.2 <= r.start);
+        self.spans.get(i).is_some_and(|s| s.0 < r.end)
+    }
+
     /// The raw range a decoded range stands for (escapes it touches whole).
     pub(crate) fn raw_range(&self, r: Range<usize>) -> Range<usize> {
         let start = self.raw_at(r.start, false);
         let end = match r.end.checked_sub(1) {
-            Some(last) if r.end > r.start => self.raw_at(last, true).max(self.raw_at(last, false) + 1),
+            Some(last) if r.end > r.start => {
+                self.raw_at(last, true).max(self.raw_at(last, false) + 1)
+            }
             _ => start,
         };
         start..end

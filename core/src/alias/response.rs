@@ -28,9 +28,9 @@
 //! escape is decoded, rewritten and re-encoded as a whole.
 
 use super::json::{text_of, Event, JsonError, Lexer, Lit};
+use super::known::KnownIds;
 use super::shape::{self, Form, Pattern, TextHit};
 use super::taxonomy::{KeyRole, KindId, Taxonomy};
-use super::known::KnownIds;
 use super::wire::{IdInput, KnownAlias};
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
@@ -128,6 +128,7 @@ impl RewriteError {
     /// that verification refused it.
     pub fn reason(&self) -> WithholdReason {
         match self {
+            RewriteError::Json(JsonError::NotUtf8) => WithholdReason::Binary,
             RewriteError::Json(_) => WithholdReason::NotJson,
             RewriteError::Compressed => WithholdReason::Compressed,
             RewriteError::Binary => WithholdReason::Binary,
@@ -224,22 +225,25 @@ impl<'t> ResponseScan<'t> {
     /// Scans one part. `root_kind` is the kind of the response's primary record
     /// (see [`Taxonomy::kind_for_path`]).
     ///
-    /// Fails with [`RewriteError::Json`] when a JSON body is not JSON (or not
-    /// UTF-8).
+    /// The bytes are checked against `kind` first (see
+    /// [`BodyKind::from_content_type`]): text, CSV and HTML bodies that are
+    /// JSON are read as JSON.
+    ///
+    /// Fails with [`RewriteError::Compressed`] for compressed bytes without a
+    /// content-encoding, [`RewriteError::Binary`] for NUL bytes or bytes that
+    /// are not UTF-8, [`RewriteError::Json`] when a JSON (or NDJSON) body does
+    /// not parse and [`RewriteError::Xml`] when an XML body is not well-formed.
+    /// [`RewriteError::reason`] names the cause for counting.
     pub fn add(
         &mut self,
         body: &[u8],
         kind: BodyKind,
         root_kind: Option<KindId>,
     ) -> Result<PartId, RewriteError> {
-        let kind = format::effective_kind(body, kind).map_err(RewriteError::from)?;
+        let (kind, src) = format::effective_kind(body, kind).map_err(RewriteError::from)?;
         let part = match kind {
-            BodyKind::Json => {
-                let src = std::str::from_utf8(body).map_err(|_| JsonError::NotUtf8)?;
-                self.json_part(src, kind, root_kind)?
-            }
+            BodyKind::Json => self.json_part(src, kind, root_kind)?,
             BodyKind::NdJson => {
-                let src = std::str::from_utf8(body).map_err(|_| JsonError::NotUtf8)?;
                 let mut part = Part::empty(body.len(), kind);
                 let mut at = 0;
                 for line in src.split_inclusive('\n') {
@@ -264,7 +268,8 @@ impl<'t> ResponseScan<'t> {
             }
         };
         let mut part = part;
-        part.occs.sort_by_key(|(r, _)| (r.start, usize::MAX - r.end));
+        part.occs
+            .sort_by_key(|(r, _)| (r.start, usize::MAX - r.end));
         // Keep the first (longest) of overlapping occurrences.
         let mut end = 0;
         part.occs.retain(|(r, _)| {
@@ -616,17 +621,27 @@ impl Rewriter<'_, '_> {
         let alias = |v: usize| self.alias_of.get(v).copied().unwrap_or("");
         // Ids that stood as numbers are written back as JSON strings.
         let quoted = |v: usize| Cow::Owned(format!("\"{}\"", alias(v)));
-        let is_number = |r: &Range<usize>| p.numbers.binary_search_by(|n| n.start.cmp(&r.start)).is_ok_and(|i| p.numbers.get(i) == Some(r));
+        let is_number = |r: &Range<usize>| {
+            p.numbers
+                .binary_search_by(|n| n.start.cmp(&r.start))
+                .is_ok_and(|i| p.numbers.get(i) == Some(r))
+        };
         let mut edits: Vec<(Range<usize>, Cow<'_, str>)> = Vec::with_capacity(p.occs.len());
         for (r, v) in &p.occs {
-            let with = if is_number(r) { quoted(*v) } else { Cow::Borrowed(alias(*v)) };
+            let with = if is_number(r) {
+                quoted(*v)
+            } else {
+                Cow::Borrowed(alias(*v))
+            };
             edits.push((r.clone(), with));
         }
         // Known ids anywhere: inside unescaped strings, or a whole number.
         let in_lit = |r: &Range<usize>| {
             !p.kind.is_json() || {
                 let l = p.lits.partition_point(|l| l.end < r.end);
-                p.lits.get(l).is_some_and(|l| l.start <= r.start && r.end <= l.end)
+                p.lits
+                    .get(l)
+                    .is_some_and(|l| l.start <= r.start && r.end <= l.end)
             }
         };
         self.known.for_each(body, |r, v| {
@@ -645,19 +660,38 @@ impl Rewriter<'_, '_> {
             edits.sort_by_key(|(r, _)| r.start);
             let plain = edits.len();
             let mut extra = Vec::new();
-            self.known.for_each(&view.text, |r, v| {
-                let raw = view.raw_range(r);
-                let taken = {
-                    let i = edits
-                        .get(..plain)
-                        .unwrap_or_default()
-                        .partition_point(|(o, _)| o.end <= raw.start);
-                    edits.get(i).is_some_and(|(o, _)| i < plain && o.start < raw.end)
+            let reach = self.known.max_len() + 1;
+            for w in view.windows(reach) {
+                let Some(win) = view.text.get(w.clone()) else {
+                    continue;
                 };
-                if !taken && in_lit(&raw) {
-                    extra.push((raw, Cow::Borrowed(alias(v))));
-                }
-            });
+                let cut_start = w.start != 0;
+                let cut_end = w.end != view.text.len();
+                self.known.for_each(win, |r, v| {
+                    let r = r.start + w.start..r.end + w.start;
+                    // A match at a cut edge had no context to check; one
+                    // without an escape was found in the raw bytes already.
+                    if (cut_start && r.start == w.start)
+                        || (cut_end && r.end == w.end)
+                        || !view.touches_escape(&r)
+                    {
+                        return;
+                    }
+                    let raw = view.raw_range(r);
+                    let taken = {
+                        let i = edits
+                            .get(..plain)
+                            .unwrap_or_default()
+                            .partition_point(|(o, _)| o.end <= raw.start);
+                        edits
+                            .get(i)
+                            .is_some_and(|(o, _)| i < plain && o.start < raw.end)
+                    };
+                    if !taken && in_lit(&raw) {
+                        extra.push((raw, Cow::Borrowed(alias(v))));
+                    }
+                });
+            }
             edits.extend(extra);
         }
         // Escaped literals: rewrite the decoded text, re-encode the literal.
@@ -711,10 +745,16 @@ impl Rewriter<'_, '_> {
                 .iter()
                 .find(|h| !text.get(h.range.clone()).is_some_and(allowed))
             {
-                return Err(RewriteError::Leak { at: at + h.range.start });
+                return Err(RewriteError::Leak {
+                    at: at + h.range.start,
+                });
             }
             if let Some(decoded) = super::known::decoded_view(text) {
-                if self.known.first_except(decoded.as_bytes(), allowed).is_some() {
+                if self
+                    .known
+                    .first_except(decoded.as_bytes(), allowed)
+                    .is_some()
+                {
                     return Err(RewriteError::Leak { at });
                 }
                 shape::find_in_text(tax, decoded.as_bytes(), &mut hits);
@@ -737,11 +777,16 @@ impl Rewriter<'_, '_> {
                     let text = text_of(src, &lit)?;
                     check(text.as_bytes(), base + lit.span.start)?;
                     if self.known.first_except(text.as_bytes(), allowed).is_some() {
-                        return Err(RewriteError::Leak { at: base + lit.span.start });
+                        return Err(RewriteError::Leak {
+                            at: base + lit.span.start,
+                        });
                     }
                 } else {
                     let inner = lit.inner();
-                    check(src.as_bytes().get(inner.clone()).unwrap_or_default(), base + inner.start)?;
+                    check(
+                        src.as_bytes().get(inner.clone()).unwrap_or_default(),
+                        base + inner.start,
+                    )?;
                 }
             }
             Ok(())

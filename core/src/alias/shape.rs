@@ -191,7 +191,9 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
             .filter(|_| next_uuid < uuids)
             .map_or(text.len(), |u| u.range.start);
         // A path segment naming a kind: the next segment is an id of it.
-        let seg_end = i + text.get(i..).map_or(0, |t| t.iter().take_while(|b| is_token_byte(**b)).count());
+        let seg_end = i + text
+            .get(i..)
+            .map_or(0, |t| t.iter().take_while(|b| is_token_byte(**b)).count());
         if i > 0 && text.get(i - 1) == Some(&b'/') && text.get(seg_end) == Some(&b'/') {
             let kind = text
                 .get(i..seg_end)
@@ -242,7 +244,9 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
                 // A type nobody configured needs a digit in the id: `Group/Team`
                 // in prose is not a reference.
                 let plausible = tax.resource_type_configured(word)
-                    || text.get(start..end).is_some_and(|t| t.iter().any(u8::is_ascii_digit));
+                    || text
+                        .get(start..end)
+                        .is_some_and(|t| t.iter().any(u8::is_ascii_digit));
                 if end > start && plausible && !escape_at(text, end) {
                     out.push(TextHit {
                         range: start..end,
@@ -284,7 +288,16 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
             while end > i && text.get(end - 1) == Some(&b'-') {
                 end -= 1;
             }
-            if !text.get(end).copied().is_some_and(is_token_byte) && !escape_at(text, end) {
+            // Cheap first: an alias ends in `-` and at least three digits.
+            let tail = text.get(i..end).map_or(0, |t| {
+                t.iter().rev().take_while(|b| b.is_ascii_digit()).count()
+            });
+            let dash_before_tail = end >= i + tail + 1 && text.get(end - tail - 1) == Some(&b'-');
+            if tail >= 3
+                && dash_before_tail
+                && !text.get(end).copied().is_some_and(is_token_byte)
+                && !escape_at(text, end)
+            {
                 let kind = text
                     .get(i..end)
                     .and_then(|t| std::str::from_utf8(t).ok())
@@ -313,10 +326,13 @@ fn escape_at(text: &[u8], i: usize) -> bool {
         Some(b'%') => text
             .get(i + 1..i + 3)
             .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)),
-        Some(b'&') => text
-            .get(i + 1..)
-            .is_some_and(|t| t.iter().take(34).take_while(|b| **b != b';').all(|b| b.is_ascii_alphanumeric() || *b == b'#')
-                && t.iter().take(34).any(|b| *b == b';')),
+        Some(b'&') => text.get(i + 1..).is_some_and(|t| {
+            t.iter()
+                .take(34)
+                .take_while(|b| **b != b';')
+                .all(|b| b.is_ascii_alphanumeric() || *b == b'#')
+                && t.iter().take(34).any(|b| *b == b';')
+        }),
         _ => false,
     }
 }

@@ -119,30 +119,36 @@ impl BodyKind {
 
 /// What the bytes say against the declared kind: the kind to read them as,
 /// or why they cannot be read.
-pub(super) fn effective_kind(body: &[u8], declared: BodyKind) -> Result<BodyKind, WithholdReason> {
+/// The body comes back as text (checked once, here).
+pub(super) fn effective_kind(
+    body: &[u8],
+    declared: BodyKind,
+) -> Result<(BodyKind, &str), WithholdReason> {
     if compressed(body) {
         return Err(WithholdReason::Compressed);
     }
-    if memchr::memchr(0, body).is_some() || std::str::from_utf8(body).is_err() {
+    let text = std::str::from_utf8(body).map_err(|_| WithholdReason::Binary)?;
+    if memchr::memchr(0, body).is_some() {
         return Err(WithholdReason::Binary);
     }
-    match declared {
-        BodyKind::Text | BodyKind::Csv | BodyKind::Html => Ok(sniff_json(body).unwrap_or(declared)),
-        other => Ok(other),
-    }
+    let kind = match declared {
+        BodyKind::Text | BodyKind::Csv | BodyKind::Html => sniff_json(text).unwrap_or(declared),
+        other => other,
+    };
+    Ok((kind, text))
 }
 
 /// Magic numbers of compressed and archive formats. Brotli has none; its
 /// bytes are caught as binary (not UTF-8) instead.
 fn compressed(body: &[u8]) -> bool {
     const MAGIC: [&[u8]; 7] = [
-        b"\x1f\x8b",             // gzip
-        b"\x28\xb5\x2f\xfd",     // zstd
-        b"\xfd7zXZ\x00",         // xz
-        b"PK\x03\x04",           // zip
-        b"PK\x05\x06",           // empty zip
-        b"\x78\x9c",             // zlib (default level)
-        b"\x78\xda",             // zlib (best)
+        b"\x1f\x8b",         // gzip
+        b"\x28\xb5\x2f\xfd", // zstd
+        b"\xfd7zXZ\x00",     // xz
+        b"PK\x03\x04",       // zip
+        b"PK\x05\x06",       // empty zip
+        b"\x78\x9c",         // zlib (default level)
+        b"\x78\xda",         // zlib (best)
     ];
     MAGIC.iter().any(|m| body.starts_with(m))
         || (body.starts_with(b"BZh")
@@ -151,12 +157,11 @@ fn compressed(body: &[u8]) -> bool {
 
 /// JSON (or NDJSON) when the first non-space byte opens an object or array
 /// and the whole body parses; `None` otherwise.
-fn sniff_json(body: &[u8]) -> Option<BodyKind> {
-    let first = body.iter().find(|b| !b.is_ascii_whitespace())?;
+fn sniff_json(src: &str) -> Option<BodyKind> {
+    let first = src.bytes().find(|b| !b.is_ascii_whitespace())?;
     if !matches!(first, b'{' | b'[') {
         return None;
     }
-    let src = std::str::from_utf8(body).ok()?;
     if parses(src) {
         return Some(BodyKind::Json);
     }
@@ -199,15 +204,30 @@ mod tests {
 
     #[test]
     fn bytes_are_checked_against_the_declared_kind() {
-        let k = |b: &[u8], d| effective_kind(b, d);
+        let k = |b: &[u8], d| effective_kind(b, d).map(|(k, _)| k);
         assert_eq!(k(b" {\"a\":1}", BodyKind::Text), Ok(BodyKind::Json));
-        assert_eq!(k(b"{\"a\":1}\n{\"b\":2}\n", BodyKind::Text), Ok(BodyKind::NdJson));
+        assert_eq!(
+            k(b"{\"a\":1}\n{\"b\":2}\n", BodyKind::Text),
+            Ok(BodyKind::NdJson)
+        );
         assert_eq!(k(b"[INFO] {x}", BodyKind::Text), Ok(BodyKind::Text));
         assert_eq!(k(b"a,b\n1,2\n", BodyKind::Csv), Ok(BodyKind::Csv));
-        assert_eq!(k(b"\x1f\x8b\x08\x00", BodyKind::Json), Err(WithholdReason::Compressed));
-        assert_eq!(k(b"\x28\xb5\x2f\xfdabc", BodyKind::Text), Err(WithholdReason::Compressed));
-        assert_eq!(k(b"PK\x03\x04....", BodyKind::Csv), Err(WithholdReason::Compressed));
+        assert_eq!(
+            k(b"\x1f\x8b\x08\x00", BodyKind::Json),
+            Err(WithholdReason::Compressed)
+        );
+        assert_eq!(
+            k(b"\x28\xb5\x2f\xfdabc", BodyKind::Text),
+            Err(WithholdReason::Compressed)
+        );
+        assert_eq!(
+            k(b"PK\x03\x04....", BodyKind::Csv),
+            Err(WithholdReason::Compressed)
+        );
         assert_eq!(k(b"ab\x00cd", BodyKind::Text), Err(WithholdReason::Binary));
-        assert_eq!(k(b"\xff\xfe ab", BodyKind::Html), Err(WithholdReason::Binary));
+        assert_eq!(
+            k(b"\xff\xfe ab", BodyKind::Html),
+            Err(WithholdReason::Binary)
+        );
     }
 }

@@ -183,11 +183,20 @@ fn json_under_text_plain_or_no_content_type_keeps_its_structure() {
     let tax = Taxonomy::default();
     let ct = BodyKind::from_content_type(Some("text/plain; charset=utf-8"));
     let body = r#" {"patientId": 482913, "note": "n"}"#;
-    assert_eq!(rewritten(&tax, body, ct), r#" {"patientId": "patient-001", "note": "n"}"#);
+    assert_eq!(
+        rewritten(&tax, body, ct),
+        r#" {"patientId": "patient-001", "note": "n"}"#
+    );
     let none = BodyKind::from_content_type(None);
-    assert_eq!(rewritten(&tax, body, none), r#" {"patientId": "patient-001", "note": "n"}"#);
+    assert_eq!(
+        rewritten(&tax, body, none),
+        r#" {"patientId": "patient-001", "note": "n"}"#
+    );
     // Text that only starts like JSON stays text.
-    assert_eq!(rewritten(&tax, "[INFO] pat-000123", none), "[INFO] patient-001");
+    assert_eq!(
+        rewritten(&tax, "[INFO] pat-000123", none),
+        "[INFO] patient-001"
+    );
 }
 
 #[test]
@@ -200,11 +209,17 @@ fn ndjson_and_problem_json() {
         "{\"patientId\":\"patient-001\"}\n\n{\"id\":\"patient-002\",\"msg\":\"see patient-001\"}\n"
     );
     let mut scan = ResponseScan::new(&tax);
-    assert!(matches!(scan.add(b"{\"a\":1}\n{\"b\"", kind, None), Err(RewriteError::Json(_))));
+    assert!(matches!(
+        scan.add(b"{\"a\":1}\n{\"b\"", kind, None),
+        Err(RewriteError::Json(_))
+    ));
     let problem = BodyKind::from_content_type(Some("application/problem+json"));
     let body = r#"{"type":"about:blank","detail":"Slot slot-im-4 of Patient/pat-000123 is taken","instance":"/api/v2/slots/slot-im-4"}"#;
     let out = rewritten(&tax, body, problem);
-    assert!(!out.contains("pat-000123") && !out.contains("slot-im-4"), "{out}");
+    assert!(
+        !out.contains("pat-000123") && !out.contains("slot-im-4"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -217,7 +232,10 @@ fn csv_id_columns_numbers_included() {
         "Patient ID;Name;Ward;Bemerkung\r\npatient-001;\"Müller; Anna\";ward-001;\"Bezug patient-001, Dosis 1-0-1-0\"\r\npatient-002;Bo;ward-001;\"sagte \"\"hallo\"\"\"\r\n"
     );
     let body = "id,patient_id,reference\n\"9001\",12345,Patient/pat-7\n";
-    assert_eq!(rewritten(&tax, body, kind), "id,patient_id,reference\n\"patient-001\",patient-002,Patient/patient-003\n");
+    assert_eq!(
+        rewritten(&tax, body, kind),
+        "id,patient_id,reference\n\"patient-001\",patient-002,Patient/patient-003\n"
+    );
 }
 
 #[test]
@@ -262,14 +280,20 @@ fn alias_shaped_raw_values_are_aliased() {
     let out = rewritten(&tax, body, BodyKind::Json);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_ne!(v["ward"], "ward-101");
-    assert!(!out.contains("ward-101") && !out.contains("patient-k7q2-001"), "{out}");
+    assert!(
+        !out.contains("ward-101") && !out.contains("patient-k7q2-001"),
+        "{out}"
+    );
     let ids: Vec<String> = run(&tax, body.as_bytes(), BodyKind::Json, Some("patient"))
         .1
         .ids()
         .iter()
         .map(|i| i.value.clone())
         .collect();
-    assert!(ids.contains(&"patient-001".to_owned()) && ids.contains(&"patient-k7q2-001".to_owned()), "{ids:?}");
+    assert!(
+        ids.contains(&"patient-001".to_owned()) && ids.contains(&"patient-k7q2-001".to_owned()),
+        "{ids:?}"
+    );
     let out = rewritten(&tax, "Bett ward-101, dann ward-102.", BodyKind::Text);
     assert_eq!(out, "Bett ward-001, dann ward-002.");
 }
@@ -279,18 +303,40 @@ fn unreadable_bodies_are_refused_with_a_reason() {
     let tax = Taxonomy::default();
     let mut scan = ResponseScan::new(&tax);
     let cases: [(&[u8], BodyKind, WithholdReason); 5] = [
-        (b"\x1f\x8b\x08\x00\x00\x00pat-000123", BodyKind::Text, WithholdReason::Compressed),
-        (b"\x28\xb5\x2f\xfd{}", BodyKind::Json, WithholdReason::Compressed),
-        (b"PK\x03\x04pat-000123.csv", BodyKind::Csv, WithholdReason::Compressed),
-        (b"pat-000123\x00\x01", BodyKind::Text, WithholdReason::Binary),
-        (b"\xff\xfe p\x00a\x00t\x00", BodyKind::Html, WithholdReason::Binary),
+        (
+            b"\x1f\x8b\x08\x00\x00\x00pat-000123",
+            BodyKind::Text,
+            WithholdReason::Compressed,
+        ),
+        (
+            b"\x28\xb5\x2f\xfd{}",
+            BodyKind::Json,
+            WithholdReason::Compressed,
+        ),
+        (
+            b"PK\x03\x04pat-000123.csv",
+            BodyKind::Csv,
+            WithholdReason::Compressed,
+        ),
+        (
+            b"pat-000123\x00\x01",
+            BodyKind::Text,
+            WithholdReason::Binary,
+        ),
+        (
+            b"\xff\xfe p\x00a\x00t\x00",
+            BodyKind::Html,
+            WithholdReason::Binary,
+        ),
     ];
     for (body, kind, why) in cases {
         let e = scan.add(body, kind, None).unwrap_err();
         assert_eq!(e.reason(), why, "{body:?}");
     }
     assert_eq!(
-        scan.add(b"{\"id\":", BodyKind::Json, None).unwrap_err().reason(),
+        scan.add(b"{\"id\":", BodyKind::Json, None)
+            .unwrap_err()
+            .reason(),
         WithholdReason::NotJson
     );
 }

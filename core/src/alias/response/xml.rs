@@ -56,7 +56,8 @@ pub(super) fn scan(
                 let el = name_at(body, stack.last());
                 let parent = name_at(body, stack.len().checked_sub(2).and_then(|i| stack.get(i)));
                 if let Some(start) = leaf.take() {
-                    let kind = element_kind(scan, el, parent, root_kind).filter(|_| el != "reference");
+                    let kind =
+                        element_kind(scan, el, parent, root_kind).filter(|_| el != "reference");
                     if let (Some(kind), Some(content)) = (kind, body.get(start..before)) {
                         learn(scan, part, body, content, kind, false);
                     }
@@ -157,7 +158,12 @@ fn learn(
         if !shape::is_identifier(trimmed, tax.max_id_len()) {
             return;
         }
-        (trimmed, lead..lead + trimmed.len(), kind, shape::classify(trimmed))
+        (
+            trimmed,
+            lead..lead + trimmed.len(),
+            kind,
+            shape::classify(trimmed),
+        )
     };
     let v = scan.value(value, kind, form);
     if view.is_none() {
@@ -165,5 +171,4 @@ fn learn(
             part.occs.push((at + sub.start..at + sub.end, v));
         }
     }
-
 }

@@ -43,7 +43,9 @@ impl Rng {
         items[self.below(items.len())]
     }
     fn hex(&mut self, n: usize) -> String {
-        (0..n).map(|_| char::from(b"0123456789abcdef"[self.below(16)])).collect()
+        (0..n)
+            .map(|_| char::from(b"0123456789abcdef"[self.below(16)]))
+            .collect()
     }
 }
 
@@ -106,13 +108,26 @@ fn gen_id(rng: &mut Rng, n: usize) -> String {
             h.push('f');
             h
         }
-        2 => format!("{}-{:06}", rng.pick(&["pat", "enc", "obs", "prac", "xq", "docref"]), 100_000 + n * 7919 % 800_000),
+        2 => format!(
+            "{}-{:06}",
+            rng.pick(&["pat", "enc", "obs", "prac", "xq", "docref"]),
+            100_000 + n * 7919 % 800_000
+        ),
         3 => format!("9{:06}", n * 104_729 % 1_000_000),
-        4 => format!("{}-{}-{}", rng.pick(&["clinic", "ward", "station"]), rng.pick(&["berlin", "nord", "mitte"]), 10 + n),
+        4 => format!(
+            "{}-{}-{}",
+            rng.pick(&["clinic", "ward", "station"]),
+            rng.pick(&["berlin", "nord", "mitte"]),
+            10 + n
+        ),
         5 => format!("pat-{:06}", 200_000 + n),
         6 => format!("{}{:05}", rng.pick(&["MRN", "AKZ"]), 10_000 + n),
         // Alias-shaped HMS values: aliased like any other id.
-        7 => format!("{}-{}", rng.pick(&["ward", "slot", "clinic"]), 100 + n % 900),
+        7 => format!(
+            "{}-{}",
+            rng.pick(&["ward", "slot", "clinic"]),
+            100 + n % 900
+        ),
         _ => match rng.below(2) {
             0 => format!("patient-{:03}", 1 + n % 999),
             _ => format!("patient-m3x9-{:03}", 1 + n % 999),
@@ -158,7 +173,10 @@ fn mention(rng: &mut Rng, id: &str, la: &str) -> String {
         0 => format!("Seen {id} on {la}."),
         1 => format!("Arztbrief_{id}_2025.pdf ({la})"),
         2 => format!("{id}-v7"),
-        3 => format!("https://hms.example/fhir?subject={}&code={la}", pct(&format!("Patient/{id}"))),
+        3 => format!(
+            "https://hms.example/fhir?subject={}&code={la}",
+            pct(&format!("Patient/{id}"))
+        ),
         4 => format!("({id}), {la}"),
         5 => format!("see /api/v2/patients/{id}/visits; {la}"),
         6 => format!("Bezug: {id}; Status {la}"),
@@ -173,7 +191,16 @@ fn json_body(rng: &mut Rng, ids: &[String]) -> String {
     let mut records = Vec::new();
     let envelope = rng.below(8);
     for id in ids {
-        let key = rng.pick(&["id", "ID", "_id", "patientId", "patient_id", "PatientID", "encounterId", "docId"]);
+        let key = rng.pick(&[
+            "id",
+            "ID",
+            "_id",
+            "patientId",
+            "patient_id",
+            "PatientID",
+            "encounterId",
+            "docId",
+        ]);
         let l1 = la(rng);
         let l2 = la(rng);
         let note = mention(rng, id, l2);
@@ -188,12 +215,24 @@ fn json_body(rng: &mut Rng, ids: &[String]) -> String {
                     r#"{{"fullUrl":"https://fhir.example/{ty}/{id}","resource":{{"resourceType":"{ty}","id":"{id}","status":"{l1}","text":{{"div":"{note}"}}}},"request":{{"method":"PUT","url":"{ty}/{id}"}}}}"#
                 )
             }
-            3 => format!(r#"{{"node":{{"{key}":{},"code":"{l1}","tags":["{note}","{l2}"]}}}}"#, jv(id)),
-            4 => format!(r#"{{"{key}":{},"files":["Arztbrief_{id}_2025.pdf"],"etag":"{id}-v7","range":"{l1}"}}"#, jv(id)),
-            5 => format!(r#""{id}":{{"id":{},"label":"{l1}","msg":"{note}"}}"#, jv(id)),
+            3 => format!(
+                r#"{{"node":{{"{key}":{},"code":"{l1}","tags":["{note}","{l2}"]}}}}"#,
+                jv(id)
+            ),
+            4 => format!(
+                r#"{{"{key}":{},"files":["Arztbrief_{id}_2025.pdf"],"etag":"{id}-v7","range":"{l1}"}}"#,
+                jv(id)
+            ),
+            5 => format!(
+                r#""{id}":{{"id":{},"label":"{l1}","msg":"{note}"}}"#,
+                jv(id)
+            ),
             6 => {
                 let inner = format!(r#"{{"patientId":"{id}","dx":"{l1}"}}"#).replace('"', "\\\"");
-                format!(r#"{{"uuid":{},"legacy":"{inner}","comment":"{note}"}}"#, jv(id))
+                format!(
+                    r#"{{"uuid":{},"legacy":"{inner}","comment":"{note}"}}"#,
+                    jv(id)
+                )
             }
             _ => format!(
                 r#"{{"{key}":{},"next":"{}","schedule":"{l1}"}}"#,
@@ -206,10 +245,17 @@ fn json_body(rng: &mut Rng, ids: &[String]) -> String {
     let joined = records.join(",");
     let l = la(rng);
     match envelope {
-        0 => format!(r#"{{"_embedded":{{"patients":[{joined}]}},"page":{{"size":20}},"info":"{l}"}}"#),
-        1 => format!(r#"{{"resourceType":"Bundle","type":"searchset","total":{},"entry":[{joined}]}}"#, ids.len()),
+        0 => format!(
+            r#"{{"_embedded":{{"patients":[{joined}]}},"page":{{"size":20}},"info":"{l}"}}"#
+        ),
+        1 => format!(
+            r#"{{"resourceType":"Bundle","type":"searchset","total":{},"entry":[{joined}]}}"#,
+            ids.len()
+        ),
         2 => format!(r#"{{"resourceType":"Bundle","type":"transaction","entry":[{joined}]}}"#),
-        3 => format!(r#"{{"data":{{"search":{{"edges":[{joined}]}}}},"extensions":{{"cost":"{l}"}}}}"#),
+        3 => format!(
+            r#"{{"data":{{"search":{{"edges":[{joined}]}}}},"extensions":{{"cost":"{l}"}}}}"#
+        ),
         5 => format!(r#"{{"byId":{{{joined}}},"hint":"{l}"}}"#),
         _ => format!("[{joined}]"),
     }
@@ -217,7 +263,10 @@ fn json_body(rng: &mut Rng, ids: &[String]) -> String {
 
 /// Markup escaping for text and attribute values.
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 /// An id written with character references, as an HTML or XML generator may.
@@ -253,7 +302,10 @@ fn ndjson_body(rng: &mut Rng, ids: &[String]) -> String {
         let key = rng.pick(&["patientId", "id", "encounter_id", "docId"]);
         let l = rng.pick(LOOKALIKES);
         let note = mention(rng, id, l);
-        out.push_str(&format!(r#"{{"{key}":{},"status":"{l}","note":"{note}"}}"#, jv(id)));
+        out.push_str(&format!(
+            r#"{{"{key}":{},"status":"{l}","note":"{note}"}}"#,
+            jv(id)
+        ));
         out.push_str(if rng.below(2) == 0 { "\n" } else { "\r\n" });
     }
     out
@@ -266,7 +318,10 @@ fn problem_body(rng: &mut Rng, ids: &[String]) -> String {
         .map(|id| {
             let l = rng.pick(LOOKALIKES);
             let m = mention(rng, id, l);
-            format!(r#"{{"detail":"{m}","pointer":"/data/patientId","patientId":{}}}"#, jv(id))
+            format!(
+                r#"{{"detail":"{m}","pointer":"/data/patientId","patientId":{}}}"#,
+                jv(id)
+            )
         })
         .collect();
     let first = ids.first().map_or("", String::as_str);
@@ -281,17 +336,40 @@ fn problem_body(rng: &mut Rng, ids: &[String]) -> String {
 /// prose mentions in the other columns.
 fn csv_body(rng: &mut Rng, ids: &[String]) -> String {
     let sep = rng.pick(&[",", ";", "\t"]);
-    let col = rng.pick(&["Patient ID", "patient_id", "PatientID", "patientId", "id", "ID", "encounterId", "Fall-ID"]);
+    let col = rng.pick(&[
+        "Patient ID",
+        "patient_id",
+        "PatientID",
+        "patientId",
+        "id",
+        "ID",
+        "encounterId",
+        "Fall-ID",
+    ]);
     let nl = if rng.below(2) == 0 { "\n" } else { "\r\n" };
     let mut out = format!("\u{feff}{col}{sep}Name{sep}Status{sep}Bemerkung{sep}Link{nl}");
     for id in ids {
         let name = rng.pick(&["Müller-Lüdenscheidt", "Anna-Lena Roth", "Meier, Jo"]);
         let l = rng.pick(LOOKALIKES);
-        let m = { let l2 = rng.pick(LOOKALIKES); mention(rng, id, l2) }.replace('"', "\"\"");
-        let cell = if rng.below(3) == 0 { format!("\"{id}\"") } else { id.clone() };
+        let m = {
+            let l2 = rng.pick(LOOKALIKES);
+            mention(rng, id, l2)
+        }
+        .replace('"', "\"\"");
+        let cell = if rng.below(3) == 0 {
+            format!("\"{id}\"")
+        } else {
+            id.clone()
+        };
         // The link names the id only sometimes: the id column alone must do.
-        let link = if rng.below(3) == 0 { format!("/api/v2/patients/{id}") } else { "-".to_owned() };
-        out.push_str(&format!("{cell}{sep}\"{name}\"{sep}{l}{sep}\"{m}\"{sep}{link}{nl}"));
+        let link = if rng.below(3) == 0 {
+            format!("/api/v2/patients/{id}")
+        } else {
+            "-".to_owned()
+        };
+        out.push_str(&format!(
+            "{cell}{sep}\"{name}\"{sep}{l}{sep}\"{m}\"{sep}{link}{nl}"
+        ));
     }
     out
 }
@@ -306,12 +384,21 @@ fn fhir_xml_body(rng: &mut Rng, ids: &[String]) -> String {
     for id in ids {
         let ty = rng.pick(FHIR_TYPES);
         let l = esc(rng.pick(LOOKALIKES));
-        let m = esc(&{ let l2 = rng.pick(LOOKALIKES); mention(rng, id, l2) });
-        let idv = if rng.below(4) == 0 { entity_encoded(rng, id) } else { id.clone() };
+        let m = esc(&{
+            let l2 = rng.pick(LOOKALIKES);
+            mention(rng, id, l2)
+        });
+        let idv = if rng.below(4) == 0 {
+            entity_encoded(rng, id)
+        } else {
+            id.clone()
+        };
         let extra = match rng.below(3) {
             0 => format!("<subject><reference value=\"Patient/{id}\"/></subject>"),
             1 => format!("<patientId>{id}</patientId>"),
-            _ => format!("<identifier><system value=\"urn:hms\"/><value value=\"{l}\"/></identifier>"),
+            _ => format!(
+                "<identifier><system value=\"urn:hms\"/><value value=\"{l}\"/></identifier>"
+            ),
         };
         let full = if rng.below(3) == 0 {
             format!(r#"<fullUrl value="https://fhir.example/{ty}/{id}"/>"#)
@@ -328,12 +415,20 @@ fn fhir_xml_body(rng: &mut Rng, ids: &[String]) -> String {
 
 /// An HTML page whose links carry the ids written with character references.
 fn html_body(rng: &mut Rng, ids: &[String]) -> String {
-    let mut out = format!("<!DOCTYPE html><html><body><h1>{}</h1><ul>", esc(rng.pick(LOOKALIKES)));
+    let mut out = format!(
+        "<!DOCTYPE html><html><body><h1>{}</h1><ul>",
+        esc(rng.pick(LOOKALIKES))
+    );
     for id in ids {
         let enc = entity_encoded(rng, id);
         let l = esc(rng.pick(LOOKALIKES));
-        let m = esc(&{ let l2 = rng.pick(LOOKALIKES); mention(rng, id, l2) });
-        out.push_str(&format!(r#"<li><a href="/patients/{enc}">{l}</a> {m}</li>"#));
+        let m = esc(&{
+            let l2 = rng.pick(LOOKALIKES);
+            mention(rng, id, l2)
+        });
+        out.push_str(&format!(
+            r#"<li><a href="/patients/{enc}">{l}</a> {m}</li>"#
+        ));
     }
     out.push_str("</ul></body></html>");
     out
@@ -342,11 +437,27 @@ fn html_body(rng: &mut Rng, ids: &[String]) -> String {
 /// The first body of a session: ids in structured positions of its format.
 fn first_body(rng: &mut Rng, ids: &[String]) -> (String, Option<&'static str>, &'static str) {
     match rng.below(10) {
-        0 => (ndjson_body(rng, ids), Some("application/x-ndjson"), "ndjson"),
-        1 => (problem_body(rng, ids), Some("application/problem+json"), "problem+json"),
+        0 => (
+            ndjson_body(rng, ids),
+            Some("application/x-ndjson"),
+            "ndjson",
+        ),
+        1 => (
+            problem_body(rng, ids),
+            Some("application/problem+json"),
+            "problem+json",
+        ),
         2 => (csv_body(rng, ids), Some("text/csv; charset=utf-8"), "csv"),
-        3 => (fhir_xml_body(rng, ids), Some("application/fhir+xml"), "fhir-xml"),
-        4 => (html_body(rng, ids), Some("text/html; charset=utf-8"), "html"),
+        3 => (
+            fhir_xml_body(rng, ids),
+            Some("application/fhir+xml"),
+            "fhir-xml",
+        ),
+        4 => (
+            html_body(rng, ids),
+            Some("text/html; charset=utf-8"),
+            "html",
+        ),
         _ => {
             let (ct, label) = json_type(rng);
             (json_body(rng, ids), ct, label)
@@ -364,23 +475,45 @@ fn text_body(rng: &mut Rng, ids: &[String]) -> (String, Option<&'static str>, &'
         let m = mention(rng, id, l);
         rows.push(match kind {
             0 => format!("{id};{l};\"{m}\""),
-            1 => format!("<entry><id value=\"{id}\"/><note>{}</note><code>{l}</code></entry>", esc(&m)),
-            2 => format!("<li><a href=\"/patients/{}\">{l}</a> {}</li>", entity_encoded(rng, id), esc(&m)),
+            1 => format!(
+                "<entry><id value=\"{id}\"/><note>{}</note><code>{l}</code></entry>",
+                esc(&m)
+            ),
+            2 => format!(
+                "<li><a href=\"/patients/{}\">{l}</a> {}</li>",
+                entity_encoded(rng, id),
+                esc(&m)
+            ),
             _ => m,
         });
     }
     let body = rows.join("\n");
     match kind {
         0 => (body, Some("text/csv"), "later-csv"),
-        1 => (format!("<entries>{body}</entries>"), Some("application/xml"), "later-xml"),
+        1 => (
+            format!("<entries>{body}</entries>"),
+            Some("application/xml"),
+            "later-xml",
+        ),
         2 => (format!("<ul>{body}</ul>"), Some("text/html"), "later-html"),
-        _ => (body, if rng.below(2) == 0 { Some("text/plain") } else { None }, "later-text"),
+        _ => (
+            body,
+            if rng.below(2) == 0 {
+                Some("text/plain")
+            } else {
+                None
+            },
+            "later-text",
+        ),
     }
 }
 
 /// Bodies nobody can read as sent: compressed without a content-encoding,
 /// or binary. Raw ids stand in them in plain bytes.
-fn unreadable_body(rng: &mut Rng, ids: &[String]) -> (Vec<u8>, Option<&'static str>, WithholdReason) {
+fn unreadable_body(
+    rng: &mut Rng,
+    ids: &[String],
+) -> (Vec<u8>, Option<&'static str>, WithholdReason) {
     let text = ids.join(",");
     let mut b: Vec<u8> = Vec::new();
     match rng.below(6) {
@@ -417,7 +550,11 @@ fn unreadable_body(rng: &mut Rng, ids: &[String]) -> (Vec<u8>, Option<&'static s
         _ => {
             b.extend_from_slice(b"M\xfcller ");
             b.extend_from_slice(text.as_bytes());
-            (b, Some("text/html; charset=iso-8859-1"), WithholdReason::Binary)
+            (
+                b,
+                Some("text/html; charset=iso-8859-1"),
+                WithholdReason::Binary,
+            )
         }
     }
 }
@@ -443,20 +580,26 @@ fn leaked(out: &str, id: &str) -> bool {
     let id = id.to_ascii_lowercase();
     let decoded = crate::alias::known::decoded_view(hay.as_bytes()).unwrap_or_default();
     let unescaped = hay.replace("\\\"", "\"");
-    [hay.as_str(), decoded.as_str(), unescaped.as_str()].iter().any(|h| {
-        h.match_indices(&id).any(|(at, _)| {
-            // A digit-only id inside a longer number is another number.
-            let before = h.as_bytes().get(at.wrapping_sub(1)).copied();
-            let after = h.as_bytes().get(at + id.len()).copied();
-            !(is_num(&id) && (before.is_some_and(|b| b.is_ascii_digit()) || after.is_some_and(|b| b.is_ascii_digit())))
+    [hay.as_str(), decoded.as_str(), unescaped.as_str()]
+        .iter()
+        .any(|h| {
+            h.match_indices(&id).any(|(at, _)| {
+                // A digit-only id inside a longer number is another number.
+                let before = h.as_bytes().get(at.wrapping_sub(1)).copied();
+                let after = h.as_bytes().get(at + id.len()).copied();
+                !(is_num(&id)
+                    && (before.is_some_and(|b| b.is_ascii_digit())
+                        || after.is_some_and(|b| b.is_ascii_digit())))
+            })
         })
-    })
 }
 
 fn run_one(tax: &'static Taxonomy, seed: u64, c: &mut Counts) {
     let mut rng = Rng(seed | 1);
     let n = 1 + rng.below(5);
-    let ids: Vec<String> = (0..n).map(|i| gen_id(&mut rng, (seed as usize % 50_000) * 8 + i)).collect();
+    let ids: Vec<String> = (0..n)
+        .map(|i| gen_id(&mut rng, (seed as usize % 50_000) * 8 + i))
+        .collect();
     let mut session = SessionMap::with_epoch(Epoch::from_seed(seed));
     let first = first_body(&mut rng, &ids);
     let second = text_body(&mut rng, &ids);
@@ -465,7 +608,11 @@ fn run_one(tax: &'static Taxonomy, seed: u64, c: &mut Counts) {
         c.ids += ids.len() as u64;
         *c.formats.entry(label).or_default() += 1;
         let kind = BodyKind::from_content_type(ct);
-        let lookalikes: Vec<&str> = LOOKALIKES.iter().copied().filter(|l| body.contains(l)).collect();
+        let lookalikes: Vec<&str> = LOOKALIKES
+            .iter()
+            .copied()
+            .filter(|l| body.contains(l))
+            .collect();
         let known: Vec<KnownAlias> = session
             .records()
             .iter()
@@ -498,7 +645,10 @@ fn run_one(tax: &'static Taxonomy, seed: u64, c: &mut Counts) {
                 continue;
             }
         };
-        let out = match scan.rewriter(&aliases, &known).and_then(|r| r.rewrite(part, body.as_bytes())) {
+        let out = match scan
+            .rewriter(&aliases, &known)
+            .and_then(|r| r.rewrite(part, body.as_bytes()))
+        {
             Ok(out) => out,
             Err(e) => {
                 c.withheld += 1;
@@ -570,7 +720,10 @@ fn generated_bodies_leak_no_id_and_keep_every_lookalike() {
         c.bodies, c.ids, c.leaks, c.lookalikes, c.lost, c.panics, c.withheld, c.unreadable, c.refused
     );
     println!("generator: formats {:?}", c.formats);
-    assert_eq!((c.leaks, c.lost, c.panics, c.withheld), (0, 0, 0, 0), "{c:?}");
+    assert_eq!(
+        (c.leaks, c.lost, c.panics, c.withheld),
+        (0, 0, 0, 0),
+        "{c:?}"
+    );
     assert_eq!(c.refused, c.unreadable, "{c:?}");
 }
-
