@@ -5,7 +5,8 @@
 //! `keyhole-core`; this crate only moves bytes between the host and core.
 //!
 //! # Layout
-//! - `abi`: direct ABI bindings for every host call (none panics).
+//! - `abi`: the host calls, bound to the ABI directly so that none panics;
+//!   only the callout dispatch goes through the SDK (its docs say why).
 //! - [`host`]: host calls as the filter uses them, each returning a `Result`.
 //! - [`callout`]: callouts to control and their answers.
 //! - [`llm`]: the tool-surface stream context (LLM listener).

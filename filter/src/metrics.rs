@@ -1,5 +1,6 @@
 //! The filter's counters, visible in Envoy's admin `/stats` as
-//! `wasmcustom.keyhole.<name>`.
+//! `wasmcustom.keyhole.<name>`: defined once per worker, counted with
+//! [`count`].
 
 use crate::abi;
 use proxy_wasm::types::MetricType;
