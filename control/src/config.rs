@@ -26,8 +26,10 @@
 //!    args struct of its [`Scope`] and one line in that struct's
 //!    `from_arg_matches` (`value(m, "section.key")`).
 
+use keyhole_core::alias::Taxonomy;
 use keyhole_core::FieldError;
 use std::fmt;
+use std::path::Path;
 
 /// What a setting holds; checked in configuration files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +44,9 @@ pub enum Kind {
     File,
     /// An integer ≥ 1.
     Positive,
+    /// An alias taxonomy file (JSON) that must exist and validate
+    /// ([`load_taxonomy`]).
+    Taxonomy,
 }
 
 /// A setting's default.
@@ -100,6 +105,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting { key: "retrieval.registry", flag: "registry", env: "KEYHOLE_REGISTRY", kind: Kind::File, default: DefaultValue::Unset("none: a registry is indexed when a request first brings it"), scope: Scope::Serve, help: "registry to index at start (tools.json, tools.jsonl, or an LLM request body; its metadata is the overlay unless `--overlay` names one); `/healthz` answers 503 until it is indexed" },
     Setting { key: "aliases.redis_url", flag: "redis-url", env: "KEYHOLE_REDIS_URL", kind: Kind::RedisUrl, default: DefaultValue::Unset("embedded redb"), scope: Scope::Serve, help: "shared alias store for several replicas" },
     Setting { key: "aliases.redis_prefix", flag: "redis-prefix", env: "KEYHOLE_REDIS_PREFIX", kind: Kind::Text, default: DefaultValue::Value("keyhole"), scope: Scope::Serve, help: "key prefix in Redis" },
+    Setting { key: "aliases.taxonomy", flag: "taxonomy", env: "KEYHOLE_TAXONOMY", kind: Kind::Taxonomy, default: DefaultValue::Unset("built-in HMS kinds"), scope: Scope::Serve, help: "alias taxonomy (JSON, see Taxonomy): id kinds added to or replacing the built-in ones; the filter's `taxonomy` must be the same file" },
     Setting { key: "aliases.session_ttl_secs", flag: "session-ttl-secs", env: "KEYHOLE_SESSION_TTL_SECS", kind: Kind::Positive, default: DefaultValue::Value("28800"), scope: Scope::Serve, help: "idle sessions' aliases expire after this" },
 ];
 
@@ -145,6 +151,53 @@ pub fn readme_table() -> String {
     }
     out.push_str(&format!("| | `{LOG_ENV}` | | `info` | log filter (`tracing` syntax) |\n"));
     out
+}
+
+/// A taxonomy file that cannot be used. The message names the file; its
+/// source says what is wrong (`{:#}` with anyhow, or [`with_causes`]).
+#[derive(Debug, thiserror::Error)]
+pub enum TaxonomyFileError {
+    /// The file cannot be read.
+    #[error("{path}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a valid taxonomy; the error names the field.
+    #[error("{path}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// The field and what is wrong with it (`kinds[0].prefix: …`).
+        #[source]
+        source: FieldError,
+    },
+}
+
+/// An error and its sources, joined by `: ` (`taxonomy.json: kinds[0].prefix: …`).
+pub fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
+}
+
+/// Reads and validates an alias taxonomy file (JSON; it extends the built-in
+/// kinds, see `keyhole_core::alias::taxonomy`).
+///
+/// Fails when the file cannot be read, or with the field's path when it is
+/// not a valid taxonomy.
+pub fn load_taxonomy(path: &Path) -> Result<Taxonomy, TaxonomyFileError> {
+    let shown = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|source| TaxonomyFileError::Read { path: shown.clone(), source })?;
+    Taxonomy::from_json(&bytes).map_err(|source| TaxonomyFileError::Invalid { path: shown, source })
 }
 
 /// Every problem found in a configuration file.
@@ -196,6 +249,10 @@ fn check_value(field: &Setting, value: &toml::Value) -> Result<String, String> {
             Err(format!("must be a redis:// or rediss:// URL, got {text:?}"))
         }
         Kind::File if !std::path::Path::new(&text).is_file() => Err(format!("no such file: {text}")),
+        Kind::Taxonomy => match load_taxonomy(Path::new(&text)) {
+            Ok(_) => Ok(text),
+            Err(e) => Err(with_causes(&e)),
+        },
         _ => Ok(text),
     }
 }
@@ -243,6 +300,11 @@ impl ControlConfig {
             .filter(|(field, _)| !env(field.env))
             .flat_map(|(field, value)| [format!("--{}", field.flag), value.clone()])
             .collect()
+    }
+
+    /// The value the file gives the setting with TOML key `key`.
+    pub fn value(&self, key: &str) -> Option<&str> {
+        self.settings.iter().find(|(field, _)| field.key == key).map(|(_, v)| v.as_str())
     }
 
     /// Number of settings in the file.
@@ -306,6 +368,28 @@ mod tests {
         assert_eq!(m.get_one::<u64>("embedder.timeout_ms"), Some(&5));
         assert_eq!(m.get_one::<String>("retrieval.namespace").map(String::as_str), Some("default"));
         assert!(m.get_one::<String>("aliases.redis_url").is_none());
+    }
+
+    const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/taxonomy.example.json");
+
+    #[test]
+    fn the_taxonomy_file_is_checked_with_the_configuration() {
+        let cfg = ControlConfig::parse(&format!("[aliases]\ntaxonomy = {EXAMPLE:?}\n")).unwrap();
+        assert_eq!(cfg.value("aliases.taxonomy"), Some(EXAMPLE));
+        assert_eq!(cfg.to_args(|_| false), ["--taxonomy", EXAMPLE]);
+        let t = load_taxonomy(Path::new(EXAMPLE)).unwrap();
+        assert_eq!(t.kind_count(), Taxonomy::default().kind_count() + 1);
+
+        let dir = tempfile::tempdir().unwrap();
+        let bad = dir.path().join("taxonomy.json");
+        std::fs::write(&bad, r#"{"kinds":[{"name":"specimen","prefix":"Specimen"}]}"#).unwrap();
+        let errors = ControlConfig::parse(&format!("[aliases]\ntaxonomy = {:?}\n", bad.display().to_string())).unwrap_err();
+        assert_eq!(errors.0.len(), 1);
+        let text = errors.to_string();
+        assert!(text.starts_with(&format!("aliases.taxonomy: {}: kinds[0].prefix: must be lowercase", bad.display())), "{text}");
+        let missing = dir.path().join("none.json");
+        let errors = ControlConfig::parse(&format!("[aliases]\ntaxonomy = {:?}\n", missing.display().to_string())).unwrap_err();
+        assert!(errors.to_string().starts_with(&format!("aliases.taxonomy: {}: ", missing.display())), "{errors}");
     }
 
     #[test]

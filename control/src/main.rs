@@ -157,10 +157,16 @@ enum Command {
 
 #[derive(Subcommand)]
 enum ConfigAction {
-    /// Report every error in FILE (exit 1), or print the settings it makes.
+    /// Report every error in FILE (exit 1), or print the settings it makes,
+    /// and check the alias taxonomy it names (or `--taxonomy FILE`): its
+    /// kind count and the digest the filter must report.
     Check {
         /// The TOML configuration file.
-        file: PathBuf,
+        #[arg(required_unless_present = "taxonomy")]
+        file: Option<PathBuf>,
+        /// An alias taxonomy file (JSON) to check.
+        #[arg(long)]
+        taxonomy: Option<PathBuf>,
     },
 }
 
@@ -241,6 +247,7 @@ struct AliasArgs {
     redis_url: Option<String>,
     redis_prefix: String,
     session_ttl_secs: u64,
+    taxonomy: Option<PathBuf>,
 }
 
 settings_args!(ServeArgs, Scope::Serve);
@@ -254,6 +261,7 @@ impl clap::FromArgMatches for ServeArgs {
                 redis_url: text(m, "aliases.redis_url"),
                 redis_prefix: given(m, "aliases.redis_prefix")?,
                 session_ttl_secs: given(m, "aliases.session_ttl_secs")?,
+                taxonomy: text(m, "aliases.taxonomy").map(PathBuf::from),
             },
         })
     }
@@ -288,8 +296,23 @@ impl clap::FromArgMatches for SocketArg {
     }
 }
 
-async fn alias_store(args: &AliasArgs, data_dir: &std::path::Path) -> anyhow::Result<Arc<dyn AliasStore>> {
-    let config = StoreConfig::new(Arc::new(Taxonomy::default()), Duration::from_secs(args.session_ttl_secs));
+/// The alias taxonomy `--taxonomy` names, or the built-in one.
+fn taxonomy(args: &AliasArgs) -> anyhow::Result<Arc<Taxonomy>> {
+    let taxonomy = match &args.taxonomy {
+        Some(path) => settings::load_taxonomy(path).context("loading the alias taxonomy")?,
+        None => Taxonomy::default(),
+    };
+    let file = args.taxonomy.as_ref().map_or_else(|| "built-in".to_owned(), |p| p.display().to_string());
+    tracing::info!(digest = %taxonomy.digest(), kinds = taxonomy.kind_count(), %file, "alias taxonomy");
+    Ok(Arc::new(taxonomy))
+}
+
+async fn alias_store(
+    args: &AliasArgs,
+    data_dir: &std::path::Path,
+    taxonomy: Arc<Taxonomy>,
+) -> anyhow::Result<Arc<dyn AliasStore>> {
+    let config = StoreConfig::new(taxonomy, Duration::from_secs(args.session_ttl_secs));
     Ok(match &args.redis_url {
         Some(url) => Arc::new(
             RedisStore::connect(url, &args.redis_prefix, config).await.context("connecting to the Redis alias store")?,
@@ -389,12 +412,32 @@ fn load(path: &Path) -> anyhow::Result<LoadedRegistry> {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Health { socket } => health(&socket.socket).await?,
-        Command::Config { action: ConfigAction::Check { file } } => {
-            let config = ControlConfig::load(&file).map_err(|e| anyhow::anyhow!("{}:\n{e}", file.display()))?;
-            println!("{}: ok ({} settings)", file.display(), config.len());
+        Command::Config { action: ConfigAction::Check { file, taxonomy } } => {
+            // The taxonomy files to report: the configuration's, and `--taxonomy`.
+            let mut taxonomies: Vec<PathBuf> = Vec::new();
+            if let Some(file) = &file {
+                let config = ControlConfig::load(file).map_err(|e| anyhow::anyhow!("{}:\n{e}", file.display()))?;
+                println!("{}: ok ({} settings)", file.display(), config.len());
+                taxonomies.extend(config.value("aliases.taxonomy").map(PathBuf::from));
+            }
+            if let Some(t) = taxonomy {
+                if !taxonomies.contains(&t) {
+                    taxonomies.push(t);
+                }
+            }
+            for path in &taxonomies {
+                let t = settings::load_taxonomy(path)?;
+                println!("{}: ok ({} kinds, digest {})", path.display(), t.kind_count(), t.digest());
+            }
+            if taxonomies.is_empty() {
+                let t = Taxonomy::default();
+                println!("taxonomy: built-in ({} kinds, digest {})", t.kind_count(), t.digest());
+            }
         }
         // `--config` was expanded into flags before parsing.
         Command::Serve { config: _, serve: ServeArgs { socket, registry, aliases }, common } => {
+            // First: a bad taxonomy file stops control before it indexes anything.
+            let taxonomy = taxonomy(&aliases)?;
             let (resolver, configured) = match &registry {
                 Some(path) => {
                     let mut loaded = load(path)?;
@@ -411,7 +454,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     resolver.index_at_start(&tools, StartupIndex::default()).await;
                 });
             }
-            let aliases = alias_store(&aliases, &common.data_dir).await?;
+            let aliases = alias_store(&aliases, &common.data_dir, taxonomy).await?;
             spawn_sweeper(aliases.clone());
             let state = AppState { resolver, aliases };
             server::serve_unix(&socket, server::router(state), server::shutdown_signal())

@@ -12,7 +12,7 @@
 //! persists in one batch.
 
 use super::{check_session, decode_all, known_of, with_fresh_epoch, AliasStore, Sessions, StoreConfig, StoreError, StoreFuture};
-use keyhole_core::alias::{DecodedIds, EntityRecord, IdInput, KnownAlias, SessionMap};
+use keyhole_core::alias::{DecodedIds, EntityRecord, IdInput, KnownAlias, SessionMap, Taxonomy};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use std::path::Path;
 use std::sync::Arc;
@@ -257,5 +257,9 @@ impl AliasStore for RedbStore {
 
     fn backend(&self) -> &'static str {
         BACKEND
+    }
+
+    fn taxonomy(&self) -> &Taxonomy {
+        &self.config.taxonomy
     }
 }

@@ -2,8 +2,13 @@
 //!
 //! Bodies are the types of [`keyhole_core::alias::wire`]; every error is a JSON
 //! [`ErrorBody`] with a code: `bad_request` (400), `unknown_kind` (422),
-//! `conflict` (409), `store_unavailable` (503). Logs carry the session, counts
-//! and timings, never an id.
+//! `conflict` (409), `taxonomy_mismatch` (409), `store_unavailable` (503).
+//! Logs carry the session, counts and timings, never an id.
+//!
+//! A request that names a taxonomy (`"taxonomy": "<digest>"`) other than the
+//! store's is refused before anything else is done: aliases minted under one
+//! set of kinds and prefixes must not be decoded under another. A request
+//! without one (a filter that predates the field) is not checked.
 
 use super::{AliasStore, StoreError};
 use axum::body::Bytes;
@@ -12,8 +17,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use keyhole_core::alias::wire::{ErrorBody, ErrorCode};
-use keyhole_core::alias::{DecodeRequest, DecodeResponse, EncodeRequest, EncodeResponse, SessionError};
+use keyhole_core::alias::wire::{ErrorBody, ErrorCode, WithTaxonomy};
+use keyhole_core::alias::{DecodeRequest, DecodeResponse, EncodeRequest, EncodeResponse, SessionError, Taxonomy};
 use serde::de::DeserializeOwned;
 use std::sync::Arc;
 
@@ -39,6 +44,17 @@ pub enum AliasApiError {
     /// The body is not a valid request.
     #[error("invalid request body: {0}")]
     BadRequest(String),
+    /// The request names another taxonomy than control's; nothing was done.
+    /// Both digests are cut to their first 12 characters.
+    #[error(
+        "the filter's taxonomy {sent} is not control's taxonomy {own}: give both the same taxonomy file"
+    )]
+    TaxonomyMismatch {
+        /// The start of the digest the request named.
+        sent: String,
+        /// The start of control's own digest.
+        own: String,
+    },
     /// The store refused or failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -49,6 +65,7 @@ impl IntoResponse for AliasApiError {
         let (status, code) = match &self {
             AliasApiError::Store(StoreError::TooManyKnown { .. }) => (StatusCode::UNPROCESSABLE_ENTITY, ErrorCode::BadRequest),
             AliasApiError::BadRequest(_) | AliasApiError::Store(StoreError::BadSession) => (StatusCode::BAD_REQUEST, ErrorCode::BadRequest),
+            AliasApiError::TaxonomyMismatch { .. } => (StatusCode::CONFLICT, ErrorCode::TaxonomyMismatch),
             AliasApiError::Store(StoreError::Session(e)) => match e {
                 SessionError::Conflict { .. } | SessionError::FormConflict { .. } => (StatusCode::CONFLICT, ErrorCode::Conflict),
                 SessionError::UnknownKind { .. } => (StatusCode::UNPROCESSABLE_ENTITY, ErrorCode::UnknownKind),
@@ -56,8 +73,14 @@ impl IntoResponse for AliasApiError {
             },
             AliasApiError::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::StoreUnavailable),
         };
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            tracing::warn!(cause = %self, "alias store failed");
+        match &self {
+            AliasApiError::Store(_) if status == StatusCode::SERVICE_UNAVAILABLE => {
+                tracing::warn!(cause = %self, "alias store failed");
+            }
+            AliasApiError::TaxonomyMismatch { sent, own } => {
+                tracing::warn!(%sent, %own, "alias request from a filter with another taxonomy refused");
+            }
+            _ => {}
         }
         // Store errors never carry raw ids (session errors name aliases and
         // indexes only), so the message is safe to return.
@@ -71,9 +94,25 @@ fn parse<T: DeserializeOwned>(body: &Bytes) -> Result<T, AliasApiError> {
     serde_json::from_slice(body).map_err(|e| AliasApiError::BadRequest(e.to_string()))
 }
 
+/// The first 12 characters of a digest, for messages.
+fn short(digest: &str) -> String {
+    digest.chars().take(12).collect()
+}
+
+/// Refuses a request that names a taxonomy other than `own`.
+fn check_taxonomy(sent: Option<&str>, own: &Taxonomy) -> Result<(), AliasApiError> {
+    match sent {
+        Some(sent) if sent != own.digest() => {
+            Err(AliasApiError::TaxonomyMismatch { sent: short(sent), own: short(own.digest()) })
+        }
+        _ => Ok(()),
+    }
+}
+
 async fn encode(State(state): State<AliasState>, body: Bytes) -> Result<Json<EncodeResponse>, AliasApiError> {
     let started = std::time::Instant::now();
-    let req: EncodeRequest = parse(&body)?;
+    let WithTaxonomy { request: req, taxonomy } = parse::<WithTaxonomy<EncodeRequest>>(&body)?;
+    check_taxonomy(taxonomy.as_deref(), state.store.taxonomy())?;
     if req.ids.len() > MAX_BATCH {
         return Err(AliasApiError::BadRequest(format!("ids: at most {MAX_BATCH} per request, got {}", req.ids.len())));
     }
@@ -94,7 +133,8 @@ async fn encode(State(state): State<AliasState>, body: Bytes) -> Result<Json<Enc
 
 async fn decode(State(state): State<AliasState>, body: Bytes) -> Result<Json<DecodeResponse>, AliasApiError> {
     let started = std::time::Instant::now();
-    let req: DecodeRequest = parse(&body)?;
+    let WithTaxonomy { request: req, taxonomy } = parse::<WithTaxonomy<DecodeRequest>>(&body)?;
+    check_taxonomy(taxonomy.as_deref(), state.store.taxonomy())?;
     if req.aliases.len() > MAX_BATCH {
         return Err(AliasApiError::BadRequest(format!("aliases: at most {MAX_BATCH} per request, got {}", req.aliases.len())));
     }

@@ -85,6 +85,10 @@ pub trait AliasStore: Send + Sync {
 
     /// The backend's name, for logs and metrics.
     fn backend(&self) -> &'static str;
+
+    /// The taxonomy aliases are minted and decoded with
+    /// ([`StoreConfig::taxonomy`]); a request naming another is refused.
+    fn taxonomy(&self) -> &Taxonomy;
 }
 
 /// A store failure.

@@ -13,7 +13,7 @@
 //! Every access re-arms the keys' expiry: idle sessions vanish after the TTL.
 
 use super::{check_session, decode_all, known_of, with_fresh_epoch, AliasStore, Sessions, StoreConfig, StoreError, StoreFuture};
-use keyhole_core::alias::{DecodedIds, EntityRecord, IdInput, KnownAlias, SessionMap};
+use keyhole_core::alias::{DecodedIds, EntityRecord, IdInput, KnownAlias, SessionMap, Taxonomy};
 use redis::aio::MultiplexedConnection;
 use redis::Script;
 use std::collections::HashMap;
@@ -207,5 +207,9 @@ impl AliasStore for RedisStore {
 
     fn backend(&self) -> &'static str {
         BACKEND
+    }
+
+    fn taxonomy(&self) -> &Taxonomy {
+        &self.config.taxonomy
     }
 }

@@ -502,3 +502,54 @@ async fn http_routes_speak_the_wire_types() {
         assert!(!body["error"]["message"].as_str().unwrap().contains(&u), "no raw id in errors: {body}");
     }
 }
+
+#[tokio::test]
+async fn a_request_naming_another_taxonomy_is_refused_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let example = Taxonomy::from_json(include_bytes!("../../../config/taxonomy.example.json")).unwrap();
+    let own = Arc::new(example);
+    let store = Arc::new(RedbStore::open(dir.path(), StoreConfig::new(own.clone(), Duration::from_secs(3600))).unwrap());
+    let app: axum::Router = routes(AliasState { store: store.clone() });
+    let other = Taxonomy::default();
+    let u = uuid_of(1);
+    let encode = |digest: Option<&str>| {
+        let taxonomy = digest.map_or(String::new(), |d| format!(r#","taxonomy":"{d}""#));
+        format!(r#"{{"session":"s","ids":[{{"value":"{u}","kind":"specimen"}}]{taxonomy}}}"#)
+    };
+
+    // Another taxonomy: 409, typed, both digests named by their first 12 hex digits.
+    let (status, body) = call(&app, "/v1/alias/encode", &encode(Some(other.digest()))).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "taxonomy_mismatch", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains(&other.digest()[..12]) && message.contains(&own.digest()[..12]), "{message}");
+    assert!(!message.contains(&other.digest()[..13]) && !message.contains(&own.digest()[..13]), "{message}");
+    // Nothing was minted: the session does not exist.
+    assert!(store.known("s").await.unwrap().is_empty());
+    let (status, body) =
+        call(&app, "/v1/alias/decode", &format!(r#"{{"session":"s","aliases":["specimen-001"],"taxonomy":"{}"}}"#, other.digest()))
+            .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "taxonomy_mismatch");
+    let (status, body) = call(&app, "/v1/alias/encode", &encode(Some("not-a-digest"))).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+
+    // Its own digest, or none (a filter that predates the field): served.
+    let (status, body) = call(&app, "/v1/alias/encode", &encode(Some(own.digest()))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let issued: Vec<String> = serde_json::from_value(body["aliases"].clone()).unwrap();
+    assert!(issued[0].starts_with("specimen-"), "{issued:?}");
+    let (status, _) = call(&app, "/v1/alias/encode", &encode(None)).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, body) = call(
+        &app,
+        "/v1/alias/decode",
+        &format!(r#"{{"session":"s","aliases":["{}"],"taxonomy":"{}"}}"#, issued[0], own.digest()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["ids"][0]["kind"], "specimen");
+    // A wrong type for the digest is a bad request, not a mismatch.
+    let (status, body) = call(&app, "/v1/alias/decode", r#"{"session":"s","aliases":[],"taxonomy":7}"#).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (StatusCode::BAD_REQUEST, Some("bad_request")));
+}
