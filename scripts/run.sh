@@ -8,7 +8,12 @@
 #                            api.anthropic.com, or any HOST:443); credentials pass through
 #   HMS_UPSTREAM=host:port   send HMS calls there instead of the demo HMS
 #   LLM_PORT / HMS_PORT / ADMIN_PORT   listener ports (default 10000 / 10001 / 9901)
+#   KEYHOLE_TAXONOMY=FILE    alias taxonomy (JSON, e.g. config/taxonomy.example.json): control
+#                            reads it (--taxonomy) and envoy/render.py puts it into both filter
+#                            configurations, so both sides run the same one
 set -euo pipefail
+# Absolute before the cd: a relative path is relative to where make was run.
+[ -z "${KEYHOLE_TAXONOMY:-}" ] || export KEYHOLE_TAXONOMY=$(realpath -e "$KEYHOLE_TAXONOMY")
 cd "$(dirname "$0")/.."
 # The embedder runs under with-services.sh, which calls this script again.
 [ -n "${KEYHOLE_EMBEDDER_URL:-}" ] || exec scripts/with-services.sh "$0" "$@"
@@ -59,7 +64,15 @@ overlay=()
 [ -f "$CATALOG/tools.json" ] && overlay=(--overlay "$CATALOG/tools.json")
 registry=()
 [ -f "$CATALOG/openai_request.json" ] && registry=(--registry "$CATALOG/openai_request.json")
-target/release/keyhole serve --socket "$KEYHOLE_SOCKET" --data-dir "$RUN/data" "${overlay[@]}" "${registry[@]}" &
+# One taxonomy file for both sides: checked here (a bad file stops the run with
+# the field at fault), read by control, inlined into the filter configurations
+# by render.py from the same variable.
+taxonomy=()
+if [ -n "${KEYHOLE_TAXONOMY:-}" ]; then
+  target/release/keyhole config check --taxonomy "$KEYHOLE_TAXONOMY"
+  taxonomy=(--taxonomy "$KEYHOLE_TAXONOMY")
+fi
+target/release/keyhole serve --socket "$KEYHOLE_SOCKET" --data-dir "$RUN/data" "${overlay[@]}" "${registry[@]}" "${taxonomy[@]}" &
 pids+=($!)
 for _ in $(seq 1 100); do [ -S "$KEYHOLE_SOCKET" ] && break; sleep 0.1; done
 echo "indexing the catalog registry (control reports ready when done)..."

@@ -76,6 +76,10 @@ fn spawn(socket: &Path, data_dir: &Path, extra: &[String]) -> anyhow::Result<Chi
     if !extra.iter().any(|a| a == "--embedder-url") {
         cmd.arg("--embedder-url").arg(crate::paths::embedder_url());
     }
+    // The taxonomy the filter gets too (`$KEYHOLE_TAXONOMY`), unless the caller names one.
+    if let Some(taxonomy) = crate::paths::taxonomy().filter(|_| !extra.iter().any(|a| a == "--taxonomy")) {
+        cmd.arg("--taxonomy").arg(taxonomy);
+    }
     cmd.args(extra)
         .env("KEYHOLE_LOG", "info")
         .stdout(Stdio::null())

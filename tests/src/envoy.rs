@@ -79,7 +79,8 @@ pub fn render_template(template: &str, vars: &[(&str, String)]) -> anyhow::Resul
     Ok(String::from_utf8(out.stdout)?)
 }
 
-/// The template variables for `o`, with every port left to the kernel.
+/// The template variables for `o`, with every port left to the kernel, and
+/// the taxonomy of [`crate::paths::taxonomy`].
 pub fn vars(o: &EnvoyOptions) -> Vec<(&'static str, String)> {
     vec![
         ("LISTEN_ADDRESS", "127.0.0.1".into()),
@@ -98,6 +99,8 @@ pub fn vars(o: &EnvoyOptions) -> Vec<(&'static str, String)> {
         ("LLM_FILTER_CONFIG", o.llm_filter_config.clone()),
         ("HMS_FILTER_CONFIG", o.hms_filter_config.clone()),
         ("MAX_BODY_BYTES", o.max_body_bytes.to_string()),
+        // render.py inlines it into both filter configurations ("" = built-in).
+        ("KEYHOLE_TAXONOMY", crate::paths::taxonomy().map(|p| p.display().to_string()).unwrap_or_default()),
     ]
 }
 

@@ -4,6 +4,8 @@
 //! by the kernel and read back from the admin API) and recording upstreams.
 //! The embedder is shared: `scripts/with-services.sh` starts one and exports
 //! `KEYHOLE_EMBEDDER_URL` (Redis likewise as `KEYHOLE_TEST_REDIS_URL`; not `KEYHOLE_REDIS_URL`, which control itself reads).
+//! With `KEYHOLE_TAXONOMY=FILE` every control gets `--taxonomy FILE` and every
+//! filter configuration the same file as its `taxonomy` ([`paths::taxonomy`]).
 //!
 //! # Layout
 //! - [`paths`]: where the built artifacts and the shared data are.

@@ -33,6 +33,15 @@ pub fn envoy_bin() -> PathBuf {
     std::env::var_os("ENVOY_BIN").map(PathBuf::from).unwrap_or_else(|| repo().join(".venv/bin/envoy"))
 }
 
+/// The alias taxonomy file every test's control and filter run with, from
+/// `$KEYHOLE_TAXONOMY` (relative to the repository when relative); `None`
+/// (unset or empty) for the built-in taxonomy. Control gets `--taxonomy`, and
+/// `envoy/render.py` puts the file into both filter configurations.
+pub fn taxonomy() -> Option<PathBuf> {
+    let value = std::env::var_os("KEYHOLE_TAXONOMY").filter(|v| !v.is_empty())?;
+    Some(repo().join(value))
+}
+
 /// The shared embedder's base URL. Panics with instructions when unset: the
 /// end-to-end tests need a real embedder (run them through `make test`).
 pub fn embedder_url() -> String {
