@@ -1,27 +1,36 @@
 //! Finding and replacing raw ids in HMS responses.
 //!
-//! [`ResponseScan::add`] reads one body (JSON or text; a response's body and its
-//! `Location` header are two parts of one scan) and records every raw id
-//! occurrence with its kind, form and grouping: the UUID, FHIR id, slug and
+//! [`ResponseScan::add`] reads one body (a response's body and its
+//! `Location` header are two parts of one scan) with the reader its
+//! [`BodyKind`] names ([`BodyKind::from_content_type`]) and records every raw
+//! id occurrence with its kind, form and grouping: the UUID, FHIR id, slug and
 //! self-reference of one object are one entity. [`ResponseScan::ids`] is the
 //! encode batch for control; [`ResponseScan::rewrite`] splices the aliases into
 //! the original bytes and then *verifies* the result by scanning it again: if
 //! any id other than an alias, or any raw value of the batch, is still there,
-//! it returns an error instead of the body (fail closed).
+//! it returns an error instead of the body (fail closed). A body that cannot
+//! be read (compressed without a content-encoding, binary, or not the format
+//! it claims) is an error too; [`RewriteError::reason`] names why.
 //!
-//! What counts as a raw id, in JSON:
+//! What counts as a raw id, in JSON (also NDJSON, `+json`, and text whose
+//! bytes are JSON):
 //! - values of self-id keys (`id`, `uuid`, `fhirId`, `slug`, `reference`):
 //!   the object's own ids, whose kind comes from `resourceType`, the FHIR id's
 //!   prefix, the key the object sits under, or (for the primary record of a
 //!   response) the request path;
 //! - values of id fields (`patientId`, `clinic`, `slotId`, …) of the taxonomy;
-//! - inside any string or key: UUIDs anywhere, FHIR references `Type/id` and
-//!   prefixed FHIR ids (`prac-00042`);
+//! - inside any string or key: UUIDs anywhere, FHIR references `Type/id`,
+//!   prefixed FHIR ids (`prac-00042`) and values shaped like an alias
+//!   (`ward-101`: an HMS value the model could not tell from an alias);
 //! - anywhere in any string: a raw value found by the rules above elsewhere in
 //!   the scan (a slot slug in error prose).
 //!
-//! In text bodies the last two rules apply to the whole text. Numbers are
-//! never ids.
+//! CSV: cells under id-named columns (`response/csv.rs`). XML: FHIR resource ids,
+//! references, id-named elements and attributes (`response/xml.rs`). In every text
+//! format the patterns and known values apply to the whole text and to its
+//! decoded view (percent escapes, character references), where an id written
+//! with escapes is replaced escapes and all. Numbers are ids only under id
+//! keys or columns.
 //!
 //! Rewriting splices byte ranges (no DOM, no re-serialisation): the body keeps
 //! its key order, whitespace and number formatting. A string holding a backslash
