@@ -16,8 +16,9 @@ that control reads too (`keyhole serve --taxonomy FILE`, or the same variable):
 its object becomes the `taxonomy` member of LLM_FILTER_CONFIG and
 HMS_FILTER_CONFIG, so the filter and control run one taxonomy from one file.
 A filter configuration that already has a `taxonomy` is an error (two sources
-would drift). Both configurations are written as compact JSON, with `'`
-doubled: the template holds them in single-quoted YAML scalars.
+would drift); one that gets the file is written back as compact JSON. In both
+configurations `'` is doubled: the template holds them in single-quoted YAML
+scalars.
 """
 import json
 import os

@@ -906,17 +906,17 @@ const DIGEST_TAG: &[u8] = b"keyhole-taxonomy-v1\n";
 /// it (whitespace, member order, defaults left out or written out).
 fn digest_of(merged: &TaxonomyConfig) -> String {
     use sha2::{Digest, Sha256};
+    use std::fmt::Write as _;
     let mut h = Sha256::new();
     h.update(DIGEST_TAG);
     // Serializing plain strings, numbers and enums cannot fail; were it ever
     // to, the digest of an empty body still differs from every real one.
     h.update(serde_json::to_vec(merged).unwrap_or_default());
     let bytes: [u8; 32] = h.finalize().into();
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(64);
     for b in bytes {
-        out.push(char::from(HEX[usize::from(b >> 4)]));
-        out.push(char::from(HEX[usize::from(b & 15)]));
+        // Writing to a String cannot fail.
+        let _ = write!(out, "{b:02x}");
     }
     out
 }
