@@ -341,4 +341,90 @@ fn unreadable_bodies_are_refused_with_a_reason() {
     );
 }
 
+/// Pieces of the formats and of ids, glued at random: every reader meets
+/// broken markup, stray escapes, quotes and separators.
+fn piece() -> impl proptest::strategy::Strategy<Value = &'static str> {
+    proptest::sample::select(vec![
+        "<",
+        ">",
+        "</",
+        "/>",
+        "&",
+        "&#",
+        "&#45;",
+        "&#x2d;",
+        "&amp;",
+        "&hyphen;",
+        ";",
+        "%",
+        "%2D",
+        "%2F",
+        "\"",
+        "\\",
+        ",",
+        "\t",
+        "\n",
+        "\r\n",
+        "{",
+        "}",
+        "[",
+        "]",
+        ":",
+        "=",
+        " ",
+        "<id value=\"",
+        "<Patient>",
+        "</Patient>",
+        "<reference value=\"Patient/",
+        "patientId",
+        "Patient ID,Name\n",
+        "pat-000123",
+        "482913",
+        "ward-101",
+        "patient-k7q2-001",
+        "039b70b8-92f7-44b7-9c91-4e3f0e900c71",
+        "/patients/",
+        "Patient/",
+        "\u{e9}",
+        "\u{feff}",
+        "\u{0}",
+        "\u{1f}\u{8b}",
+    ])
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 512, ..Default::default() })]
+
+    /// No body, however broken, makes a reader panic; a body that is read is
+    /// either rewritten without its raw ids or refused.
+    #[test]
+    fn no_body_panics_any_reader(parts in proptest::collection::vec(piece(), 0..40), k in 0usize..6) {
+        let tax = Taxonomy::default();
+        let kind = [BodyKind::Json, BodyKind::Text, BodyKind::NdJson, BodyKind::Csv, BodyKind::Xml, BodyKind::Html][k];
+        let body = parts.concat();
+        let mut scan = ResponseScan::new(&tax);
+        if let Ok(part) = scan.add(body.as_bytes(), kind, None) {
+            let mut session = SessionMap::new();
+            let aliases = session.encode(&tax, scan.ids()).map(|e| e.aliases).unwrap_or_default();
+            if let Ok(out) = scan.rewrite(part, body.as_bytes(), &aliases) {
+                let out = String::from_utf8_lossy(&out);
+                // A raw id standing alone (not inside a longer word of its
+                // class, the known-id rule) must be gone.
+                let class = |b: u8| (b.is_ascii_digit(), b.is_ascii_alphabetic());
+                for id in scan.ids() {
+                    let v = id.value.as_bytes();
+                    let (Some(&first), Some(&last)) = (v.first(), v.last()) else { continue };
+                    for (at, _) in out.match_indices(id.value.as_str()) {
+                        let before = out.as_bytes().get(at.wrapping_sub(1)).copied();
+                        let after = out.as_bytes().get(at + v.len()).copied();
+                        let glued = before.is_some_and(|b| b.is_ascii_alphanumeric() && class(b) == class(first))
+                            || after.is_some_and(|b| b.is_ascii_alphanumeric() && class(b) == class(last));
+                        proptest::prop_assert!(glued || !crate::alias::known::searchable(&id.value), "{} in {}", id.value, out);
+                    }
+                }
+            }
+        }
+    }
+}
+
 mod generator;
