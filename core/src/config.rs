@@ -41,6 +41,43 @@ pub enum OffSurface {
     Block,
 }
 
+/// What the HMS listener does with a request carrying values shaped like raw
+/// record ids (UUIDs, FHIR ids with a configured prefix, numbers after a kind
+/// in the path) in its path, query, scanned headers or body. Either way they
+/// are counted (`keyhole.hms_raw_ids`) and logged by place, never by value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RawIds {
+    /// Answer with a 400 naming the places; nothing reaches HMS. The model
+    /// never holds a raw id, so one in a request went around keyhole.
+    Refuse,
+    /// Forward the request as sent.
+    Pass,
+}
+
+impl RawIds {
+    /// The setting as written.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RawIds::Refuse => "refuse",
+            RawIds::Pass => "pass",
+        }
+    }
+}
+
+/// Whether the LLM listener replaces raw ids in requests with their session
+/// aliases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Aliases {
+    /// Requests pass with their ids as written.
+    Off,
+    /// Every raw id outside the tool definitions is replaced by its session
+    /// alias before the request leaves (the same aliases as on the HMS
+    /// listener); an id that cannot be aliased refuses the request.
+    On,
+}
+
 /// The configuration as written by the operator: one JSON object whose `mode`
 /// says which listener it configures and which fields it may carry.
 ///
@@ -91,6 +128,13 @@ pub struct LlmFilterConfig {
     /// [`HmsFilterConfig::taxonomy`]. Default `{}`: the built-in kinds.
     #[serde(default)]
     pub taxonomy: TaxonomyConfig,
+    /// Replace raw ids in requests with the session's aliases (`on`), so the
+    /// model never holds a raw id whichever path brought it (system prompt,
+    /// pasted reference, tool result, replayed history). Default `on`: a
+    /// deployment runs the HMS listener beside this one, and the aliases are
+    /// that listener's.
+    #[serde(default = "defaults::aliases")]
+    pub aliases: Aliases,
 }
 
 /// Allow-lists of built-in tool types per format, as the operator writes them:
@@ -147,12 +191,15 @@ pub struct HmsFilterConfig {
     /// [`Taxonomy::digest`] in every alias request.
     #[serde(default)]
     pub taxonomy: TaxonomyConfig,
+    /// Requests carrying raw-id-shaped values: `refuse` (default) or `pass`.
+    #[serde(default = "defaults::raw_ids")]
+    pub raw_ids: RawIds,
 }
 
 /// The fields each mode accepts (besides `mode`); a field in the other list
 /// is reported as belonging to the other mode. A test checks these lists are
 /// exactly the fields of [`LlmFilterConfig`] and [`HmsFilterConfig`].
-pub const LLM_FIELDS: [&str; 10] = [
+pub const LLM_FIELDS: [&str; 11] = [
     "control_cluster",
     "control_authority",
     "timeout_ms",
@@ -163,10 +210,11 @@ pub const LLM_FIELDS: [&str; 10] = [
     "off_surface",
     "builtin_tools",
     "taxonomy",
+    "aliases",
 ];
 /// See [`LLM_FIELDS`].
-pub const HMS_FIELDS: [&str; 6] =
-    ["control_cluster", "control_authority", "timeout_ms", "session_header", "max_body_bytes", "taxonomy"];
+pub const HMS_FIELDS: [&str; 7] =
+    ["control_cluster", "control_authority", "timeout_ms", "session_header", "max_body_bytes", "taxonomy", "raw_ids"];
 
 mod defaults {
     use super::OnOutage;
@@ -191,8 +239,14 @@ mod defaults {
     pub fn on_outage() -> OnOutage {
         OnOutage::Reject
     }
+    pub fn raw_ids() -> super::RawIds {
+        super::RawIds::Refuse
+    }
     pub fn off_surface() -> super::OffSurface {
         super::OffSurface::Flag
+    }
+    pub fn aliases() -> super::Aliases {
+        super::Aliases::On
     }
 }
 
@@ -226,6 +280,8 @@ pub struct LlmConfig {
     pub builtin_tools: BuiltinTools,
     /// The validated alias taxonomy ([`LlmFilterConfig::taxonomy`]).
     pub taxonomy: Arc<Taxonomy>,
+    /// See [`LlmFilterConfig::aliases`].
+    pub aliases: Aliases,
 }
 
 /// The validated configuration of an `hms` listener.
@@ -241,6 +297,8 @@ pub struct HmsConfig {
     /// its [`Taxonomy::digest`] with every alias request. Configurations
     /// compare equal when their taxonomies' digests do.
     pub taxonomy: Arc<Taxonomy>,
+    /// See [`HmsFilterConfig::raw_ids`].
+    pub raw_ids: RawIds,
 }
 
 /// The validated configuration the filter runs with, per mode.
@@ -407,12 +465,14 @@ impl TryFrom<FilterConfig> for Config {
                 off_surface: raw.off_surface,
                 builtin_tools: raw.builtin_tools.validate()?,
                 taxonomy: taxonomy(raw.taxonomy)?,
+                aliases: raw.aliases,
             }),
             FilterConfig::Hms(raw) => Config::Hms(HmsConfig {
                 control: control(raw.control_cluster, raw.control_authority, raw.timeout_ms)?,
                 session_header: header("session_header", &raw.session_header)?,
                 max_body_bytes: max_body_bytes(raw.max_body_bytes)?,
                 taxonomy: taxonomy(raw.taxonomy)?,
+                raw_ids: raw.raw_ids,
             }),
         })
     }
@@ -428,6 +488,9 @@ mod tests {
         assert_eq!(c.control.cluster, "keyhole_control");
         assert_eq!(c.on_outage, OnOutage::Reject);
         assert_eq!(c.session_header, "x-keyhole-session");
+        assert_eq!(c.aliases, Aliases::On);
+        let Config::Llm(c) = Config::from_json(br#"{"mode":"llm","aliases":"off"}"#).unwrap() else { panic!("llm") };
+        assert_eq!(c.aliases, Aliases::Off);
         let Config::Hms(c) = Config::from_json(br#"{"mode":"hms"}"#).unwrap() else { panic!("hms") };
         assert_eq!(c.control.timeout_ms, 500);
         assert_eq!(c.max_body_bytes, 1 << 20);
@@ -435,7 +498,10 @@ mod tests {
 
     #[test]
     fn errors_name_the_field() {
-        let cases: [(&[u8], &str); 17] = [
+        let cases: [(&[u8], &str); 20] = [
+            (br#"{"mode":"llm","aliases":"maybe"}"#, "aliases"),
+            (br#"{"mode":"llm","aliases":true}"#, "aliases"),
+            (br#"{"mode":"llm","alias":"on"}"#, "alias"),
             (br#"{"mode":"llm","timeout_ms":0}"#, "timeout_ms"),
             (br#"{"mode":"llm","timeout_msec":5}"#, "timeout_msec"),
             (br#"{"mode":"llm","session_header":"x y"}"#, "session_header"),
@@ -461,6 +527,27 @@ mod tests {
         }
         let e = Config::from_json(br#"{"mode":"hms","off_surface":"block"}"#).unwrap_err();
         assert_eq!(e.to_string(), "off_surface: is a setting of mode llm, not of mode hms");
+        let e = Config::from_json(br#"{"mode":"hms","aliases":"off"}"#).unwrap_err();
+        assert_eq!(e.to_string(), "aliases: is a setting of mode llm, not of mode hms");
+    }
+
+    #[test]
+    fn raw_ids_are_refused_unless_passed() {
+        let Config::Hms(c) = Config::from_json(br#"{"mode":"hms"}"#).unwrap() else { panic!("hms") };
+        assert_eq!(c.raw_ids, RawIds::Refuse);
+        let Config::Hms(c) = Config::from_json(br#"{"mode":"hms","raw_ids":"pass"}"#).unwrap() else { panic!("hms") };
+        assert_eq!(c.raw_ids, RawIds::Pass);
+        assert_eq!(c.raw_ids.as_str(), "pass");
+        for (json, field) in [
+            (&br#"{"mode":"hms","raw_ids":"drop"}"#[..], "raw_ids"),
+            (br#"{"mode":"hms","raw_id":"pass"}"#, "raw_id"),
+            (br#"{"mode":"llm","raw_ids":"pass"}"#, "raw_ids"),
+        ] {
+            let e = Config::from_json(json).unwrap_err();
+            assert_eq!(e.field, field, "{e}");
+        }
+        let e = Config::from_json(br#"{"mode":"llm","raw_ids":"pass"}"#).unwrap_err();
+        assert_eq!(e.to_string(), "raw_ids: is a setting of mode hms, not of mode llm");
     }
 
     #[test]

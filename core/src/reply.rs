@@ -34,6 +34,9 @@ pub enum ErrorKind {
     UnknownAlias,
     /// An HMS response holds an id that could not be aliased; it was withheld (502).
     Unaliasable,
+    /// An LLM request holds an id that could not be aliased (conflicting ids,
+    /// a rewrite that would leave one); it was not forwarded (422).
+    UnaliasableRequest,
     /// The filter failed in a way that is not the client's fault (500).
     Internal,
 }
@@ -48,6 +51,7 @@ impl ErrorKind {
             ErrorKind::OffSurfaceToolCall => "keyhole_off_surface_tool_call",
             ErrorKind::UnknownAlias => "keyhole_unknown_alias",
             ErrorKind::Unaliasable => "keyhole_unaliasable_response",
+            ErrorKind::UnaliasableRequest => "keyhole_unaliasable_request",
             ErrorKind::Internal => "keyhole_internal",
         }
     }
@@ -61,6 +65,7 @@ impl ErrorKind {
             ErrorKind::OffSurfaceToolCall => 502,
             ErrorKind::UnknownAlias => 404,
             ErrorKind::Unaliasable => 502,
+            ErrorKind::UnaliasableRequest => 422,
             ErrorKind::Internal => 500,
         }
     }
@@ -192,6 +197,7 @@ mod tests {
             (off_surface_tool_call(&["drop__table"]), ErrorKind::OffSurfaceToolCall),
             (unknown_alias("patient-042"), ErrorKind::UnknownAlias),
             (unaliasable("control unavailable"), ErrorKind::Unaliasable),
+            (error(ErrorKind::UnaliasableRequest, "conflicting ids"), ErrorKind::UnaliasableRequest),
         ];
         for (reply, kind) in replies {
             assert_eq!(reply.status, kind.status());

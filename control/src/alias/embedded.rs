@@ -12,7 +12,7 @@
 //! persists in one batch.
 
 use super::{check_session, decode_all, known_of, with_fresh_epoch, AliasStore, Sessions, StoreConfig, StoreError, StoreFuture};
-use keyhole_core::alias::{DecodedIds, EntityRecord, IdInput, KnownAlias, SessionMap, Taxonomy};
+use keyhole_core::alias::{DecodedIds, EntityRecord, IdInput, KnownAlias, Origin, SessionMap, Taxonomy};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use std::path::Path;
 use std::sync::Arc;
@@ -130,7 +130,7 @@ fn delete_sessions(db: &Database, sessions: &[String]) -> Result<(), StoreError>
 }
 
 impl AliasStore for RedbStore {
-    fn encode<'a>(&'a self, session: &'a str, ids: &'a [IdInput]) -> StoreFuture<'a, Vec<String>> {
+    fn encode_from<'a>(&'a self, session: &'a str, ids: &'a [IdInput], origin: Origin) -> StoreFuture<'a, Vec<String>> {
         Box::pin(async move {
             check_session(session)?;
             let slot = self.sessions.get(session);
@@ -138,7 +138,7 @@ impl AliasStore for RedbStore {
             let now = (self.config.clock)();
             self.load(session, &mut slot, now).await?;
             let map = slot.map.get_or_insert_with(|| with_fresh_epoch(SessionMap::new(), &[]));
-            let planned = map.plan(&self.config.taxonomy, ids)?;
+            let planned = map.plan_from(&self.config.taxonomy, ids, origin)?;
             let epoch = map.epoch().map(|e| e.to_string());
             if !planned.changes.is_empty() {
                 let s = session.to_owned();

@@ -116,13 +116,15 @@ async fn encode(State(state): State<AliasState>, body: Bytes) -> Result<Json<Enc
     if req.ids.len() > MAX_BATCH {
         return Err(AliasApiError::BadRequest(format!("ids: at most {MAX_BATCH} per request, got {}", req.ids.len())));
     }
-    let aliases = state.store.encode(&req.session, &req.ids).await?;
+    // From an LLM request, aliases this session issued pass as themselves.
+    let aliases = state.store.encode_from(&req.session, &req.ids, req.origin()).await?;
     // Ids learned from earlier bodies, so the filter replaces them in prose
     // and URLs of this one too (bounded: past the bound this fails closed).
     let known = state.store.known(&req.session).await?;
     tracing::debug!(
         session = %req.session,
         ids = req.ids.len(),
+        prompt = req.prompt,
         known = known.len(),
         store = state.store.backend(),
         micros = started.elapsed().as_micros() as u64,

@@ -39,7 +39,7 @@ pub use embedded::RedbStore;
 pub use http::{routes, AliasState};
 pub use shared::RedisStore;
 
-use keyhole_core::alias::{DecodedIds, Epoch, IdInput, KnownAlias, SessionError, SessionMap, Taxonomy};
+use keyhole_core::alias::{DecodedIds, Epoch, IdInput, KnownAlias, Origin, SessionError, SessionMap, Taxonomy};
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -62,9 +62,16 @@ pub const MAX_SESSION_LEN: usize = 256;
 
 /// Where a session's aliases live.
 pub trait AliasStore: Send + Sync {
-    /// Aliases for `ids` (one per id, in order). New aliases are durable before
-    /// this returns. Fails on a conflict (nothing is minted) or a store error.
-    fn encode<'a>(&'a self, session: &'a str, ids: &'a [IdInput]) -> StoreFuture<'a, Vec<String>>;
+    /// Aliases for `ids` read in an HMS response (one per id, in order): see
+    /// [`AliasStore::encode_from`].
+    fn encode<'a>(&'a self, session: &'a str, ids: &'a [IdInput]) -> StoreFuture<'a, Vec<String>> {
+        self.encode_from(session, ids, Origin::Response)
+    }
+
+    /// Aliases for `ids` read at `origin` (one per id, in order; see
+    /// `SessionMap::plan_from`). New aliases are durable before this
+    /// returns. Fails on a conflict (nothing is minted) or a store error.
+    fn encode_from<'a>(&'a self, session: &'a str, ids: &'a [IdInput], origin: Origin) -> StoreFuture<'a, Vec<String>>;
 
     /// The ids behind `aliases`, `None` for an alias this session did not issue
     /// (near-miss repair included, see `SessionMap::decode`).

@@ -13,7 +13,7 @@
 //! Every access re-arms the keys' expiry: idle sessions vanish after the TTL.
 
 use super::{check_session, decode_all, known_of, with_fresh_epoch, AliasStore, Sessions, StoreConfig, StoreError, StoreFuture};
-use keyhole_core::alias::{DecodedIds, EntityRecord, IdInput, KnownAlias, SessionMap, Taxonomy};
+use keyhole_core::alias::{DecodedIds, EntityRecord, IdInput, KnownAlias, Origin, SessionMap, Taxonomy};
 use redis::aio::MultiplexedConnection;
 use redis::Script;
 use std::collections::HashMap;
@@ -121,7 +121,7 @@ impl RedisStore {
 }
 
 impl AliasStore for RedisStore {
-    fn encode<'a>(&'a self, session: &'a str, ids: &'a [IdInput]) -> StoreFuture<'a, Vec<String>> {
+    fn encode_from<'a>(&'a self, session: &'a str, ids: &'a [IdInput], origin: Origin) -> StoreFuture<'a, Vec<String>> {
         Box::pin(async move {
             check_session(session)?;
             let slot = self.sessions.get(session);
@@ -129,7 +129,7 @@ impl AliasStore for RedisStore {
             let (vk, ek) = self.keys(session);
             self.refresh(session, &mut slot).await?;
             for _ in 0..MAX_TRIES {
-                let planned = slot.map.plan(&self.config.taxonomy, ids)?;
+                let planned = slot.map.plan_from(&self.config.taxonomy, ids, origin)?;
                 if planned.changes.is_empty() {
                     return Ok(planned.aliases);
                 }

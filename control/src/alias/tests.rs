@@ -113,6 +113,16 @@ async fn conformance(store: &dyn AliasStore, session: &dyn Fn(&str) -> String) {
     let known_b = store.known(&other).await.unwrap();
     assert_eq!(known_b.len(), 1);
     assert_eq!((known_b[0].value.as_str(), known_b[0].alias.as_str()), (uuid_of(3).as_str(), theirs[0].as_str()));
+    // From an LLM request, the aliases the session issued pass as themselves
+    // and mint nothing; an alias-shaped value it did not issue is a raw id.
+    let plain_id = |v: &str| IdInput { value: v.into(), kind: None, form: None, group: None };
+    let before = store.known(&s).await.unwrap().len();
+    let prompt = [plain_id(&first[0]), plain_id(&a("task-001")), plain_id(&uuid_of(1))];
+    assert_eq!(store.encode_from(&s, &prompt, Origin::Prompt).await.unwrap(), [first[0].clone(), a("task-001"), first[0].clone()]);
+    assert_eq!(store.known(&s).await.unwrap().len(), before, "nothing minted");
+    let foreign = store.encode_from(&s, &[plain_id(&theirs[0])], Origin::Prompt).await.unwrap();
+    assert_ne!(foreign[0], theirs[0]);
+    assert_eq!(store.known(&s).await.unwrap().len(), before + 1);
     // Bad input.
     assert!(matches!(store.encode("", &entity).await, Err(StoreError::BadSession)));
     assert!(matches!(
@@ -483,6 +493,13 @@ async fn http_routes_speak_the_wire_types() {
     assert_eq!(body, serde_json::json!({"ids": [{"alias": p1, "kind": "patient", "uuid": u, "fhirId": "pat-1"}, null, null], "epoch": epoch}));
     let (_, body) = call(&app, "/v1/alias/decode", &format!(r#"{{"session":"s","aliases":["{p1}"]}}"#)).await;
     assert_eq!(body, serde_json::json!({"ids": [{"alias": p1, "kind": "patient", "uuid": u, "fhirId": "pat-1"}]}));
+
+    // The prompt marker: an issued alias comes back as itself.
+    let (status, body) = call(&app, "/v1/alias/encode", &format!(r#"{{"session":"s","ids":[{{"value":"{p1}"}}],"prompt":true}}"#)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["aliases"], serde_json::json!([p1]));
+    let (_, body) = call(&app, "/v1/alias/encode", &format!(r#"{{"session":"s","ids":[{{"value":"{p1}"}}]}}"#)).await;
+    assert_ne!(body["aliases"], serde_json::json!([p1]), "from a response it is a raw id");
 
     let cases = [
         ("/v1/alias/encode", "{".to_owned(), StatusCode::BAD_REQUEST, "bad_request"),

@@ -51,7 +51,7 @@ pub use prompt::PromptScan;
 pub use json::JsonError;
 pub use request::{RawIdCount, RequestError, RequestScan};
 pub use response::{BodyKind, PartId, ResponseScan, RewriteError, Rewriter};
-pub use session::{Decoded, Encoded, EntityRecord, SessionError, SessionMap};
+pub use session::{Decoded, Encoded, EntityRecord, Origin, SessionError, SessionMap};
 pub use shape::{classify, Form};
 pub use taxonomy::{Kind, KindConfig, KindId, Taxonomy, TaxonomyConfig, TaxonomyError};
 pub use wire::{

@@ -36,6 +36,7 @@ use super::json::{text_of, Event, JsonError, Lexer};
 use super::response::{splice, BodyKind, PartId, ResponseScan, RewriteError};
 use super::taxonomy::Taxonomy;
 use super::wire::{IdInput, KnownAlias};
+use crate::reply::{self, ErrorKind, LocalReply};
 use std::borrow::Cow;
 use std::ops::Range;
 
@@ -51,6 +52,7 @@ const DATA_MEMBERS: [&str; 6] = ["response", "args", "arguments", "input", "outp
 
 /// The strings of one LLM request body, scanned for raw ids.
 pub struct PromptScan<'t> {
+    tax: &'t Taxonomy,
     scan: ResponseScan<'t>,
     strings: Vec<Scanned>,
 }
@@ -145,7 +147,7 @@ impl<'t> PromptScan<'t> {
                 }
             }
         }
-        Ok(PromptScan { scan, strings })
+        Ok(PromptScan { tax, scan, strings })
     }
 
     /// The encode batch: every distinct raw id found, as for a response.
@@ -165,18 +167,177 @@ impl<'t> PromptScan<'t> {
     /// ([`RewriteError::Leak`] otherwise); strings without ids stay
     /// byte-identical, and so does everything outside the strings.
     pub fn rewrite(&self, body: &[u8], aliases: &[String], known: &[KnownAlias]) -> Result<Vec<u8>, RewriteError> {
+        self.rewrite_counted(body, aliases, known).map(|r| r.body)
+    }
+
+    /// [`Self::rewrite`], with the number of id occurrences replaced.
+    ///
+    /// The count is, per rewritten string, the aliases the rewrite added
+    /// (tokens that are aliases by the grammar, after it less before it), and
+    /// at least one: it includes the session's earlier ids found at rewrite
+    /// time, and an alias the model already held, answered with itself,
+    /// counts for nothing.
+    pub fn rewrite_counted(
+        &self,
+        body: &[u8],
+        aliases: &[String],
+        known: &[KnownAlias],
+    ) -> Result<Rewritten, RewriteError> {
         let rewriter = self.scan.rewriter(aliases, known)?;
         let mut edits: Vec<(Range<usize>, Cow<'_, str>)> = Vec::new();
+        let mut ids = 0;
         for s in &self.strings {
             let out = rewriter.rewrite(s.part, s.text.as_bytes())?;
             if out == s.text.as_bytes() {
                 continue;
             }
+            // A string changed only where an id was replaced: at least one.
+            let added = alias_tokens(self.tax, &out).saturating_sub(alias_tokens(self.tax, s.text.as_bytes()));
+            ids += added.max(1);
             let text = String::from_utf8(out).map_err(|_| JsonError::NotUtf8)?;
             let value = if s.json { text } else { serde_json::to_string(&text).map_err(|_| JsonError::NotUtf8)? };
             edits.push((s.span.clone(), Cow::Owned(value)));
         }
-        Ok(splice(body, edits))
+        Ok(Rewritten { body: splice(body, edits), ids })
+    }
+}
+
+/// A rewritten request body ([`PromptScan::rewrite_counted`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rewritten {
+    /// The body to forward.
+    pub body: Vec<u8>,
+    /// Id occurrences replaced by aliases.
+    pub ids: usize,
+}
+
+/// Tokens of `text` (runs of ASCII letters, digits and `-`, a percent
+/// escape `%XX` ending one like any other separator) that are aliases by the
+/// grammar.
+fn alias_tokens(tax: &Taxonomy, text: &[u8]) -> usize {
+    let mut count = 0;
+    let mut start = 0;
+    let mut i = 0;
+    let mut end_token = |from: usize, to: usize| {
+        let token = text.get(from..to).unwrap_or_default();
+        if token.len() >= 5 && std::str::from_utf8(token).is_ok_and(|t| tax.parse_alias(t).is_some()) {
+            count += 1;
+        }
+    };
+    while i < text.len() {
+        let b = text.get(i).copied().unwrap_or(b' ');
+        if b.is_ascii_alphanumeric() || b == b'-' {
+            i += 1;
+            continue;
+        }
+        end_token(start, i);
+        let escape = b == b'%' && text.get(i + 1..i + 3).is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit));
+        i += if escape { 3 } else { 1 };
+        start = i;
+    }
+    end_token(start, text.len());
+    count
+}
+
+/// Why an LLM request's ids could not be aliased. The request is then
+/// refused with [`Refusal::reply`], never forwarded with a raw id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// Ids were found, but no session header says whose aliases they get (400).
+    NoSession,
+    /// The body is not a JSON document the scan can read (400).
+    Unreadable,
+    /// Control could not be reached, or did not answer with aliases (503).
+    Control,
+    /// Control's alias store is unavailable (503).
+    Store,
+    /// Control refused the batch: conflicting ids for one record, or another
+    /// taxonomy than the filter's (422).
+    Conflict,
+    /// The answer did not fit the ids, or the rewrite would have left a raw
+    /// id (422).
+    Rewrite,
+    /// Envoy refused to read or replace the body (500).
+    Host,
+}
+
+impl Refusal {
+    /// Every reason, in counter order.
+    pub const ALL: [Refusal; 7] = [
+        Refusal::NoSession,
+        Refusal::Unreadable,
+        Refusal::Control,
+        Refusal::Store,
+        Refusal::Conflict,
+        Refusal::Rewrite,
+        Refusal::Host,
+    ];
+
+    /// The reason's name (a counter suffix and the `reason=` of a log line).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::NoSession => "no_session",
+            Refusal::Unreadable => "unreadable",
+            Refusal::Control => "control",
+            Refusal::Store => "store",
+            Refusal::Conflict => "conflict",
+            Refusal::Rewrite => "rewrite",
+            Refusal::Host => "host",
+        }
+    }
+
+    /// The reason of a failed encode answer: `status` (0: a 200 whose body
+    /// was not an encode answer) and the body, read as control's error body.
+    /// Envoy answers 503 for an unreachable control without that body.
+    pub fn of_answer(status: u16, body: Option<&[u8]>) -> Refusal {
+        use super::wire::{ErrorBody, ErrorCode};
+        let code = body.and_then(|b| serde_json::from_slice::<ErrorBody>(b).ok()).map(|e| e.error.code);
+        match (status, code) {
+            (_, Some(ErrorCode::StoreUnavailable)) => Refusal::Store,
+            (_, Some(ErrorCode::Conflict | ErrorCode::TaxonomyMismatch | ErrorCode::UnknownKind)) => Refusal::Conflict,
+            _ => Refusal::Control,
+        }
+    }
+
+    /// The local reply; `session_header` is named when it is missing.
+    pub fn reply(self, session_header: &str) -> LocalReply {
+        let (kind, message) = match self {
+            Refusal::NoSession => (
+                ErrorKind::InvalidRequest,
+                format!(
+                    "keyhole refuses this request: it carries record ids and no {session_header} header \
+                     to alias them under; it was not sent"
+                ),
+            ),
+            Refusal::Unreadable => (
+                ErrorKind::InvalidRequest,
+                "keyhole cannot read this request to alias its record ids (not a JSON document); it was not sent"
+                    .to_owned(),
+            ),
+            Refusal::Control | Refusal::Store => (
+                ErrorKind::Unavailable,
+                format!(
+                    "keyhole cannot alias the record ids in this request right now ({}); it was not sent, retry later",
+                    if self == Refusal::Store { "alias store unavailable" } else { "control unavailable" }
+                ),
+            ),
+            Refusal::Conflict => (
+                ErrorKind::UnaliasableRequest,
+                "keyhole refuses this request: its record ids could not be aliased (conflicting ids for one \
+                 record, or a taxonomy control does not share); it was not sent"
+                    .to_owned(),
+            ),
+            Refusal::Rewrite => (
+                ErrorKind::UnaliasableRequest,
+                "keyhole refuses this request: a record id in it could not be replaced by its alias; it was not sent"
+                    .to_owned(),
+            ),
+            Refusal::Host => {
+                (ErrorKind::Internal, "keyhole could not rewrite the record ids of this request; it was not sent".to_owned())
+            }
+        };
+        reply::error(kind, &message)
     }
 }
 

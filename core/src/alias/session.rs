@@ -112,6 +112,25 @@ pub enum SessionError {
     },
 }
 
+impl SessionError {
+    /// The same error naming inputs by `index[i]` instead of `i` (a batch
+    /// planned from a subset of the caller's ids).
+    fn reindexed(self, index: &[usize]) -> SessionError {
+        let map = |i: usize| index.get(i).copied().unwrap_or(i);
+        match self {
+            SessionError::BadValue { index: i, max } => SessionError::BadValue { index: map(i), max },
+            SessionError::UnknownKind { index: i, kind } => SessionError::UnknownKind { index: map(i), kind },
+            SessionError::Conflict { index: i, first, second } => {
+                SessionError::Conflict { index: map(i), first, second }
+            }
+            SessionError::FormConflict { index: i, alias, form } => {
+                SessionError::FormConflict { index: map(i), alias, form }
+            }
+            other @ SessionError::BadRecord { .. } => other,
+        }
+    }
+}
+
 /// The outcome of a plan: aliases for the inputs and the records to persist.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Encoded {
@@ -120,6 +139,22 @@ pub struct Encoded {
     /// Entity records created or extended by the batch (full snapshots), to be
     /// persisted as one batch and then applied. Empty when nothing changed.
     pub changes: Vec<EntityRecord>,
+}
+
+/// Where the values of an encode batch were read: it decides what a value
+/// spelled like an alias is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Origin {
+    /// An HMS response: every value is a raw id, alias-shaped ones included
+    /// (an HMS id spelled `ward-101` is data, not an alias).
+    #[default]
+    Response,
+    /// An LLM request: the model's own words and the agent's. A value that
+    /// is an alias this session issued ([`SessionMap::decode`] finds it) is
+    /// that alias, which the model holds already: it is answered with itself
+    /// and nothing is minted. Any other value, alias-shaped or not, is a raw
+    /// id as for [`Origin::Response`].
+    Prompt,
 }
 
 /// A decoded alias.
@@ -533,9 +568,39 @@ impl SessionMap {
         Ok(alias)
     }
 
+    /// Plans a batch read at `origin` without changing the map: as
+    /// [`Self::plan`], except that from a [`Origin::Prompt`] an alias this
+    /// session issued is answered with itself (it creates nothing and joins
+    /// no group). Errors name inputs by their index in `ids`.
+    pub fn plan_from(&self, tax: &Taxonomy, ids: &[IdInput], origin: Origin) -> Result<Encoded, SessionError> {
+        if origin == Origin::Response {
+            return self.plan(tax, ids);
+        }
+        let issued: Vec<bool> = ids.iter().map(|id| self.decode(tax, &id.value).is_some()).collect();
+        if !issued.contains(&true) {
+            return self.plan(tax, ids);
+        }
+        // The rest are planned as one batch; `index` maps its positions back.
+        let index: Vec<usize> = (0..ids.len()).filter(|i| !issued.get(*i).copied().unwrap_or(false)).collect();
+        let rest: Vec<IdInput> = index.iter().filter_map(|i| ids.get(*i).cloned()).collect();
+        let planned = self.plan(tax, &rest).map_err(|e| e.reindexed(&index))?;
+        let mut minted = planned.aliases.into_iter();
+        let aliases = ids
+            .iter()
+            .zip(&issued)
+            .map(|(id, own)| if *own { id.value.clone() } else { minted.next().unwrap_or_default() })
+            .collect();
+        Ok(Encoded { aliases, changes: planned.changes })
+    }
+
     /// Plans a batch and applies it at once (for callers without persistence).
     pub fn encode(&mut self, tax: &Taxonomy, ids: &[IdInput]) -> Result<Encoded, SessionError> {
-        let encoded = self.plan(tax, ids)?;
+        self.encode_from(tax, ids, Origin::Response)
+    }
+
+    /// [`Self::plan_from`] and applies it at once.
+    pub fn encode_from(&mut self, tax: &Taxonomy, ids: &[IdInput], origin: Origin) -> Result<Encoded, SessionError> {
+        let encoded = self.plan_from(tax, ids, origin)?;
         self.apply(&encoded.changes)?;
         Ok(encoded)
     }

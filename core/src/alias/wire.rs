@@ -9,6 +9,7 @@
 //! filter and a control configured with different kinds never exchange
 //! aliases.
 
+use super::session::Origin;
 use super::shape::Form;
 use serde::{Deserialize, Serialize};
 
@@ -41,6 +42,23 @@ pub struct EncodeRequest {
     pub session: String,
     /// The raw ids, in any order.
     pub ids: Vec<IdInput>,
+    /// The ids were read in an LLM request (the filter's LLM listener), not
+    /// an HMS response: a value that is an alias this session issued is then
+    /// answered with itself and mints nothing ([`Origin::Prompt`]). Absent:
+    /// `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prompt: bool,
+}
+
+impl EncodeRequest {
+    /// Where the ids were read.
+    pub fn origin(&self) -> Origin {
+        if self.prompt {
+            Origin::Prompt
+        } else {
+            Origin::Response
+        }
+    }
 }
 
 /// `POST /v1/alias/encode` response: one alias per input id, in input order.
@@ -85,7 +103,7 @@ pub struct DecodeRequest {
 /// use keyhole_core::alias::{EncodeRequest, Taxonomy};
 ///
 /// let tax = Taxonomy::default();
-/// let question = WithTaxonomy::new(EncodeRequest { session: "s1".into(), ids: vec![] }, &tax);
+/// let question = WithTaxonomy::new(EncodeRequest { session: "s1".into(), ids: vec![], prompt: false }, &tax);
 /// let json = serde_json::to_value(&question).unwrap();
 /// assert_eq!(json["taxonomy"], tax.digest());
 /// let back: WithTaxonomy<EncodeRequest> = serde_json::from_value(json).unwrap();
@@ -321,6 +339,7 @@ mod tests {
         let plain = EncodeRequest {
             session: "s".into(),
             ids: vec![],
+            prompt: false,
         };
         let req: WithTaxonomy<EncodeRequest> =
             serde_json::from_slice(&serde_json::to_vec(&plain).unwrap()).unwrap();
@@ -356,6 +375,17 @@ mod tests {
             serde_json::to_value(ErrorCode::TaxonomyMismatch).unwrap(),
             "taxonomy_mismatch"
         );
+    }
+
+    #[test]
+    fn the_prompt_marker_is_optional_and_only_written_when_set() {
+        let req: EncodeRequest = serde_json::from_str(r#"{"session":"s","ids":[]}"#).unwrap();
+        assert_eq!(req.origin(), Origin::Response);
+        assert_eq!(serde_json::to_string(&req).unwrap(), r#"{"session":"s","ids":[]}"#);
+        let req: EncodeRequest = serde_json::from_str(r#"{"session":"s","ids":[],"prompt":true}"#).unwrap();
+        assert_eq!(req.origin(), Origin::Prompt);
+        assert_eq!(serde_json::to_string(&req).unwrap(), r#"{"session":"s","ids":[],"prompt":true}"#);
+        assert!(serde_json::from_str::<EncodeRequest>(r#"{"session":"s","ids":[],"prompt":"yes"}"#).is_err());
     }
 
     #[test]

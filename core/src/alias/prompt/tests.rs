@@ -262,3 +262,72 @@ fn bodies_that_are_not_json_are_errors() {
         assert!(PromptScan::new(&tax, bad).is_err(), "{}", String::from_utf8_lossy(bad));
     }
 }
+
+#[test]
+fn the_models_own_aliases_pass_unchanged_and_are_not_counted() {
+    use crate::alias::{Epoch, Origin};
+    let tax = Taxonomy::default();
+    let mut session = SessionMap::with_epoch(Epoch::from_seed(11));
+    // An earlier HMS response gave the model these aliases.
+    let hms = [IdInput { value: "039b70b8-92f7-44b7-9c91-4e3f0e900c71".into(), kind: Some("patient".into()), form: None, group: None }];
+    let held = session.encode(&tax, &hms).expect("encode").aliases.remove(0);
+    let body = format!(
+        r#"{{"messages":[{{"role":"assistant","content":null,"tool_calls":[{{"id":"c1","type":"function","function":{{"name":"get_patient","arguments":"{{\"patientId\":\"{held}\"}}"}}}}]}},{{"role":"user","content":"Compare {held} with 74229a55-de5f-4d66-af4a-88e122c37321."}}]}}"#
+    );
+    let scan = PromptScan::new(&tax, body.as_bytes()).expect("scan");
+    let before = session.len();
+    let encoded = session.encode_from(&tax, scan.ids(), Origin::Prompt).expect("encode");
+    assert_eq!(session.len(), before + 1, "only the raw UUID is minted");
+    let known: Vec<KnownAlias> = session
+        .records()
+        .iter()
+        .filter_map(|r| r.ids.uuid.clone().map(|value| KnownAlias { value, alias: r.alias.clone() }))
+        .collect();
+    let out = scan.rewrite_counted(body.as_bytes(), &encoded.aliases, &known).expect("rewrite");
+    let text = String::from_utf8(out.body).expect("utf8");
+    assert_eq!(text.matches(held.as_str()).count(), 2, "{text}");
+    assert!(!text.contains("74229a55"), "{text}");
+    assert_eq!(out.ids, 1, "{text}");
+}
+
+#[test]
+fn occurrences_are_counted_once_each() {
+    let tax = Taxonomy::default();
+    let u = "039b70b8-92f7-44b7-9c91-4e3f0e900c71";
+    let body = format!(r#"{{"system":"open {u}","messages":[{{"role":"user","content":"{u} and Patient/pat-000123 and {u}"}}]}}"#);
+    let scan = PromptScan::new(&tax, body.as_bytes()).expect("scan");
+    let aliases = SessionMap::new().encode(&tax, scan.ids()).expect("encode").aliases;
+    let out = scan.rewrite_counted(body.as_bytes(), &aliases, &[]).expect("rewrite");
+    assert_eq!(out.ids, 4, "{}", String::from_utf8_lossy(&out.body));
+    // Ids the session knew, found only at rewrite time, count too.
+    let body = br#"{"messages":[{"role":"system","content":"Clinic berlin-mitte-ambulanz, again berlin-mitte-ambulanz."}]}"#;
+    let scan = PromptScan::new(&tax, body).expect("scan");
+    let known = [KnownAlias { value: "berlin-mitte-ambulanz".into(), alias: "clinic-001".into() }];
+    assert_eq!(scan.rewrite_counted(body, &[], &known).expect("rewrite").ids, 2);
+}
+
+#[test]
+fn refusals_read_controls_error_codes_and_never_quote_the_request() {
+    let body = |code: &str| format!(r#"{{"error":{{"code":"{code}","message":"m"}}}}"#).into_bytes();
+    assert_eq!(Refusal::of_answer(503, Some(&body("store_unavailable"))), Refusal::Store);
+    assert_eq!(Refusal::of_answer(409, Some(&body("conflict"))), Refusal::Conflict);
+    assert_eq!(Refusal::of_answer(409, Some(&body("taxonomy_mismatch"))), Refusal::Conflict);
+    assert_eq!(Refusal::of_answer(503, Some(b"no healthy upstream")), Refusal::Control);
+    assert_eq!(Refusal::of_answer(0, None), Refusal::Control);
+    for r in Refusal::ALL {
+        let reply = r.reply("x-keyhole-session");
+        let v: Value = serde_json::from_slice(&reply.body).expect("json");
+        assert_eq!(v["error"]["code"], reply.status);
+        assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("not sent")), "{v}");
+    }
+    assert_eq!(Refusal::NoSession.reply("x-s").status, 400);
+    assert_eq!(Refusal::Store.reply("x-s").status, 503);
+    assert_eq!(Refusal::Conflict.reply("x-s").status, 422);
+}
+
+#[test]
+fn alias_tokens_end_at_percent_escapes() {
+    let tax = Taxonomy::default();
+    assert_eq!(alias_tokens(&tax, b"subject=Patient%2Fpatient-001&x=patient-002"), 2);
+    assert_eq!(alias_tokens(&tax, b"pat-000123 patient-0001 patient"), 0);
+}

@@ -434,3 +434,70 @@ proptest! {
         prop_assert_eq!(m.len(), seen.len());
     }
 }
+
+/// An id as a prompt scan sends it: no hints beyond what the scan saw.
+fn plain(value: &str) -> IdInput {
+    IdInput { value: value.into(), kind: None, form: None, group: None }
+}
+
+#[test]
+fn a_prompt_passes_the_aliases_this_session_issued_unchanged() {
+    let t = tax();
+    let mut m = SessionMap::with_epoch(Epoch::from_seed(7));
+    let issued = m.encode(&t, &[id(U1, "patient", None, None), id("ward-101", "ward", Some(Form::Slug), None)]).unwrap().aliases;
+    assert_eq!(m.len(), 2);
+    // The model writes back the aliases it was given, beside a new raw id.
+    let batch = [plain(&issued[0]), plain(U2), plain(&issued[1])];
+    let e = m.encode_from(&t, &batch, Origin::Prompt).unwrap();
+    assert_eq!(e.aliases[0], issued[0]);
+    assert_eq!(e.aliases[2], issued[1]);
+    assert_ne!(e.aliases[1], U2);
+    assert!(t.parse_alias(&e.aliases[1]).is_some());
+    assert_eq!(e.changes.len(), 1, "only the raw id is minted");
+    assert_eq!(m.len(), 3);
+    assert_eq!(m.alias_of(&issued[0]), None, "an alias never becomes a raw value");
+    // A repairable near-miss of an issued alias is the model's too.
+    let drifted = issued[0].to_uppercase();
+    let e = m.plan_from(&t, &[plain(&drifted)], Origin::Prompt).unwrap();
+    if m.decode(&t, &drifted).is_some() {
+        assert_eq!(e.aliases, [drifted]);
+        assert!(e.changes.is_empty());
+    }
+}
+
+#[test]
+fn from_a_response_an_issued_alias_is_a_raw_id_like_any_other() {
+    let t = tax();
+    let mut m = SessionMap::with_epoch(Epoch::from_seed(7));
+    let issued = m.encode(&t, &[id(U1, "patient", None, None)]).unwrap().aliases;
+    let e = m.encode_from(&t, &[plain(&issued[0])], Origin::Response).unwrap();
+    assert_ne!(e.aliases[0], issued[0]);
+    assert_eq!(e.changes.len(), 1);
+    assert_eq!(m.alias_of(&issued[0]), Some(e.aliases[0].as_str()));
+}
+
+#[test]
+fn a_prompt_mints_for_alias_shaped_values_this_session_did_not_issue() {
+    let t = tax();
+    let mut m = SessionMap::with_epoch(Epoch::from_seed(7));
+    m.encode(&t, &[id(U1, "patient", None, None)]).unwrap();
+    let other = SessionMap::with_epoch(Epoch::from_seed(8)).encode(&t, &[id(U1, "patient", None, None)]).unwrap().aliases;
+    for foreign in [other[0].as_str(), "ward-101", "patient-001", "patient-k7q2-001"] {
+        if m.decode(&t, foreign).is_some() {
+            continue;
+        }
+        let e = m.plan_from(&t, &[plain(foreign)], Origin::Prompt).unwrap();
+        assert_ne!(e.aliases[0], foreign, "{foreign}");
+        assert_eq!(e.changes.len(), 1, "{foreign}");
+    }
+}
+
+#[test]
+fn prompt_errors_name_the_callers_index() {
+    let t = tax();
+    let mut m = SessionMap::with_epoch(Epoch::from_seed(7));
+    let issued = m.encode(&t, &[id(U1, "patient", None, None)]).unwrap().aliases;
+    let long = "x".repeat(t.max_id_len() + 1);
+    let err = m.plan_from(&t, &[plain(&issued[0]), plain(U2), plain(&long)], Origin::Prompt).unwrap_err();
+    assert!(matches!(err, SessionError::BadValue { index: 2, .. }), "{err}");
+}
