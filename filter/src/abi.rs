@@ -7,6 +7,9 @@
 //! on that worker is refused. Here every refusal is a [`HostStatus`] the filter
 //! decides on.
 //!
+//! Log lines go through [`log`] too ([`crate::logger`]): the SDK's logger
+//! unwraps the status of every line.
+//!
 //! One call still goes through the SDK: [`dispatch_http_call`]. The SDK's
 //! exported `proxy_on_http_call_response` routes an answer to its context by
 //! looking the token up in a table that only the SDK's own dispatch wrapper
@@ -18,7 +21,7 @@
 //! `InternalFailure`), so that panic arm is unreachable on Envoy.
 #![allow(unsafe_code)]
 
-use proxy_wasm::types::{BufferType, MapType, MetricType, Status, StreamType};
+use proxy_wasm::types::{BufferType, LogLevel, MapType, MetricType, Status, StreamType};
 use std::ptr::{null, null_mut};
 use std::time::Duration;
 
@@ -31,6 +34,7 @@ const NOT_FOUND: u32 = 1;
 
 #[link(wasm_import_module = "env")]
 extern "C" {
+    fn proxy_log(level: LogLevel, message_data: *const u8, message_size: usize) -> u32;
     fn proxy_get_header_map_value(
         map_type: MapType,
         key_data: *const u8,
@@ -93,6 +97,12 @@ fn check(status: u32) -> Result<(), HostStatus> {
     } else {
         Err(HostStatus(status))
     }
+}
+
+/// Writes one line to Envoy's log.
+pub fn log(level: LogLevel, message: &str) -> Result<(), HostStatus> {
+    // SAFETY: the pointer and length describe `message`, which outlives the call.
+    check(unsafe { proxy_log(level, message.as_ptr(), message.len()) })
 }
 
 /// A header's raw value; `Ok(None)` when absent.

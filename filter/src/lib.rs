@@ -7,6 +7,7 @@
 //! # Layout
 //! - `abi`: the host calls, bound to the ABI directly so that none panics;
 //!   only the callout dispatch goes through the SDK (its docs say why).
+//! - `logger`: the `log` facade over the ABI (the SDK's logger unwraps).
 //! - [`host`]: host calls as the filter uses them, each returning a `Result`.
 //! - [`callout`]: callouts to control and their answers.
 //! - [`llm`]: the tool-surface stream context (LLM listener).
@@ -26,13 +27,14 @@ pub mod hms;
 pub mod hold;
 pub mod host;
 pub mod llm;
+mod logger;
 pub mod metrics;
 
 use keyhole_core::config::{Config, HmsConfig, LlmConfig};
 use keyhole_core::prior::PriorSets;
 use metrics::Metrics;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{ContextType, LogLevel};
+use proxy_wasm::types::ContextType;
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -40,7 +42,7 @@ use std::rc::Rc;
 const PRIOR_SESSIONS: usize = 4096;
 
 proxy_wasm::main! {{
-    proxy_wasm::set_log_level(LogLevel::Info);
+    logger::init(log::LevelFilter::Info);
     proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root::new()) });
 }}
 
