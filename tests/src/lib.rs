@@ -13,12 +13,16 @@
 //! - [`control`]: the control binary as a child process.
 //! - [`envoy`]: Envoy from the project venv, with the real `.wasm`.
 //! - [`fake_control`]: a misbehaving control, for fault injection.
+//! - [`bodies`]: independent readers of the bodies the upstreams received.
+//! - [`embedder`]: a local bag-of-words embedder for tests not about the embedder.
 //! - [`adversary`]: adversarial LLM requests with ground truth, and a tool-definition oracle.
 //! - [`h2`]: an h2c client that can send request trailers.
 //! - [`qdrant`]: the shared Qdrant server and private ones for fault tests.
 
 pub mod adversary;
+pub mod bodies;
 pub mod control;
+pub mod embedder;
 pub mod envoy;
 pub mod fake_control;
 pub mod h2;
@@ -43,7 +47,8 @@ pub struct Stack {
 /// Options for [`Stack::start`].
 #[derive(Debug, Clone)]
 pub struct StackOptions {
-    /// Start control (false: its socket stays dead).
+    /// Start control (false: its socket stays dead, and the LLM filter runs
+    /// with `aliases` off unless its configuration names the setting).
     pub control: bool,
     /// The LLM filter's JSON configuration.
     pub llm_filter_config: String,
@@ -68,6 +73,22 @@ impl Default for StackOptions {
     }
 }
 
+/// The LLM filter configuration of a stack without control: `aliases` off
+/// unless the configuration names it. Such a stack tests the tool surface's
+/// outage rules (or a fake control that only answers `/v1/resolve`), and with
+/// aliases on every request with a session would be refused before them
+/// (aliasing fails closed without control). A configuration that is not a
+/// JSON object is passed as written.
+fn without_control(config: &str) -> String {
+    match serde_json::from_str::<serde_json::Value>(config) {
+        Ok(serde_json::Value::Object(mut map)) => {
+            map.entry("aliases").or_insert_with(|| "off".into());
+            serde_json::Value::Object(map).to_string()
+        }
+        _ => config.to_owned(),
+    }
+}
+
 impl Stack {
     /// Starts upstreams, control (unless disabled) and Envoy, and waits until
     /// all of them answer.
@@ -81,12 +102,17 @@ impl Stack {
         } else {
             None
         };
+        let llm_filter_config = if options.control {
+            options.llm_filter_config
+        } else {
+            without_control(&options.llm_filter_config)
+        };
         let envoy = envoy::Envoy::start(envoy::EnvoyOptions {
             dir: dir.path().to_owned(),
             socket,
             llm_upstream: llm.addr,
             hms_upstream: hms.addr,
-            llm_filter_config: options.llm_filter_config,
+            llm_filter_config,
             hms_filter_config: options.hms_filter_config,
             max_body_bytes: options.max_body_bytes,
             baseline: false,

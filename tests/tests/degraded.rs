@@ -3,7 +3,7 @@
 //! the first turn is hybrid; a control that cannot embed ranks lexically and
 //! says so in the client's header, its counter and the audit trail.
 
-use keyhole_e2e::{control, paths, Stack, StackOptions};
+use keyhole_e2e::{control, embedder, paths, Stack, StackOptions};
 use serde_json::Value;
 
 const CHAT: &str = "/v1/chat/completions";
@@ -50,52 +50,6 @@ async fn trail(stack: &Stack, session: &str) -> Vec<(String, String)> {
     trail.as_array().into_iter().flatten().map(|e| (field(e, "source"), field(e, "retrieval"))).collect()
 }
 
-/// An OpenAI-compatible embedder answering at once with hashed bags of words
-/// (384 dimensions), after answering 503 to its first `failures` requests.
-/// Serves until the test ends. Fast and deterministic: what is under test is
-/// when control indexes and how it labels its answers, not the embedder.
-async fn flaky_embedder(failures: usize) -> String {
-    use axum::http::StatusCode;
-    use axum::routing::post;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
-    fn vector(text: &str) -> Vec<f32> {
-        let mut v = vec![0.0f32; 384];
-        for word in text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
-            let h = word.to_lowercase().bytes().fold(2166136261u32, |h, b| (h ^ u32::from(b)).wrapping_mul(16777619));
-            v[h as usize % 384] += 1.0;
-        }
-        v[0] += 0.01;
-        v
-    }
-    let seen = Arc::new(AtomicUsize::new(0));
-    let app = axum::Router::new().route(
-        "/v1/embeddings",
-        post(move |axum::Json(req): axum::Json<Value>| {
-            let seen = seen.clone();
-            async move {
-                if seen.fetch_add(1, Ordering::Relaxed) < failures {
-                    return Err(StatusCode::SERVICE_UNAVAILABLE);
-                }
-                let inputs: Vec<String> = match &req["input"] {
-                    Value::String(s) => vec![s.clone()],
-                    Value::Array(a) => a.iter().map(|v| v.as_str().unwrap_or("").to_owned()).collect(),
-                    _ => Vec::new(),
-                };
-                let data: Vec<Value> =
-                    inputs.iter().enumerate().map(|(i, t)| serde_json::json!({"index": i, "embedding": vector(t)})).collect();
-                Ok(axum::Json(serde_json::json!({"data": data, "model": "bag-of-words"})))
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    url
-}
-
 /// Flags for the catalog overlay and whatever else the test needs.
 fn with_overlay(extra: &[&str]) -> StackOptions {
     let mut control_args = vec!["--overlay".into(), paths::catalog().join("tools.json").display().to_string()];
@@ -109,7 +63,7 @@ async fn a_control_started_with_its_registry_answers_the_first_turn_hybrid() {
     // The embedder refuses its first requests: control retries (its client,
     // then the start-up index with smaller batches and backoff) until done.
     // `Stack::start` waits for `/healthz` to answer 200, i.e. for the index.
-    let embedder = flaky_embedder(4).await;
+    let embedder = embedder::start(4).await;
     let args = ["--registry", &registry, "--embedder-url", &embedder, "--retrieval-timeout-ms", "5000"];
     let stack = Stack::start(with_overlay(&args)).await.expect("stack");
     let state = metric(&stack, r#"keyhole_control_index_state{state="ready"}"#).await;

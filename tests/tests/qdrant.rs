@@ -12,9 +12,8 @@
 //! make their timing depend on everything else running.
 
 use keyhole_e2e::qdrant::{self, Qdrant};
-use keyhole_e2e::{control, paths, Stack, StackOptions};
-use serde::Deserialize;
-use serde_json::value::RawValue;
+use keyhole_e2e::bodies::{function_tools, tool_names};
+use keyhole_e2e::{control, embedder, paths, Stack, StackOptions};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
@@ -27,41 +26,6 @@ fn read(path: std::path::PathBuf) -> Vec<u8> {
 
 fn catalog_request() -> Vec<u8> {
     read(paths::catalog().join("openai_request.json"))
-}
-
-/// Raw bytes of every function tool in a body, read independently of keyhole.
-fn function_tools(body: &[u8], gemini: bool) -> Vec<String> {
-    #[derive(Deserialize)]
-    struct B<'a> {
-        #[serde(borrow, default)]
-        tools: Vec<&'a RawValue>,
-    }
-    #[derive(Deserialize)]
-    struct G<'a> {
-        #[serde(borrow, default, rename = "functionDeclarations")]
-        decls: Vec<&'a RawValue>,
-    }
-    let b: B<'_> = serde_json::from_slice(body).expect("json body");
-    let mut out = Vec::new();
-    for t in b.tools {
-        if gemini {
-            let g: G<'_> = serde_json::from_str(t.get()).expect("gemini tool");
-            out.extend(g.decls.iter().map(|d| d.get().to_owned()));
-        } else {
-            let v: Value = serde_json::from_str(t.get()).expect("tool");
-            let kind = v.get("type").and_then(Value::as_str);
-            if matches!(kind, None | Some("function") | Some("custom")) {
-                out.push(t.get().to_owned());
-            }
-        }
-    }
-    out
-}
-
-/// The function names of an OpenAI chat body's tools.
-fn tool_names(body: &[u8]) -> Vec<String> {
-    let v: Value = serde_json::from_slice(body).expect("json body");
-    v["tools"].as_array().into_iter().flatten().filter_map(|t| t["function"]["name"].as_str().map(str::to_owned)).collect()
 }
 
 /// Control in Qdrant mode on `url`, in its own namespace, with the catalog
@@ -85,40 +49,6 @@ fn qdrant_mode(url: &str, namespace: &str, embedder: Option<&str>) -> StackOptio
         control_args.extend(["--embedder-url".into(), e.into()]);
     }
     StackOptions { control_args, ..Default::default() }
-}
-
-/// An OpenAI-compatible embedder answering at once: hashed bags of words (384
-/// dimensions), so cosine still follows word overlap. Serves until the test ends.
-async fn local_embedder() -> String {
-    use axum::routing::post;
-    fn vector(text: &str) -> Vec<f32> {
-        let mut v = vec![0.0f32; 384];
-        for word in text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
-            let h = word.to_lowercase().bytes().fold(2166136261u32, |h, b| (h ^ u32::from(b)).wrapping_mul(16777619));
-            v[h as usize % 384] += 1.0;
-        }
-        v[0] += 0.01;
-        v
-    }
-    let app = axum::Router::new().route(
-        "/v1/embeddings",
-        post(|axum::Json(req): axum::Json<Value>| async move {
-            let inputs: Vec<String> = match &req["input"] {
-                Value::String(s) => vec![s.clone()],
-                Value::Array(a) => a.iter().map(|v| v.as_str().unwrap_or("").to_owned()).collect(),
-                _ => Vec::new(),
-            };
-            let data: Vec<Value> =
-                inputs.iter().enumerate().map(|(i, t)| serde_json::json!({"index": i, "embedding": vector(t)})).collect();
-            axum::Json(serde_json::json!({"data": data, "model": "bag-of-words"}))
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    url
 }
 
 async fn send(stack: &Stack, path: &str, body: Vec<u8>, session: &str, phase: &str) -> reqwest::Response {
@@ -253,7 +183,7 @@ async fn in_qdrant_mode_every_format_is_cut_to_a_bounded_byte_identical_hybrid_s
 async fn control_started_before_qdrant_ranks_lexically_then_hybrid_once_it_is_up() {
     let mut q = Qdrant::reserve().expect("ports");
     let ns = qdrant::fresh_namespace("late");
-    let embedder = local_embedder().await;
+    let embedder = embedder::start(0).await;
     let stack = Stack::start(qdrant_mode(&q.grpc_url(), &ns, Some(&embedder))).await.expect("control starts without Qdrant");
 
     // Qdrant is not there: control answers, ranked lexically, and says so.
@@ -286,7 +216,7 @@ async fn qdrant_killed_mid_run_gives_the_bounded_fallback_and_restarts_recover_w
     let mut q = Qdrant::start_new().await.expect("qdrant");
     let ns = qdrant::fresh_namespace("kill");
     let coll = format!("keyhole-{ns}");
-    let embedder = local_embedder().await;
+    let embedder = embedder::start(0).await;
     let mut stack = Stack::start(qdrant_mode(&q.grpc_url(), &ns, Some(&embedder))).await.expect("stack");
     until_hybrid(&stack, "s", Duration::from_secs(120)).await;
     let prior = tool_names(&stack.llm.seen().last().unwrap().body);
@@ -351,7 +281,7 @@ async fn a_collection_deleted_behind_controls_back_is_rebuilt() {
     let ns = qdrant::fresh_namespace("deleted");
     let coll = format!("keyhole-{ns}");
     let http = qdrant::shared_http_url();
-    let embedder = local_embedder().await;
+    let embedder = embedder::start(0).await;
     let stack = Stack::start(qdrant_mode(&qdrant::shared_grpc_url(), &ns, Some(&embedder))).await.expect("stack");
     until_hybrid(&stack, "d", Duration::from_secs(120)).await;
     assert_eq!(qdrant::points(&http, &coll).await.unwrap(), Some(REGISTRY as u64));

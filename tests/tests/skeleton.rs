@@ -1,6 +1,7 @@
 //! The walking skeleton, end to end: the real `.wasm` in a real Envoy, calling
 //! the real control binary over a Unix socket, with a real embedder.
 
+use keyhole_e2e::bodies::without_tools;
 use keyhole_e2e::{envoy, paths, Stack, StackOptions};
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -18,12 +19,6 @@ fn raw_tools(body: &[u8]) -> Vec<String> {
     }
     let b: B<'_> = serde_json::from_slice(body).expect("body with tools");
     b.tools.iter().map(|t| t.get().to_owned()).collect()
-}
-
-fn without_tools(body: &[u8]) -> Value {
-    let mut v: Value = serde_json::from_slice(body).expect("json");
-    v.as_object_mut().expect("object").remove("tools");
-    v
 }
 
 async fn post(url: &str, body: Vec<u8>) -> reqwest::Response {

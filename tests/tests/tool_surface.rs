@@ -3,9 +3,8 @@
 
 use keyhole_e2e::fake_control::{Fault, FakeControl};
 use keyhole_e2e::upstream::Canned;
+use keyhole_e2e::bodies::{function_tools, without_tools};
 use keyhole_e2e::{paths, Stack, StackOptions};
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
@@ -35,41 +34,6 @@ fn cases() -> Vec<Case> {
             gemini: true,
         },
     ]
-}
-
-/// Raw bytes of every function tool in a body, read independently of keyhole.
-fn function_tools(body: &[u8], gemini: bool) -> Vec<String> {
-    #[derive(Deserialize)]
-    struct B<'a> {
-        #[serde(borrow, default)]
-        tools: Vec<&'a RawValue>,
-    }
-    #[derive(Deserialize)]
-    struct G<'a> {
-        #[serde(borrow, default, rename = "functionDeclarations")]
-        decls: Vec<&'a RawValue>,
-    }
-    let b: B<'_> = serde_json::from_slice(body).expect("json body");
-    let mut out = Vec::new();
-    for t in b.tools {
-        if gemini {
-            let g: G<'_> = serde_json::from_str(t.get()).expect("gemini tool");
-            out.extend(g.decls.iter().map(|d| d.get().to_owned()));
-        } else {
-            let v: Value = serde_json::from_str(t.get()).expect("tool");
-            let kind = v.get("type").and_then(Value::as_str);
-            if matches!(kind, None | Some("function") | Some("custom")) {
-                out.push(t.get().to_owned());
-            }
-        }
-    }
-    out
-}
-
-fn without_tools(body: &[u8]) -> Value {
-    let mut v: Value = serde_json::from_slice(body).expect("json");
-    v.as_object_mut().expect("object").remove("tools");
-    v
 }
 
 async fn send(stack: &Stack, path: &str, body: Vec<u8>, headers: &[(&str, &str)]) -> reqwest::Response {
