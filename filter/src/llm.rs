@@ -1,7 +1,8 @@
 //! The tool-surface stream context on the LLM listener.
 //!
 //! Request path: headers (copy session and phase) → body buffered to its end
-//! (end of stream, or request trailers) → read by core → `POST /v1/resolve`
+//! (end of stream, or request trailers) → raw ids aliased (below) → read by
+//! core → `POST /v1/resolve`
 //! to control, naming the registry by digest (when control answers that it
 //! does not know the digest, once more with the descriptors) → core's bounded decision → body rewritten → the independent
 //! detector counts tool definitions in what is about to leave → resumed, or
@@ -12,13 +13,33 @@
 //!
 //! Response path: the audit header is added to the response (request headers
 //! can no longer be changed once the body is being processed).
+//!
+//! # Ids (`aliases: on`, the default)
+//! The model never holds a raw id, whichever path brought it: before anything
+//! else, every raw id in the body outside the tool definitions is replaced by
+//! its session alias ([`keyhole_core::alias::PromptScan`]; the session is the
+//! HMS listener's, by the same header). The scan's ids go to control
+//! (`POST /v1/alias/encode` with `"prompt": true`, so an alias this session
+//! issued, which the model wrote back, stays as it is); control persists new
+//! aliases before it answers, and answers with the session's earlier ids too,
+//! which are replaced wherever they stand. The tool surface is then decided
+//! on the aliased body, so retrieval never sees a raw id either. An id that
+//! cannot be aliased (no session header, control or its store down, a
+//! conflict, an unreadable body, a rewrite that would leave one) refuses the
+//! request: it is never forwarded raw. A body without a session header and
+//! without ids passes as is. Answers are not rewritten. Each turn's count of
+//! replaced ids is counted (`keyhole.llm.ids_aliased`), logged
+//! (`keyhole.prompt-aliases`) and put on the answer ([`ALIASED_HEADER`]).
 
 use crate::callout::{self, Callout, Sent};
 use crate::hold::{Verdict, HOLD_HEADER, HOLD_OPEN};
 use crate::host::{self, HostError};
 use crate::metrics::{count, Metrics};
 use keyhole_core::admission::{self, ScanLimits, StreamScanner};
-use keyhole_core::config::{LlmConfig, OffSurface};
+use keyhole_core::alias::prompt::Refusal as AliasRefusal;
+use keyhole_core::alias::wire::WithTaxonomy;
+use keyhole_core::alias::{EncodeRequest, EncodeResponse, PromptScan, Taxonomy};
+use keyhole_core::config::{Aliases, LlmConfig, OffSurface};
 use keyhole_core::format::{Format, ParsedRequest};
 use keyhole_core::prior::PriorSets;
 use keyhole_core::reply::{self, ErrorKind, LocalReply};
@@ -36,6 +57,65 @@ pub const AUDIT_HEADER: &str = "x-keyhole-tools";
 pub const SOURCE_HEADER: &str = "x-keyhole-source";
 /// Response header listing tools the answer called but the model was not shown.
 pub const OFF_SURFACE_HEADER: &str = "x-keyhole-off-surface";
+/// Response header with the number of raw id occurrences replaced by aliases
+/// in the request (present when the request was aliased; never an id).
+pub const ALIASED_HEADER: &str = "x-keyhole-ids-aliased";
+
+/// The LLM listener's alias counters, in Envoy's `/stats` as
+/// `wasmcustom.keyhole.llm.<name>`. Defined once per worker, on first use.
+#[derive(Debug, Clone, Copy)]
+struct AliasMetrics {
+    /// Raw id occurrences replaced by aliases in requests, summed.
+    ids_aliased: Option<u32>,
+    /// Requests with at least one id replaced.
+    requests_aliased: Option<u32>,
+    /// Requests refused because their ids could not be aliased, per
+    /// [`AliasRefusal::ALL`] (`keyhole.llm.alias_refused.<reason>`).
+    refused: [Option<u32>; 7],
+}
+
+impl AliasMetrics {
+    fn get() -> AliasMetrics {
+        thread_local! {
+            static METRICS: std::cell::OnceCell<AliasMetrics> = const { std::cell::OnceCell::new() };
+        }
+        METRICS.with(|m| {
+            *m.get_or_init(|| AliasMetrics {
+                ids_aliased: counter("keyhole.llm.ids_aliased"),
+                requests_aliased: counter("keyhole.llm.requests_aliased"),
+                refused: AliasRefusal::ALL.map(|r| counter(&format!("keyhole.llm.alias_refused.{}", r.as_str()))),
+            })
+        })
+    }
+
+    fn refused(&self, reason: AliasRefusal) -> Option<u32> {
+        let i = AliasRefusal::ALL.iter().position(|r| *r == reason)?;
+        self.refused.get(i).copied().flatten()
+    }
+}
+
+/// Defines a counter; `None` when the host refuses (never counted then).
+fn counter(name: &str) -> Option<u32> {
+    crate::abi::define_metric(proxy_wasm::types::MetricType::Counter, name).ok()
+}
+
+/// The taxonomy of `config`, leaked once per distinct taxonomy: a scan
+/// borrows it across the encode callout, and a worker's configurations are
+/// few and live as long as it does.
+fn leaked(taxonomy: &std::sync::Arc<Taxonomy>) -> &'static Taxonomy {
+    thread_local! {
+        static LEAKED: RefCell<Vec<&'static Taxonomy>> = const { RefCell::new(Vec::new()) };
+    }
+    LEAKED.with(|all| {
+        let mut all = all.borrow_mut();
+        if let Some(t) = all.iter().find(|t| t.digest() == taxonomy.digest()) {
+            return *t;
+        }
+        let t: &'static Taxonomy = Box::leak(Box::new(Taxonomy::clone(taxonomy)));
+        all.push(t);
+        t
+    })
+}
 
 /// Where a stream is in its life.
 enum State {
@@ -44,6 +124,8 @@ enum State {
     Passthrough,
     /// Buffering the request body.
     Reading,
+    /// Waiting for control's encode answer: the body as read and its scan.
+    Aliasing { body: Vec<u8>, scan: Box<PromptScan<'static>> },
     /// Waiting for control's answer. The request is kept as read, with the
     /// body its spans refer to. `registry_sent`: the question carried the
     /// descriptors (the second ask).
@@ -74,6 +156,8 @@ pub struct LlmStream {
     /// Bytes of request body buffered so far (the trailers callback has no
     /// size of its own).
     body_size: usize,
+    /// Raw id occurrences replaced in the request (`None`: not aliased).
+    ids_aliased: Option<usize>,
 }
 
 impl LlmStream {
@@ -95,6 +179,7 @@ impl LlmStream {
             state: State::Passthrough,
             callout: Callout::default(),
             body_size: 0,
+            ids_aliased: None,
         }
     }
 
@@ -124,12 +209,108 @@ impl LlmStream {
         self.reject(reply)
     }
 
-    /// Reads the complete body, asks control, and pauses; or decides at once.
+    /// Reads the complete body, has its ids aliased, asks control, and
+    /// pauses; or decides at once.
     fn on_complete_body(&mut self, size: usize) -> Action {
         let body = if size == 0 { Ok(Vec::new()) } else { host::buffer(BufferType::HttpRequestBody, size) };
         let Ok(body) = body else {
+            if self.config.aliases == Aliases::On {
+                return self.refuse_alias(AliasRefusal::Host, 0);
+            }
             return self.reject(reply::internal("the request body could not be read"));
         };
+        if self.config.aliases == Aliases::On && !body.is_empty() {
+            return self.alias(body);
+        }
+        self.surface(body)
+    }
+
+    /// Scans `body` for raw ids and asks control to encode them; passes a
+    /// body without session and without ids on to [`Self::surface`].
+    fn alias(&mut self, body: Vec<u8>) -> Action {
+        let tax = leaked(&self.config.taxonomy);
+        let scan = match PromptScan::new(tax, &body) {
+            Ok(scan) => scan,
+            Err(_) => return self.refuse_alias(AliasRefusal::Unreadable, 0),
+        };
+        // With a session, control is always asked: the session's earlier ids
+        // (a clinic slug learned on HMS) are replaced in prompts too.
+        let Some(session) = self.session.clone() else {
+            if scan.ids().is_empty() {
+                return self.surface(body);
+            }
+            return self.refuse_alias(AliasRefusal::NoSession, scan.ids().len());
+        };
+        let question = WithTaxonomy::new(EncodeRequest { session, ids: scan.ids().to_vec(), prompt: true }, tax);
+        let Ok(payload) = serde_json::to_vec(&question) else {
+            return self.refuse_alias(AliasRefusal::Control, scan.ids().len());
+        };
+        let ids = scan.ids().len();
+        self.state = State::Aliasing { body, scan: Box::new(scan) };
+        match self.callout.send(&self.config.control, "/v1/alias/encode", &payload) {
+            Ok(Sent::Waiting) => Action::Pause,
+            Ok(Sent::Answered(action)) => action,
+            Err(_) => self.refuse_alias(AliasRefusal::Control, ids),
+        }
+    }
+
+    /// Applies control's encode answer (`status`, `answer` its body): the
+    /// rewritten body replaces the buffered one, and the tool surface is
+    /// decided on it.
+    fn on_encoded(&mut self, body: Vec<u8>, scan: &PromptScan<'_>, status: u16, answer: Option<Vec<u8>>) -> Action {
+        let ids = scan.ids().len();
+        if status != 200 {
+            return self.refuse_alias(AliasRefusal::of_answer(status, answer.as_deref()), ids);
+        }
+        let Some(Ok(encoded)) = answer.as_deref().map(serde_json::from_slice::<EncodeResponse>) else {
+            return self.refuse_alias(AliasRefusal::Control, ids);
+        };
+        let rewritten = match scan.rewrite_counted(&body, &encoded.aliases, &encoded.known) {
+            Ok(rewritten) => rewritten,
+            Err(e) => {
+                log::warn!("keyhole.prompt-alias-error context={} error={:?}", self.context_id, e.reason());
+                return self.refuse_alias(AliasRefusal::Rewrite, ids);
+            }
+        };
+        if rewritten.body != body
+            && host::replace_buffer(BufferType::HttpRequestBody, body.len(), &rewritten.body).is_err()
+        {
+            return self.refuse_alias(AliasRefusal::Host, ids);
+        }
+        count(AliasMetrics::get().ids_aliased, rewritten.ids as i64);
+        if rewritten.ids > 0 {
+            count(AliasMetrics::get().requests_aliased, 1);
+        }
+        log::info!(
+            "keyhole.prompt-aliases context={} session={} ids={} distinct={} known={} bytes_in={} bytes_out={}",
+            self.context_id,
+            self.session.as_deref().unwrap_or("-"),
+            rewritten.ids,
+            ids,
+            encoded.known.len(),
+            body.len(),
+            rewritten.body.len()
+        );
+        self.ids_aliased = Some(rewritten.ids);
+        self.surface(rewritten.body)
+    }
+
+    /// Refuses a request whose ids cannot be aliased: counted by reason,
+    /// logged (never an id), answered with the reason's reply.
+    fn refuse_alias(&mut self, refusal: AliasRefusal, ids: usize) -> Action {
+        count(AliasMetrics::get().refused(refusal), 1);
+        log::warn!(
+            "keyhole.prompt-alias-refused context={} session={} reason={} ids={ids}",
+            self.context_id,
+            self.session.as_deref().unwrap_or("-"),
+            refusal.as_str()
+        );
+        self.reject(refusal.reply(&self.config.session_header))
+    }
+
+    /// Reads `body` (aliased, or as sent), asks control for its tools, and
+    /// pauses; or decides at once.
+    fn surface(&mut self, body: Vec<u8>) -> Action {
         let parsed = match surface::read(&self.path, &body, self.phase, &self.config.builtin_tools) {
             Read::Pass => {
                 self.state = State::Passthrough;
@@ -201,7 +382,7 @@ impl LlmStream {
             }
         }
         log::info!(
-            "keyhole.candidate-set session={} phase={} source={} format={} tools_in={} tools_out={} bytes_in={} bytes_out={} clamped={}",
+            "keyhole.candidate-set session={} phase={} source={} format={} tools_in={} tools_out={} bytes_in={} bytes_out={} clamped={} ids_aliased={}",
             self.session.as_deref().unwrap_or("-"),
             self.phase,
             source.as_str(),
@@ -210,7 +391,8 @@ impl LlmStream {
             keep.len(),
             body.len(),
             rewritten.len(),
-            clamped
+            clamped,
+            self.ids_aliased.map_or_else(|| "-".to_owned(), |n| n.to_string())
         );
         self.state = State::Decided { surfaced, source, format: parsed.format };
         Action::Continue
@@ -282,6 +464,11 @@ impl Context for LlmStream {
         }
         let (body, parsed, registry_sent) = match std::mem::replace(&mut self.state, State::Answered) {
             State::Resolving { body, parsed, registry_sent } => (body, parsed, registry_sent),
+            State::Aliasing { body, scan } => {
+                let action = self.on_encoded(body, &scan, callout::status(), callout::body(body_size));
+                self.callout.settle(action, StreamType::HttpRequest);
+                return;
+            }
             other => {
                 self.state = other;
                 return;
@@ -315,7 +502,7 @@ impl HttpContext for LlmStream {
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         match self.state {
             State::Reading => {}
-            State::Resolving { .. } | State::Answered => return Action::Pause,
+            State::Aliasing { .. } | State::Resolving { .. } | State::Answered => return Action::Pause,
             _ => return Action::Continue,
         }
         if body_size > self.config.max_body_bytes {
@@ -334,7 +521,7 @@ impl HttpContext for LlmStream {
         // read and rewrite here. Without this, Envoy would forward it unread.
         match self.state {
             State::Reading => self.on_complete_body(self.body_size),
-            State::Resolving { .. } | State::Answered => Action::Pause,
+            State::Aliasing { .. } | State::Resolving { .. } | State::Answered => Action::Pause,
             _ => Action::Continue,
         }
     }
@@ -342,8 +529,11 @@ impl HttpContext for LlmStream {
     fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         // Only keyhole sets these; an upstream must not forge them. (Envoy
         // does not refuse header writes in this callback; a refusal is logged.)
-        for name in [HOLD_HEADER, OFF_SURFACE_HEADER, AUDIT_HEADER, SOURCE_HEADER] {
+        for name in [HOLD_HEADER, OFF_SURFACE_HEADER, AUDIT_HEADER, SOURCE_HEADER, ALIASED_HEADER] {
             let _ = host::set_response_header(name, None);
+        }
+        if let Some(n) = self.ids_aliased {
+            let _ = host::set_response_header(ALIASED_HEADER, Some(&n.to_string()));
         }
         let State::Decided { surfaced, source, format } = std::mem::replace(&mut self.state, State::Answered) else {
             return Action::Continue;

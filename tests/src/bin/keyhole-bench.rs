@@ -433,6 +433,29 @@ async fn main() -> anyhow::Result<()> {
     }
     let (a, z) = interleaved(&k, &b, std::slice::from_ref(&warm), rounds).await?;
     let warm_pair = pair(a, z);
+    // The alias pass alone: the same request through a second keyhole with
+    // `aliases` off, interleaved with the first (on, the default) in one run.
+    eprintln!("scenario 1: catalog request, aliases on vs off…");
+    let off = Stack::start(StackOptions {
+        llm_filter_config: r#"{"mode":"llm","timeout_ms":30000,"aliases":"off"}"#.into(),
+        ..Default::default()
+    })
+    .await?;
+    let k_off = off.envoy.llm_url();
+    while send(&client, &k_off, &warm).await?.1 != 200 {
+        anyhow::ensure!(Instant::now() < deadline, "keyhole (aliases off) never answered the catalog request");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for _ in 0..5 {
+        send(&client, &k_off, &warm).await?;
+    }
+    let (a, z) = interleaved(&k, &k_off, std::slice::from_ref(&warm), rounds).await?;
+    let alias_pair = pair(a, z);
+    eprintln!(
+        "  alias pass on the catalog request: added p50 {:.3} ms, p99 {:.3} ms",
+        alias_pair.added_p50_ms, alias_pair.added_p99_ms
+    );
+    drop(off);
     // Throughput at 1, 4 and 16 connections, keyhole and plain Envoy side by side.
     let mut tput = Vec::new();
     for conns in [1usize, 4, 16] {
@@ -450,7 +473,7 @@ async fn main() -> anyhow::Result<()> {
     results.insert(
         "llm_catalog",
         json!({"warm": warm_pair, "cold_query_embedding": cold_pair,
-               "throughput_rps": tput}),
+               "alias_pass": alias_pair, "throughput_rps": tput}),
     );
 
     // 2. Non-LLM traffic through the same listener.
@@ -619,6 +642,7 @@ fn markdown(r: &BTreeMap<&str, Value>) -> String {
     };
     s += &row("1. LLM catalog request (84 KB), warm", &l["warm"]);
     s += &row("1. LLM catalog request, cold query embedding", &l["cold_query_embedding"]);
+    s += &row("1. LLM catalog request, aliases on (vs keyhole with aliases off)", &l["alias_pass"]);
     s += &row("2. GET through the LLM listener", &r["llm_get"]);
     for h in r["hms"].as_array().into_iter().flatten() {
         if let Some(e) = h["error"].as_str() {
