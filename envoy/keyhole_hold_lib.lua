@@ -32,14 +32,19 @@ local function strip_verdict(headers, body, verdict, size)
   headers:replace("content-length", tostring(size - nl))
 end
 
--- Applies the verdict's header edits (`name: value` sets, `-name` removes).
+-- Applies the verdict's header edits in order: `name: value` sets, `-name`
+-- removes, `+name: value` adds one more value (a repeated header).
 local function apply_edits(headers, verdict)
   for i = 2, #verdict.fields do
     local field = verdict.fields[i]
-    if string.sub(field, 1, 1) == "-" then
+    local mark = string.sub(field, 1, 1)
+    if mark == EDIT_REMOVE then
       headers:remove(string.sub(field, 2))
+    elseif mark == EDIT_ADD then
+      local name, value = string.match(string.sub(field, 2), EDIT_PATTERN)
+      if name ~= nil then headers:add(name, value) end
     else
-      local name, value = string.match(field, "^(:?[%w_%-]+): (.*)$")
+      local name, value = string.match(field, EDIT_PATTERN)
       if name ~= nil then headers:replace(name, value) end
     end
   end

@@ -29,8 +29,10 @@
 //!   sets `content-type: application/json` (the body is then keyhole's error).
 //! - `NAMES`: comma-separated tool names for `x-keyhole-off-surface` (LLM
 //!   listener); empty on the HMS listener.
-//! - `EDIT`: `name: value` replaces a header, `-name` removes it; `name` is a
-//!   lower-case token or a pseudo-header (`:path`).
+//! - `EDIT`: `name: value` replaces a header (every value of it), `-name`
+//!   removes it, `+name: value` adds one more value (a repeated header: `Link`
+//!   twice stays twice, written as `-link`, `+link: a`, `+link: b`); `name` is a
+//!   lower-case token or a pseudo-header (`:path`). Edits apply in order.
 //!
 //! The same line works on requests: on the HMS listener a request hold filter
 //! sits *after* keyhole and applies a verdict that keyhole prepended to a
@@ -51,23 +53,55 @@ pub const HOLD_HEADER: &str = "x-keyhole-hold";
 pub const HOLD_OPEN: &str = "1";
 /// [`HOLD_HEADER`] value: a body without a valid verdict is replaced by a 502.
 pub const HOLD_CLOSED: &str = "closed";
+/// Starts an `EDIT` that removes a header.
+pub const EDIT_REMOVE: &str = "-";
+/// Starts an `EDIT` that adds a value to a header.
+pub const EDIT_ADD: &str = "+";
+/// Separates an `EDIT`'s name from its value.
+pub const EDIT_VALUE: &str = ": ";
 /// Starts the verdict line.
 pub const VERDICT_PREFIX: &str = "keyhole-verdict ";
 /// The hold filter looks for the end of the verdict line in this many bytes.
 pub const MAX_VERDICT_LINE: usize = 65_536;
 /// Response header carrying a verdict's `NAMES` (tools called off the surface).
 pub const NAMES_HEADER: &str = "x-keyhole-off-surface";
-/// Response headers kept when a response is withheld (pseudo-headers aside);
-/// every other header is removed, since it may hold a raw id.
-pub const KEPT_ON_WITHHOLD: [&str; 3] = ["date", "server", "x-envoy-upstream-service-time"];
+/// Response headers kept when a response is withheld (pseudo-headers aside):
+/// Envoy overwrites both, whatever the upstream sent. Every other header is
+/// removed, since it may hold a raw id (`date` too: Envoy passes an
+/// upstream's `date` on as it came).
+pub const KEPT_ON_WITHHOLD: [&str; 2] = ["server", "x-envoy-upstream-service-time"];
 
 /// One header change carried by a verdict.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HeaderEdit {
-    /// Replace (or add) a header.
+    /// Replace (or add) a header: every value it had is replaced by this one.
     Set(String, String),
-    /// Remove a header.
+    /// Remove a header (every value of it).
     Remove(String),
+    /// Add one more value to a header, after the ones it has.
+    Add(String, String),
+}
+
+impl HeaderEdit {
+    /// The header this edit changes.
+    pub fn name(&self) -> &str {
+        match self {
+            HeaderEdit::Set(name, _) | HeaderEdit::Remove(name) | HeaderEdit::Add(name, _) => name,
+        }
+    }
+
+    /// The edits that give header `name` exactly `values`, in order: one
+    /// [`HeaderEdit::Set`] for one value, a removal followed by one
+    /// [`HeaderEdit::Add`] per value otherwise (a repeated header stays
+    /// repeated), a removal alone for none.
+    pub fn set_all(name: &str, values: Vec<String>) -> Vec<HeaderEdit> {
+        if values.len() == 1 {
+            return values.into_iter().map(|v| HeaderEdit::Set(name.to_owned(), v)).collect();
+        }
+        let mut edits = vec![HeaderEdit::Remove(name.to_owned())];
+        edits.extend(values.into_iter().map(|v| HeaderEdit::Add(name.to_owned(), v)));
+        edits
+    }
 }
 
 /// What the hold filter applies to a held response.
@@ -129,9 +163,10 @@ impl Verdict {
             return Err(VerdictError::ControlChar(NAMES_HEADER.into()));
         }
         for edit in &self.edits {
-            let (name, value) = match edit {
-                HeaderEdit::Set(name, value) => (name, Some(value)),
-                HeaderEdit::Remove(name) => (name, None),
+            let (mark, name, value) = match edit {
+                HeaderEdit::Set(name, value) => ("", name, Some(value)),
+                HeaderEdit::Remove(name) => (EDIT_REMOVE, name, None),
+                HeaderEdit::Add(name, value) => (EDIT_ADD, name, Some(value)),
             };
             if !valid_name(name) {
                 return Err(VerdictError::HeaderName(name.clone()));
@@ -140,8 +175,8 @@ impl Verdict {
                 Some(v) if v.contains(['\t', '\r', '\n']) => {
                     return Err(VerdictError::ControlChar(name.clone()))
                 }
-                Some(v) => line.push_str(&format!("\t{name}: {v}")),
-                None => line.push_str(&format!("\t-{name}")),
+                Some(v) => line.push_str(&format!("\t{mark}{name}{EDIT_VALUE}{v}")),
+                None => line.push_str(&format!("\t{mark}{name}")),
             }
         }
         line.push('\n');
@@ -186,7 +221,7 @@ fn lua_pattern(s: &str) -> String {
 
 /// The Lua side's constants, as `envoy/keyhole_hold_protocol.lua` holds them:
 /// the hold header and its closed value, the verdict line's pattern and length
-/// limit, the names header, the headers kept on a withheld response, and the
+/// limit, the edit marks and the pattern of a `name: value` edit, the names header, the headers kept on a withheld response, and the
 /// local replies the Lua filters send (from [`crate::reply`]).
 pub fn lua_protocol() -> String {
     let withheld = crate::reply::withheld_without_verdict();
@@ -205,6 +240,9 @@ pub fn lua_protocol() -> String {
         format!("local VERDICT_PATTERN = {}", lua_string(&format!("^{}(%d+) ?(.*)$", lua_pattern(VERDICT_PREFIX)))),
         format!("local MAX_VERDICT_LINE = {MAX_VERDICT_LINE}"),
         format!("local NAMES_HEADER = {}", lua_string(NAMES_HEADER)),
+        format!("local EDIT_REMOVE = {}", lua_string(EDIT_REMOVE)),
+        format!("local EDIT_ADD = {}", lua_string(EDIT_ADD)),
+        format!("local EDIT_PATTERN = {}", lua_string(&format!("^(:?[%w_%-]+){}(.*)$", lua_pattern(EDIT_VALUE)))),
         format!("local CONTENT_TYPE = {}", lua_string(crate::reply::CONTENT_TYPE)),
         format!("local KEPT = {kept}"),
         format!("local WITHHELD_STATUS = {}", lua_string(&withheld.status.to_string())),
@@ -263,6 +301,15 @@ mod tests {
             b"keyhole-verdict 0 \t:path: /p/1?q=2\n"
         );
         assert_eq!(llm.line().unwrap(), b"keyhole-verdict 502 a,b\n");
+        let links = Verdict::keep(HeaderEdit::set_all("link", vec!["<a>".into(), "<b>".into()]));
+        assert_eq!(
+            links.line().unwrap(),
+            b"keyhole-verdict 0 \t-link\t+link: <a>\t+link: <b>\n"
+        );
+        assert_eq!(
+            HeaderEdit::set_all("etag", vec!["\"x\"".into()]),
+            vec![HeaderEdit::Set("etag".into(), "\"x\"".into())]
+        );
     }
 
     #[test]

@@ -49,6 +49,13 @@ extern "C" {
         value_data: *const u8,
         value_size: usize,
     ) -> u32;
+    fn proxy_add_header_map_value(
+        map_type: MapType,
+        key_data: *const u8,
+        key_size: usize,
+        value_data: *const u8,
+        value_size: usize,
+    ) -> u32;
     fn proxy_remove_header_map_value(map_type: MapType, key_data: *const u8, key_size: usize) -> u32;
     fn proxy_get_header_map_pairs(map_type: MapType, return_map_data: *mut *mut u8, return_map_size: *mut usize) -> u32;
     fn proxy_get_buffer_bytes(
@@ -136,6 +143,12 @@ pub fn get_header_pairs(map: MapType) -> Result<Vec<(String, String)>, HostStatu
 pub fn replace_header(map: MapType, key: &str, value: &str) -> Result<(), HostStatus> {
     // SAFETY: pointers are valid for the call.
     check(unsafe { proxy_replace_header_map_value(map, key.as_ptr(), key.len(), value.as_ptr(), value.len()) })
+}
+
+/// Adds a value to a header (after the values it has).
+pub fn add_header(map: MapType, key: &str, value: &str) -> Result<(), HostStatus> {
+    // SAFETY: pointers are valid for the call.
+    check(unsafe { proxy_add_header_map_value(map, key.as_ptr(), key.len(), value.as_ptr(), value.len()) })
 }
 
 /// Removes a header.

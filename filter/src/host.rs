@@ -58,12 +58,27 @@ pub fn set_response_header(name: &str, value: Option<&str>) -> Result<(), HostEr
     set_header(MapType::HttpResponseHeaders, name, value)
 }
 
-fn set_header(map: MapType, name: &str, value: Option<&str>) -> Result<(), HostError> {
+/// Sets (or, with `None`, removes) a header of `map`: every value it had is
+/// replaced. See [`set_request_header`] and [`set_response_header`] for when
+/// the host takes it.
+pub fn set_header(map: MapType, name: &str, value: Option<&str>) -> Result<(), HostError> {
     let result = match value {
         Some(v) => abi::replace_header(map, name, v),
         None => abi::remove_header(map, name),
     };
     result.map_err(|status| refused("set_header", (map, name), status))
+}
+
+/// Adds one more value to a header of `map`, after the values it has (a
+/// repeated header). Taken when [`set_header`] would be.
+pub fn add_header(map: MapType, name: &str, value: &str) -> Result<(), HostError> {
+    abi::add_header(map, name, value).map_err(|status| refused("add_header", (map, name), status))
+}
+
+/// Every request header (pseudo-headers included), in order.
+pub fn request_headers() -> Result<Vec<(String, String)>, HostError> {
+    abi::get_header_pairs(MapType::HttpRequestHeaders)
+        .map_err(|status| refused("get_header_pairs", MapType::HttpRequestHeaders, status))
 }
 
 /// Every response header (pseudo-headers included), in order.

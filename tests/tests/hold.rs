@@ -50,6 +50,30 @@ async fn response_verdicts_written_by_rust_are_applied_by_the_lua_hold() {
     assert_eq!(r.headers()["content-length"], body.len().to_string());
     assert_eq!(r.bytes().await.unwrap().as_ref(), body);
 
+    // A repeated header set to several values, and one value added: each
+    // stays a header of its own, in order.
+    let mut edits = HeaderEdit::set_all("link", vec!["<a/patient-001>; rel=\"a\"".into(), "<b>; rel=\"b\"".into()]);
+    edits.push(HeaderEdit::Add("x-patient-id".into(), "patient-002".into()));
+    edits.extend(HeaderEdit::set_all("etag", vec!["\"patient-001-v7\"".into()]));
+    let verdict = Verdict::keep(edits);
+    upstream.set(
+        "/repeated",
+        held(
+            HOLD_CLOSED,
+            verdict.frame(body).unwrap(),
+            &[("link", "<raw-1>"), ("x-patient-id", "patient-001"), ("etag", "\"raw\"")],
+        ),
+    );
+    let r = http.get(format!("{}/repeated", envoy.hms_url())).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let all = |name: &str| -> Vec<String> {
+        r.headers().get_all(name).iter().map(|v| v.to_str().unwrap().to_owned()).collect()
+    };
+    assert_eq!(all("link"), ["<a/patient-001>; rel=\"a\"", "<b>; rel=\"b\""]);
+    assert_eq!(all("x-patient-id"), ["patient-001", "patient-002"]);
+    assert_eq!(all("etag"), ["\"patient-001-v7\""]);
+    assert_eq!(r.bytes().await.unwrap().as_ref(), body);
+
     // A new status and off-surface names (the LLM listener's shape): the body
     // is the filter's error reply.
     let blocked = reply::off_surface_tool_call(&["drop_table", "exfiltrate"]);
@@ -74,16 +98,23 @@ async fn response_verdicts_written_by_rust_are_applied_by_the_lua_hold() {
         ("/closed-bad-verdict", b"keyhole-verdict x\n{}".to_vec()),
         ("/closed-no-newline", b"keyhole-verdict 0 ".to_vec()),
     ] {
-        upstream.set(path, held(HOLD_CLOSED, body, &[("x-record", "039b70b8"), ("server", "hms")]));
+        upstream.set(
+            path,
+            held(HOLD_CLOSED, body, &[("x-record", "039b70b8"), ("server", "hms"), ("date", "039b70b8")]),
+        );
         let r = http.get(format!("{}{path}", envoy.hms_url())).send().await.unwrap();
         let want = reply::withheld_without_verdict();
         assert_eq!(r.status().as_u16(), want.status, "{path}");
         for name in r.headers().keys() {
             let name = name.as_str();
+            // `date`: Envoy's own, once the upstream's is removed.
             assert!(
-                KEPT_ON_WITHHOLD.contains(&name) || name == "content-type" || name == "content-length",
+                KEPT_ON_WITHHOLD.contains(&name) || ["content-type", "content-length", "date"].contains(&name),
                 "{path}: header {name} survived a withheld response"
             );
+        }
+        for (name, value) in r.headers() {
+            assert!(!value.to_str().unwrap_or("").contains("039b70b8"), "{path}: {name} holds the id");
         }
         assert!(r.headers().get("x-record").is_none(), "{path}: a header that may hold an id survived");
         assert_eq!(r.headers()["content-type"], reply::CONTENT_TYPE);
@@ -111,6 +142,29 @@ async fn request_verdicts_written_by_rust_are_applied_by_the_lua_request_hold() 
     assert_eq!(seen[0].uri, "/api/v2/patients/039b70b8?x=1");
     assert_eq!(seen[0].body.as_ref(), br#"{"a":1}"#);
     assert!(seen[0].headers.get(HOLD_HEADER).is_none());
+    upstream.clear();
+
+    // Header edits on a request: a repeated header stays repeated.
+    let mut edits = vec![HeaderEdit::Set(":path".into(), "/api/v2/visits".into())];
+    edits.extend(HeaderEdit::set_all("link", vec!["<Patient/pat-000123>".into(), "<help>".into()]));
+    edits.push(HeaderEdit::Set("x-patient-id".into(), "039b70b8".into()));
+    let r = http
+        .post(format!("{}/api/v2/visits", envoy.hms_url()))
+        .header(HOLD_HEADER, HOLD_CLOSED)
+        .header("link", "<Patient/patient-001>")
+        .header("link", "<help>")
+        .header("x-patient-id", "patient-001")
+        .body(Verdict::keep(edits).frame(b"{}").unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 1);
+    let all = |name: &str| -> Vec<&str> { seen[0].headers.get_all(name).iter().map(|v| v.to_str().unwrap()).collect() };
+    assert_eq!(all("link"), ["<Patient/pat-000123>", "<help>"]);
+    assert_eq!(all("x-patient-id"), ["039b70b8"]);
+    assert_eq!(seen[0].body.as_ref(), b"{}");
     upstream.clear();
 
     // No verdict, a status, or names: refused with the Rust reply, never sent.

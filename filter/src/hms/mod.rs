@@ -2,13 +2,20 @@
 //! id. The context holds what both directions share and hands each callback to
 //! its half:
 //!
-//! - [`request`]: aliases in the path, the query and the body are decoded by
-//!   control (`POST /v1/alias/decode`) and replaced with the real ids in the
-//!   form each place expects. An alias this session did not issue (or a
-//!   sentinel) is answered locally with a 404 naming it; nothing reaches HMS.
-//! - [`response`]: every raw id in the body (JSON or text) and in the headers
-//!   (`Location`, `Link`, …) is replaced by its alias (encoded by control at
-//!   `POST /v1/alias/encode`, persisted before control answers). An id that
+//! - [`request`]: aliases in the path, the query, the headers (all but a
+//!   short safe list: credentials, trace ids, the session header) and the body
+//!   are decoded by control (`POST /v1/alias/decode`) and replaced with the
+//!   real ids in the form each place expects. An alias this session did not
+//!   issue (or a sentinel) is answered locally with a 404 naming it; nothing
+//!   reaches HMS. Raw-id-shaped values are counted and, by default
+//!   (`raw_ids: refuse`), refused with a 400 naming their places.
+//! - [`response`]: every raw id in the body (JSON or text) and in every header
+//!   but a safe few (`content-length`, `server`,
+//!   `x-envoy-upstream-service-time`, the hold header: see
+//!   `response::UNSCANNED`; `content-type` and `date` are scanned) is replaced
+//!   by its alias (encoded by control at `POST /v1/alias/encode`, persisted
+//!   before control answers). A repeated header (`Link` twice) stays repeated:
+//!   it is set to all its values again (`HeaderEdit::set_all`). An id that
 //!   cannot be aliased (control down, store down, conflicting members, a body
 //!   that is not what it claims) replaces the response with a 502 JSON error:
 //!   a raw id is never passed on.
@@ -49,7 +56,7 @@ use crate::metrics::Metrics;
 use keyhole_core::alias::{BodyKind, Taxonomy};
 use keyhole_core::config::HmsConfig;
 use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::{Action, BufferType};
+use proxy_wasm::types::{Action, BufferType, MapType};
 use request::Request;
 use response::Response;
 use std::rc::Rc;
@@ -155,15 +162,16 @@ fn hand_on(
         let framed = verdict.frame(body.unwrap_or_default()).map_err(HandOnError::Verdict)?;
         return host::replace_buffer(buffer, old_len, &framed).map_err(HandOnError::Body);
     }
+    let map = match side {
+        Side::Request => MapType::HttpRequestHeaders,
+        Side::Response => MapType::HttpResponseHeaders,
+    };
     let mut refused = Ok(());
     for edit in &verdict.edits {
-        let (name, value) = match edit {
-            HeaderEdit::Set(name, value) => (name, Some(value.as_str())),
-            HeaderEdit::Remove(name) => (name, None),
-        };
-        let done = match side {
-            Side::Request => host::set_request_header(name, value),
-            Side::Response => host::set_response_header(name, value),
+        let done = match edit {
+            HeaderEdit::Set(name, value) => host::set_header(map, name, Some(value)),
+            HeaderEdit::Remove(name) => host::set_header(map, name, None),
+            HeaderEdit::Add(name, value) => host::add_header(map, name, value),
         };
         if let Err(e) = done {
             // The first refusal is the one reported.

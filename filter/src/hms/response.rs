@@ -17,9 +17,19 @@ use keyhole_core::alias::{BodyKind, EncodeRequest, EncodeResponse, KnownAlias, P
 use keyhole_core::reply::{self, LocalReply};
 use proxy_wasm::types::{Action, BufferType, StreamType};
 
-/// Response headers that are never scanned: they carry no ids and the hold
-/// filter (or Envoy) sets them.
-const UNSCANNED: [&str; 3] = ["content-length", "content-type", hold::HOLD_HEADER];
+/// Response headers that are never scanned (pseudo-headers aside: `:status`
+/// is a number Envoy's codec checks). Each carries no id and is owned by Envoy
+/// or keyhole, whatever the upstream sent:
+/// - `content-length`: a number Envoy's codec checks; the hold filter sets it;
+/// - `server`: Envoy's connection manager overwrites it on every response;
+/// - `x-envoy-upstream-service-time`: Envoy's router overwrites it;
+/// - the hold header: keyhole's own, removed from upstream responses.
+///
+/// Every other header is scanned, `content-type` included (its parameters are
+/// free text: `application/pdf; name="pat-000123.pdf"`), and `date` too:
+/// measured, Envoy passes an upstream's `date` on as it came.
+pub(super) const UNSCANNED: [&str; 4] =
+    ["content-length", "server", "x-envoy-upstream-service-time", hold::HOLD_HEADER];
 
 /// The response half of one HMS stream.
 #[derive(Default)]
@@ -92,13 +102,15 @@ impl Job {
     }
 }
 
-/// Removals of every header in `names` that may hold an id.
+/// Removals of every header in `names` that may hold an id (one per name).
 fn removals<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<HeaderEdit> {
-    names
-        .into_iter()
-        .filter(|name| !hold::KEPT_ON_WITHHOLD.contains(name))
-        .map(|name| HeaderEdit::Remove(name.to_owned()))
-        .collect()
+    let mut out: Vec<HeaderEdit> = Vec::new();
+    for name in names {
+        if !hold::KEPT_ON_WITHHOLD.contains(&name) && !out.iter().any(|e| e.name() == name) {
+            out.push(HeaderEdit::Remove(name.to_owned()));
+        }
+    }
+    out
 }
 
 /// The names of copied headers.
@@ -201,7 +213,7 @@ impl Response {
         if job.scan.is_empty() && job.body.is_empty() {
             return self.apply(s, *job, &[], &[]);
         }
-        let question = EncodeRequest { session: s.session.clone(), ids: job.scan.ids().to_vec() };
+        let question = EncodeRequest { session: s.session.clone(), ids: job.scan.ids().to_vec(), prompt: false };
         let Ok(payload) = serde_json::to_vec(&question) else {
             let removals = job.removals();
             return self.withhold(s, Withheld::Control, held_body, removals, "the encode request could not be built");
@@ -330,13 +342,26 @@ fn rewrite(job: &Job, aliases: &[String], known: &[KnownAlias]) -> Result<(Vec<u
         Some(part) => rewriter.rewrite(part, &job.body).map_err(|e| e.to_string())?,
         None => Vec::new(),
     };
-    let mut edits = Vec::new();
+    // Per header name, in order of first appearance: every value, rewritten,
+    // and whether any changed. A repeated header (`Link` twice) is set to all
+    // its values again, so it stays repeated.
+    let mut values: Vec<(&str, Vec<String>, bool)> = Vec::new();
     for (name, value, part) in &job.headers {
         let out = rewriter.rewrite(*part, value.as_bytes()).map_err(|e| e.to_string())?;
-        if out != value.as_bytes() {
-            let new = String::from_utf8(out).map_err(|_| "a header could not be rewritten".to_owned())?;
-            edits.push(HeaderEdit::Set(name.clone(), new));
+        let changed = out != value.as_bytes();
+        let new = String::from_utf8(out).map_err(|_| "a header could not be rewritten".to_owned())?;
+        match values.iter_mut().find(|(n, _, _)| *n == name.as_str()) {
+            Some((_, all, any)) => {
+                all.push(new);
+                *any |= changed;
+            }
+            None => values.push((name.as_str(), vec![new], changed)),
         }
     }
+    let edits = values
+        .into_iter()
+        .filter(|(_, _, changed)| *changed)
+        .flat_map(|(name, all, _)| HeaderEdit::set_all(name, all))
+        .collect();
     Ok((body, edits))
 }
