@@ -119,6 +119,9 @@ pub struct HmsMetrics {
     pub responses_aliased: Option<u32>,
     /// Aliases in requests decoded to real ids, summed.
     pub aliases_decoded: Option<u32>,
+    /// Raw-id-shaped values in requests (path, query, headers, body), summed;
+    /// counted whether the `raw_ids` policy refuses or passes them.
+    pub raw_ids: Option<u32>,
     /// Withheld responses, per [`Withheld::ALL`].
     withheld: [Option<u32>; 6],
     /// Refused requests, per [`Refused::ALL`].
@@ -176,6 +179,7 @@ impl Metrics {
             hms: HmsMetrics {
                 responses_aliased: counter("keyhole.hms_responses_aliased"),
                 aliases_decoded: counter("keyhole.hms_aliases_decoded"),
+                raw_ids: counter("keyhole.hms_raw_ids"),
                 withheld: Withheld::ALL.map(|r| counter(&format!("keyhole.hms_withheld.{}", r.as_str()))),
                 refused: Refused::ALL.map(|r| counter(&format!("keyhole.hms_refused.{}", r.as_str()))),
             },

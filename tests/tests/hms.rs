@@ -14,6 +14,19 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const SESSION_HEADER: &str = "x-keyhole-session";
 
+/// The HMS filter configuration of most tests here: they fetch the samples at
+/// their HMS paths, which hold raw ids (`/api/v2/patients/<uuid>`), so raw ids
+/// pass (counted). The default, refusing them, is tested on its own.
+const RAW_IDS_PASS: &str = r#"{"mode":"hms","timeout_ms":5000,"raw_ids":"pass"}"#;
+
+/// The default stack with [`RAW_IDS_PASS`].
+fn raw_ids_pass() -> StackOptions {
+    StackOptions {
+        hms_filter_config: RAW_IDS_PASS.into(),
+        ..StackOptions::default()
+    }
+}
+
 /// The samples with the request path each answers.
 fn samples() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     [
@@ -238,7 +251,7 @@ fn assert_refused(stack: &Stack, reply: &Reply, status: u16, alias: &str, case: 
 
 #[tokio::test]
 async fn every_sample_reaches_the_client_without_a_raw_id_and_aliases_are_stable() {
-    let stack = Stack::start(StackOptions::default()).await.expect("stack");
+    let stack = Stack::start(raw_ids_pass()).await.expect("stack");
     let mut first: BTreeMap<&str, Vec<u8>> = BTreeMap::new();
     let mut total_ids = 0;
     for round in 0..2 {
@@ -324,7 +337,7 @@ async fn every_sample_reaches_the_client_without_a_raw_id_and_aliases_are_stable
 
 #[tokio::test]
 async fn a_request_built_from_aliases_reaches_hms_with_the_real_ids() {
-    let stack = Stack::start(StackOptions::default()).await.expect("stack");
+    let stack = Stack::start(raw_ids_pass()).await.expect("stack");
     let (_, list) = fetch(&stack, "s-round", "01").await;
     let (_, appts) = fetch(&stack, "s-round", "03").await;
     let v = list.json();
@@ -424,7 +437,7 @@ async fn a_request_built_from_aliases_reaches_hms_with_the_real_ids() {
 
 #[tokio::test]
 async fn foreign_invented_sentinel_and_near_miss_aliases_never_reach_hms() {
-    let stack = Stack::start(StackOptions::default()).await.expect("stack");
+    let stack = Stack::start(raw_ids_pass()).await.expect("stack");
     let (_, list) = fetch(&stack, "s-owner", "01").await;
     let anna = str_at(&list.json(), "/data/0/id").to_owned();
     let hms = stack.envoy.hms_url();
@@ -514,7 +527,7 @@ async fn foreign_invented_sentinel_and_near_miss_aliases_never_reach_hms() {
 
 #[tokio::test]
 async fn a_request_without_the_session_header_fails_closed() {
-    let stack = Stack::start(StackOptions::default()).await.expect("stack");
+    let stack = Stack::start(raw_ids_pass()).await.expect("stack");
     let (_, path, body) = sample("02");
     stack.hms.set(path, Canned::json(body));
     let hms = stack.envoy.hms_url();
@@ -533,7 +546,7 @@ async fn a_request_without_the_session_header_fails_closed() {
 
 #[tokio::test]
 async fn control_down_withholds_responses_and_refuses_aliased_requests() {
-    let mut stack = Stack::start(StackOptions::default()).await.expect("stack");
+    let mut stack = Stack::start(raw_ids_pass()).await.expect("stack");
     let (_, list) = fetch(&stack, "s-down", "01").await;
     let anna = str_at(&list.json(), "/data/0/id").to_owned();
     stack.control.as_mut().unwrap().kill().await.expect("kill");
@@ -608,7 +621,7 @@ async fn control_down_withholds_responses_and_refuses_aliased_requests() {
 
 #[tokio::test]
 async fn conflicting_ids_and_unreadable_bodies_are_withheld() {
-    let stack = Stack::start(StackOptions::default()).await.expect("stack");
+    let stack = Stack::start(raw_ids_pass()).await.expect("stack");
     fetch(&stack, "s-conflict", "01").await;
     // Anna's UUID with another patient's FHIR id: a corrupt projection.
     let body = br#"{"data":{"id":"039b70b8-92f7-44b7-9c91-4e3f0e900c71","fhirId":"pat-000871","name":"x"}}"#;
@@ -675,7 +688,7 @@ async fn conflicting_ids_and_unreadable_bodies_are_withheld() {
 
 #[tokio::test]
 async fn headers_and_text_bodies_are_aliased() {
-    let stack = Stack::start(StackOptions::default()).await.expect("stack");
+    let stack = Stack::start(raw_ids_pass()).await.expect("stack");
     let (_, list) = fetch(&stack, "s-headers", "01").await;
     let anna = str_at(&list.json(), "/data/0/id").to_owned();
     let schmitt = str_at(&list.json(), "/data/1/id").to_owned();
@@ -824,7 +837,7 @@ async fn a_body_in_many_chunks_is_aliased_whole() {
         "/api/v2/visits/10c85729-d6ad-4aca-820e-d8626e93e35d",
     )
     .await;
-    let defaults = StackOptions::default();
+    let defaults = raw_ids_pass();
     let envoy = envoy::Envoy::start(envoy::EnvoyOptions {
         dir: dir.path().to_owned(),
         socket,
@@ -852,7 +865,7 @@ async fn a_body_in_many_chunks_is_aliased_whole() {
 
 #[tokio::test]
 async fn aliases_survive_a_kill_9_of_control() {
-    let mut stack = Stack::start(StackOptions::default()).await.expect("stack");
+    let mut stack = Stack::start(raw_ids_pass()).await.expect("stack");
     let (_, list) = fetch(&stack, "s-crash", "01").await;
     let (_, created) = fetch(&stack, "s-crash", "07").await;
     // Killed right after the responses were aliased: no shutdown, no flush.
@@ -906,7 +919,7 @@ async fn two_controls_sharing_redis_agree_under_concurrent_encoding_and_survive_
             "--redis-prefix".into(),
             prefix,
         ],
-        ..StackOptions::default()
+        ..raw_ids_pass()
     };
     let mut a = Stack::start(options.clone()).await.expect("stack a");
     let b = Stack::start(options).await.expect("stack b");
@@ -1001,8 +1014,8 @@ async fn timings(base: &str, path: &str, n: usize) -> (u128, u128) {
 /// only; timings are not asserted.
 #[tokio::test]
 async fn latency_of_the_hms_route_with_and_without_keyhole() {
-    let stack = Stack::start(StackOptions::default()).await.expect("stack");
-    let defaults = StackOptions::default();
+    let stack = Stack::start(raw_ids_pass()).await.expect("stack");
+    let defaults = raw_ids_pass();
     std::fs::create_dir_all(stack.dir.path().join("baseline")).unwrap();
     let baseline = envoy::Envoy::start(envoy::EnvoyOptions {
         dir: stack.dir.path().join("baseline"),
@@ -1040,4 +1053,299 @@ async fn latency_of_the_hms_route_with_and_without_keyhole() {
             with_p50 as i128 - plain_p50 as i128
         );
     }
+}
+
+// === Headers, raw ids and compressed bodies ===
+
+/// An HMS upstream that answers a request for each path (query aside) of
+/// `routes` with its bytes as written (status line, headers, body), so a
+/// header can be repeated exactly as sent; 404 for any other path.
+async fn raw_upstream(routes: Vec<(&'static str, Vec<u8>)>) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let routes = std::sync::Arc::new(routes);
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            let routes = routes.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match sock.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let line = String::from_utf8_lossy(&head).lines().next().unwrap_or("").to_owned();
+                let target = line.split(' ').nth(1).unwrap_or("");
+                let path = target.split('?').next().unwrap_or("");
+                let answer = routes.iter().find(|(p, _)| *p == path).map(|(_, r)| r.clone()).unwrap_or_else(|| {
+                    b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_vec()
+                });
+                let _ = sock.write_all(&answer).await;
+                let _ = sock.flush().await;
+            });
+        }
+    });
+    addr
+}
+
+/// A raw HTTP/1.1 response: `status`, `headers` in order (repeats kept), a
+/// `content-length` for `body`, and `connection: close`.
+fn raw_response(status: &str, headers: &[(&str, String)], body: &[u8]) -> Vec<u8> {
+    let mut out = format!("HTTP/1.1 {status}\r\n").into_bytes();
+    for (name, value) in headers {
+        out.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
+    }
+    out.extend_from_slice(format!("content-length: {}\r\nconnection: close\r\n\r\n", body.len()).as_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+/// Control, and Envoy with `hms_upstream` and the HMS filter configuration
+/// `hms_config`.
+async fn stack_on(
+    hms_upstream: SocketAddr,
+    hms_config: &str,
+) -> (tempfile::TempDir, control::Control, envoy::Envoy) {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("control.sock");
+    let control = control::Control::start(&socket, &dir.path().join("data"), &[])
+        .await
+        .expect("control");
+    let defaults = StackOptions::default();
+    let envoy = envoy::Envoy::start(envoy::EnvoyOptions {
+        dir: dir.path().to_owned(),
+        socket,
+        llm_upstream: hms_upstream,
+        hms_upstream,
+        llm_filter_config: defaults.llm_filter_config,
+        hms_filter_config: hms_config.to_owned(),
+        max_body_bytes: defaults.max_body_bytes,
+        baseline: false,
+    })
+    .await
+    .expect("envoy");
+    (dir, control, envoy)
+}
+
+/// Every value of header `name`, in order.
+fn all(reply: &Reply, name: &str) -> Vec<String> {
+    reply
+        .headers
+        .get_all(name)
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn every_response_header_but_a_safe_few_is_aliased_and_repeated_headers_stay_repeated() {
+    const UUID: &str = "039b70b8-92f7-44b7-9c91-4e3f0e900c71";
+    const FHIR: &str = "pat-000123";
+    let (_, search_path, search) = sample("01");
+    // Ids in every kind of header; Envoy's own headers (date, server, the
+    // upstream service time) forged with ids too: Envoy sets those itself.
+    let headers = |ct: &str| -> Vec<(&'static str, String)> {
+        vec![
+            ("content-type", format!("{ct}; profile=\"https://hms.example/fhir/Patient/{FHIR}\"")),
+            ("x-patient-id", UUID.to_owned()),
+            ("etag", format!("\"{FHIR}-v7\"")),
+            ("link", format!("</api/v2/patients/{UUID}>; rel=\"patient\"")),
+            ("link", "</api/v2/help>; rel=\"help\"".to_owned()),
+            ("link", format!("</fhir/R4/Patient/{FHIR}>; rel=\"fhir\"")),
+            ("location", format!("/api/v2/patients/{UUID}")),
+            ("content-location", format!("/fhir/R4/Patient/{FHIR}")),
+            ("content-disposition", format!("attachment; filename=\"Arztbrief_{FHIR}_2025.pdf\"")),
+            ("x-envoy-patient", FHIR.to_owned()),
+            ("date", FHIR.to_owned()),
+            ("server", UUID.to_owned()),
+            ("x-envoy-upstream-service-time", UUID.to_owned()),
+        ]
+    };
+    let search_head = [("content-type", "application/json".to_owned())];
+    let upstream = raw_upstream(vec![
+        (search_path.split('?').next().unwrap(), raw_response("200 OK", &search_head, &search)),
+        ("/api/v2/letters/latest", raw_response("200 OK", &headers("application/json"), br#"{"ok":true}"#)),
+        ("/api/v2/letters", raw_response("201 Created", &headers("application/json"), b"")),
+        ("/api/v2/letters/latest.txt", raw_response("200 OK", &headers("text/plain"), b"no ids here")),
+    ])
+    .await;
+    // Raw ids refused in requests (the default): Envoy's own UUID-shaped
+    // x-request-id is not one of them.
+    let (_dir, _control, envoy) = stack_on(upstream, r#"{"mode":"hms","timeout_ms":5000}"#).await;
+    let hms = envoy.hms_url();
+    let list = send(&hms, "GET", search_path, Some("s-rh"), None).await;
+    assert_eq!(list.status, 200, "{}\n{}", list.text(), envoy.log_tail());
+    let anna = str_at(&list.json(), "/data/0/id").to_owned();
+
+    let cases = [
+        ("with a JSON body", "GET", "/api/v2/letters/latest", 200),
+        ("bodiless", "POST", "/api/v2/letters", 201),
+        ("with a text body", "GET", "/api/v2/letters/latest.txt", 200),
+    ];
+    for (case, method, path, status) in cases {
+        let body = (method == "POST").then(|| b"{}".to_vec());
+        let reply = send(&hms, method, path, Some("s-rh"), body).await;
+        assert_eq!(reply.status, status, "{case}: {}\n{}", reply.text(), envoy.log_tail());
+        let text = reply.header_text();
+        for raw in [UUID, FHIR, "039b70b8"] {
+            assert!(!text.contains(raw), "{case}: {raw} reached the client:\n{text}");
+        }
+        assert_eq!(reply.header("x-patient-id").unwrap(), anna, "{case}");
+        assert_eq!(reply.header("location").unwrap(), format!("/api/v2/patients/{anna}"), "{case}");
+        assert_eq!(reply.header("content-location").unwrap(), format!("/fhir/R4/Patient/{anna}"), "{case}");
+        assert_eq!(reply.header("x-envoy-patient").unwrap(), anna, "{case}");
+        assert_eq!(
+            all(&reply, "link"),
+            [
+                format!("</api/v2/patients/{anna}>; rel=\"patient\""),
+                "</api/v2/help>; rel=\"help\"".to_owned(),
+                format!("</fhir/R4/Patient/{anna}>; rel=\"fhir\""),
+            ],
+            "{case}: repeated headers stay repeated, in order"
+        );
+        assert!(reply.header("etag").unwrap().contains(&anna), "{case}: {text}");
+        assert!(reply.header("content-disposition").unwrap().contains(&anna), "{case}: {text}");
+        let ct = reply.header("content-type").unwrap();
+        assert!(ct.contains(&format!("Patient/{anna}")), "{case}: {ct}");
+        assert_ne!(reply.header("date").unwrap_or_default(), "", "{case}: Envoy's date");
+        if method == "GET" && path.ends_with("latest") {
+            assert_eq!(reply.json(), serde_json::json!({"ok": true}), "{case}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn aliases_in_request_headers_are_decoded_and_unknown_ones_never_reach_hms() {
+    let stack = Stack::start(StackOptions::default()).await.expect("stack");
+    let (_, list) = fetch(&stack, "s-qh", "01").await;
+    let anna = str_at(&list.json(), "/data/0/id").to_owned();
+    const UUID: &str = "039b70b8-92f7-44b7-9c91-4e3f0e900c71";
+    let hms = stack.envoy.hms_url();
+    let client = reqwest::Client::new();
+    let request = |method: &str, session: &str, headers: &[(&str, String)], body: bool| {
+        let mut req = client
+            .request(method.parse().unwrap(), format!("{hms}/api/v2/visits"))
+            .header(SESSION_HEADER, session);
+        for (name, value) in headers {
+            req = req.header(*name, value.as_str());
+        }
+        if body {
+            req = req.header("content-type", "application/json").body(r#"{"note":"x"}"#);
+        }
+        req.send()
+    };
+    let encoded = anna.replace('-', "%2D");
+    let headers = vec![
+        ("x-patient-id", anna.clone()),
+        ("if-match", format!("\"{anna}\"")),
+        ("referer", format!("http://agent.local/api/v2/patients/{encoded}?tab=1")),
+        ("link", format!("</fhir/R4/Patient/{anna}>; rel=\"subject\"")),
+        ("link", "</api/v2/help>; rel=\"help\"".to_owned()),
+        ("authorization", format!("Bearer {anna}")),
+    ];
+    for (method, body) in [("GET", false), ("POST", true)] {
+        stack.hms.clear();
+        let r = request(method, "s-qh", &headers, body).await.unwrap();
+        assert_eq!(r.status(), 200, "{method}: {}", r.text().await.unwrap());
+        let seen = only_seen(&stack);
+        let h = |name: &str| -> Vec<String> {
+            seen.headers.get_all(name).iter().map(|v| v.to_str().unwrap().to_owned()).collect()
+        };
+        assert_eq!(h("x-patient-id"), [UUID], "{method}");
+        assert_eq!(h("if-match"), [format!("\"{UUID}\"")], "{method}");
+        assert_eq!(h("referer"), [format!("http://agent.local/api/v2/patients/{UUID}?tab=1")], "{method}");
+        assert_eq!(
+            h("link"),
+            ["</fhir/R4/Patient/pat-000123>; rel=\"subject\"", "</api/v2/help>; rel=\"help\""],
+            "{method}: a FHIR reference gets the FHIR id; the repeated header stays repeated"
+        );
+        // Credentials and the session header pass untouched.
+        assert_eq!(h("authorization"), [format!("Bearer {anna}")], "{method}");
+        assert_eq!(h(SESSION_HEADER), ["s-qh"], "{method}");
+        assert!(h("x-keyhole-hold").is_empty(), "{method}");
+        if body {
+            assert_eq!(seen.body.as_ref(), br#"{"note":"x"}"#, "{method}");
+        }
+    }
+    // An alias this session did not issue, in a header only: 404 naming it,
+    // nothing reaches HMS; with a body, and from another session.
+    let invented = format!("{}-777", anna.rsplit_once('-').unwrap().0);
+    let cases = [
+        ("invented", "s-qh", ("x-patient-id", invented.clone()), invented.clone()),
+        ("invented, encoded", "s-qh", ("referer", format!("http://a/p/{}", invented.replace('-', "%2D"))), invented.clone()),
+        ("foreign", "s-other", ("if-match", format!("\"{anna}\"")), anna.clone()),
+    ];
+    for (case, session, header, alias) in cases {
+        for (method, body) in [("GET", false), ("POST", true)] {
+            stack.hms.clear();
+            let r = request(method, session, &[header.clone()], body).await.unwrap();
+            let reply = Reply {
+                status: r.status().as_u16(),
+                headers: r.headers().clone(),
+                body: r.bytes().await.unwrap().to_vec(),
+            };
+            assert_refused(&stack, &reply, 404, &alias, &format!("{case} ({method})"));
+        }
+    }
+}
+
+#[tokio::test]
+async fn raw_ids_in_requests_are_refused_by_default_and_counted_when_passed() {
+    const UUID: &str = "039b70b8-92f7-44b7-9c91-4e3f0e900c71";
+    let refusing = Stack::start(StackOptions::default()).await.expect("stack");
+    let hms = refusing.envoy.hms_url();
+    refusing.hms.set("/api/v2/visits", Canned::json(b"{}".to_vec()));
+    let client = reqwest::Client::new();
+    let cases: Vec<(&str, &str, &str, Option<(&str, &str)>, Option<&str>)> = vec![
+        ("path", "GET", "/api/v2/patients/039b70b8-92f7-44b7-9c91-4e3f0e900c71", None, None),
+        ("path", "GET", "/api/v2/patients/482913", None, None),
+        ("query", "GET", "/api/v2/visits?patientId=039b70b8-92f7-44b7-9c91-4e3f0e900c71", None, None),
+        ("headers", "GET", "/api/v2/visits", Some(("x-patient-id", "pat-000123")), None),
+        ("headers", "GET", "/api/v2/visits", Some(("referer", "http://a/patients/039b70b892f744b79c914e3f0e900c71")), None),
+        ("body", "POST", "/api/v2/visits", None, Some(r#"{"patientId":"039b70b8-92f7-44b7-9c91-4e3f0e900c71"}"#)),
+        ("body", "POST", "/api/v2/visits", None, Some(r#"{"note":"see %70at-000123"}"#)),
+    ];
+    for (place, method, path, header, body) in &cases {
+        refusing.hms.clear();
+        let mut req = client
+            .request(method.parse().unwrap(), format!("{hms}{path}"))
+            .header(SESSION_HEADER, "s-raw");
+        if let Some((name, value)) = header {
+            req = req.header(*name, *value);
+        }
+        if let Some(body) = body {
+            req = req.header("content-type", "application/json").body(body.to_string());
+        }
+        let r = req.send().await.unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        assert_eq!(status, 400, "{place} {path}: {text}");
+        assert!(text.contains(&format!("in the {place}")), "the error names the place: {text}");
+        for raw in [UUID, "039b70b8", "482913", "pat-000123", "at-000123"] {
+            assert!(!text.contains(raw), "the error quotes a raw id: {text}");
+        }
+        assert!(refusing.hms.seen().is_empty(), "{place} {path}: a raw id reached HMS");
+    }
+    let counted = refusing.envoy.stat("wasmcustom.keyhole.hms_raw_ids").await.unwrap();
+    assert!(counted >= cases.len() as u64, "counted {counted}");
+    // A request with no raw id goes on (Envoy's x-request-id is no raw id).
+    let ok = send(&hms, "GET", "/api/v2/visits", Some("s-raw"), None).await;
+    assert_eq!(ok.status, 200, "{}", ok.text());
+
+    // `raw_ids: pass`: forwarded as sent, and counted.
+    let passing = Stack::start(raw_ids_pass()).await.expect("stack");
+    let (_, path, body) = sample("02");
+    passing.hms.set(path, Canned::json(body));
+    let reply = send(&passing.envoy.hms_url(), "GET", path, Some("s-raw"), None).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(only_seen(&passing).uri, path);
+    let counted = passing.envoy.stat("wasmcustom.keyhole.hms_raw_ids").await.unwrap();
+    assert_eq!(counted, 1);
+    assert!(passing.envoy.log_tail().contains("keyhole.raw-ids"), "logged");
+    assert!(!passing.envoy.log_tail().contains(UUID), "the log holds no raw id");
 }

@@ -2,7 +2,10 @@
 //!
 //! [`RequestScan::new`] finds every alias token (and every repairable drift of
 //! one, `task-group-001`) in the path, the query string and the strings (and
-//! keys) of a JSON body, or anywhere in a text body. [`RequestScan::aliases`]
+//! keys) of a JSON body, or anywhere in a text body;
+//! [`RequestScan::scan_headers`] adds the headers the filter scans
+//! (`X-Patient-Id`, `If-Match`, a `Referer` URL), read as text and
+//! percent-decoded like the rest. [`RequestScan::aliases`]
 //! is the decode batch for control; [`RequestScan::rewrite`] puts the decoded
 //! ids in, each in the form its place expects:
 //! - a FHIR-id or reference key (`fhirId`, `reference`), or a FHIR path or
@@ -15,7 +18,8 @@
 //!
 //! Every text is read percent-decoded as well (`patient%2Dk7q2%2D001`,
 //! `%20patient-k7q2-001%20`): an alias written encoded is decoded and its id
-//! put back percent-encoded. Near-misses of an epoch alias — another letter
+//! put back percent-encoded (in a header every id is written percent-encoded:
+//! a value control returns can then never end or split the header). Near-misses of an epoch alias — another letter
 //! case (`Patient-K7Q2-001`), missing or extra zero padding (`patient-k7q2-1`,
 //! `patient-k7q2-0001`) — are asked for in their canonical form, so they are
 //! repaired only to an alias the session issued and refused (naming the alias
@@ -135,6 +139,7 @@ struct Hit {
 enum Place {
     Path,
     Query,
+    Header,
     Body,
 }
 
@@ -146,6 +151,8 @@ pub struct RawIdCount {
     pub path: usize,
     /// In the query string.
     pub query: usize,
+    /// In the scanned headers.
+    pub headers: usize,
     /// In the body.
     pub body: usize,
 }
@@ -153,16 +160,36 @@ pub struct RawIdCount {
 impl RawIdCount {
     /// All places together.
     pub fn total(&self) -> usize {
-        self.path + self.query + self.body
+        self.path + self.query + self.headers + self.body
+    }
+
+    /// The places holding any, with their counts, in request order (`path`,
+    /// `query`, `headers`, `body`): for logs and error messages.
+    pub fn places(&self) -> Vec<(&'static str, usize)> {
+        [("path", self.path), ("query", self.query), ("headers", self.headers), ("body", self.body)]
+            .into_iter()
+            .filter(|(_, n)| *n > 0)
+            .collect()
     }
 
     fn bump(&mut self, place: Place) {
         match place {
             Place::Path => self.path += 1,
             Place::Query => self.query += 1,
+            Place::Header => self.headers += 1,
             Place::Body => self.body += 1,
         }
     }
+}
+
+/// A scanned header that holds aliases.
+#[derive(Debug, Clone)]
+struct HeaderHits {
+    /// Its index in the headers passed to [`RequestScan::scan_headers`].
+    index: usize,
+    /// Its value as sent.
+    value: String,
+    hits: Vec<Hit>,
 }
 
 /// A body literal with an escape, kept decoded.
@@ -186,6 +213,7 @@ pub struct RequestScan {
     body_len: usize,
     body: Vec<Hit>,
     escaped: Vec<EscLit>,
+    headers: Vec<HeaderHits>,
 }
 
 impl RequestScan {
@@ -249,6 +277,51 @@ impl RequestScan {
         Ok(scan)
     }
 
+    /// Adds request headers to the scan: each value is read as text (and
+    /// percent-decoded), the form an id takes chosen by the header's name as
+    /// by a JSON key (`x-patient-fhir-id` wants the FHIR id). `headers` are
+    /// the ones the filter scans, in order; [`Self::rewrite_headers`] takes
+    /// the same list.
+    pub fn scan_headers(&mut self, tax: &Taxonomy, headers: &[(String, String)]) {
+        for (index, (name, value)) in headers.iter().enumerate() {
+            let mut found = Vec::new();
+            self.find(tax, value, tax.form_wanted_by_key(name), Place::Header, &mut found);
+            if !found.is_empty() {
+                self.headers.push(HeaderHits { index, value: value.clone(), hits: found });
+            }
+        }
+    }
+
+    /// The new value of every scanned header that held an alias, as
+    /// `(index, value)` with `index` into the list passed to
+    /// [`Self::scan_headers`]. `decoded` is as for [`Self::rewrite`]. Each id
+    /// is written percent-encoded (ids are URL-safe in practice, so this
+    /// changes nothing but a value that could otherwise break the header).
+    ///
+    /// Fails as [`Self::rewrite`] does, and with [`RequestError::WrongBody`]
+    /// when `headers` is not the list scanned.
+    pub fn rewrite_headers(
+        &self,
+        tax: &Taxonomy,
+        headers: &[(String, String)],
+        decoded: &[Option<DecodedIds>],
+    ) -> Result<Vec<(usize, String)>, RequestError> {
+        self.check_decoded(tax, decoded)?;
+        let mut out = Vec::with_capacity(self.headers.len());
+        for h in &self.headers {
+            if headers.get(h.index).map(|(_, v)| v) != Some(&h.value) {
+                return Err(RequestError::WrongBody { scanned: h.value.len(), got: 0 });
+            }
+            let mut edits = Vec::with_capacity(h.hits.len());
+            for hit in &h.hits {
+                edits.push((hit.range.clone(), Cow::Owned(percent_encode(self.id_for(tax, hit, decoded)?))));
+            }
+            let value = String::from_utf8(splice(h.value.as_bytes(), edits)).unwrap_or_default();
+            out.push((h.index, value));
+        }
+        Ok(out)
+    }
+
     /// Distinct aliases found, in order of first appearance: the decode batch.
     pub fn aliases(&self) -> &[String] {
         &self.aliases
@@ -286,22 +359,7 @@ impl RequestScan {
         body: Option<&[u8]>,
         decoded: &[Option<DecodedIds>],
     ) -> Result<(String, Option<Vec<u8>>), RequestError> {
-        if decoded.len() != self.aliases.len() {
-            return Err(RequestError::DecodedCount {
-                got: decoded.len(),
-                want: self.aliases.len(),
-            });
-        }
-        if let Some(alias) = self.sentinel(tax) {
-            return Err(RequestError::Sentinel {
-                alias: alias.to_owned(),
-            });
-        }
-        if let Some(i) = decoded.iter().position(Option::is_none) {
-            return Err(RequestError::UnknownAlias {
-                alias: self.written(i).unwrap_or_default().to_owned(),
-            });
-        }
+        self.check_decoded(tax, decoded)?;
         let got = body.map_or(0, <[u8]>::len);
         if path.len() != self.path_len || got != self.body_len {
             return Err(RequestError::WrongBody {
@@ -309,22 +367,7 @@ impl RequestScan {
                 got,
             });
         }
-        let value = |h: &Hit| -> Result<&str, RequestError> {
-            let unknown = || RequestError::UnknownAlias {
-                alias: self.written(h.alias).unwrap_or_default().to_owned(),
-            };
-            let d = decoded
-                .get(h.alias)
-                .and_then(Option::as_ref)
-                .ok_or_else(unknown)?;
-            let preferred = tax
-                .kind_by_name(&d.kind)
-                .and_then(|k| tax.kind(k))
-                .and_then(|k| k.preferred_form);
-            d.ids
-                .pick(h.want.or(preferred).unwrap_or(Form::Uuid))
-                .ok_or_else(unknown)
-        };
+        let value = |h: &Hit| self.id_for(tax, h, decoded);
         let mut edits = Vec::with_capacity(self.path.len());
         for h in &self.path {
             edits.push((h.range.clone(), Cow::Owned(percent_encode(value(h)?))));
@@ -370,6 +413,46 @@ impl RequestScan {
             edits.push((e.span.clone(), Cow::Owned(literal)));
         }
         Ok((new_path, Some(splice(body, edits))))
+    }
+
+    /// Fails unless `decoded` answers every alias of the scan (no sentinel,
+    /// none unknown).
+    fn check_decoded(&self, tax: &Taxonomy, decoded: &[Option<DecodedIds>]) -> Result<(), RequestError> {
+        if decoded.len() != self.aliases.len() {
+            return Err(RequestError::DecodedCount {
+                got: decoded.len(),
+                want: self.aliases.len(),
+            });
+        }
+        if let Some(alias) = self.sentinel(tax) {
+            return Err(RequestError::Sentinel {
+                alias: alias.to_owned(),
+            });
+        }
+        if let Some(i) = decoded.iter().position(Option::is_none) {
+            return Err(RequestError::UnknownAlias {
+                alias: self.written(i).unwrap_or_default().to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The id that replaces hit `h`, in the form its place wants.
+    fn id_for<'d>(&self, tax: &Taxonomy, h: &Hit, decoded: &'d [Option<DecodedIds>]) -> Result<&'d str, RequestError> {
+        let unknown = || RequestError::UnknownAlias {
+            alias: self.written(h.alias).unwrap_or_default().to_owned(),
+        };
+        let d = decoded
+            .get(h.alias)
+            .and_then(Option::as_ref)
+            .ok_or_else(unknown)?;
+        let preferred = tax
+            .kind_by_name(&d.kind)
+            .and_then(|k| tax.kind(k))
+            .and_then(|k| k.preferred_form);
+        d.ids
+            .pick(h.want.or(preferred).unwrap_or(Form::Uuid))
+            .ok_or_else(unknown)
     }
 
     fn alias_index(&mut self, alias: &str, written: &str) -> usize {

@@ -1,20 +1,58 @@
 //! The request half of an HMS stream: aliases become real ids before HMS sees
 //! the request.
 //!
-//! Headers (session and path copied; a path with aliases closes the request
-//! hold) → body held to its end → one decode callout for path and body →
-//! rewritten (directly, or through the request hold filter's verdict line) →
-//! resumed. Anything that cannot be decoded is answered locally with a 4xx or
-//! 5xx JSON error, and nothing reaches HMS.
+//! Headers (session, path and the scanned headers copied; aliases in path or
+//! headers close the request hold) → body held to its end → one decode
+//! callout for path, headers and body → rewritten (directly, or through the
+//! request hold filter's verdict line) → resumed. Anything that cannot be
+//! decoded is answered locally with a 4xx or 5xx JSON error, and nothing
+//! reaches HMS.
+//!
+//! Every request header is scanned except [`UNSCANNED`] (and pseudo-headers:
+//! `:path` is read on its own, `:authority`, `:method` and `:scheme` hold no
+//! ids). A repeated header stays repeated when one of its values changes.
+//!
+//! Raw-id-shaped values (UUIDs, FHIR ids with a configured prefix, numbers
+//! after a kind in the path) anywhere scanned are counted
+//! (`keyhole.hms_raw_ids`) and logged by place (`keyhole.raw-ids`, counts
+//! only, never a value); the `raw_ids` setting then refuses the request (400
+//! naming the places, the default: the model never holds a raw id, so one in
+//! a request went around keyhole) or passes it.
 
 use super::{body_kind, hand_on, taxonomy, HandOnError, Headers, Side, Stream};
 use crate::callout::{self, Answer, Callout, Sent};
 use crate::hold::{self, HeaderEdit, Verdict};
 use crate::host::{self, HostError};
 use crate::metrics::{count, Refused};
-use keyhole_core::alias::{BodyKind, DecodeRequest, DecodeResponse, RequestError, RequestScan};
+use keyhole_core::alias::{BodyKind, DecodeRequest, DecodeResponse, RawIdCount, RequestError, RequestScan};
+use keyhole_core::config::RawIds;
 use keyhole_core::reply::{self, ErrorKind, LocalReply};
 use proxy_wasm::types::{Action, BufferType, StreamType};
+
+/// Request headers that are never scanned (besides pseudo-headers, the
+/// session header and the hold header): credentials pass through untouched
+/// (`authorization`, `proxy-authorization`, `cookie`); `content-length` is a
+/// number (removed here, set again by the buffer filter); keyhole removes
+/// `accept-encoding`; the rest are opaque keys made by the client or Envoy,
+/// never record ids, that are often UUID-shaped (Envoy's `x-request-id`, trace
+/// context, idempotency keys).
+pub(super) const UNSCANNED: [&str; 15] = [
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "content-length",
+    "accept-encoding",
+    "x-request-id",
+    "x-client-trace-id",
+    "traceparent",
+    "tracestate",
+    "b3",
+    "x-b3-traceid",
+    "x-b3-spanid",
+    "x-b3-parentspanid",
+    "x-b3-sampled",
+    "idempotency-key",
+];
 
 /// The request half of one HMS stream.
 #[derive(Default)]
@@ -22,6 +60,8 @@ pub(super) struct Request {
     state: State,
     /// The decode callout.
     callout: Callout,
+    /// The scanned headers as the client sent them, in order.
+    headers: Vec<(String, String)>,
 }
 
 /// Where the request is.
@@ -70,6 +110,15 @@ impl Request {
         s.session = session;
         s.path = host::request_header(":path")?.unwrap_or_default();
         let kind = body_kind(host::request_header("content-type")?.as_deref());
+        self.headers = host::request_headers()?
+            .into_iter()
+            .filter(|(name, _)| {
+                !name.starts_with(':')
+                    && !UNSCANNED.contains(&name.as_str())
+                    && *name != s.config.session_header
+                    && name != hold::HOLD_HEADER
+            })
+            .collect();
         // Responses must come back readable: an encoded body cannot be scanned
         // and would be withheld (which is also what a refusal here leads to).
         let _ = host::set_request_header("accept-encoding", None);
@@ -90,7 +139,11 @@ impl Request {
         // request hold filter the new path.
         let _ = host::set_request_header("content-length", None);
         let tax = taxonomy();
-        let headers = match RequestScan::new(tax, &s.path, None) {
+        let scan = RequestScan::new(tax, &s.path, None).map(|mut scan| {
+            scan.scan_headers(tax, &self.headers);
+            scan
+        });
+        let headers = match scan {
             Ok(scan) if scan.aliases().is_empty() => Headers::Direct,
             Ok(scan) => {
                 if let Some(alias) = scan.sentinel(tax) {
@@ -151,10 +204,29 @@ impl Request {
     /// control to decode. Returns the callback's action.
     fn decode(&mut self, s: &Stream, body: Option<Vec<u8>>, kind: BodyKind, headers: Headers) -> Action {
         let tax = taxonomy();
-        let scan = match RequestScan::new(tax, &s.path, body.as_deref().map(|b| (b, kind))) {
+        let mut scan = match RequestScan::new(tax, &s.path, body.as_deref().map(|b| (b, kind))) {
             Ok(scan) => scan,
             Err(e) => return self.reject(s, reply::error(ErrorKind::InvalidRequest, &e.to_string())),
         };
+        scan.scan_headers(tax, &self.headers);
+        let raw = scan.raw_ids();
+        if raw.total() > 0 {
+            count(s.metrics.hms.raw_ids, raw.total() as i64);
+            log::warn!(
+                "keyhole.raw-ids context={} session={} policy={} total={} path={} query={} headers={} body={}",
+                s.context_id,
+                s.session,
+                s.config.raw_ids.as_str(),
+                raw.total(),
+                raw.path,
+                raw.query,
+                raw.headers,
+                raw.body
+            );
+            if s.config.raw_ids == RawIds::Refuse {
+                return self.reject(s, raw_ids_refused(&raw));
+            }
+        }
         if scan.aliases().is_empty() {
             self.state = State::Forwarded;
             return Action::Continue;
@@ -210,10 +282,20 @@ impl Request {
             }
             Err(e) => return self.reject(s, reply::internal(&format!("the request could not be rewritten: {e}"))),
         };
-        // Held headers get the new `:path` from the request hold filter after
-        // this one; direct ones are paused here (bodiless) or keep their path
-        // (it holds no alias). The buffer filter sets the body's new length.
-        let edits = if path == s.path { Vec::new() } else { vec![HeaderEdit::Set(":path".into(), path)] };
+        let changed = match scan.rewrite_headers(taxonomy(), &self.headers, &decoded) {
+            Ok(changed) => changed,
+            Err(e @ (RequestError::UnknownAlias { .. } | RequestError::Sentinel { .. })) => {
+                let e = e.with_current_epoch(taxonomy(), epoch.as_deref());
+                return self.reject(s, reply::error(ErrorKind::UnknownAlias, &e.to_string()));
+            }
+            Err(e) => return self.reject(s, reply::internal(&format!("the request could not be rewritten: {e}"))),
+        };
+        // Held headers get the new `:path` and header values from the request
+        // hold filter after this one; direct ones are paused here (bodiless)
+        // or need no edit (no alias in path or headers). The buffer filter
+        // sets the body's new length.
+        let mut edits = if path == s.path { Vec::new() } else { vec![HeaderEdit::Set(":path".into(), path)] };
+        edits.extend(header_edits(&self.headers, changed));
         let old_len = body.as_deref().map_or(0, <[u8]>::len);
         match hand_on(Side::Request, headers, &Verdict::keep(edits), old_len, new_body.as_deref()) {
             Ok(()) => {}
@@ -242,6 +324,47 @@ impl Request {
         self.state = State::Refused;
         Action::Pause
     }
+}
+
+/// The edits that give every header with a changed value its new values; a
+/// repeated header is set to all its values again, so it stays repeated.
+/// `changed` holds `(index into headers, new value)`.
+fn header_edits(headers: &[(String, String)], changed: Vec<(usize, String)>) -> Vec<HeaderEdit> {
+    let mut values: Vec<Option<String>> = vec![None; headers.len()];
+    for (i, value) in changed {
+        if let Some(slot) = values.get_mut(i) {
+            *slot = Some(value);
+        }
+    }
+    let mut edits = Vec::new();
+    let mut done: Vec<&str> = Vec::new();
+    for (name, _) in headers {
+        let name = name.as_str();
+        if done.contains(&name) {
+            continue;
+        }
+        done.push(name);
+        let same_name = || headers.iter().enumerate().filter(move |(_, (n, _))| n == name);
+        if !same_name().any(|(j, _)| values.get(j).is_some_and(Option::is_some)) {
+            continue;
+        }
+        let all = same_name()
+            .map(|(j, (_, old))| values.get(j).cloned().flatten().unwrap_or_else(|| old.clone()))
+            .collect();
+        edits.extend(HeaderEdit::set_all(name, all));
+    }
+    edits
+}
+
+/// The 400 for raw ids under `raw_ids: refuse`, naming the places (never a
+/// value).
+fn raw_ids_refused(raw: &RawIdCount) -> LocalReply {
+    let places: Vec<String> = raw.places().iter().map(|(place, n)| format!("{n} in the {place}")).collect();
+    let message = format!(
+        "keyhole refuses raw record ids in HMS requests ({}); send the aliases keyhole handed out (raw_ids: refuse)",
+        places.join(", ")
+    );
+    reply::error(ErrorKind::InvalidRequest, &message)
 }
 
 /// The 404 for a sentinel alias (issued past the session's bound: it decodes

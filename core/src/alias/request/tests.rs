@@ -297,9 +297,11 @@ fn raw_id_shaped_values_are_counted_per_place_never_kept() {
         RawIdCount {
             path: 2,
             query: 1,
+            headers: 0,
             body: 3
         }
     );
+    assert_eq!(scan.raw_ids().places(), [("path", 2), ("query", 1), ("body", 3)]);
     // Look-alikes that are not ids.
     let scan = RequestScan::new(
         &tax,
@@ -311,6 +313,55 @@ fn raw_id_shaped_values_are_counted_per_place_never_kept() {
     )
     .unwrap();
     assert_eq!(scan.raw_ids(), RawIdCount::default());
+}
+
+fn headers(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect()
+}
+
+#[test]
+fn aliases_in_headers_are_decoded_and_counted_with_the_rest() {
+    let tax = Taxonomy::default();
+    let m = session(&tax);
+    let path = "/api/v2/patients/patient-001";
+    let hs = headers(&[
+        ("x-patient-id", "patient-001"),
+        ("if-match", "\"task-001\""),
+        ("referer", "http://hms/api/v2/clinics/clinic%2D001?x=1"),
+        ("link", "</fhir/R4/Patient/patient-001>; rel=\"subject\""),
+        ("x-record", "ref-001"),
+        ("accept", "application/json"),
+        ("x-raw", "pat-000999"),
+    ]);
+    let mut scan = RequestScan::new(&tax, path, None).unwrap();
+    scan.scan_headers(&tax, &hs);
+    assert_eq!(scan.aliases(), ["patient-001", "task-001", "clinic-001", "ref-001"]);
+    assert_eq!(scan.raw_ids().headers, 1);
+    let decoded = decode(&tax, &m, &scan);
+    let (p, _) = scan.rewrite(&tax, path, None, &decoded).unwrap();
+    assert_eq!(p, "/api/v2/patients/039b70b8-92f7-44b7-9c91-4e3f0e900c71");
+    let out = scan.rewrite_headers(&tax, &hs, &decoded).unwrap();
+    assert_eq!(
+        out,
+        [
+            (0, "039b70b8-92f7-44b7-9c91-4e3f0e900c71".to_owned()),
+            (1, "\"task-0055101\"".to_owned()),
+            (2, "http://hms/api/v2/clinics/clinic-berlin-mitte?x=1".to_owned()),
+            (3, "</fhir/R4/Patient/pat-000123>; rel=\"subject\"".to_owned()),
+            // Reserved characters of an id never reach a header raw.
+            (4, "a%20b%2Fc".to_owned()),
+        ]
+    );
+    // An alias this session did not issue, in a header only: refused naming it.
+    let hs = headers(&[("x-patient-id", "patient-077")]);
+    let mut scan = RequestScan::new(&tax, "/api/v2/visits", None).unwrap();
+    scan.scan_headers(&tax, &hs);
+    let decoded = decode(&tax, &m, &scan);
+    assert_eq!(
+        scan.rewrite_headers(&tax, &hs, &decoded),
+        Err(RequestError::UnknownAlias { alias: "patient-077".into() })
+    );
+    assert!(scan.rewrite(&tax, "/api/v2/visits", None, &decoded).is_err());
 }
 
 /// How one alias occurrence is written.
