@@ -11,9 +11,9 @@
 //! it stands under an id key).
 //!
 //! The search needs no automaton: a match must start and end on a class
-//! boundary, so only those positions are tried, each against the few distinct
-//! lengths of the values (filtered by first and last byte) and then one hash
-//! lookup. Building it is one hash insert per value (no copy when the value is
+//! boundary, so only those positions are tried, each against the lengths of
+//! the values that start with the same two bytes (filtered by last byte) and
+//! then one hash lookup. Building it is one hash insert per value (no copy when the value is
 //! already lower case), so it is cheap to build per response, and the scan is
 //! one pass with no allocation per match. Encoded dashes (`%2D`, `&#45;`,
 //! `&#x2d;`) are folded to `-` in a copy of the text, made only when the text
@@ -39,6 +39,11 @@ pub(crate) struct KnownIds<'v> {
     /// Lower-cased first two bytes of the values, as a 64 Kbit set: most
     /// candidate starts end here, before any length is tried.
     pairs: Vec<u64>,
+    /// Per lower-cased first two bytes: the lengths (below 64) of the values
+    /// that start so, as bits; only these lengths are tried at a position.
+    pair_lens: HashMap<u16, u64, rustc_hash::FxBuildHasher>,
+    /// Lengths of 64 and more, longest first (tried at every candidate).
+    long_lens: Vec<usize>,
     /// Whether some value holds a `-` (its encoded forms must be searched).
     dash: bool,
 }
@@ -50,6 +55,25 @@ fn has(set: &[bool; 256], b: u8) -> bool {
 fn pair_bit(a: u8, b: u8) -> (usize, u64) {
     let p = usize::from(a.to_ascii_lowercase()) << 8 | usize::from(b.to_ascii_lowercase());
     (p >> 6, 1u64 << (p & 63))
+}
+
+fn pair_key(a: u8, b: u8) -> u16 {
+    u16::from(a.to_ascii_lowercase()) << 8 | u16::from(b.to_ascii_lowercase())
+}
+
+/// The lengths of a length mask, longest first.
+struct LenBits(u64);
+
+impl Iterator for LenBits {
+    type Item = usize;
+    fn next(&mut self) -> Option<usize> {
+        if self.0 == 0 {
+            return None;
+        }
+        let top = 63 - self.0.leading_zeros();
+        self.0 &= !(1u64 << top);
+        usize::try_from(top).ok()
+    }
 }
 
 /// Encodings of `-` an id may carry in a URL or an HTML body (compared
@@ -67,6 +91,8 @@ impl<'v> KnownIds<'v> {
             first: [false; 256],
             last: [false; 256],
             pairs: vec![0; 1024],
+            pair_lens: HashMap::default(),
+            long_lens: Vec::new(),
             dash: false,
         };
         for (i, v) in values.into_iter().enumerate() {
@@ -96,6 +122,11 @@ impl<'v> KnownIds<'v> {
                 if let Some(word) = k.pairs.get_mut(w) {
                     *word |= bit;
                 }
+                if b.len() < 64 {
+                    *k.pair_lens.entry(pair_key(a, c)).or_insert(0) |= 1u64 << b.len();
+                } else if !k.long_lens.contains(&b.len()) {
+                    k.long_lens.push(b.len());
+                }
             }
             k.dash |= b.contains(&b'-');
             if !k.lens.contains(&b.len()) {
@@ -104,6 +135,7 @@ impl<'v> KnownIds<'v> {
             k.table.entry(key).or_insert(i);
         }
         k.lens.sort_unstable_by(|a, b| b.cmp(a));
+        k.long_lens.sort_unstable_by(|a, b| b.cmp(a));
         k
     }
 
@@ -187,17 +219,35 @@ impl<'v> KnownIds<'v> {
     fn search_plain(&self, t: &[u8], f: &mut impl FnMut(Range<usize>, usize) -> bool) {
         let mut key: Vec<u8> = Vec::new();
         let mut i = 0;
-        while let Some(&b) = t.get(i) {
+        while let Some(rest) = t.get(i..) {
+            // Cheapest test first, in a tight loop: most bytes start no value.
+            let Some(skip) = rest.iter().position(|&b| has(&self.first, b)) else {
+                return;
+            };
+            i += skip;
+            let Some(&b) = t.get(i) else {
+                return;
+            };
+            if !start_ok(t, i) {
+                i += 1;
+                continue;
+            }
             let paired = t.get(i + 1).is_some_and(|&c| {
                 let (w, bit) = pair_bit(b, c);
                 self.pairs.get(w).is_some_and(|word| word & bit != 0)
             });
-            if !has(&self.first, b) || !paired || !start_ok(t, i) {
+            if !paired {
                 i += 1;
                 continue;
             }
             let mut next = i + 1;
-            for &len in &self.lens {
+            let short = self.pair_lens.get(&pair_key(b, t.get(i + 1).copied().unwrap_or(0)));
+            let lens = self
+                .long_lens
+                .iter()
+                .copied()
+                .chain(LenBits(short.copied().unwrap_or(0)));
+            for len in lens {
                 let e = i + len;
                 let Some(&last) = e.checked_sub(1).and_then(|l| t.get(l)) else {
                     continue;
@@ -265,9 +315,7 @@ fn end_ok(t: &[u8], e: usize) -> bool {
 /// Percent-decodes and HTML-entity-decodes `text` when it holds an escape;
 /// `None` when it holds none (nothing to look at twice).
 pub(crate) fn decoded_view(text: &[u8]) -> Option<String> {
-    if !text.iter().any(|b| *b == b'%' || *b == b'&') {
-        return None;
-    }
+    memchr2(b'%', b'&', text)?;
     let mut out: Vec<u8> = Vec::with_capacity(text.len());
     let mut i = 0;
     while let Some(&b) = text.get(i) {

@@ -148,7 +148,7 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
     find_hex32(text, out);
     // Every other pattern holds a `-` (UUIDs, FHIR ids) or a `/` (references,
     // path segments).
-    if !text.iter().any(|b| *b == b'-' || *b == b'/') {
+    if memchr::memchr2(b'-', b'/', text).is_none() {
         return;
     }
     find_uuids(text, out);
@@ -175,26 +175,44 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
         let at_start = b.is_ascii_alphabetic()
             && (i == 0 || !text.get(i - 1).copied().is_some_and(is_token_byte));
         if !at_start {
+            // Nothing is tried before the next word start (UUIDs are
+            // skipped there anyway).
             i += 1;
+            while let (Some(&b), Some(&prev)) = (text.get(i), text.get(i.wrapping_sub(1))) {
+                if b.is_ascii_alphabetic() && !is_token_byte(prev) {
+                    break;
+                }
+                i += 1;
+            }
             continue;
         }
         let word_end = i + text.get(i..).map_or(0, |t| {
             t.iter().take_while(|b| b.is_ascii_alphanumeric()).count()
         });
+        let next = text.get(word_end).copied();
+        let after_slash = i > 0 && text.get(i - 1) == Some(&b'/');
+        // Every pattern below follows a `/` or runs up to a `/` or `-`.
+        if !after_slash && !matches!(next, Some(b'/' | b'-')) {
+            i = word_end.max(i + 1);
+            continue;
+        }
         let word = text
             .get(i..word_end)
             .and_then(|w| std::str::from_utf8(w).ok())
             .unwrap_or("");
-        let next = text.get(word_end).copied();
         let limit = out
             .get(next_uuid)
             .filter(|_| next_uuid < uuids)
             .map_or(text.len(), |u| u.range.start);
         // A path segment naming a kind: the next segment is an id of it.
-        let seg_end = i + text
-            .get(i..)
-            .map_or(0, |t| t.iter().take_while(|b| is_token_byte(**b)).count());
-        if i > 0 && text.get(i - 1) == Some(&b'/') && text.get(seg_end) == Some(&b'/') {
+        let seg_end = if after_slash {
+            i + text
+                .get(i..)
+                .map_or(0, |t| t.iter().take_while(|b| is_token_byte(**b)).count())
+        } else {
+            i
+        };
+        if after_slash && text.get(seg_end) == Some(&b'/') {
             let kind = text
                 .get(i..seg_end)
                 .and_then(|w| std::str::from_utf8(w).ok())
@@ -395,7 +413,8 @@ pub(crate) fn is_id_cursor(s: &str) -> bool {
     {
         return false;
     }
-    let mut out = Vec::with_capacity(body.len() * 3 / 4);
+    // The decoded bytes are looked at one by one, not kept.
+    let (mut count, mut printable, mut digit, mut other) = (0usize, true, false, false);
     let mut acc: u32 = 0;
     let mut bits = 0;
     for c in body.bytes() {
@@ -410,13 +429,17 @@ pub(crate) fn is_id_cursor(s: &str) -> bool {
         bits += 6;
         if bits >= 8 {
             bits -= 8;
-            out.push(((acc >> bits) & 0xff) as u8);
+            let byte = ((acc >> bits) & 0xff) as u8;
+            count += 1;
+            printable &= (0x20..0x7f).contains(&byte);
+            digit |= byte.is_ascii_digit();
+            other |= !byte.is_ascii_alphanumeric();
+            if !printable {
+                return false;
+            }
         }
     }
-    out.len() >= 8
-        && out.iter().all(|c| (0x20..0x7f).contains(c))
-        && out.iter().any(u8::is_ascii_digit)
-        && out.iter().any(|c| !c.is_ascii_alphanumeric())
+    count >= 8 && printable && digit && other
 }
 
 /// Appends every UUID in `text` (no boundary required: a UUID glued to other
