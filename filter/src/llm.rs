@@ -61,44 +61,6 @@ pub const OFF_SURFACE_HEADER: &str = "x-keyhole-off-surface";
 /// in the request (present when the request was aliased; never an id).
 pub const ALIASED_HEADER: &str = "x-keyhole-ids-aliased";
 
-/// The LLM listener's alias counters, in Envoy's `/stats` as
-/// `wasmcustom.keyhole.llm.<name>`. Defined once per worker, on first use.
-#[derive(Debug, Clone, Copy)]
-struct AliasMetrics {
-    /// Raw id occurrences replaced by aliases in requests, summed.
-    ids_aliased: Option<u32>,
-    /// Requests with at least one id replaced.
-    requests_aliased: Option<u32>,
-    /// Requests refused because their ids could not be aliased, per
-    /// [`AliasRefusal::ALL`] (`keyhole.llm.alias_refused.<reason>`).
-    refused: [Option<u32>; 7],
-}
-
-impl AliasMetrics {
-    fn get() -> AliasMetrics {
-        thread_local! {
-            static METRICS: std::cell::OnceCell<AliasMetrics> = const { std::cell::OnceCell::new() };
-        }
-        METRICS.with(|m| {
-            *m.get_or_init(|| AliasMetrics {
-                ids_aliased: counter("keyhole.llm.ids_aliased"),
-                requests_aliased: counter("keyhole.llm.requests_aliased"),
-                refused: AliasRefusal::ALL.map(|r| counter(&format!("keyhole.llm.alias_refused.{}", r.as_str()))),
-            })
-        })
-    }
-
-    fn refused(&self, reason: AliasRefusal) -> Option<u32> {
-        let i = AliasRefusal::ALL.iter().position(|r| *r == reason)?;
-        self.refused.get(i).copied().flatten()
-    }
-}
-
-/// Defines a counter; `None` when the host refuses (never counted then).
-fn counter(name: &str) -> Option<u32> {
-    crate::abi::define_metric(proxy_wasm::types::MetricType::Counter, name).ok()
-}
-
 /// The taxonomy of `config`, leaked once per distinct taxonomy: a scan
 /// borrows it across the encode callout, and a worker's configurations are
 /// few and live as long as it does.
@@ -277,9 +239,9 @@ impl LlmStream {
         {
             return self.refuse_alias(AliasRefusal::Host, ids);
         }
-        count(AliasMetrics::get().ids_aliased, rewritten.ids as i64);
+        count(self.metrics.llm.ids_aliased, rewritten.ids as i64);
         if rewritten.ids > 0 {
-            count(AliasMetrics::get().requests_aliased, 1);
+            count(self.metrics.llm.requests_aliased, 1);
         }
         log::info!(
             "keyhole.prompt-aliases context={} session={} ids={} distinct={} known={} bytes_in={} bytes_out={}",
@@ -298,7 +260,7 @@ impl LlmStream {
     /// Refuses a request whose ids cannot be aliased: counted by reason,
     /// logged (never an id), answered with the reason's reply.
     fn refuse_alias(&mut self, refusal: AliasRefusal, ids: usize) -> Action {
-        count(AliasMetrics::get().refused(refusal), 1);
+        count(self.metrics.llm.refused(refusal), 1);
         log::warn!(
             "keyhole.prompt-alias-refused context={} session={} reason={} ids={ids}",
             self.context_id,

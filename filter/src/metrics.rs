@@ -3,6 +3,7 @@
 //! [`count`].
 
 use crate::abi;
+use keyhole_core::alias::prompt::Refusal as AliasRefusal;
 use proxy_wasm::types::MetricType;
 
 /// Counter ids; a counter the host refused to define is `None` and never counted.
@@ -28,6 +29,8 @@ pub struct Metrics {
     /// Events of streamed LLM answers that could not be checked for tool
     /// calls (oversized or unreadable), skipped.
     pub stream_events_skipped: Option<u32>,
+    /// The LLM listener's id-alias counters.
+    pub llm: LlmAliasMetrics,
     /// The HMS listener's counters.
     pub hms: HmsMetrics,
 }
@@ -112,6 +115,26 @@ impl Refused {
     }
 }
 
+/// The LLM listener's id-alias counters (`keyhole.llm.*`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LlmAliasMetrics {
+    /// Raw id occurrences replaced by aliases in requests, summed.
+    pub ids_aliased: Option<u32>,
+    /// Requests with at least one id replaced.
+    pub requests_aliased: Option<u32>,
+    /// Requests refused because their ids could not be aliased, per
+    /// [`AliasRefusal::ALL`] (`keyhole.llm.alias_refused.<reason>`).
+    refused: [Option<u32>; 7],
+}
+
+impl LlmAliasMetrics {
+    /// The counter of requests refused for `reason`.
+    pub fn refused(&self, reason: AliasRefusal) -> Option<u32> {
+        let i = AliasRefusal::ALL.iter().position(|r| *r == reason)?;
+        self.refused.get(i).copied().flatten()
+    }
+}
+
 /// The HMS listener's counters.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct HmsMetrics {
@@ -176,6 +199,11 @@ impl Metrics {
             off_surface_calls: counter("keyhole.off_surface_calls"),
             over_budget: counter("keyhole.over_budget"),
             stream_events_skipped: counter("keyhole.stream_events_skipped"),
+            llm: LlmAliasMetrics {
+                ids_aliased: counter("keyhole.llm.ids_aliased"),
+                requests_aliased: counter("keyhole.llm.requests_aliased"),
+                refused: AliasRefusal::ALL.map(|r| counter(&format!("keyhole.llm.alias_refused.{}", r.as_str()))),
+            },
             hms: HmsMetrics {
                 responses_aliased: counter("keyhole.hms_responses_aliased"),
                 aliases_decoded: counter("keyhole.hms_aliases_decoded"),
