@@ -14,6 +14,7 @@
 //! - [`hms`]: the id-alias stream context (HMS listener), one half per direction.
 //! - [`hold`]: the response-hold protocol with the `keyhole_hold` Lua filter.
 //! - [`metrics`]: counters in Envoy's `/stats`.
+//! - `taxonomy`: the alias taxonomy of the listener's configuration.
 #![deny(rust_2018_idioms)]
 #![deny(unsafe_code)]
 #![cfg_attr(
@@ -29,6 +30,7 @@ pub mod host;
 pub mod llm;
 mod logger;
 pub mod metrics;
+mod taxonomy;
 
 use keyhole_core::config::{Config, HmsConfig, LlmConfig};
 use keyhole_core::prior::PriorSets;

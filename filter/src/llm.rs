@@ -38,7 +38,7 @@ use crate::metrics::{count, Metrics};
 use keyhole_core::admission::{self, ScanLimits, StreamScanner};
 use keyhole_core::alias::prompt::Refusal as AliasRefusal;
 use keyhole_core::alias::wire::WithTaxonomy;
-use keyhole_core::alias::{EncodeRequest, EncodeResponse, PromptScan, Taxonomy};
+use keyhole_core::alias::{EncodeRequest, EncodeResponse, PromptScan};
 use keyhole_core::config::{Aliases, LlmConfig, OffSurface};
 use keyhole_core::format::{Format, ParsedRequest};
 use keyhole_core::prior::PriorSets;
@@ -60,24 +60,6 @@ pub const OFF_SURFACE_HEADER: &str = "x-keyhole-off-surface";
 /// Response header with the number of raw id occurrences replaced by aliases
 /// in the request (present when the request was aliased; never an id).
 pub const ALIASED_HEADER: &str = "x-keyhole-ids-aliased";
-
-/// The taxonomy of `config`, leaked once per distinct taxonomy: a scan
-/// borrows it across the encode callout, and a worker's configurations are
-/// few and live as long as it does.
-fn leaked(taxonomy: &std::sync::Arc<Taxonomy>) -> &'static Taxonomy {
-    thread_local! {
-        static LEAKED: RefCell<Vec<&'static Taxonomy>> = const { RefCell::new(Vec::new()) };
-    }
-    LEAKED.with(|all| {
-        let mut all = all.borrow_mut();
-        if let Some(t) = all.iter().find(|t| t.digest() == taxonomy.digest()) {
-            return *t;
-        }
-        let t: &'static Taxonomy = Box::leak(Box::new(Taxonomy::clone(taxonomy)));
-        all.push(t);
-        t
-    })
-}
 
 /// Where a stream is in its life.
 enum State {
@@ -190,7 +172,7 @@ impl LlmStream {
     /// Scans `body` for raw ids and asks control to encode them; passes a
     /// body without session and without ids on to [`Self::surface`].
     fn alias(&mut self, body: Vec<u8>) -> Action {
-        let tax = leaked(&self.config.taxonomy);
+        let tax = crate::taxonomy::leaked(&self.config.taxonomy);
         let scan = match PromptScan::new(tax, &body) {
             Ok(scan) => scan,
             Err(_) => return self.refuse_alias(AliasRefusal::Unreadable, 0),

@@ -61,13 +61,10 @@ use request::Request;
 use response::Response;
 use std::rc::Rc;
 
-/// The taxonomy of this worker. Built once and leaked: scans borrow it across
-/// callouts, and a VM never drops its worker state anyway.
-fn taxonomy() -> &'static Taxonomy {
-    thread_local! {
-        static TAXONOMY: &'static Taxonomy = Box::leak(Box::new(Taxonomy::default()));
-    }
-    TAXONOMY.with(|t| *t)
+/// The taxonomy of the listener's configuration (the file control loads
+/// too; control refuses alias requests that name another one).
+fn taxonomy(config: &HmsConfig) -> &'static Taxonomy {
+    crate::taxonomy::leaked(&config.taxonomy)
 }
 
 /// One HMS stream.
@@ -100,12 +97,9 @@ impl HmsStream {
     }
 }
 
-/// A body's kind by its `content-type`: JSON, or text for anything else.
+/// A body's kind by its `content-type` (core checks it against the bytes).
 fn body_kind(content_type: Option<&str>) -> BodyKind {
-    match content_type {
-        Some(ct) if ct.to_ascii_lowercase().contains("json") => BodyKind::Json,
-        _ => BodyKind::Text,
-    }
+    BodyKind::from_content_type(content_type)
 }
 
 /// Which half a rewrite is for.

@@ -24,6 +24,7 @@ use crate::callout::{self, Answer, Callout, Sent};
 use crate::hold::{self, HeaderEdit, Verdict};
 use crate::host::{self, HostError};
 use crate::metrics::{count, Refused};
+use keyhole_core::alias::wire::WithTaxonomy;
 use keyhole_core::alias::{BodyKind, DecodeRequest, DecodeResponse, RawIdCount, RequestError, RequestScan};
 use keyhole_core::config::RawIds;
 use keyhole_core::reply::{self, ErrorKind, LocalReply};
@@ -138,7 +139,7 @@ impl Request {
         // new length (and replaces one that could not be removed here), and the
         // request hold filter the new path.
         let _ = host::set_request_header("content-length", None);
-        let tax = taxonomy();
+        let tax = taxonomy(&s.config);
         let scan = RequestScan::new(tax, &s.path, None).map(|mut scan| {
             scan.scan_headers(tax, &self.headers);
             scan
@@ -203,7 +204,7 @@ impl Request {
     /// Scans the request and either lets it go (no alias), refuses it, or asks
     /// control to decode. Returns the callback's action.
     fn decode(&mut self, s: &Stream, body: Option<Vec<u8>>, kind: BodyKind, headers: Headers) -> Action {
-        let tax = taxonomy();
+        let tax = taxonomy(&s.config);
         let mut scan = match RequestScan::new(tax, &s.path, body.as_deref().map(|b| (b, kind))) {
             Ok(scan) => scan,
             Err(e) => return self.reject(s, reply::error(ErrorKind::InvalidRequest, &e.to_string())),
@@ -234,7 +235,10 @@ impl Request {
         if let Some(alias) = scan.sentinel(tax) {
             return self.reject(s, sentinel(alias));
         }
-        let question = DecodeRequest { session: s.session.clone(), aliases: scan.aliases().to_vec() };
+        let question = WithTaxonomy::new(
+            DecodeRequest { session: s.session.clone(), aliases: scan.aliases().to_vec() },
+            taxonomy(&s.config),
+        );
         let Ok(payload) = serde_json::to_vec(&question) else {
             return self.reject(s, reply::internal("the decode request could not be built"));
         };
@@ -274,18 +278,18 @@ impl Request {
                 return self.reject(s, reply::error(ErrorKind::Unavailable, &message));
             }
         };
-        let (path, new_body) = match scan.rewrite(taxonomy(), &s.path, body.as_deref(), &decoded) {
+        let (path, new_body) = match scan.rewrite(taxonomy(&s.config), &s.path, body.as_deref(), &decoded) {
             Ok(rewritten) => rewritten,
             Err(e @ (RequestError::UnknownAlias { .. } | RequestError::Sentinel { .. })) => {
-                let e = e.with_current_epoch(taxonomy(), epoch.as_deref());
+                let e = e.with_current_epoch(taxonomy(&s.config), epoch.as_deref());
                 return self.reject(s, reply::error(ErrorKind::UnknownAlias, &e.to_string()));
             }
             Err(e) => return self.reject(s, reply::internal(&format!("the request could not be rewritten: {e}"))),
         };
-        let changed = match scan.rewrite_headers(taxonomy(), &self.headers, &decoded) {
+        let changed = match scan.rewrite_headers(taxonomy(&s.config), &self.headers, &decoded) {
             Ok(changed) => changed,
             Err(e @ (RequestError::UnknownAlias { .. } | RequestError::Sentinel { .. })) => {
-                let e = e.with_current_epoch(taxonomy(), epoch.as_deref());
+                let e = e.with_current_epoch(taxonomy(&s.config), epoch.as_deref());
                 return self.reject(s, reply::error(ErrorKind::UnknownAlias, &e.to_string()));
             }
             Err(e) => return self.reject(s, reply::internal(&format!("the request could not be rewritten: {e}"))),

@@ -13,7 +13,8 @@ use crate::callout::{self, Answer, Callout, Sent};
 use crate::hold::{self, HeaderEdit, Verdict};
 use crate::host;
 use crate::metrics::{count, Withheld};
-use keyhole_core::alias::{BodyKind, EncodeRequest, EncodeResponse, KnownAlias, PartId, ResponseScan};
+use keyhole_core::alias::wire::WithTaxonomy;
+use keyhole_core::alias::{BodyKind, EncodeRequest, Taxonomy, EncodeResponse, KnownAlias, PartId, ResponseScan};
 use keyhole_core::reply::{self, LocalReply};
 use proxy_wasm::types::{Action, BufferType, StreamType};
 
@@ -68,18 +69,18 @@ impl Job {
     /// Scans `body` (read as `kind`) and `headers` for ids; fails, never
     /// quoting the response, when a part cannot be read.
     fn scan(
+        tax: &'static Taxonomy,
         path: &str,
         headers: &[(String, String)],
         body: Vec<u8>,
         kind: BodyKind,
         hold: Headers,
     ) -> Result<Job, String> {
-        let tax = taxonomy();
         let mut scan = ResponseScan::new(tax);
         let body_part = if body.is_empty() {
             None
         } else {
-            Some(scan.add(&body, kind, tax.kind_for_path(path)).map_err(|e| e.to_string())?)
+            Some(scan.add(&body, kind, tax.kind_for_path(path)).map_err(|e| format!("{}: {e}", e.reason().as_str()))?)
         };
         let headers = headers
             .iter()
@@ -200,7 +201,7 @@ impl Response {
         hold: Headers,
     ) -> Action {
         let held_body = (hold == Headers::Held).then_some(body.len());
-        let job = match Job::scan(&s.path, &headers, body, kind, hold) {
+        let job = match Job::scan(taxonomy(&s.config), &s.path, &headers, body, kind, hold) {
             Ok(job) => Box::new(job),
             Err(reason) => {
                 return self.withhold(s, Withheld::Unreadable, held_body, removals(names(&headers)), &reason)
@@ -213,7 +214,10 @@ impl Response {
         if job.scan.is_empty() && job.body.is_empty() {
             return self.apply(s, *job, &[], &[]);
         }
-        let question = EncodeRequest { session: s.session.clone(), ids: job.scan.ids().to_vec(), prompt: false };
+        let question = WithTaxonomy::new(
+            EncodeRequest { session: s.session.clone(), ids: job.scan.ids().to_vec(), prompt: false },
+            taxonomy(&s.config),
+        );
         let Ok(payload) = serde_json::to_vec(&question) else {
             let removals = job.removals();
             return self.withhold(s, Withheld::Control, held_body, removals, "the encode request could not be built");

@@ -1,0 +1,76 @@
+//! The operator's taxonomy file, end to end: one file given to control
+//! (`--taxonomy`) and to the HMS filter (its `taxonomy` member) adds a kind
+//! without a rebuild, and a filter and a control that disagree on the taxonomy
+//! never alias (control refuses the other digest; the response is withheld).
+
+use keyhole_e2e::upstream::Canned;
+use keyhole_e2e::{paths, Stack, StackOptions};
+use serde_json::Value;
+
+const SPECIMEN: &str = "7c1e2d3a-5b6f-4a8e-9d0c-1f2e3a4b5c6d";
+
+fn example_file() -> std::path::PathBuf {
+    paths::repo().join("config/taxonomy.example.json")
+}
+
+/// A stack whose HMS filter runs with `filter_taxonomy` (`None`: the
+/// built-in one) and whose control loads the example file.
+async fn stack(filter_taxonomy: Option<&str>) -> Stack {
+    let mut hms = serde_json::json!({"mode": "hms", "timeout_ms": 5000, "raw_ids": "pass"});
+    if let Some(t) = filter_taxonomy {
+        hms["taxonomy"] = serde_json::from_str(t).expect("taxonomy json");
+    }
+    let mut options = StackOptions { hms_filter_config: hms.to_string(), ..Default::default() };
+    options.control_args.extend(["--taxonomy".into(), example_file().display().to_string()]);
+    Stack::start(options).await.expect("stack")
+}
+
+async fn get(stack: &Stack, path: &str) -> (u16, String) {
+    let resp = reqwest::Client::new()
+        .get(format!("{}{path}", stack.envoy.hms_url()))
+        .header("x-keyhole-session", "taxonomy")
+        .send()
+        .await
+        .expect("request through envoy");
+    let status = resp.status().as_u16();
+    (status, resp.text().await.expect("body"))
+}
+
+fn specimen_body() -> Vec<u8> {
+    format!(r#"{{"data":{{"id":"{SPECIMEN}","fhirId":"spec-000042","type":"blood"}}}}"#).into_bytes()
+}
+
+#[tokio::test]
+async fn a_kind_added_by_the_file_is_aliased_and_decoded_without_a_rebuild() {
+    let file = std::fs::read_to_string(example_file()).expect("example taxonomy");
+    let stack = stack(Some(&file)).await;
+    let path = format!("/api/v2/specimens/{SPECIMEN}");
+    stack.hms.set(&path, Canned::json(specimen_body()));
+
+    let (status, body) = get(&stack, &path).await;
+    assert_eq!(status, 200, "{body}\n{}", stack.envoy.log_tail());
+    assert!(!body.contains(SPECIMEN) && !body.contains("spec-000042"), "raw ids reached the client: {body}");
+    let v: Value = serde_json::from_str(&body).expect("json");
+    let alias = v.pointer("/data/id").and_then(Value::as_str).expect("aliased id").to_owned();
+    assert!(alias.starts_with("specimen-"), "the file's kind names the alias: {alias}");
+
+    // The alias goes back to HMS as the record's id.
+    stack.hms.clear();
+    stack.hms.set(&format!("/api/v2/specimens/{SPECIMEN}/labels"), Canned::json(b"{}".to_vec()));
+    let (status, body) = get(&stack, &format!("/api/v2/specimens/{alias}/labels")).await;
+    assert_eq!(status, 200, "{body}");
+    let seen = stack.hms.seen();
+    assert_eq!(seen.len(), 1);
+    assert!(seen[0].uri.contains(SPECIMEN), "HMS got the real id: {}", seen[0].uri);
+}
+
+#[tokio::test]
+async fn a_filter_and_a_control_on_different_taxonomies_never_alias() {
+    // The filter runs the built-in taxonomy, control the example file.
+    let stack = stack(None).await;
+    let path = format!("/api/v2/specimens/{SPECIMEN}");
+    stack.hms.set(&path, Canned::json(specimen_body()));
+    let (status, body) = get(&stack, &path).await;
+    assert_eq!(status, 502, "withheld, not passed raw: {body}");
+    assert!(!body.contains(SPECIMEN), "{body}");
+}
