@@ -426,3 +426,63 @@ async fn with_control_down_nothing_with_a_session_is_forwarded() {
     assert_eq!(resp.status(), 200);
     assert!(String::from_utf8_lossy(&off.llm.seen()[0].body).contains(&ids[0].raw));
 }
+
+#[tokio::test]
+async fn the_catalog_request_leaves_with_its_practitioner_aliased_and_nothing_else_changed() {
+    let stack = Stack::start(StackOptions::default()).await.expect("stack");
+    let original = std::fs::read(keyhole_e2e::paths::catalog().join("openai_request.json")).expect("catalog");
+    let uuid = Regex::new(r"(?i)[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}").expect("regex");
+    let text = String::from_utf8_lossy(&original).into_owned();
+    let practitioner = uuid.find(&text).expect("the catalog request names a UUID").as_str().to_owned();
+    let resp = post(&stack, PATHS[0], &original, Some("s-catalog")).await;
+    assert_eq!(resp.status(), 200, "{}", stack.envoy.log_tail());
+    assert_eq!(header(&resp, "x-keyhole-ids-aliased").as_deref(), Some("1"));
+    let got = String::from_utf8_lossy(&stack.llm.seen()[0].body).into_owned();
+    let mut before: Value = serde_json::from_str(&text).expect("json");
+    let mut after: Value = serde_json::from_str(&got).expect("json");
+    before.as_object_mut().expect("object").remove("tools");
+    after.as_object_mut().expect("object").remove("tools");
+    let after_text = after.to_string();
+    assert!(!uuid.is_match(&after_text), "a UUID reached the model");
+    // Its alias, put back, gives the request as sent.
+    let alias = Regex::new(r"practitionerId ([A-Za-z0-9-]+)")
+        .expect("regex")
+        .captures(&after_text)
+        .map(|c| c[1].to_owned())
+        .expect("the practitioner's alias");
+    let restored: Value = serde_json::from_str(&after_text.replace(&alias, &practitioner)).expect("json");
+    assert_eq!(restored, before, "only the id changed");
+    assert_eq!(hms_path_for(&stack, "s-catalog", &alias).await, format!("/api/v2/patients/{practitioner}"));
+}
+
+#[tokio::test]
+async fn ids_control_cannot_alias_refuse_the_request() {
+    let stack = Stack::start(StackOptions::default()).await.expect("stack");
+    let session = "s-conflict";
+    let uuid = "6c1d4b8f-2a3e-4d6c-9b0f-1e2d3c4b5a6f";
+    stack.hms.set(
+        "/api/v2/patients/detail",
+        Canned::json(format!(r#"{{"data":{{"id":"{uuid}","fhirId":"pat-000321"}}}}"#).into_bytes()),
+    );
+    let resp = reqwest::Client::new()
+        .get(format!("{}/api/v2/patients/detail", stack.envoy.hms_url()))
+        .header(SESSION_HEADER, session)
+        .send()
+        .await
+        .expect("hms");
+    assert_eq!(resp.status(), 200);
+    // A tool result the agent built says the same record has another FHIR id.
+    let result = json!({"id": uuid, "fhirId": "pat-000999"}).to_string();
+    let body = serde_json::to_vec(&json!({"messages": [
+        {"role": "user", "content": "read it"},
+        {"role": "tool", "tool_call_id": "c1", "content": result},
+    ]}))
+    .expect("json");
+    let resp = post(&stack, PATHS[0], &body, Some(session)).await;
+    assert_eq!(resp.status(), 422);
+    let err: Value = resp.json().await.expect("json error");
+    assert_eq!(err["error"]["type"], "keyhole_unaliasable_request");
+    assert!(!err.to_string().contains(uuid) && !err.to_string().contains("pat-000"), "{err}");
+    assert!(stack.llm.seen().is_empty(), "nothing forwarded");
+    assert_eq!(stack.envoy.stat("wasmcustom.keyhole.llm.alias_refused.conflict").await.unwrap(), 1);
+}

@@ -34,7 +34,11 @@ async fn post(url: &str, body: Vec<u8>) -> reqwest::Response {
 
 #[tokio::test]
 async fn catalog_request_reaches_the_upstream_as_a_bounded_byte_identical_subset() {
-    let stack = Stack::start(StackOptions::default()).await.expect("stack");
+    // The tool surface alone: the other keys must come through byte for byte,
+    // and the catalog request names a practitioner by UUID, which aliases (on
+    // by default) would replace. tests/llm_aliases.rs pins that rewrite.
+    let options = StackOptions { llm_filter_config: r#"{"mode":"llm","timeout_ms":30000,"aliases":"off"}"#.into(), ..Default::default() };
+    let stack = Stack::start(options).await.expect("stack");
     let original = catalog_request();
     let resp = post(&stack.envoy.llm_url(), original.clone()).await;
     assert_eq!(resp.status(), 200, "{}", stack.envoy.log_tail());

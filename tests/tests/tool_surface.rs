@@ -53,7 +53,11 @@ fn session(s: &str) -> [(&'static str, &str); 1] {
 
 #[tokio::test]
 async fn every_format_is_cut_to_a_bounded_byte_identical_subset() {
-    let stack = Stack::start(StackOptions::default()).await.expect("stack");
+    // The tool surface alone: the other keys must come through byte for byte,
+    // and the catalog request names a practitioner by UUID, which aliases (on
+    // by default) would replace. tests/llm_aliases.rs pins that rewrite.
+    let options = StackOptions { llm_filter_config: r#"{"mode":"llm","timeout_ms":30000,"aliases":"off"}"#.into(), ..Default::default() };
+    let stack = Stack::start(options).await.expect("stack");
     for case in cases() {
         stack.llm.clear();
         let original_tools = function_tools(&case.body, case.gemini);
@@ -86,7 +90,9 @@ async fn phase_budgets_and_forced_tools_hold_end_to_end() {
     let body = serde_json::to_vec(&body).unwrap();
     for (phase, max) in [("tool-input", 1), ("agent-call", 8), ("planner", 12)] {
         stack.llm.clear();
-        let resp = send(&stack, case.path, body.clone(), &[("x-keyhole-phase", phase)]).await;
+        // With a session, as a deployment sends it: the catalog request names
+        // a practitioner by UUID, and ids without a session are refused.
+        let resp = send(&stack, case.path, body.clone(), &[("x-keyhole-phase", phase), ("x-keyhole-session", "s-phase")]).await;
         assert_eq!(resp.status(), 200);
         let audit = resp.headers()["x-keyhole-tools"].to_str().unwrap().to_owned();
         let tools = function_tools(&stack.llm.seen()[0].body, false);
@@ -139,7 +145,11 @@ async fn control_faults_never_forward_the_registry() {
 
 #[tokio::test]
 async fn an_outage_falls_back_to_the_sessions_prior_set() {
-    let mut stack = Stack::start(StackOptions::default()).await.expect("stack");
+    // The tool surface's own outage rules: with aliases on, a request with a
+    // session is refused while control is down, before these rules apply
+    // (tests/llm_aliases.rs pins that).
+    let options = StackOptions { llm_filter_config: r#"{"mode":"llm","timeout_ms":30000,"aliases":"off"}"#.into(), ..Default::default() };
+    let mut stack = Stack::start(options).await.expect("stack");
     let case = &cases()[0];
     let resp = send(&stack, case.path, case.body.clone(), &session("s-prior")).await;
     assert_eq!(resp.status(), 200);
