@@ -486,3 +486,64 @@ async fn ids_control_cannot_alias_refuse_the_request() {
     assert!(stack.llm.seen().is_empty(), "nothing forwarded");
     assert_eq!(stack.envoy.stat("wasmcustom.keyhole.llm.alias_refused.conflict").await.unwrap(), 1);
 }
+
+/// A private Redis for one test, stopped (by its PID) when dropped.
+struct PrivateRedis {
+    child: std::process::Child,
+    url: String,
+}
+
+impl PrivateRedis {
+    async fn start() -> PrivateRedis {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+        let child = std::process::Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string(), "--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server (scripts/with-services.sh puts it on PATH)");
+        for _ in 0..100 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        PrivateRedis { child, url: format!("redis://127.0.0.1:{port}") }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[tokio::test]
+async fn with_the_alias_store_down_requests_with_ids_are_refused_and_nothing_is_forwarded() {
+    let mut redis = PrivateRedis::start().await;
+    let mut options = StackOptions::default();
+    options.control_args.extend(["--redis-url".into(), redis.url.clone()]);
+    let stack = Stack::start(options).await.expect("stack");
+    let session = "s-store-down";
+    let body = |uuid: &str| {
+        serde_json::to_vec(&json!({"messages": [{"role": "user", "content": format!("open patient {uuid}")}]})).expect("json")
+    };
+
+    let resp = post(&stack, PATHS[0], &body("5d2c1b0a-3e4f-4a5b-8c6d-7e8f9a0b1c2d"), Some(session)).await;
+    assert_eq!(resp.status(), 200, "store up: aliased and forwarded");
+    assert_eq!(stack.llm.seen().len(), 1);
+
+    redis.kill();
+    stack.llm.clear();
+    let uuid = "0a1b2c3d-4e5f-4a6b-9c8d-7e6f5a4b3c2d";
+    let resp = post(&stack, PATHS[0], &body(uuid), Some(session)).await;
+    assert_eq!(resp.status(), 503, "store down: refused");
+    let err = resp.text().await.expect("body");
+    assert!(!err.contains(uuid), "the refusal names no id: {err}");
+    assert!(stack.llm.seen().is_empty(), "nothing forwarded while the store is down");
+    assert_eq!(stack.envoy.stat("wasmcustom.keyhole.llm.alias_refused.store").await.unwrap(), 1);
+}
