@@ -784,6 +784,20 @@ async fn headers_and_text_bodies_are_aliased() {
     );
 }
 
+/// Reads a request's head (through the blank line); `None` when the peer
+/// closes first.
+async fn read_head(sock: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match sock.read(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    Some(head)
+}
+
 /// An HMS upstream that answers every request with `body` in small chunks
 /// (split mid-id) and id-carrying headers.
 async fn chunking_upstream(body: Vec<u8>, location: &'static str) -> SocketAddr {
@@ -796,13 +810,8 @@ async fn chunking_upstream(body: Vec<u8>, location: &'static str) -> SocketAddr 
             };
             let body = body.clone();
             tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 4096];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match sock.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
+                if read_head(&mut sock).await.is_none() {
+                    return;
                 }
                 let start = format!(
                     "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nlocation: {location}\r\nconnection: close\r\n\r\n"
@@ -1071,14 +1080,9 @@ async fn raw_upstream(routes: Vec<(&'static str, Vec<u8>)>) -> SocketAddr {
             };
             let routes = routes.clone();
             tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 4096];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match sock.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
+                let Some(head) = read_head(&mut sock).await else {
+                    return;
+                };
                 let line = String::from_utf8_lossy(&head).lines().next().unwrap_or("").to_owned();
                 let target = line.split(' ').nth(1).unwrap_or("");
                 let path = target.split('?').next().unwrap_or("");

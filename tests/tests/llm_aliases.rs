@@ -243,17 +243,22 @@ fn raw_of<'a>(ids: &'a [Id], open: &'a str, rec: &'a str) -> Vec<&'a str> {
     ids.iter().map(|i| i.raw.as_str()).chain([open, rec]).collect()
 }
 
+/// `GET path` through the HMS listener in `session`.
+async fn hms_get(stack: &Stack, session: &str, path: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .get(format!("{}{path}", stack.envoy.hms_url()))
+        .header(SESSION_HEADER, session)
+        .send()
+        .await
+        .expect("hms request")
+}
+
 /// Sends through the HMS listener with `alias` in the path; returns the path
 /// the HMS upstream received.
 async fn hms_path_for(stack: &Stack, session: &str, alias: &str) -> String {
     stack.hms.clear();
     stack.hms.set(&format!("/api/v2/patients/{alias}"), Canned::json(b"{}".to_vec()));
-    let resp = reqwest::Client::new()
-        .get(format!("{}/api/v2/patients/{alias}", stack.envoy.hms_url()))
-        .header(SESSION_HEADER, session)
-        .send()
-        .await
-        .expect("hms request");
+    let resp = hms_get(stack, session, &format!("/api/v2/patients/{alias}")).await;
     let status = resp.status().as_u16();
     let seen = stack.hms.seen();
     assert_eq!(seen.len(), 1, "status {status}: the decoded request reached HMS once");
@@ -308,12 +313,7 @@ async fn aliases_the_model_holds_pass_unchanged_and_hms_ids_learned_before_are_r
     let uuid = "5b0c3a7e-1f2d-4c5b-8a9e-0d1c2b3a4f5e";
     let detail = format!(r#"{{"data":{{"id":"{uuid}","fhirId":"pat-000777","ward":{{"id":"ward-101","name":"Ward 7b"}}}}}}"#);
     stack.hms.set("/api/v2/patients/detail", Canned::json(detail.into_bytes()));
-    let resp = reqwest::Client::new()
-        .get(format!("{}/api/v2/patients/detail", stack.envoy.hms_url()))
-        .header(SESSION_HEADER, session)
-        .send()
-        .await
-        .expect("hms");
+    let resp = hms_get(&stack, session, "/api/v2/patients/detail").await;
     assert_eq!(resp.status(), 200);
     let v: Value = resp.json().await.expect("json");
     let alias = v.pointer("/data/id").and_then(Value::as_str).expect("alias").to_owned();
@@ -464,12 +464,7 @@ async fn ids_control_cannot_alias_refuse_the_request() {
         "/api/v2/patients/detail",
         Canned::json(format!(r#"{{"data":{{"id":"{uuid}","fhirId":"pat-000321"}}}}"#).into_bytes()),
     );
-    let resp = reqwest::Client::new()
-        .get(format!("{}/api/v2/patients/detail", stack.envoy.hms_url()))
-        .header(SESSION_HEADER, session)
-        .send()
-        .await
-        .expect("hms");
+    let resp = hms_get(&stack, session, "/api/v2/patients/detail").await;
     assert_eq!(resp.status(), 200);
     // A tool result the agent built says the same record has another FHIR id.
     let result = json!({"id": uuid, "fhirId": "pat-000999"}).to_string();
