@@ -525,7 +525,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let resolver = resolver(&common.data_dir, &common.embedder, &common.engine, None, None).await?;
             let tools = parsed.descriptors();
             resolver.prepare(&tools).await.context("indexing")?;
-            let req = ResolveRequest { session: session.clone(), phase, turn: parsed.turn.clone(), tools, forced: parsed.forced.clone(), registry: None };
+            let req = ResolveRequest { session: session.clone(), phase, turn: parsed.turn.clone(), tools, forced: parsed.forced.clone(), registry: None, tool_search: None };
             let answer = resolver.resolve(&req).await;
             let names: Vec<&str> = answer.tools.iter().map(|t| t.name.as_str()).collect();
             let after = parsed.rewrite(&body, &parsed.select(&names, phase.budget().max));

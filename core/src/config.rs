@@ -78,6 +78,20 @@ pub enum Aliases {
     On,
 }
 
+/// Whether the LLM listener adds the tool-search control tool
+/// ([`crate::recovery`]) to the surfaced set of every turn that chooses tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SearchTool {
+    /// No control tool: the model sees only the surfaced registry tools, and
+    /// calls of the control tool in a history are not read.
+    Off,
+    /// The control tool takes one place of the phase budget; a call of it
+    /// has control search the registry, and what it finds joins the next set
+    /// with the reason `recovery`.
+    On,
+}
+
 /// The configuration as written by the operator: one JSON object whose `mode`
 /// says which listener it configures and which fields it may carry.
 ///
@@ -135,6 +149,10 @@ pub struct LlmFilterConfig {
     /// that listener's.
     #[serde(default = "defaults::aliases")]
     pub aliases: Aliases,
+    /// Add the tool-search control tool to every surfaced set (`on`, the
+    /// default): the model's way to ask for a tool retrieval missed.
+    #[serde(default = "defaults::tool_search")]
+    pub tool_search: SearchTool,
 }
 
 /// Allow-lists of built-in tool types per format, as the operator writes them:
@@ -199,7 +217,7 @@ pub struct HmsFilterConfig {
 /// The fields each mode accepts (besides `mode`); a field in the other list
 /// is reported as belonging to the other mode. A test checks these lists are
 /// exactly the fields of [`LlmFilterConfig`] and [`HmsFilterConfig`].
-pub const LLM_FIELDS: [&str; 11] = [
+pub const LLM_FIELDS: [&str; 12] = [
     "control_cluster",
     "control_authority",
     "timeout_ms",
@@ -211,6 +229,7 @@ pub const LLM_FIELDS: [&str; 11] = [
     "builtin_tools",
     "taxonomy",
     "aliases",
+    "tool_search",
 ];
 /// See [`LLM_FIELDS`].
 pub const HMS_FIELDS: [&str; 7] =
@@ -248,6 +267,9 @@ mod defaults {
     pub fn aliases() -> super::Aliases {
         super::Aliases::On
     }
+    pub fn tool_search() -> super::SearchTool {
+        super::SearchTool::On
+    }
 }
 
 /// How the filter reaches control (the same on both listeners).
@@ -282,6 +304,8 @@ pub struct LlmConfig {
     pub taxonomy: Arc<Taxonomy>,
     /// See [`LlmFilterConfig::aliases`].
     pub aliases: Aliases,
+    /// See [`LlmFilterConfig::tool_search`].
+    pub tool_search: SearchTool,
 }
 
 /// The validated configuration of an `hms` listener.
@@ -466,6 +490,7 @@ impl TryFrom<FilterConfig> for Config {
                 builtin_tools: raw.builtin_tools.validate()?,
                 taxonomy: taxonomy(raw.taxonomy)?,
                 aliases: raw.aliases,
+                tool_search: raw.tool_search,
             }),
             FilterConfig::Hms(raw) => Config::Hms(HmsConfig {
                 control: control(raw.control_cluster, raw.control_authority, raw.timeout_ms)?,
@@ -489,6 +514,9 @@ mod tests {
         assert_eq!(c.on_outage, OnOutage::Reject);
         assert_eq!(c.session_header, "x-keyhole-session");
         assert_eq!(c.aliases, Aliases::On);
+        assert_eq!(c.tool_search, SearchTool::On);
+        let Config::Llm(c) = Config::from_json(br#"{"mode":"llm","tool_search":"off"}"#).unwrap() else { panic!("llm") };
+        assert_eq!(c.tool_search, SearchTool::Off);
         let Config::Llm(c) = Config::from_json(br#"{"mode":"llm","aliases":"off"}"#).unwrap() else { panic!("llm") };
         assert_eq!(c.aliases, Aliases::Off);
         let Config::Hms(c) = Config::from_json(br#"{"mode":"hms"}"#).unwrap() else { panic!("hms") };
@@ -498,7 +526,9 @@ mod tests {
 
     #[test]
     fn errors_name_the_field() {
-        let cases: [(&[u8], &str); 20] = [
+        let cases: [(&[u8], &str); 22] = [
+            (br#"{"mode":"llm","tool_search":"maybe"}"#, "tool_search"),
+            (br#"{"mode":"hms","tool_search":"off"}"#, "tool_search"),
             (br#"{"mode":"llm","aliases":"maybe"}"#, "aliases"),
             (br#"{"mode":"llm","aliases":true}"#, "aliases"),
             (br#"{"mode":"llm","alias":"on"}"#, "alias"),

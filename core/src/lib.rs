@@ -16,6 +16,7 @@
 //! - [`reply`]: the JSON error bodies the filter answers locally.
 //! - [`prior`]: a bounded per-session memory of the last audited set.
 //! - [`rank`]: the candidate-set engine: ranking, floors, phase budgets, bounded fallback.
+//! - [`recovery`]: the tool-search control tool (recovery when retrieval misses).
 //! - [`surface`]: the filter's bounded decision on one LLM request.
 //! - [`wire`]: the JSON types exchanged between the filter and control.
 #![forbid(unsafe_code)]
@@ -35,6 +36,7 @@ pub mod hold;
 pub mod phase;
 pub mod prior;
 pub mod rank;
+pub mod recovery;
 pub mod reply;
 pub mod surface;
 pub mod wire;

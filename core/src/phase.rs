@@ -60,6 +60,23 @@ impl Phase {
         }
     }
 
+    /// Whether a turn of this phase is offered the tool-search control tool
+    /// ([`crate::recovery`]): the phases that choose tools (planner,
+    /// agent-call, recovery). A tool-input turn fills in the one tool already
+    /// chosen, and a formatter turn writes the answer: neither looks for a
+    /// tool, and tool-input's budget of one has no place to spare.
+    pub fn offers_tool_search(self) -> bool {
+        matches!(self, Phase::Planner | Phase::AgentCall | Phase::Recovery)
+    }
+
+    /// How many registry tools a turn may surface when `reserved` places of
+    /// the budget are taken by tools keyhole adds itself (the tool-search
+    /// control tool): `budget().max - reserved`, so the body that leaves never
+    /// holds more tool definitions than [`Self::budget`] allows.
+    pub fn registry_budget(self, reserved: usize) -> usize {
+        self.budget().max.saturating_sub(reserved)
+    }
+
     /// The header value naming this phase.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -112,7 +129,8 @@ pub struct Offer {
 /// ([`crate::rank::outage::bounded`]) and the filter checks control's answer
 /// through them again ([`crate::surface::decide`]).
 ///
-/// - At most `phase.budget().max` tools.
+/// - At most `phase.budget().max` tools (less the places [`Rules::reserving`]
+///   keeps).
 /// - Formatter: no mutating tool, except a forced one.
 /// - Recovery: at most [`RECOVERY_NEW_TOOLS`] tools outside the prior set; a
 ///   forced one is always taken and takes one of those places.
@@ -121,18 +139,32 @@ pub struct Rules {
     phase: Phase,
     admitted: usize,
     new: usize,
+    /// At most this many tools: the budget, less the reserved places.
+    cap: usize,
 }
 
 impl Rules {
     /// The rules of `phase`, for an empty set.
     pub fn new(phase: Phase) -> Self {
-        Rules { phase, admitted: 0, new: 0 }
+        Rules { phase, admitted: 0, new: 0, cap: phase.budget().max }
+    }
+
+    /// The rules of `phase` with `reserved` places of its budget kept for
+    /// tools keyhole adds itself ([`Phase::registry_budget`]). Every other
+    /// rule is unchanged.
+    pub fn reserving(phase: Phase, reserved: usize) -> Self {
+        Rules { phase, admitted: 0, new: 0, cap: phase.registry_budget(reserved) }
+    }
+
+    /// How many tools the set has taken.
+    pub fn admitted(&self) -> usize {
+        self.admitted
     }
 
     /// Whether the set may take `offer`; counts it when it may. The caller
     /// checks that the tool exists and is not in the set already.
     pub fn admit(&mut self, offer: Offer) -> bool {
-        if self.admitted >= self.phase.budget().max {
+        if self.admitted >= self.cap {
             return false;
         }
         if self.phase == Phase::Formatter && offer.mutating && !offer.forced {
@@ -191,6 +223,22 @@ mod tests {
         assert!(rules.admit(offer(false, false, true)));
         let mut planner = Rules::new(Phase::Planner);
         assert!(planner.admit(offer(true, false, false)));
+    }
+
+    #[test]
+    fn a_reserved_place_is_never_given_away() {
+        for p in Phase::ALL {
+            let mut rules = Rules::reserving(p, 1);
+            let taken = (0..40).filter(|_| rules.admit(offer(false, true, false))).count();
+            assert_eq!(taken, p.budget().max - 1, "{p}");
+            assert_eq!(rules.admitted(), taken);
+        }
+        assert_eq!(Phase::ToolInput.registry_budget(5), 0);
+        for p in Phase::ALL {
+            // Only phases with a place to spare offer the control tool.
+            assert!(!p.offers_tool_search() || p.registry_budget(1) >= p.budget().min, "{p}");
+        }
+        assert!(!Phase::ToolInput.offers_tool_search() && !Phase::Formatter.offers_tool_search());
     }
 
     #[test]

@@ -14,8 +14,10 @@ use crate::detect;
 use crate::format::{self, BuiltinTools, ParsedRequest};
 use crate::reply::{self, ErrorKind, LocalReply};
 use crate::phase::{Offer, Rules};
+use crate::recovery;
 use crate::wire::{
-    registry_digest, Reason, ResolveRequest, ResolveResponse, Source, SurfacedTool, UnknownRegistry, UNKNOWN_REGISTRY_STATUS,
+    registry_digest, Reason, ResolveRequest, ResolveResponse, Source, SurfacedTool, ToolSearch, UnknownRegistry,
+    UNKNOWN_REGISTRY_STATUS,
 };
 use crate::Phase;
 
@@ -58,6 +60,8 @@ pub enum Decision {
         source: Source,
         /// True when control's list exceeded the budget and was cut.
         clamped: bool,
+        /// The tool-search control tool goes out with the kept tools.
+        search_tool: bool,
     },
     /// Answer locally with a 503: nothing is known and policy says reject.
     Reject,
@@ -149,13 +153,23 @@ pub enum Finished {
         source: Source,
         /// True when control's list exceeded the budget and was cut.
         clamped: bool,
+        /// The body carries the tool-search control tool ([`crate::recovery`]).
+        search_tool: bool,
     },
     /// Answer locally with `reply`.
     Refuse(Refusal, LocalReply),
 }
 
-/// Decides ([`decide`]), rewrites and seals one request: the whole of the
-/// filter's work after control answered (or failed to).
+/// Whether the filter adds the tool-search control tool ([`crate::recovery`])
+/// to `req` in `phase`: the setting is on, the phase chooses tools
+/// ([`Phase::offers_tool_search`]), and the agent's registry has no tool of
+/// that name (its own tool of that name is the agent's to execute: then
+/// keyhole neither adds one nor reads calls of it as searches).
+pub fn offers_search_tool(req: &ParsedRequest<'_>, phase: Phase, enabled: bool) -> bool {
+    enabled && phase.offers_tool_search() && !req.carries(recovery::TOOL_NAME)
+}
+
+/// [`finish_with`] without the tool-search control tool.
 pub fn finish(
     req: &ParsedRequest<'_>,
     body: &[u8],
@@ -164,12 +178,30 @@ pub fn finish(
     prior: &[SurfacedTool],
     on_outage: OnOutage,
 ) -> Finished {
-    match decide(req, phase, answer, prior, on_outage) {
+    finish_with(req, body, phase, answer, prior, on_outage, false)
+}
+
+/// Decides ([`decide_with`]), rewrites and seals one request: the whole of
+/// the filter's work after control answered (or failed to). `search_tool`:
+/// add the tool-search control tool ([`offers_search_tool`]); it takes one
+/// place of the phase budget, and the sealed body holds at most the budget's
+/// tool definitions, the control tool counted.
+pub fn finish_with(
+    req: &ParsedRequest<'_>,
+    body: &[u8],
+    phase: Phase,
+    answer: Result<&ResolveResponse, Outage>,
+    prior: &[SurfacedTool],
+    on_outage: OnOutage,
+    search_tool: bool,
+) -> Finished {
+    match decide_with(req, phase, answer, prior, on_outage, search_tool) {
         Decision::Reject => Finished::Refuse(Refusal::Unavailable, reply::unavailable()),
-        Decision::Forward { keep, surfaced, source, clamped } => {
-            let rewritten = req.rewrite(body, &keep);
+        Decision::Forward { keep, surfaced, source, clamped, search_tool } => {
+            let rewritten =
+                if search_tool { req.rewrite_with_search_tool(body, &keep) } else { req.rewrite(body, &keep) };
             match seal(&rewritten, phase) {
-                Ok(()) => Finished::Forward { body: rewritten, keep, surfaced, source, clamped },
+                Ok(()) => Finished::Forward { body: rewritten, keep, surfaced, source, clamped, search_tool },
                 Err((refusal, reply)) => Finished::Refuse(refusal, reply),
             }
         }
@@ -197,8 +229,26 @@ pub fn decide(
     prior: &[SurfacedTool],
     on_outage: OnOutage,
 ) -> Decision {
-    let max = phase.budget().max;
-    let mut set = Set { req, prior, rules: Rules::new(phase), keep: Vec::with_capacity(max), surfaced: Vec::with_capacity(max) };
+    decide_with(req, phase, answer, prior, on_outage, false)
+}
+
+/// [`decide`], adding the tool-search control tool when `search_tool`: one
+/// place of the budget is kept for it ([`Rules::reserving`]), so at most
+/// `phase.budget().max - 1` registry tools are kept. It is not added to a
+/// request stripped of every function tool (control out, nothing known,
+/// `on_outage: strip`): such a request goes out with no function tool.
+pub fn decide_with(
+    req: &ParsedRequest<'_>,
+    phase: Phase,
+    answer: Result<&ResolveResponse, Outage>,
+    prior: &[SurfacedTool],
+    on_outage: OnOutage,
+    search_tool: bool,
+) -> Decision {
+    let reserved = usize::from(search_tool);
+    let max = phase.registry_budget(reserved);
+    let rules = Rules::reserving(phase, reserved);
+    let mut set = Set { req, prior, rules, keep: Vec::with_capacity(max), surfaced: Vec::with_capacity(max) };
 
     // A forced function is always visible, whatever else happens (within the
     // budget: a client may list the whole registry as "allowed").
@@ -225,10 +275,14 @@ pub fn decide(
             if set.keep.is_empty() && on_outage == OnOutage::Reject {
                 return Decision::Reject;
             }
+            if set.keep.is_empty() {
+                // Stripped: no function tool at all, the control tool included.
+                return Decision::Forward { keep: Vec::new(), surfaced: Vec::new(), source: Source::FilterFallback, clamped: false, search_tool: false };
+            }
             (Source::FilterFallback, false)
         }
     };
-    Decision::Forward { keep: set.keep, surfaced: set.surfaced, source, clamped }
+    Decision::Forward { keep: set.keep, surfaced: set.surfaced, source, clamped, search_tool }
 }
 
 /// The set being composed under the phase's rules.
@@ -264,8 +318,25 @@ impl Set<'_, '_> {
 
 /// The question for control about `req`: by registry digest only, or
 /// (`with_registry`, when control did not know the digest) with every tool
-/// descriptor as well.
+/// descriptor as well. Without the tool-search control tool
+/// ([`question_with`]).
 pub fn question(req: &ParsedRequest<'_>, session: Option<&str>, phase: Phase, with_registry: bool) -> ResolveRequest {
+    question_with(req, session, phase, with_registry, false)
+}
+
+/// [`question`]; `search_tool`: the filter adds the tool-search control tool
+/// ([`offers_search_tool`]), so the question says so, with the query of the
+/// model's latest call of it in this user turn when there is one
+/// ([`ParsedRequest::search_call`]).
+pub fn question_with(
+    req: &ParsedRequest<'_>,
+    session: Option<&str>,
+    phase: Phase,
+    with_registry: bool,
+    search_tool: bool,
+) -> ResolveRequest {
+    let tool_search =
+        search_tool.then(|| ToolSearch { query: req.search_call.as_ref().and_then(|c| c.query.clone()) });
     ResolveRequest {
         session: session.map(str::to_owned),
         phase,
@@ -273,6 +344,7 @@ pub fn question(req: &ParsedRequest<'_>, session: Option<&str>, phase: Phase, wi
         tools: if with_registry { req.descriptors() } else { Vec::new() },
         registry: Some(registry_digest(req.tools.iter().map(|t| (t.name.as_ref(), t.description.as_ref())))),
         forced: req.forced.clone(),
+        tool_search,
     }
 }
 
@@ -432,6 +504,64 @@ mod tests {
         let d = decide(&req, Phase::Formatter, Err(Outage::Garbage), &prior, OnOutage::Reject);
         let Decision::Forward { keep, .. } = d else { panic!("rejected") };
         assert_eq!(keep, vec![19, 6]);
+    }
+
+    #[test]
+    fn the_control_tool_takes_one_place_of_the_budget_and_the_seal_still_holds() {
+        let b = body(108, None);
+        let req = format::parse("/", &b).unwrap().unwrap();
+        let names: Vec<String> = (0..108).map(|i| format!("t{i}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        for phase in Phase::ALL {
+            let search = offers_search_tool(&req, phase, true);
+            assert_eq!(search, phase.offers_tool_search(), "{phase}");
+            let finished = finish_with(&req, &b, phase, Ok(&answer(&refs)), &[], OnOutage::Reject, search);
+            let Finished::Forward { body: out, keep, search_tool, clamped, .. } = finished else { panic!("{phase}: refused") };
+            assert_eq!(search_tool, search);
+            assert_eq!(keep.len(), phase.budget().max - usize::from(search), "{phase}");
+            assert!(clamped);
+            // The body that leaves: at most the budget, the control tool counted.
+            assert_eq!(detect::count_tool_shaped(&out).unwrap(), phase.budget().max, "{phase}");
+            let names = format::parse("/", &out).unwrap().unwrap();
+            assert_eq!(names.carries(recovery::TOOL_NAME), search, "{phase}");
+        }
+        // Off: no place is kept and no tool added.
+        assert!(!offers_search_tool(&req, Phase::Planner, false));
+        let d = decide_with(&req, Phase::Planner, Ok(&answer(&refs)), &[], OnOutage::Reject, false);
+        assert_eq!(kept(&d), 12);
+    }
+
+    #[test]
+    fn an_agent_tool_of_the_same_name_turns_the_control_tool_off() {
+        let b = br#"{"messages":[],"tools":[{"type":"function","function":{"name":"keyhole_tool_search"}}]}"#;
+        let req = format::parse("/", b).unwrap().unwrap();
+        assert!(!offers_search_tool(&req, Phase::Planner, true));
+    }
+
+    #[test]
+    fn a_stripped_request_carries_no_control_tool() {
+        let b = body(20, None);
+        let req = format::parse("/", &b).unwrap().unwrap();
+        let d = decide_with(&req, Phase::Planner, Err(Outage::Garbage), &[], OnOutage::Strip, true);
+        assert!(matches!(d, Decision::Forward { search_tool: false, ref keep, .. } if keep.is_empty()));
+        // With a prior set, the fallback keeps the place for it.
+        let prior: Vec<SurfacedTool> = (0..20).map(|i| SurfacedTool::new(format!("t{i}"), Reason::Rag)).collect();
+        let d = decide_with(&req, Phase::Planner, Err(Outage::Garbage), &prior, OnOutage::Strip, true);
+        assert!(matches!(d, Decision::Forward { search_tool: true, ref keep, .. } if keep.len() == 11));
+    }
+
+    #[test]
+    fn the_question_carries_the_models_query_only_with_the_control_tool() {
+        let b = br#"{"messages":[{"role":"user","content":"bmi please"},{"role":"assistant","tool_calls":[{"function":{"name":"keyhole_tool_search","arguments":"{\"query\":\"body mass index\"}"}}]}],"tools":[{"type":"function","function":{"name":"a"}}]}"#;
+        let req = format::parse("/", b).unwrap().unwrap();
+        let q = question_with(&req, Some("s"), Phase::Planner, false, true);
+        assert_eq!(q.tool_search, Some(ToolSearch { query: Some("body mass index".into()) }));
+        assert_eq!(q.turn, "bmi please");
+        assert_eq!(question_with(&req, Some("s"), Phase::Planner, false, false).tool_search, None);
+        assert_eq!(question(&req, Some("s"), Phase::Planner, false).tool_search, None);
+        let three = body(3, None);
+        let plain = format::parse("/", &three).unwrap().unwrap();
+        assert_eq!(question_with(&plain, None, Phase::Planner, false, true).tool_search, Some(ToolSearch { query: None }));
     }
 
     #[test]

@@ -41,6 +41,25 @@ pub struct ResolveRequest {
     /// Functions the request forces (`tool_choice`, `tool_config`); always kept.
     #[serde(default)]
     pub forced: Vec<String>,
+    /// The tool-search control tool ([`crate::recovery`]) on this turn:
+    /// `None` when the filter does not add it (configuration `tool_search:
+    /// off`, a phase without it, an older filter), and control composes for
+    /// the whole phase budget as before. `Some`: the filter adds it, so
+    /// control composes for one place less, and searches the registry with
+    /// the model's query when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_search: Option<ToolSearch>,
+}
+
+/// The tool-search control tool on one turn (see [`ResolveRequest::tool_search`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolSearch {
+    /// The `query` of the model's latest call of the control tool in this
+    /// user turn (at most [`crate::recovery::MAX_QUERY_CHARS`] characters,
+    /// aliased like the rest of the request); `None` when the model has not
+    /// called it since the latest user message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
 }
 
 /// Why a tool was surfaced. Serialised as the machine-readable reason string.
@@ -67,6 +86,10 @@ pub enum Reason {
     /// The broadened retry surface found it.
     #[serde(rename = "broadened")]
     Broadened,
+    /// The model asked for it: a search of the registry with the query of
+    /// its tool-search call ([`crate::recovery`]) found it.
+    #[serde(rename = "recovery")]
+    Recovery,
 }
 
 impl Reason {
@@ -80,6 +103,7 @@ impl Reason {
             Reason::ToolChoice => "tool-choice",
             Reason::PriorSet => "prior-set",
             Reason::Broadened => "broadened",
+            Reason::Recovery => "recovery",
         }
     }
 }
@@ -221,6 +245,7 @@ mod tests {
             Reason::ToolChoice,
             Reason::PriorSet,
             Reason::Broadened,
+            Reason::Recovery,
         ] {
             let json = serde_json::to_string(&r).unwrap();
             assert_eq!(json, format!("\"{}\"", r.as_str()));
@@ -276,5 +301,19 @@ mod tests {
         assert_eq!(req.registry.as_deref(), Some("ab"));
         let json = serde_json::to_string(&ResolveRequest::default()).unwrap();
         assert!(!json.contains("registry"), "an older control never sees the field unless used");
+        assert!(!json.contains("tool_search"), "nor the tool search");
+    }
+
+    #[test]
+    fn the_tool_search_field_is_optional_both_ways() {
+        let old: ResolveRequest = serde_json::from_str(r#"{"turn":"x"}"#).unwrap();
+        assert_eq!(old.tool_search, None);
+        let req: ResolveRequest = serde_json::from_str(r#"{"turn":"x","tool_search":{}}"#).unwrap();
+        assert_eq!(req.tool_search, Some(ToolSearch { query: None }));
+        let req = ResolveRequest { tool_search: Some(ToolSearch { query: Some("bmi".into()) }), ..Default::default() };
+        let json = serde_json::to_string(&req).unwrap();
+        assert!(json.contains(r#""tool_search":{"query":"bmi"}"#), "{json}");
+        assert_eq!(serde_json::from_str::<ResolveRequest>(&json).unwrap(), req);
+        assert_eq!(serde_json::to_string(&Reason::Recovery).unwrap(), r#""recovery""#);
     }
 }

@@ -49,7 +49,7 @@ async fn fixture_on(store: Arc<dyn VectorStore>) -> Fixture {
 }
 
 fn request(f: &Fixture, session: &str, turn: &str, phase: Phase) -> ResolveRequest {
-    ResolveRequest { session: Some(session.into()), phase, turn: turn.into(), tools: f.tools.clone(), forced: vec![], registry: None }
+    ResolveRequest { session: Some(session.into()), phase, turn: turn.into(), tools: f.tools.clone(), forced: vec![], registry: None, tool_search: None }
 }
 
 async fn wait_ready(f: &Fixture) {

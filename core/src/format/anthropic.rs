@@ -9,8 +9,13 @@
 //! user message often holds only `tool_result` blocks, which are skipped.
 
 use super::body::Top;
-use super::{latest_user_text, Builder, Dialect, FormatError, TypedName};
+use super::{
+    has_text, history, latest_user_text, search_event, search_parameters, ArrayRole, Builder, Dialect, FormatError,
+    TypedName,
+};
+use crate::recovery::{self, HistoryEvent};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use std::borrow::Cow;
 
 #[derive(Deserialize)]
@@ -35,6 +40,8 @@ pub(super) const DIALECT: Dialect = Dialect {
     by_element: |e| e.input_schema.is_some(),
     read_request: parse,
     read_calls: calls,
+    read_history,
+    search_tool,
 };
 
 /// Server-tool types kept untouched (see [`super::BuiltinTools`]).
@@ -60,7 +67,7 @@ pub(super) const BUILTINS: &[&str] = &[
 /// Reads the tools and the forcing `tool_choice`; returns the turn.
 pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String, FormatError> {
     if let Some(raw) = top.tools {
-        let array = b.array(raw, "tools", |b, at, raw| {
+        let array = b.array(raw, "tools", ArrayRole::Tools, |b, at, raw| {
             let keys = b.spelling(raw, at)?;
             let tool: Tool<'_> = b.read(raw, at)?;
             match (tool.kind.as_deref(), tool.name) {
@@ -81,6 +88,56 @@ pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String
         }
     }
     Ok(latest_user_text(top.messages, |role| role == Some("user")))
+}
+
+// === the tool-search control tool ===
+
+/// The control tool as an Anthropic client tool.
+fn search_tool() -> String {
+    serde_json::json!({
+        "name": recovery::TOOL_NAME,
+        "description": recovery::DESCRIPTION,
+        "input_schema": search_parameters(false),
+    })
+    .to_string()
+}
+
+/// User messages with text (not only `tool_result` blocks), and the
+/// assistant's `tool_use` blocks calling the control tool (`input` an object).
+fn read_history(top: &Top<'_>) -> Vec<HistoryEvent> {
+    history(
+        top.messages,
+        |m: &HistoryMessage<'_>| m.role.as_deref() == Some("user") && has_text(m.content),
+        |m, events| {
+            if m.role.as_deref() != Some("assistant") {
+                return;
+            }
+            let Some(blocks) = m.content.and_then(|c| serde_json::from_str::<Vec<ToolUse<'_>>>(c.get()).ok()) else {
+                return;
+            };
+            for block in blocks.iter().filter(|b| b.kind.as_deref() == Some("tool_use")) {
+                events.extend(search_event(block.name.as_deref(), block.input));
+            }
+        },
+    )
+}
+
+#[derive(Deserialize)]
+struct HistoryMessage<'a> {
+    #[serde(borrow, default)]
+    role: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct ToolUse<'a> {
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    input: Option<&'a RawValue>,
 }
 
 // === answers ===

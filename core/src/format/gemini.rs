@@ -18,7 +18,11 @@
 //! [`super::ParsedRequest::rewrite`]).
 
 use super::body::Top;
-use super::{latest_user_text, AnswerName, Builder, Dialect, Format, FormatError, Item, Named};
+use super::{
+    has_text, history, latest_user_text, search_event, search_parameters, AnswerName, ArrayRole, Builder, Dialect,
+    Format, FormatError, Item, Named,
+};
+use crate::recovery::{self, HistoryEvent};
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -91,6 +95,8 @@ pub(super) const DIALECT: Dialect = Dialect {
     by_element: |e| e.function_declarations.is_some(),
     read_request: parse,
     read_calls: calls,
+    read_history,
+    search_tool,
 };
 
 /// Tools-entry keys of built-in tools, kept untouched (see
@@ -110,7 +116,7 @@ pub(super) const BUILTINS: &[&str] = &[
 /// Reads the tools and the forcing `toolConfig`; returns the turn.
 pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String, FormatError> {
     if let Some(raw) = top.tools {
-        let array = b.array(raw, "tools", |b, at, raw| {
+        let array = b.array(raw, "tools", ArrayRole::Tools, |b, at, raw| {
             let entry: Entry<'_> = b.read(raw, at)?;
             if entry.duplicate {
                 return Err(b.tool_error(at(), "functionDeclarations appears more than once"));
@@ -128,7 +134,7 @@ pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String
                 };
             };
             let path = format!("{}.functionDeclarations", at());
-            let inner = b.array(declarations, &path, |b, at, raw| {
+            let inner = b.array(declarations, &path, ArrayRole::Declarations, |b, at, raw| {
                 b.spelling(raw, at)?;
                 let named: Named<'_> = b.read(raw, at)?;
                 b.named(named, at)
@@ -144,6 +150,61 @@ pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String
         b.forced.extend(names.unwrap_or_default().into_iter().map(Cow::into_owned));
     }
     Ok(latest_user_text(top.contents, |role| matches!(role, None | Some("user"))))
+}
+
+// === the tool-search control tool ===
+
+/// The control tool as a function declaration (a JSON Schema in
+/// `parametersJsonSchema`, as the declarations of the catalog carry theirs).
+fn search_tool() -> String {
+    serde_json::json!({
+        "name": recovery::TOOL_NAME,
+        "description": recovery::DESCRIPTION,
+        "parametersJsonSchema": search_parameters(false),
+    })
+    .to_string()
+}
+
+/// User contents with text parts (not only `functionResponse` parts), and the
+/// model's `functionCall` parts calling the control tool (`args` an object).
+fn read_history(top: &Top<'_>) -> Vec<HistoryEvent> {
+    history(
+        top.contents,
+        |c: &HistoryContent<'_>| matches!(c.role.as_deref(), None | Some("user")) && has_text(c.parts),
+        |c, events| {
+            if c.role.as_deref() != Some("model") {
+                return;
+            }
+            let Some(parts) = c.parts.and_then(|p| serde_json::from_str::<Vec<CallPart<'_>>>(p.get()).ok()) else {
+                return;
+            };
+            for call in parts.iter().filter_map(|p| p.function_call.as_ref()) {
+                events.extend(search_event(call.name.as_deref(), call.args));
+            }
+        },
+    )
+}
+
+#[derive(Deserialize)]
+struct HistoryContent<'a> {
+    #[serde(borrow, default)]
+    role: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    parts: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct CallPart<'a> {
+    #[serde(borrow, default, rename = "functionCall", alias = "function_call")]
+    function_call: Option<FunctionCall<'a>>,
+}
+
+#[derive(Deserialize)]
+struct FunctionCall<'a> {
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    args: Option<&'a RawValue>,
 }
 
 // === answers ===

@@ -48,6 +48,7 @@ mod tools;
 pub use stream::{ScanLimits, ScanStats, StreamScanner};
 pub use tools::BuiltinTools;
 
+use crate::recovery::{self, HistoryEvent};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -97,6 +98,12 @@ struct Dialect {
     read_request: for<'a, 'b> fn(&mut Builder<'a, 'b>, &body::Top<'a>) -> Result<String, FormatError>,
     /// Adds the names of the function calls in an answer (or streamed event).
     read_calls: fn(&[u8], &mut dyn FnMut(Option<Cow<'_, str>>)) -> Result<(), serde_json::Error>,
+    /// The request's history as far as the tool-search control tool is
+    /// concerned: user messages with text, and the model's calls of it.
+    read_history: fn(&body::Top<'_>) -> Vec<HistoryEvent>,
+    /// The tool-search control tool as an element of this format's tools
+    /// array (Gemini: as one function declaration).
+    search_tool: fn() -> String,
 }
 
 impl Format {
@@ -287,8 +294,20 @@ pub struct ParsedRequest<'a> {
     /// always kept — yet the filter's clamp to the phase budget still applies,
     /// since a client could name the whole registry here.
     pub forced: Vec<String>,
+    /// The model's latest call of the tool-search control tool
+    /// ([`crate::recovery`]) after the latest user message with text, if it
+    /// made one.
+    pub search_call: Option<SearchCall>,
     /// The arrays that hold tools, with each element's span, in body order.
     arrays: Vec<ToolArray>,
+}
+
+/// A call of the tool-search control tool found in a request's history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchCall {
+    /// Its `query` argument ([`recovery::query_of`]); `None` when the call
+    /// has no readable query.
+    pub query: Option<String>,
 }
 
 /// A JSON array inside the body whose elements are (or contain) tools.
@@ -298,6 +317,30 @@ struct ToolArray {
     span: Range<usize>,
     /// The array's elements, in order.
     elements: Vec<Element>,
+    /// Which array it is.
+    role: ArrayRole,
+}
+
+/// Which tools array a [`ToolArray`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ArrayRole {
+    /// The format's top-level `tools`.
+    Tools,
+    /// The legacy top-level `functions`.
+    Functions,
+    /// A Gemini `functionDeclarations` array inside a tools entry.
+    Declarations,
+}
+
+/// What a rewrite adds to one array.
+#[derive(Debug, Clone, Copy)]
+enum Add<'x> {
+    /// Nothing.
+    Nothing,
+    /// This element, after the kept ones.
+    Append(&'x [u8]),
+    /// This element, appended to the inner array of the element at this index.
+    Into(usize, &'x [u8]),
 }
 
 /// One element of a [`ToolArray`].
@@ -369,7 +412,15 @@ pub fn parse_with<'a>(
     let mut b = Builder { body, format, builtins, tools: Vec::new(), arrays: Vec::new(), forced: Vec::new() };
     let turn = (format.dialect().read_request)(&mut b, &top)?;
     b.legacy(&top)?;
-    Ok(Some(b.finish(turn)))
+    // The history is read only when the control tool's name appears at all:
+    // most requests never called it. (A name written with escapes is not
+    // found: that only forgoes a search, it never widens a set.)
+    let search_call = if memchr::memmem::find(body.as_bytes(), recovery::TOOL_NAME.as_bytes()).is_some() {
+        recovery::latest_search(&(format.dialect().read_history)(&top)).map(|query| SearchCall { query })
+    } else {
+        None
+    };
+    Ok(Some(b.finish(turn, search_call)))
 }
 
 impl ParsedRequest<'_> {
@@ -390,8 +441,14 @@ impl ParsedRequest<'_> {
             turn: self.turn,
             tool_choice: self.tool_choice,
             forced: self.forced,
+            search_call: self.search_call,
             arrays: self.arrays,
         }
+    }
+
+    /// Whether the request carries a function tool named `name`.
+    pub fn carries(&self, name: &str) -> bool {
+        self.tools.iter().any(|t| t.name == name)
     }
 
     /// The tool descriptors to send to control.
@@ -436,16 +493,103 @@ impl ParsedRequest<'_> {
     /// has no meaning); an entry that also holds something else (a built-in
     /// tool in the same object) keeps it, with an empty array.
     pub fn rewrite(&self, body: &[u8], keep: &[usize]) -> Vec<u8> {
+        self.splice(body, keep, None)
+    }
+
+    /// [`Self::rewrite`], with the tool-search control tool
+    /// ([`crate::recovery`]) added in this request's format: after the kept
+    /// tools of the `tools` array (Gemini: as a declaration at the end of the
+    /// first `functionDeclarations` array that goes out, else in a tools
+    /// entry of its own at the end), or, in a request that has only the
+    /// legacy `functions` array, at its end in that array's shape.
+    pub fn rewrite_with_search_tool(&self, body: &[u8], keep: &[usize]) -> Vec<u8> {
+        let Some((target, add)) = self.search_tool_place(keep) else {
+            return self.rewrite(body, keep);
+        };
+        self.splice(body, keep, Some((target, add)))
+    }
+
+    /// Where the control tool goes: the index of the top-level array and the
+    /// bytes to add to it.
+    fn search_tool_place(&self, keep: &[usize]) -> Option<(usize, (Option<usize>, Vec<u8>))> {
+        if let Some(i) = self.arrays.iter().position(|a| a.role == ArrayRole::Tools) {
+            let array = self.arrays.get(i)?;
+            let tool = (self.format.dialect().search_tool)();
+            if self.format.dialect().builtins_by_key {
+                let group = array.elements.iter().position(|e| matches!(e.item, Item::Group { .. }) && e.emitted(keep));
+                return Some(match group {
+                    Some(g) => (i, (Some(g), tool.into_bytes())),
+                    None => (i, (None, format!(r#"{{"functionDeclarations":[{tool}]}}"#).into_bytes())),
+                });
+            }
+            return Some((i, (None, tool.into_bytes())));
+        }
+        let i = self.arrays.iter().position(|a| a.role == ArrayRole::Functions)?;
+        Some((i, (None, legacy_search_tool().into_bytes())))
+    }
+
+    /// Writes the body with the kept tools and, in the array at `add.0`, the
+    /// element `add.1`.
+    fn splice(&self, body: &[u8], keep: &[usize], add: Option<(usize, (Option<usize>, Vec<u8>))>) -> Vec<u8> {
         let mut out = Vec::with_capacity(body.len().min(16 * 1024));
         let mut at = 0;
-        for array in &self.arrays {
+        for (i, array) in self.arrays.iter().enumerate() {
             out.extend_from_slice(body.get(at..array.span.start).unwrap_or_default());
-            array.write(body, keep, &mut out);
+            let here = match &add {
+                Some((target, (into, bytes))) if *target == i => match into {
+                    Some(element) => Add::Into(*element, bytes),
+                    None => Add::Append(bytes),
+                },
+                _ => Add::Nothing,
+            };
+            array.write(body, keep, &mut out, here);
             at = array.span.end;
         }
         out.extend_from_slice(body.get(at..).unwrap_or_default());
         out
     }
+}
+
+/// The JSON Schema of the control tool's parameters: one required string
+/// `query`. `closed`: no other property (OpenAI's strict mode asks for it).
+fn search_parameters(closed: bool) -> serde_json::Value {
+    let mut schema = serde_json::json!({
+        "type": "object",
+        "properties": {"query": {"type": "string", "description": recovery::QUERY_DESCRIPTION}},
+        "required": ["query"],
+    });
+    if closed {
+        if let Some(map) = schema.as_object_mut() {
+            map.insert("additionalProperties".to_owned(), serde_json::Value::Bool(false));
+        }
+    }
+    schema
+}
+
+/// The control tool in the legacy `functions` array's shape.
+fn legacy_search_tool() -> String {
+    serde_json::json!({
+        "name": recovery::TOOL_NAME,
+        "description": recovery::DESCRIPTION,
+        "parameters": search_parameters(true),
+    })
+    .to_string()
+}
+
+/// The `query` argument of a call: `arguments` is an object, or (OpenAI)
+/// a string holding one.
+fn query_argument(arguments: Option<&RawValue>) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Args<'a> {
+        #[serde(borrow, default)]
+        query: Option<Cow<'a, str>>,
+    }
+    let raw = arguments?;
+    let args: Args<'_> = match serde_json::from_str::<Cow<'_, str>>(raw.get()) {
+        Ok(text) => return serde_json::from_str::<Args<'_>>(&text).ok()?.query.and_then(|q| recovery::query_of(&q)),
+        Err(_) => serde_json::from_str(raw.get()).ok()?,
+    };
+    args.query.and_then(|q| recovery::query_of(&q))
 }
 
 // === impl ToolArray ===
@@ -456,24 +600,46 @@ impl ToolArray {
     /// An array that loses no element at its own level (a Gemini `tools`
     /// array whose entries all stay) keeps its original whitespace; one that
     /// loses elements is written compact.
-    fn write(&self, body: &[u8], keep: &[usize], out: &mut Vec<u8>) {
-        let emitted: Vec<&Element> = self.elements.iter().filter(|e| e.emitted(keep)).collect();
+    /// `add`: an element to append, or one to append inside an element.
+    fn write(&self, body: &[u8], keep: &[usize], out: &mut Vec<u8>, add: Add<'_>) {
+        let inner = |i: usize| match add {
+            Add::Into(at, bytes) if at == i => Add::Append(bytes),
+            _ => Add::Nothing,
+        };
+        let emitted: Vec<(usize, &Element)> = self.elements.iter().enumerate().filter(|(_, e)| e.emitted(keep)).collect();
         if emitted.len() == self.elements.len() {
             let mut at = self.span.start;
-            for element in emitted {
+            for (i, element) in emitted {
                 out.extend_from_slice(body.get(at..element.span.start).unwrap_or_default());
-                element.write(body, keep, out);
+                element.write(body, keep, out, inner(i));
                 at = element.span.end;
+            }
+            if let Add::Append(bytes) = add {
+                if self.elements.is_empty() {
+                    out.push(b'[');
+                    out.extend_from_slice(bytes);
+                    out.push(b']');
+                    return;
+                }
+                out.push(b',');
+                out.extend_from_slice(bytes);
             }
             out.extend_from_slice(body.get(at..self.span.end).unwrap_or_default());
             return;
         }
         out.push(b'[');
-        for (i, element) in emitted.into_iter().enumerate() {
-            if i > 0 {
+        let any = !emitted.is_empty();
+        for (n, (i, element)) in emitted.into_iter().enumerate() {
+            if n > 0 {
                 out.push(b',');
             }
-            element.write(body, keep, out);
+            element.write(body, keep, out, inner(i));
+        }
+        if let Add::Append(bytes) = add {
+            if any {
+                out.push(b',');
+            }
+            out.extend_from_slice(bytes);
         }
         out.push(b']');
     }
@@ -502,11 +668,11 @@ impl Element {
 
     /// Writes the element: its own bytes, or for a group its bytes around
     /// the rewritten inner array.
-    fn write(&self, body: &[u8], keep: &[usize], out: &mut Vec<u8>) {
+    fn write(&self, body: &[u8], keep: &[usize], out: &mut Vec<u8>, add: Add<'_>) {
         match &self.item {
             Item::Group { inner, .. } => {
                 out.extend_from_slice(body.get(self.span.start..inner.span.start).unwrap_or_default());
-                inner.write(body, keep, out);
+                inner.write(body, keep, out, add);
                 out.extend_from_slice(body.get(inner.span.end..self.span.end).unwrap_or_default());
             }
             Item::Function(_) | Item::Other => {
@@ -540,6 +706,7 @@ impl<'a> Builder<'a, '_> {
         &mut self,
         raw: &'a RawValue,
         at: &str,
+        role: ArrayRole,
         mut each: impl FnMut(&mut Self, &dyn Fn() -> String, &'a RawValue) -> Result<Item, FormatError>,
     ) -> Result<ToolArray, FormatError> {
         let elements: Vec<&'a RawValue> =
@@ -550,7 +717,7 @@ impl<'a> Builder<'a, '_> {
             let item = each(self, &path, element)?;
             out.push(Element { span: span_of(self.body, element)?, item });
         }
-        Ok(ToolArray { span: span_of(self.body, raw)?, elements: out })
+        Ok(ToolArray { span: span_of(self.body, raw)?, elements: out, role })
     }
 
     /// A serde error while reading the field `at`.
@@ -572,7 +739,7 @@ impl<'a> Builder<'a, '_> {
     /// format: a provider that still honours them would see a registry.
     fn legacy(&mut self, top: &body::Top<'a>) -> Result<(), FormatError> {
         if let Some(raw) = top.functions {
-            let array = self.array(raw, "functions", |b, at, raw| {
+            let array = self.array(raw, "functions", ArrayRole::Functions, |b, at, raw| {
                 b.spelling(raw, at)?;
                 let f: Named<'_> = b.read(raw, at)?;
                 b.named(f, at)
@@ -589,7 +756,7 @@ impl<'a> Builder<'a, '_> {
     }
 
     /// The finished request.
-    fn finish(self, turn: String) -> ParsedRequest<'a> {
+    fn finish(self, turn: String, search_call: Option<SearchCall>) -> ParsedRequest<'a> {
         let mut arrays = self.arrays;
         arrays.sort_by_key(|a| a.span.start);
         let mut unique: Vec<String> = Vec::with_capacity(self.forced.len());
@@ -604,6 +771,7 @@ impl<'a> Builder<'a, '_> {
             turn,
             tool_choice: unique.first().cloned(),
             forced: unique,
+            search_call,
             arrays,
         }
     }
@@ -701,6 +869,38 @@ struct Message<'a> {
     role: Option<Cow<'a, str>>,
     #[serde(borrow, default, alias = "parts")]
     content: Option<&'a RawValue>,
+}
+
+/// The history of a messages array (`messages`, `contents`, `input`) for the
+/// control tool: a message for which `is_user(role)` holds and whose text is
+/// not blank is [`HistoryEvent::UserText`]; `calls(message)` adds the
+/// message's calls of the control tool.
+fn history<'a, M: Deserialize<'a>>(
+    raw: Option<&'a RawValue>,
+    user_text: impl Fn(&M) -> bool,
+    calls: impl Fn(&M, &mut Vec<HistoryEvent>),
+) -> Vec<HistoryEvent> {
+    let Some(messages) = raw.and_then(|raw| serde_json::from_str::<Vec<M>>(raw.get()).ok()) else {
+        return Vec::new();
+    };
+    let mut events = Vec::new();
+    for message in &messages {
+        if user_text(message) {
+            events.push(HistoryEvent::UserText);
+        }
+        calls(message, &mut events);
+    }
+    events
+}
+
+/// Whether a message `content` holds text that is not blank.
+fn has_text(content: Option<&RawValue>) -> bool {
+    content.is_some_and(|c| !content_text(c).trim().is_empty())
+}
+
+/// The event of a call named `name` with `arguments`, if it calls the control tool.
+fn search_event(name: Option<&str>, arguments: Option<&RawValue>) -> Option<HistoryEvent> {
+    (name == Some(recovery::TOOL_NAME)).then(|| HistoryEvent::Search(query_argument(arguments)))
 }
 
 /// The turn: the text of the latest message for which `is_user(role)` holds

@@ -7,8 +7,13 @@
 //! `function_call` are read for every format (see [`super`]).
 
 use super::body::Top;
-use super::{latest_user_text, AnswerName, Builder, Dialect, FormatError, Named};
+use super::{
+    has_text, history, latest_user_text, search_event, search_parameters, AnswerName, ArrayRole, Builder, Dialect,
+    FormatError, Named,
+};
+use crate::recovery::{self, HistoryEvent};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use std::borrow::Cow;
 
 #[derive(Deserialize)]
@@ -51,6 +56,8 @@ pub(super) const DIALECT: Dialect = Dialect {
     by_element: |e| e.function.is_some(),
     read_request: parse,
     read_calls: calls,
+    read_history,
+    search_tool,
 };
 
 /// Built-in types kept untouched in a Chat request (see [`super::BuiltinTools`]).
@@ -59,7 +66,7 @@ pub(super) const BUILTINS: &[&str] = &["web_search", "web_search_preview"];
 /// Reads the tools and the forcing `tool_choice`; returns the turn.
 pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String, FormatError> {
     if let Some(raw) = top.tools {
-        let array = b.array(raw, "tools", |b, at, raw| {
+        let array = b.array(raw, "tools", ArrayRole::Tools, |b, at, raw| {
             let keys = b.spelling(raw, at)?;
             let tool: Tool<'_> = b.read(raw, at)?;
             match tool.kind.as_deref() {
@@ -85,6 +92,62 @@ pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String
         }
     }
     Ok(latest_user_text(top.messages, |role| role == Some("user")))
+}
+
+// === the tool-search control tool ===
+
+/// The control tool as a Chat tool.
+fn search_tool() -> String {
+    serde_json::json!({
+        "type": "function",
+        "function": {
+            "name": recovery::TOOL_NAME,
+            "description": recovery::DESCRIPTION,
+            "parameters": search_parameters(true),
+        },
+    })
+    .to_string()
+}
+
+/// User messages with text, and the assistant's calls of the control tool
+/// (`tool_calls[].function`, legacy `function_call`, `arguments` a JSON string).
+fn read_history(top: &Top<'_>) -> Vec<HistoryEvent> {
+    history(
+        top.messages,
+        |m: &HistoryMessage<'_>| m.role.as_deref() == Some("user") && has_text(m.content),
+        |m, events| {
+            let calls = m.tool_calls.iter().flatten().filter_map(|c| c.function.as_ref());
+            for call in calls.chain(m.function_call.as_ref()) {
+                events.extend(search_event(call.name.as_deref(), call.arguments));
+            }
+        },
+    )
+}
+
+#[derive(Deserialize)]
+struct HistoryMessage<'a> {
+    #[serde(borrow, default)]
+    role: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    tool_calls: Option<Vec<HistoryCall<'a>>>,
+    #[serde(borrow, default)]
+    function_call: Option<CallArguments<'a>>,
+}
+
+#[derive(Deserialize)]
+struct HistoryCall<'a> {
+    #[serde(borrow, default)]
+    function: Option<CallArguments<'a>>,
+}
+
+#[derive(Deserialize)]
+struct CallArguments<'a> {
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    arguments: Option<&'a RawValue>,
 }
 
 // === answers ===

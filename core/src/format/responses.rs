@@ -9,7 +9,11 @@
 //! role `user` (content a string or `input_text` parts).
 
 use super::body::Top;
-use super::{latest_user_text, Builder, Dialect, FormatError, TypedName};
+use super::{
+    has_text, history, latest_user_text, search_event, search_parameters, ArrayRole, Builder, Dialect, FormatError,
+    TypedName,
+};
+use crate::recovery::{self, HistoryEvent};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
@@ -36,6 +40,8 @@ pub(super) const DIALECT: Dialect = Dialect {
     by_element: |e| e.kind.as_deref() == Some("function") && e.name.is_some() && e.function.is_none(),
     read_request: parse,
     read_calls: calls,
+    read_history,
+    search_tool,
 };
 
 /// Built-in types kept untouched (see [`super::BuiltinTools`]).
@@ -58,7 +64,7 @@ pub(super) const BUILTINS: &[&str] = &[
 /// Reads the tools and the forcing `tool_choice`; returns the turn.
 pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String, FormatError> {
     if let Some(raw) = top.tools {
-        let array = b.array(raw, "tools", |b, at, raw| {
+        let array = b.array(raw, "tools", ArrayRole::Tools, |b, at, raw| {
             let keys = b.spelling(raw, at)?;
             let tool: Tool<'_> = b.read(raw, at)?;
             match (tool.kind.as_deref(), tool.name) {
@@ -91,6 +97,48 @@ fn named_choice(raw: &RawValue) -> Option<String> {
         Some("function" | "custom") => tool.name.map(Cow::into_owned),
         _ => None,
     }
+}
+
+// === the tool-search control tool ===
+
+/// The control tool as a Responses function tool (its schema closed, as
+/// strict mode asks).
+fn search_tool() -> String {
+    serde_json::json!({
+        "type": "function",
+        "name": recovery::TOOL_NAME,
+        "description": recovery::DESCRIPTION,
+        "parameters": search_parameters(true),
+    })
+    .to_string()
+}
+
+/// User input items with text, and `function_call` items calling the
+/// control tool (`arguments` a JSON string). An `input` string has no history.
+fn read_history(top: &Top<'_>) -> Vec<HistoryEvent> {
+    history(
+        top.input,
+        |item: &HistoryItem<'_>| item.role.as_deref() == Some("user") && has_text(item.content),
+        |item, events| {
+            if item.kind.as_deref() == Some("function_call") {
+                events.extend(search_event(item.name.as_deref(), item.arguments));
+            }
+        },
+    )
+}
+
+#[derive(Deserialize)]
+struct HistoryItem<'a> {
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    role: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    arguments: Option<&'a RawValue>,
 }
 
 // === answers ===

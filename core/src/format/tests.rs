@@ -332,6 +332,122 @@ fn gemini_drops_emptied_entries_and_keeps_mixed_ones() {
     assert_eq!(all, body.to_vec());
 }
 
+// === the tool-search control tool ===
+
+/// The function names of a body that went through `rewrite_with_search_tool`,
+/// read back by the parser.
+fn names_after(path: &str, body: &[u8]) -> Vec<String> {
+    let req = parse(path, body).unwrap().unwrap();
+    req.tools.iter().map(|t| t.name.to_string()).collect()
+}
+
+#[test]
+fn the_control_tool_is_added_in_each_format_and_reads_back() {
+    use crate::recovery::TOOL_NAME;
+    let cases: [(&str, &[u8]); 5] = [
+        ("/v1/chat/completions", br#"{"messages":[],"tools":[{"type":"function","function":{"name":"a"}},{"type":"function","function":{"name":"b"}}]}"#),
+        ("/v1/responses", br#"{"input":"t","tools":[{"type":"function","name":"a","parameters":{}},{"type":"web_search"},{"type":"function","name":"b","parameters":{}}]}"#),
+        ("/v1/messages", br#"{"system":"s","messages":[],"tools":[{"name":"a","input_schema":{}},{"name":"b","input_schema":{}}]}"#),
+        ("/m:generateContent", br#"{"contents":[],"tools":[{"functionDeclarations":[{"name":"a"},{"name":"b"}]},{"googleSearch":{}}]}"#),
+        ("/v1/chat/completions", br#"{"messages":[],"functions":[{"name":"a"},{"name":"b"}]}"#),
+    ];
+    for (path, body) in cases {
+        let req = parse(path, body).unwrap().unwrap();
+        let out = req.rewrite_with_search_tool(body, &[1]);
+        assert_eq!(names_after(path, &out), ["b", TOOL_NAME], "{path}: {}", String::from_utf8_lossy(&out));
+        // Counted by the independent detector like any tool definition.
+        assert_eq!(crate::detect::count_tool_shaped(&out).unwrap(), 2, "{path}");
+        // Nothing kept: the control tool alone.
+        let alone = req.rewrite_with_search_tool(body, &[]);
+        assert_eq!(names_after(path, &alone), [TOOL_NAME], "{path}: {}", String::from_utf8_lossy(&alone));
+        // Built-ins stay.
+        if path.contains("responses") {
+            assert!(String::from_utf8_lossy(&out).contains(r#"{"type":"web_search"}"#));
+        }
+    }
+    // Gemini: into the first declarations array that goes out, else an entry of its own.
+    let body = br#"{"contents":[],"tools":[{"functionDeclarations":[{"name":"a"}]},{"functionDeclarations":[{"name":"b"}]}]}"#;
+    let req = parse("/m:generateContent", body).unwrap().unwrap();
+    let out: Value = serde_json::from_slice(&req.rewrite_with_search_tool(body, &[1])).unwrap();
+    assert_eq!(out["tools"].as_array().unwrap().len(), 1, "{out}");
+    assert_eq!(out["tools"][0]["functionDeclarations"][1]["name"], TOOL_NAME);
+    let out: Value = serde_json::from_slice(&req.rewrite_with_search_tool(body, &[])).unwrap();
+    assert_eq!(out["tools"], serde_json::json!([{"functionDeclarations": [out["tools"][0]["functionDeclarations"][0].clone()]}]));
+    assert_eq!(out["tools"][0]["functionDeclarations"][0]["name"], TOOL_NAME);
+}
+
+#[test]
+fn the_control_tool_says_what_it_is_for_in_each_shape() {
+    let body = br#"{"messages":[],"tools":[{"type":"function","function":{"name":"a"}}]}"#;
+    let req = parse("/v1/chat/completions", body).unwrap().unwrap();
+    let out: Value = serde_json::from_slice(&req.rewrite_with_search_tool(body, &[])).unwrap();
+    let f = &out["tools"][0]["function"];
+    assert_eq!(f["description"], crate::recovery::DESCRIPTION);
+    assert!(f["description"].as_str().unwrap().contains("none of the other tools fits"));
+    assert_eq!(f["parameters"]["required"], serde_json::json!(["query"]));
+    assert_eq!(f["parameters"]["properties"]["query"]["type"], "string");
+    let body = br#"{"system":"s","messages":[],"tools":[{"name":"a","input_schema":{}}]}"#;
+    let req = parse("/v1/messages", body).unwrap().unwrap();
+    let out: Value = serde_json::from_slice(&req.rewrite_with_search_tool(body, &[])).unwrap();
+    assert_eq!(out["tools"][0]["input_schema"]["properties"]["query"]["type"], "string");
+}
+
+/// A search call in each format's history, with or without a tool result
+/// after it, and a user message after it that ends the user turn.
+#[test]
+fn a_search_call_is_read_from_each_formats_history() {
+    const TOOLS_CHAT: &str = r#""tools":[{"type":"function","function":{"name":"a"}}]"#;
+    let chat = |after: &str| {
+        format!(
+            r#"{{"messages":[{{"role":"user","content":"compute the bmi"}},{{"role":"assistant","content":null,"tool_calls":[{{"id":"c1","type":"function","function":{{"name":"keyhole_tool_search","arguments":"{{\"query\":\" body mass index \"}}"}}}}]}}{after}],{TOOLS_CHAT}}}"#
+        )
+    };
+    let responses = |after: &str| {
+        format!(
+            r#"{{"input":[{{"role":"user","content":[{{"type":"input_text","text":"compute the bmi"}}]}},{{"type":"function_call","call_id":"c1","name":"keyhole_tool_search","arguments":"{{\"query\":\"body mass index\"}}"}}{after}],"tools":[{{"type":"function","name":"a"}}]}}"#
+        )
+    };
+    let anthropic = |after: &str| {
+        format!(
+            r#"{{"system":"s","messages":[{{"role":"user","content":"compute the bmi"}},{{"role":"assistant","content":[{{"type":"text","text":"let me look"}},{{"type":"tool_use","id":"t1","name":"keyhole_tool_search","input":{{"query":"body mass index"}}}}]}}{after}],"tools":[{{"name":"a","input_schema":{{}}}}]}}"#
+        )
+    };
+    let gemini = |after: &str| {
+        format!(
+            r#"{{"contents":[{{"role":"user","parts":[{{"text":"compute the bmi"}}]}},{{"role":"model","parts":[{{"functionCall":{{"name":"keyhole_tool_search","args":{{"query":"body mass index"}}}}}}]}}{after}],"tools":[{{"functionDeclarations":[{{"name":"a"}}]}}]}}"#
+        )
+    };
+    type Build = Box<dyn Fn(&str) -> String>;
+    let cases: [(&str, Build, &str, &str); 4] = [
+        ("/v1/chat/completions", Box::new(chat), r#",{"role":"tool","tool_call_id":"c1","content":"error: unknown tool"}"#, r#",{"role":"user","content":"thanks"}"#),
+        ("/v1/responses", Box::new(responses), r#",{"type":"function_call_output","call_id":"c1","output":""}"#, r#",{"role":"user","content":"thanks"}"#),
+        ("/v1/messages", Box::new(anthropic), r#",{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","is_error":true,"content":"unknown tool"}]}"#, r#",{"role":"user","content":"thanks"}"#),
+        ("/m:generateContent", Box::new(gemini), r#",{"role":"user","parts":[{"functionResponse":{"name":"keyhole_tool_search","response":{"error":"unknown"}}}]}"#, r#",{"role":"user","parts":[{"text":"thanks"}]}"#),
+    ];
+    let want = Some(SearchCall { query: Some("body mass index".into()) });
+    for (path, build, result, user) in cases {
+        // The call alone, and the call with the agent's error result.
+        for after in ["", result] {
+            let body = build(after);
+            let req = parse(path, body.as_bytes()).unwrap().unwrap();
+            assert_eq!(req.search_call, want, "{path}: {body}");
+            assert_eq!(req.turn, "compute the bmi", "{path}: the turn is still the user's");
+        }
+        // The user spoke since: the search is over.
+        let body = build(&format!("{result}{user}"));
+        let req = parse(path, body.as_bytes()).unwrap().unwrap();
+        assert_eq!(req.search_call, None, "{path}: {body}");
+    }
+    // No call at all, a call of another tool, a call without a query.
+    let body = br#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","tool_calls":[{"function":{"name":"a","arguments":"{}"}}]}],"tools":[{"type":"function","function":{"name":"a"}}]}"#;
+    assert_eq!(parse("/v1/chat/completions", body).unwrap().unwrap().search_call, None);
+    let body = br#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","tool_calls":[{"function":{"name":"keyhole_tool_search","arguments":"not json"}}]}],"tools":[{"type":"function","function":{"name":"a"}}]}"#;
+    assert_eq!(parse("/v1/chat/completions", body).unwrap().unwrap().search_call, Some(SearchCall { query: None }));
+    // Legacy function_call.
+    let body = br#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","function_call":{"name":"keyhole_tool_search","arguments":"{\"query\":\"lab\"}"}}],"tools":[{"type":"function","function":{"name":"a"}}]}"#;
+    assert_eq!(parse("/v1/chat/completions", body).unwrap().unwrap().search_call, Some(SearchCall { query: Some("lab".into()) }));
+}
+
 // === properties ===
 
 mod props {
@@ -433,6 +549,38 @@ mod props {
             let builtins = raw.iter().filter(|r| !r.contains("name\":") || r.contains("web_search\"")).count();
             let kept_builtins = raw.iter().filter(|r| (!r.contains("name\":") || r.contains("web_search\"")) && String::from_utf8_lossy(&out).contains(r.as_str())).count();
             prop_assert_eq!(builtins, kept_builtins);
+        }
+
+        /// The control tool joins exactly the kept tools: the body reads back
+        /// as the same format with the kept functions and the control tool
+        /// once, built-ins intact, and the independent detector counts one
+        /// definition more than the plain rewrite.
+        #[test]
+        fn the_control_tool_joins_exactly_the_kept_tools((format, body, raw, keep) in request()) {
+            use crate::recovery::TOOL_NAME;
+            let req = parse("/any", body.as_bytes()).unwrap().unwrap();
+            let keep: Vec<usize> = keep.into_iter().filter(|&i| i < req.tools.len()).collect();
+            let plain = req.rewrite(body.as_bytes(), &keep);
+            let out = req.rewrite_with_search_tool(body.as_bytes(), &keep);
+            let again = parse("/any", &out).unwrap().unwrap();
+            prop_assert_eq!(again.format, format);
+            let plain_names: Vec<String> = parse("/any", &plain).unwrap().map(|r| r.tools.iter().map(|t| t.name.to_string()).collect()).unwrap_or_default();
+            let mut names: Vec<String> = again.tools.iter().map(|t| t.name.to_string()).collect();
+            prop_assert_eq!(names.iter().filter(|n| *n == TOOL_NAME).count(), 1);
+            names.retain(|n| n != TOOL_NAME);
+            prop_assert_eq!(names, plain_names);
+            let after = functions(&out, format);
+            let before = functions(&plain, format);
+            let without: Vec<String> = after.into_iter().filter(|f| !f.contains(TOOL_NAME)).collect();
+            prop_assert_eq!(without, before);
+            prop_assert_eq!(
+                crate::detect::count_tool_shaped(&out).unwrap(),
+                crate::detect::count_tool_shaped(&plain).unwrap() + 1
+            );
+            let text = String::from_utf8_lossy(&out);
+            for r in raw.iter().filter(|r| !r.contains("name\":") || r.contains("web_search\"")) {
+                prop_assert!(text.contains(r.as_str()), "built-in lost: {}", r);
+            }
         }
 
         #[test]

@@ -334,6 +334,7 @@ async fn scaling(rounds: usize) -> anyhow::Result<Value> {
                 tools: synthetic_registry(n),
                 forced: Vec::new(),
                 registry: None,
+                tool_search: None,
             };
             // Index, then wait until every tool has been embedded once and the
             // registry is ranked by vector search.
@@ -560,6 +561,7 @@ async fn main() -> anyhow::Result<()> {
         tools: parsed.descriptors(),
         forced: Vec::new(),
         registry: None,
+        tool_search: None,
     };
     let socket = stack.socket();
     let resolve_108 = resolve_over_socket(&socket, &catalog_req, rounds).await?;
