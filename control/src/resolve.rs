@@ -28,10 +28,24 @@
 //! prior set and the floors, never more than the phase budget. Only a successful retrieval updates the
 //! session's audited set. Every answer is appended to the session's bounded
 //! audit trail (names, reasons, source and timings — never the turn's text).
+//!
+//! # Recovery: the tool-search control tool
+//! A request whose filter adds the control tool (`tool_search` present) is
+//! composed for one place less ([`keyhole_core::recovery`]). When it carries
+//! the model's query, the registry is searched with it — the same ranking as
+//! a turn ([`keyhole_core::rank::pipeline::search`]: fusion, domain scoping,
+//! dedup), hybrid when the registry's vectors and the embedder answer within
+//! the turn's deadline, else lexical — and the best [`MAX_FOUND`] join the
+//! set with the reason `recovery` ([`recovery::compose`]), under the phase
+//! rules. They become part of the session's audited set like any other
+//! surfaced tool. The audit entry records the query and what it found
+//! ([`SearchAudit`]): the query is model-written text, kept (cut to
+//! [`recovery::MAX_QUERY_CHARS`], aliased by the filter) because the trail
+//! must say why a tool outside retrieval's answer was shown.
 
 mod audit;
 
-pub use audit::{AuditEntry, Retrieval, Timings};
+pub use audit::{AuditEntry, Retrieval, SearchAudit, Timings};
 
 use crate::embed::Side;
 use crate::index::sync::SyncError;
@@ -41,8 +55,11 @@ use keyhole_core::rank::config::RankConfig;
 use keyhole_core::rank::meta::Overlay;
 use keyhole_core::rank::pipeline::{resolve as rank_turn, Resolution, Turn};
 use keyhole_core::rank::registry::Registry;
+use keyhole_core::rank::Candidate;
+use keyhole_core::recovery::{self, MAX_FOUND};
 use keyhole_core::wire::{
-    descriptors_digest, parse_digest, registry_digest, ResolveRequest, ResolveResponse, Source, ToolDescriptor,
+    descriptors_digest, parse_digest, registry_digest, ResolveRequest, ResolveResponse, Source, SurfacedTool,
+    ToolDescriptor,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -509,6 +526,18 @@ impl Resolver {
             // Ranked without vectors: say so in the answer, the header and the counters.
             resolution.source = Source::Lexical;
         }
+        let search = match &req.tool_search {
+            Some(tool_search) if req.phase.offers_tool_search() => {
+                let query = tool_search.query.as_deref().and_then(recovery::query_of);
+                let found = match &query {
+                    Some(query) => self.search_registry(&prepared, query, deadline).await,
+                    None => Found::default(),
+                };
+                recover(&mut resolution, prepared.registry(), req.phase, &found, &prior);
+                query.map(|query| SearchAudit::new(query, &found, &resolution))
+            }
+            _ => None,
+        };
         timings.total_us = started.elapsed().as_micros() as u64;
         let response = resolution.to_response();
         if resolution.source == Source::ControlFallback {
@@ -519,11 +548,44 @@ impl Resolver {
                 "control fallback: bounded over the prior set and floors"
             );
         }
+        if let Some(search) = &search {
+            tracing::info!(
+                phase = %req.phase,
+                found = search.found.len(),
+                surfaced = search.surfaced.len(),
+                retrieval = ?search.retrieval,
+                "tool search"
+            );
+        }
         if let Some(session) = &req.session {
-            let entry = AuditEntry::new(req, prepared.registry().len(), &resolution, how, timings);
+            let mut entry = AuditEntry::new(req, prepared.registry().len(), &resolution, how, timings);
+            entry.search = search;
             self.sessions.lock().await.record(session, &resolution, entry);
         }
         response
+    }
+
+    /// The registry searched with the model's tool-search `query`: the best
+    /// [`MAX_FOUND`] tools by the turn's ranking ([`pipeline::search`]),
+    /// hybrid when the registry's vectors and the embedder answer before
+    /// `deadline`, else lexical. Never fails.
+    ///
+    /// [`pipeline::search`]: keyhole_core::rank::pipeline::search
+    async fn search_registry(&self, prepared: &PreparedRegistry, query: &str, deadline: tokio::time::Instant) -> Found {
+        let (cosine, retrieval) = if prepared.is_ready() {
+            match tokio::time::timeout_at(deadline, self.cosine(prepared, query, &mut Timings::default())).await {
+                Ok(Ok(Some(hits))) => (hits, Retrieval::Hybrid),
+                Ok(Ok(None)) | Err(_) => (Vec::new(), Retrieval::Lexical),
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "tool search: retrieval failed; searching lexically");
+                    (Vec::new(), Retrieval::Lexical)
+                }
+            }
+        } else {
+            (Vec::new(), Retrieval::Lexical)
+        };
+        let hits = keyhole_core::rank::pipeline::search(prepared.registry(), &self.rank, query, &cosine, MAX_FOUND);
+        Found { hits, retrieval }
     }
 
     /// Whether every business tool's embedding text is in the embedder's cache.
@@ -579,6 +641,44 @@ impl Resolver {
     pub async fn audit(&self, session: &str) -> Option<Vec<AuditEntry>> {
         self.sessions.lock().await.trail(session)
     }
+}
+
+/// What a tool search found, best first, and how it was ranked.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Found {
+    /// The best tools for the query (at most [`MAX_FOUND`]).
+    pub(crate) hits: Vec<Candidate>,
+    /// Hybrid, or lexical when vectors were not available in time.
+    pub(crate) retrieval: Retrieval,
+}
+
+impl std::ops::Deref for Found {
+    type Target = [Candidate];
+
+    fn deref(&self) -> &[Candidate] {
+        &self.hits
+    }
+}
+
+/// Recomposes `resolution` for a turn whose filter adds the control tool:
+/// one place of the budget less, and the `found` tools first after forced
+/// ones, with the reason `recovery` ([`recovery::compose`]). The engine's
+/// candidates keep their scores; the found ones carry their search scores.
+fn recover(resolution: &mut Resolution, registry: &Registry, phase: keyhole_core::Phase, found: &[Candidate], prior: &[String]) {
+    let tool = |c: &Candidate| SurfacedTool {
+        name: c.name.clone(),
+        reason: c.reason,
+        mutating: registry.mutating().contains(&c.name),
+    };
+    let resolved: Vec<SurfacedTool> = resolution.candidates.iter().map(tool).collect();
+    let found_tools: Vec<SurfacedTool> = found.iter().map(tool).collect();
+    let composed = recovery::compose(phase, 1, &resolved, &found_tools, prior);
+    let score = |name: &str| {
+        resolution.candidates.iter().chain(found).find(|c| c.name == name).map_or(0.0, |c| c.score)
+    };
+    resolution.candidates =
+        composed.iter().map(|t| Candidate { name: t.name.clone(), reason: t.reason, score: score(&t.name) }).collect();
+    resolution.mutating = composed.iter().filter(|t| t.mutating).map(|t| t.name.clone()).collect();
 }
 
 /// Syncs one registry and marks it ready at the generation it saw. A failed

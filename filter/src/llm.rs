@@ -30,6 +30,20 @@
 //! without ids passes as is. Answers are not rewritten. Each turn's count of
 //! replaced ids is counted (`keyhole.llm.ids_aliased`), logged
 //! (`keyhole.prompt-aliases`) and put on the answer ([`ALIASED_HEADER`]).
+//!
+//! # The tool-search control tool (`tool_search: on`, the default)
+//! Core decides ([`keyhole_core::recovery`], [`surface::offers_search_tool`]):
+//! in phases that choose tools, the forwarded set is one registry tool
+//! shorter and ends with `keyhole_tool_search`; the question to control
+//! carries `tool_search` (with the model's query when the history shows it
+//! called the tool in this user turn). On the answer, a call of the control
+//! tool is on the surface the model was shown: it is never flagged off-surface
+//! nor blocked. The agent sees a call of a tool it does not have, which
+//! keyhole announces: [`TOOL_SEARCH_HEADER`] is `offered` on every answer to
+//! a request that carried the control tool, and `called` on a (non-streamed)
+//! answer that calls it. The agent answers it as it answers any unknown tool
+//! (an error result), or drops it; keyhole reads the call from the next
+//! request either way and never needs its result.
 
 use crate::callout::{self, Callout, Sent};
 use crate::hold::{Verdict, HOLD_HEADER, HOLD_OPEN};
@@ -39,12 +53,14 @@ use keyhole_core::admission::{self, ScanLimits, StreamScanner};
 use keyhole_core::alias::prompt::Refusal as AliasRefusal;
 use keyhole_core::alias::wire::WithTaxonomy;
 use keyhole_core::alias::{EncodeRequest, EncodeResponse, PromptScan};
-use keyhole_core::config::{Aliases, LlmConfig, OffSurface};
+use keyhole_core::config::{Aliases, LlmConfig, OffSurface, SearchTool};
+use keyhole_core::hold::HeaderEdit;
+use keyhole_core::recovery;
 use keyhole_core::format::{Format, ParsedRequest};
 use keyhole_core::prior::PriorSets;
 use keyhole_core::reply::{self, ErrorKind, LocalReply};
 use keyhole_core::surface::{self, Finished, Outage, Read, Refusal, Reply};
-use keyhole_core::wire::{ResolveResponse, Source, SurfacedTool};
+use keyhole_core::wire::{Reason, ResolveResponse, Source, SurfacedTool};
 use keyhole_core::Phase;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType, StreamType};
@@ -60,6 +76,9 @@ pub const OFF_SURFACE_HEADER: &str = "x-keyhole-off-surface";
 /// Response header with the number of raw id occurrences replaced by aliases
 /// in the request (present when the request was aliased; never an id).
 pub const ALIASED_HEADER: &str = "x-keyhole-ids-aliased";
+/// Response header saying the request carried the tool-search control tool
+/// (`offered`) and the answer calls it (`called`, non-streamed answers).
+pub const TOOL_SEARCH_HEADER: &str = "x-keyhole-tool-search";
 
 /// Where a stream is in its life.
 enum State {
@@ -74,12 +93,13 @@ enum State {
     /// body its spans refer to. `registry_sent`: the question carried the
     /// descriptors (the second ask).
     Resolving { body: Vec<u8>, parsed: ParsedRequest<'static>, registry_sent: bool },
-    /// The request was decided; the response is checked against `surfaced`.
-    Decided { surfaced: Vec<SurfacedTool>, source: Source, format: Format },
+    /// The request was decided; the response is checked against `surfaced`
+    /// (and the control tool, when `search_tool`).
+    Decided { surfaced: Vec<SurfacedTool>, source: Source, format: Format, search_tool: bool },
     /// Reading a non-streaming answer whole, to check its tool calls.
-    CheckingAnswer { surfaced: Vec<SurfacedTool>, format: Format },
+    CheckingAnswer { surfaced: Vec<SurfacedTool>, format: Format, search_tool: bool },
     /// Passing a streamed answer through, checking tool calls as they appear.
-    CheckingStream { surfaced: Vec<SurfacedTool>, scanner: StreamScanner },
+    CheckingStream { surfaced: Vec<SurfacedTool>, scanner: StreamScanner, search_tool: bool },
     /// Answered locally.
     Answered,
 }
@@ -271,7 +291,8 @@ impl LlmStream {
     /// with the descriptors as well) and waits; or decides at once when the
     /// call cannot be dispatched or is answered synchronously.
     fn ask(&mut self, body: Vec<u8>, parsed: ParsedRequest<'static>, with_registry: bool) -> Action {
-        let question = surface::question(&parsed, self.session.as_deref(), self.phase, with_registry);
+        let search_tool = self.search_tool(&parsed);
+        let question = surface::question_with(&parsed, self.session.as_deref(), self.phase, with_registry, search_tool);
         let Ok(payload) = serde_json::to_vec(&question) else {
             return self.apply(&parsed, &body, Err(Outage::Dispatch));
         };
@@ -287,6 +308,11 @@ impl LlmStream {
                 }
             },
         }
+    }
+
+    /// Whether the control tool goes out with `parsed` (core decides).
+    fn search_tool(&self, parsed: &ParsedRequest<'_>) -> bool {
+        surface::offers_search_tool(parsed, self.phase, self.config.tool_search == SearchTool::On)
     }
 
     /// Applies core's decision to the buffered body. Returns `Continue` when the
@@ -306,10 +332,13 @@ impl LlmStream {
                 self.config.on_outage
             );
         }
-        let finished = surface::finish(parsed, body, self.phase, answer, &prior, self.config.on_outage);
-        let (rewritten, keep, surfaced, source, clamped) = match finished {
+        let offered = self.search_tool(parsed);
+        let finished = surface::finish_with(parsed, body, self.phase, answer, &prior, self.config.on_outage, offered);
+        let (rewritten, keep, surfaced, source, clamped, search_tool) = match finished {
             Finished::Refuse(refusal, reply) => return self.refuse(refusal, reply),
-            Finished::Forward { body, keep, surfaced, source, clamped } => (body, keep, surfaced, source, clamped),
+            Finished::Forward { body, keep, surfaced, source, clamped, search_tool } => {
+                (body, keep, surfaced, source, clamped, search_tool)
+            }
         };
         if host::replace_buffer(BufferType::HttpRequestBody, body.len(), &rewritten).is_err() {
             return self.reject(reply::internal("the request body could not be rewritten"));
@@ -325,8 +354,15 @@ impl LlmStream {
                 self.prior.borrow_mut().remember(session, surfaced.iter().cloned());
             }
         }
+        // The query never goes into the log (model-written text): only whether there was one.
+        let tool_search = match (search_tool, parsed.search_call.as_ref().and_then(|c| c.query.as_ref())) {
+            (false, _) => "off",
+            (true, None) => "offered",
+            (true, Some(_)) => "query",
+        };
+        let recovered = surfaced.iter().filter(|t| t.reason == Reason::Recovery).count();
         log::info!(
-            "keyhole.candidate-set session={} phase={} source={} format={} tools_in={} tools_out={} bytes_in={} bytes_out={} clamped={} ids_aliased={}",
+            "keyhole.candidate-set session={} phase={} source={} format={} tools_in={} tools_out={} bytes_in={} bytes_out={} clamped={} ids_aliased={} tool_search={} recovered={}",
             self.session.as_deref().unwrap_or("-"),
             self.phase,
             source.as_str(),
@@ -336,9 +372,11 @@ impl LlmStream {
             body.len(),
             rewritten.len(),
             clamped,
-            self.ids_aliased.map_or_else(|| "-".to_owned(), |n| n.to_string())
+            self.ids_aliased.map_or_else(|| "-".to_owned(), |n| n.to_string()),
+            tool_search,
+            recovered
         );
-        self.state = State::Decided { surfaced, source, format: parsed.format };
+        self.state = State::Decided { surfaced, source, format: parsed.format, search_tool };
         Action::Continue
     }
 
@@ -369,6 +407,11 @@ impl LlmStream {
         Ok(Action::Continue)
     }
 
+    /// Logs a call of the tool-search control tool in an answer (never its query).
+    fn note_search_call(&self) {
+        log::info!("keyhole.tool-search-called session={} phase={}", self.session.as_deref().unwrap_or("-"), self.phase);
+    }
+
     /// Counts and logs tool calls outside the surfaced set.
     fn note_off_surface(&self, names: &[String]) {
         count(self.metrics.off_surface_calls, names.len() as i64);
@@ -393,6 +436,18 @@ fn header_safe(names: &[String]) -> Vec<String> {
 /// The names of a surfaced set.
 fn names(surfaced: &[SurfacedTool]) -> Vec<&str> {
     surfaced.iter().map(|t| t.name.as_str()).collect()
+}
+
+/// Splits the calls an answer made outside `surfaced` into the control tool
+/// (the model was shown it when `search_tool`: true when it was called) and
+/// the calls that are really off the surface.
+fn split_search_call(mut off: Vec<String>, search_tool: bool) -> (bool, Vec<String>) {
+    if !search_tool {
+        return (false, off);
+    }
+    let before = off.len();
+    off.retain(|n| n != recovery::TOOL_NAME);
+    (off.len() != before, off)
 }
 
 /// `name=reason,name=reason`.
@@ -473,19 +528,23 @@ impl HttpContext for LlmStream {
     fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         // Only keyhole sets these; an upstream must not forge them. (Envoy
         // does not refuse header writes in this callback; a refusal is logged.)
-        for name in [HOLD_HEADER, OFF_SURFACE_HEADER, AUDIT_HEADER, SOURCE_HEADER, ALIASED_HEADER] {
+        for name in [HOLD_HEADER, OFF_SURFACE_HEADER, AUDIT_HEADER, SOURCE_HEADER, ALIASED_HEADER, TOOL_SEARCH_HEADER] {
             let _ = host::set_response_header(name, None);
         }
         if let Some(n) = self.ids_aliased {
             let _ = host::set_response_header(ALIASED_HEADER, Some(&n.to_string()));
         }
-        let State::Decided { surfaced, source, format } = std::mem::replace(&mut self.state, State::Answered) else {
+        let State::Decided { surfaced, source, format, search_tool } = std::mem::replace(&mut self.state, State::Answered)
+        else {
             return Action::Continue;
         };
         // The audit headers inform; a refused one is logged, and the answer is
         // still checked.
         let _ = host::set_response_header(AUDIT_HEADER, Some(&audit_value(&surfaced)));
         let _ = host::set_response_header(SOURCE_HEADER, Some(source.as_str()));
+        if search_tool {
+            let _ = host::set_response_header(TOOL_SEARCH_HEADER, Some("offered"));
+        }
         if end_of_stream {
             return Action::Continue;
         }
@@ -494,7 +553,8 @@ impl HttpContext for LlmStream {
         if content_type.starts_with("text/event-stream") {
             // Streams pass in real time; calls are checked as they appear and
             // can only be counted (the headers are already gone).
-            self.state = State::CheckingStream { surfaced, scanner: StreamScanner::new(format, ScanLimits::default()) };
+            self.state =
+                State::CheckingStream { surfaced, scanner: StreamScanner::new(format, ScanLimits::default()), search_tool };
             return Action::Continue;
         }
         if !content_type.contains("json") {
@@ -505,13 +565,13 @@ impl HttpContext for LlmStream {
         // filter's body callbacks too; the hold filter after us keeps the
         // headers instead.
         let _ = host::set_response_header(HOLD_HEADER, Some(HOLD_OPEN));
-        self.state = State::CheckingAnswer { surfaced, format };
+        self.state = State::CheckingAnswer { surfaced, format, search_tool };
         Action::Continue
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         match &mut self.state {
-            State::CheckingStream { surfaced, scanner } => {
+            State::CheckingStream { surfaced, scanner, search_tool } => {
                 // An unreadable chunk is passed on unscanned (it cannot be held).
                 let chunk = host::buffer(BufferType::HttpResponseBody, body_size).unwrap_or_default();
                 let mut fresh = scanner.feed(&chunk);
@@ -526,12 +586,16 @@ impl HttpContext for LlmStream {
                 }
                 let off: Vec<String> =
                     fresh.into_iter().filter(|n| !admission::is_surfaced(n, &names(surfaced))).collect();
+                let (searched, off) = split_search_call(off, *search_tool);
+                if searched {
+                    self.note_search_call();
+                }
                 if !off.is_empty() {
                     self.note_off_surface(&off);
                 }
                 Action::Continue
             }
-            State::CheckingAnswer { surfaced, format } => {
+            State::CheckingAnswer { surfaced, format, search_tool } => {
                 if !end_of_stream {
                     return Action::Pause;
                 }
@@ -539,6 +603,10 @@ impl HttpContext for LlmStream {
                     return Action::Continue;
                 };
                 let off = admission::off_surface(*format, &body, &names(surfaced)).unwrap_or_default();
+                let (searched, off) = split_search_call(off, *search_tool);
+                if searched {
+                    self.note_search_call();
+                }
                 if !off.is_empty() {
                     self.note_off_surface(&off);
                 }
@@ -550,7 +618,12 @@ impl HttpContext for LlmStream {
                     }
                 };
                 // The verdict travels to the hold filter in the body's first line.
-                let verdict = Verdict { status, names: header_safe(&off), edits: Vec::new() };
+                let edits = if searched && replacement.is_none() {
+                    vec![HeaderEdit::Set(TOOL_SEARCH_HEADER.to_owned(), "called".to_owned())]
+                } else {
+                    Vec::new()
+                };
+                let verdict = Verdict { status, names: header_safe(&off), edits };
                 let framed = match verdict.frame(replacement.as_deref().unwrap_or(&body)) {
                     Ok(framed) => framed,
                     Err(e) => {

@@ -2,7 +2,10 @@
 //! recovery phase build on) and a bounded audit trail of every answer.
 //!
 //! Entries hold tool names, reasons, the source, floor signal names and
-//! timings — never the turn's text, ids or arguments.
+//! timings — never the turn's text or ids. One exception, by design: the
+//! query of the model's tool-search call ([`SearchAudit`]), which is why a
+//! tool outside retrieval's answer was shown (cut to 256 characters; raw ids
+//! in it were replaced by aliases on the LLM listener before it left).
 
 use keyhole_core::rank::floors::FiredFloor;
 use keyhole_core::rank::pipeline::Resolution;
@@ -13,11 +16,12 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// How the turn's cosines were obtained.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Retrieval {
     /// Embedding + vector search, fused with the lexical score.
     Hybrid,
+    #[default]
     /// Lexical only: the registry's vectors were not ready yet, or the
     /// turn's deadline passed first.
     Lexical,
@@ -61,6 +65,41 @@ pub struct AuditEntry {
     pub domains: Vec<String>,
     /// Timings.
     pub timings: Timings,
+    /// The model's tool search on this turn, when it made one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub search: Option<SearchAudit>,
+}
+
+/// A tool search (the model's call of the tool-search control tool), as the
+/// audit trail keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SearchAudit {
+    /// The query as control searched with it (at most 256 characters).
+    pub query: String,
+    /// What the search found, best first (function names).
+    pub found: Vec<String>,
+    /// Of those, the ones surfaced on this turn (reason `recovery`); a found
+    /// tool already surfaced for another reason (`tool-choice`), or left out
+    /// by the phase rules, is not.
+    pub surfaced: Vec<String>,
+    /// How the search ranked: hybrid, or lexical.
+    pub retrieval: Retrieval,
+}
+
+impl SearchAudit {
+    /// The audit of a search for `query` that found `found`, after it was
+    /// composed into `res`.
+    pub(crate) fn new(query: String, found: &super::Found, res: &Resolution) -> SearchAudit {
+        let found_names: Vec<String> = found.hits.iter().map(|c| c.name.clone()).collect();
+        let surfaced = res
+            .candidates
+            .iter()
+            .filter(|c| c.reason == keyhole_core::wire::Reason::Recovery)
+            .map(|c| c.name.clone())
+            .collect();
+        SearchAudit { query, found: found_names, surfaced, retrieval: found.retrieval }
+    }
 }
 
 impl AuditEntry {
@@ -77,6 +116,7 @@ impl AuditEntry {
             floors: res.trace.floors.clone(),
             domains: res.trace.domains.clone(),
             timings,
+            search: None,
         }
     }
 }

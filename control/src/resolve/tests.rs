@@ -174,6 +174,7 @@ async fn sessions_and_their_trails_are_bounded() {
         floors: vec![],
         domains: vec![],
         timings: Timings::default(),
+        search: None,
     };
     for n in 0..5 {
         s.record("a", &res, entry(n));
@@ -314,4 +315,105 @@ async fn a_turn_past_its_deadline_is_ranked_lexically_and_says_so() {
     assert_eq!(answer.source, Source::Lexical);
     assert!(answer.tools.iter().any(|t| t.reason == Reason::Rag), "ranked, not the bounded fallback: {:?}", answer.tools);
     assert_eq!(resolver.audit("late").await.unwrap()[0].retrieval, Retrieval::Lexical);
+}
+
+// === recovery: the tool-search control tool ===
+
+/// `request` with the filter's control tool, and the model's query if any.
+fn searching(f: &Fixture, session: &str, turn: &str, phase: Phase, query: Option<&str>) -> ResolveRequest {
+    let tool_search = Some(keyhole_core::wire::ToolSearch { query: query.map(str::to_owned) });
+    ResolveRequest { tool_search, ..request(f, session, turn, phase) }
+}
+
+const MISSED: &str = "util__units__convert";
+const BOOKING: &str = "Book an appointment for Mrs. Krause next Tuesday with Dr. Weber.";
+const QUERY: &str = "convert glucose from mg/dL to mmol/L";
+
+#[tokio::test]
+async fn a_tool_search_surfaces_what_retrieval_missed_with_the_recovery_reason() {
+    let f = fixture().await;
+    f.resolver.prepare(&f.tools).await.unwrap();
+    let plain = f.resolver.resolve(&request(&f, "plain", BOOKING, Phase::Planner)).await;
+    assert!(!plain.tools.iter().any(|t| t.name == MISSED), "the turn's retrieval misses it: {:?}", plain.tools);
+    assert!(plain.tools.len() <= 12);
+
+    // The control tool offered, not called: one place less, nothing recovered.
+    let offered = f.resolver.resolve(&searching(&f, "s", BOOKING, Phase::Planner, None)).await;
+    assert_eq!(offered.tools.len(), plain.tools.len().min(11));
+    assert!(offered.tools.iter().all(|t| t.reason != Reason::Recovery));
+    assert!(f.resolver.audit("s").await.unwrap()[0].search.is_none());
+
+    // Called: the search finds it, within the budget, first after forced tools.
+    let recovered = f.resolver.resolve(&searching(&f, "s", BOOKING, Phase::Planner, Some(QUERY))).await;
+    assert!(recovered.tools.len() <= 11, "{}", recovered.tools.len());
+    let found = recovered.tools.iter().find(|t| t.name == MISSED).expect("the missed tool is surfaced");
+    assert_eq!(found.reason, Reason::Recovery);
+    assert!(!found.mutating, "its metadata travels with it");
+    assert_eq!(recovered.tools[0].name, MISSED, "{:?}", recovered.tools);
+    assert!(recovered.tools.iter().filter(|t| t.reason == Reason::Recovery).count() <= keyhole_core::recovery::MAX_FOUND);
+    assert!(recovered.tools.iter().any(|t| t.name == "appointment__manage"), "the turn's own tools stay");
+
+    // The audit trail keeps the query, what it found and what was surfaced.
+    let trail = f.resolver.audit("s").await.unwrap();
+    let search = trail[1].search.as_ref().expect("the search is audited");
+    assert_eq!(search.query, QUERY);
+    assert_eq!(search.found.first().map(String::as_str), Some(MISSED));
+    assert!(search.surfaced.iter().any(|n| n == MISSED));
+    assert_eq!(search.retrieval, Retrieval::Hybrid);
+    assert_eq!(trail[1].tools, recovered.tools);
+    // And the session's audited set holds it (a later fallback keeps it).
+    assert!(f.resolver.sessions.lock().await.prior("s").iter().any(|n| n == MISSED));
+}
+
+#[tokio::test]
+async fn a_tool_search_keeps_every_phase_rule() {
+    let f = fixture().await;
+    f.resolver.prepare(&f.tools).await.unwrap();
+    // Recovery: the prior set plus at most three new tools, the found ones first.
+    f.resolver.resolve(&request(&f, "r", BOOKING, Phase::Planner)).await;
+    let prior = f.resolver.sessions.lock().await.prior("r");
+    let answer = f.resolver.resolve(&searching(&f, "r", BOOKING, Phase::Recovery, Some(QUERY))).await;
+    let new: Vec<&str> = answer.tools.iter().filter(|t| !prior.contains(&t.name)).map(|t| t.name.as_str()).collect();
+    assert!(new.len() <= keyhole_core::phase::RECOVERY_NEW_TOOLS, "{new:?}");
+    assert!(new.contains(&MISSED), "{new:?}");
+    assert!(answer.tools.len() <= 11);
+    // Phases that do not choose tools ignore it: tool-input keeps its one tool.
+    let one = f.resolver.resolve(&searching(&f, "t", BOOKING, Phase::ToolInput, Some(QUERY))).await;
+    assert_eq!(one.tools.len(), 1);
+    assert!(one.tools.iter().all(|t| t.reason != Reason::Recovery));
+    // Formatter: never a mutating tool, whatever the search asks for.
+    let fmt = f.resolver.resolve(&searching(&f, "m", BOOKING, Phase::Formatter, Some("cancel the prescription"))).await;
+    assert!(fmt.tools.iter().all(|t| !t.mutating), "{:?}", fmt.tools);
+    // An embedder outage: the search still runs, lexically, and says so.
+    f.fake.failing.store(true, Ordering::Relaxed);
+    let turn = "Book a follow-up appointment for Mr. Braun in two weeks.";
+    let down = f.resolver.resolve(&searching(&f, "d", turn, Phase::Planner, Some("units converter for glucose mmol"))).await;
+    assert_eq!(down.source, Source::ControlFallback);
+    assert!(down.tools.len() <= 11);
+    assert!(down.tools.iter().any(|t| t.name == MISSED && t.reason == Reason::Recovery), "{:?}", down.tools);
+    let trail = f.resolver.audit("d").await.unwrap();
+    assert_eq!(trail[0].search.as_ref().map(|s| s.retrieval), Some(Retrieval::Lexical));
+}
+
+#[tokio::test]
+async fn the_resolve_handler_takes_the_tool_search_and_the_audit_shows_it() {
+    let f = fixture().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = StoreConfig::new(Arc::new(Taxonomy::default()), Duration::from_secs(3600));
+    let aliases = Arc::new(RedbStore::open(&dir.path().join("aliases"), config).unwrap());
+    let app = router(AppState { resolver: f.resolver.clone(), aliases });
+    f.resolver.prepare(&f.tools).await.unwrap();
+    let req = searching(&f, "h", BOOKING, Phase::Planner, Some(QUERY));
+    let post = Request::post("/v1/resolve")
+        .header("content-type", "application/json")
+        .body(Body::from(serde_json::to_vec(&req).unwrap()))
+        .unwrap();
+    let (status, body) = call(app.clone(), post).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body["tools"].as_array().unwrap().iter().any(|t| t["name"] == MISSED && t["reason"] == "recovery"), "{body}");
+    let (status, body) = call(app, Request::get("/v1/audit/h").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body[0]["search"]["query"], QUERY);
+    assert_eq!(body[0]["search"]["found"][0], MISSED);
+    assert!(!body.to_string().contains("Krause"), "the turn's text is still never kept");
 }

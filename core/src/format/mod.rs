@@ -332,6 +332,16 @@ enum ArrayRole {
     Declarations,
 }
 
+/// Where a rewrite adds the control tool: the top-level array at `array`
+/// (an index into [`ParsedRequest::arrays`]), or the inner array of its
+/// element `into`; `bytes` is the element.
+#[derive(Debug)]
+struct Placement {
+    array: usize,
+    into: Option<usize>,
+    bytes: Vec<u8>,
+}
+
 /// What a rewrite adds to one array.
 #[derive(Debug, Clone, Copy)]
 enum Add<'x> {
@@ -503,42 +513,44 @@ impl ParsedRequest<'_> {
     /// entry of its own at the end), or, in a request that has only the
     /// legacy `functions` array, at its end in that array's shape.
     pub fn rewrite_with_search_tool(&self, body: &[u8], keep: &[usize]) -> Vec<u8> {
-        let Some((target, add)) = self.search_tool_place(keep) else {
+        let Some(place) = self.search_tool_place(keep) else {
             return self.rewrite(body, keep);
         };
-        self.splice(body, keep, Some((target, add)))
+        self.splice(body, keep, Some(place))
     }
 
-    /// Where the control tool goes: the index of the top-level array and the
-    /// bytes to add to it.
-    fn search_tool_place(&self, keep: &[usize]) -> Option<(usize, (Option<usize>, Vec<u8>))> {
-        if let Some(i) = self.arrays.iter().position(|a| a.role == ArrayRole::Tools) {
-            let array = self.arrays.get(i)?;
+    /// Where the control tool goes.
+    fn search_tool_place(&self, keep: &[usize]) -> Option<Placement> {
+        if let Some(array) = self.arrays.iter().position(|a| a.role == ArrayRole::Tools) {
+            let elements = &self.arrays.get(array)?.elements;
             let tool = (self.format.dialect().search_tool)();
             if self.format.dialect().builtins_by_key {
-                let group = array.elements.iter().position(|e| matches!(e.item, Item::Group { .. }) && e.emitted(keep));
+                let group = elements.iter().position(|e| matches!(e.item, Item::Group { .. }) && e.emitted(keep));
                 return Some(match group {
-                    Some(g) => (i, (Some(g), tool.into_bytes())),
-                    None => (i, (None, format!(r#"{{"functionDeclarations":[{tool}]}}"#).into_bytes())),
+                    Some(g) => Placement { array, into: Some(g), bytes: tool.into_bytes() },
+                    None => Placement {
+                        array,
+                        into: None,
+                        bytes: format!(r#"{{"functionDeclarations":[{tool}]}}"#).into_bytes(),
+                    },
                 });
             }
-            return Some((i, (None, tool.into_bytes())));
+            return Some(Placement { array, into: None, bytes: tool.into_bytes() });
         }
-        let i = self.arrays.iter().position(|a| a.role == ArrayRole::Functions)?;
-        Some((i, (None, legacy_search_tool().into_bytes())))
+        let array = self.arrays.iter().position(|a| a.role == ArrayRole::Functions)?;
+        Some(Placement { array, into: None, bytes: legacy_search_tool().into_bytes() })
     }
 
-    /// Writes the body with the kept tools and, in the array at `add.0`, the
-    /// element `add.1`.
-    fn splice(&self, body: &[u8], keep: &[usize], add: Option<(usize, (Option<usize>, Vec<u8>))>) -> Vec<u8> {
+    /// Writes the body with the kept tools and the element `add` places.
+    fn splice(&self, body: &[u8], keep: &[usize], add: Option<Placement>) -> Vec<u8> {
         let mut out = Vec::with_capacity(body.len().min(16 * 1024));
         let mut at = 0;
         for (i, array) in self.arrays.iter().enumerate() {
             out.extend_from_slice(body.get(at..array.span.start).unwrap_or_default());
             let here = match &add {
-                Some((target, (into, bytes))) if *target == i => match into {
-                    Some(element) => Add::Into(*element, bytes),
-                    None => Add::Append(bytes),
+                Some(p) if p.array == i => match p.into {
+                    Some(element) => Add::Into(element, &p.bytes),
+                    None => Add::Append(&p.bytes),
                 },
                 _ => Add::Nothing,
             };
