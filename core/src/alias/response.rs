@@ -178,6 +178,17 @@ struct EscLit {
     occs: Vec<(Range<usize>, usize)>,
 }
 
+/// An unescaped string literal of a part.
+#[derive(Debug, Clone)]
+struct LitSpan {
+    /// Content range (quotes excluded).
+    range: Range<usize>,
+    /// The scan ran the text patterns over this text and found nothing, and
+    /// the text holds no escape to decode: verification need not look at it
+    /// again while its bytes are unchanged.
+    clean: bool,
+}
+
 /// One scanned part.
 #[derive(Debug, Clone)]
 struct Part {
@@ -185,9 +196,8 @@ struct Part {
     kind: BodyKind,
     /// Raw occurrences: (byte range, value index), sorted by start.
     occs: Vec<(Range<usize>, usize)>,
-    /// Content ranges of unescaped string literals (the whole text for a text
-    /// part), in order.
-    lits: Vec<Range<usize>>,
+    /// Unescaped string literals (the whole text for a text part), in order.
+    lits: Vec<LitSpan>,
     /// Number tokens of a JSON part, in order: an id found there is written
     /// back as a string (`"id": 482913` → `"id": "patient-001"`).
     numbers: Vec<Range<usize>>,
@@ -322,7 +332,10 @@ impl<'t> ResponseScan<'t> {
         root_kind: Option<KindId>,
     ) -> Result<Part, RewriteError> {
         let mut part = Part::empty(body.len(), kind);
-        part.lits.push(0..body.len());
+        part.lits.push(LitSpan {
+            range: 0..body.len(),
+            clean: false,
+        });
         match kind {
             BodyKind::Csv => csv::scan(self, body, root_kind, &mut part),
             BodyKind::Xml => xml::scan(self, body, root_kind, &mut part)?,
@@ -438,11 +451,15 @@ impl<'t> ResponseScan<'t> {
             .map(String::as_bytes)
             .chain(alias_of.iter().map(|a| a.as_bytes()))
             .collect();
+        let plain_aliases = alias_of
+            .iter()
+            .all(|a| !a.bytes().any(|b| b == b'"' || b == b'\\'));
         Ok(Rewriter {
             scan: self,
             alias_of,
             allowed,
             known,
+            plain_aliases,
         })
     }
 
@@ -492,9 +509,10 @@ impl<'t> ResponseScan<'t> {
     /// (`Patient%2Fpat-000123`, `pat&#45;000123`). They get no occurrence of
     /// their own: the known-id search replaces them in the raw bytes, in
     /// whichever encoding they stand there.
-    fn learn_decoded(&mut self, text: &[u8], ctx: Option<KindId>) {
+    /// Returns whether `text` holds an escape to decode.
+    fn learn_decoded(&mut self, text: &[u8], ctx: Option<KindId>) -> bool {
         let Some(decoded) = super::known::decoded_view(text) else {
-            return;
+            return false;
         };
         let mut hits = Vec::new();
         shape::find_in_text(self.tax, decoded.as_bytes(), &mut hits);
@@ -505,6 +523,7 @@ impl<'t> ResponseScan<'t> {
             let (k, form) = self.hit_meta(h, decoded.as_bytes(), ctx);
             self.value(value, k, form);
         }
+        true
     }
 
     fn build_ids(&mut self) {
@@ -554,7 +573,10 @@ impl Part {
         let shift = |r: Range<usize>| r.start + base..r.end + base;
         self.occs
             .extend(other.occs.into_iter().map(|(r, v)| (shift(r), v)));
-        self.lits.extend(other.lits.into_iter().map(shift));
+        self.lits.extend(other.lits.into_iter().map(|l| LitSpan {
+            range: shift(l.range),
+            clean: l.clean,
+        }));
         self.numbers.extend(other.numbers.into_iter().map(shift));
         self.escaped.extend(other.escaped.into_iter().map(|mut e| {
             e.span = shift(e.span);
@@ -603,9 +625,12 @@ pub struct Rewriter<'r, 't> {
     /// Every alias of this answer: what verification lets through.
     allowed: std::collections::HashSet<&'r [u8], FixedState>,
     known: KnownIds<'r>,
+    /// No alias holds a `"` or `\`: splicing them into a JSON string
+    /// keeps the document's structure (see [`Rewriter::verify`]).
+    plain_aliases: bool,
 }
 
-impl Rewriter<'_, '_> {
+impl<'t> Rewriter<'_, 't> {
     /// Rewrites a scanned part and verifies the result.
     ///
     /// Fails when `body` is not the scanned part, or verification finds a raw
@@ -624,7 +649,7 @@ impl Rewriter<'_, '_> {
             });
         }
         if self.alias_of.is_empty() {
-            self.verify(body, p.kind)?;
+            self.verify(body, p, &[])?;
             return Ok(body.to_vec());
         }
         let alias = |v: usize| self.alias_of.get(v).copied().unwrap_or("");
@@ -647,10 +672,10 @@ impl Rewriter<'_, '_> {
         // Known ids anywhere: inside unescaped strings, or a whole number.
         let in_lit = |r: &Range<usize>| {
             !p.kind.is_json() || {
-                let l = p.lits.partition_point(|l| l.end < r.end);
+                let l = p.lits.partition_point(|l| l.range.end < r.end);
                 p.lits
                     .get(l)
-                    .is_some_and(|l| l.start <= r.start && r.end <= l.end)
+                    .is_some_and(|l| l.range.start <= r.start && r.end <= l.range.end)
             }
         };
         self.known.for_each(body, |r, v| {
@@ -730,52 +755,55 @@ impl Rewriter<'_, '_> {
                 .map_err(|_| RewriteError::Leak { at: e.span.start })?;
             edits.push((e.span.clone(), Cow::Owned(literal)));
         }
-        let out = splice(body, edits);
-        self.verify(&out, p.kind)?;
+        let (out, applied) = splice_mapped(body, edits);
+        self.verify(&out, p, &applied)?;
         Ok(out)
+    }
+
+    /// Verifies the output of `p` (`applied`: its edits, see
+    /// [`splice_mapped`]). A JSON part keeps the structure the scan lexed
+    /// (every edit lies inside a string, or replaces a number or a whole
+    /// escaped string with a string), so only the strings an edit touched,
+    /// the escaped ones and those the scan did not prove clean are looked
+    /// at again; anything else is re-read whole ([`Self::verify_whole`]).
+    /// The known-id search always covers every byte.
+    fn verify(&self, out: &[u8], p: &Part, applied: &[Edit]) -> Result<(), RewriteError> {
+        if !p.kind.is_json() || !self.plain_aliases {
+            return self.verify_whole(out, p.kind);
+        }
+        let Some(texts) = touched_texts(p, applied) else {
+            return self.verify_whole(out, p.kind);
+        };
+        let src = std::str::from_utf8(out).map_err(|_| JsonError::NotUtf8)?;
+        let allowed = |v: &[u8]| self.allowed.contains(v);
+        if let Some(r) = self.known.first_except(out, allowed) {
+            return Err(RewriteError::Leak { at: r.start });
+        }
+        let mut hits = Vec::new();
+        for t in texts {
+            match t {
+                Touched::Plain(r) => {
+                    let text = src.as_bytes().get(r.clone()).unwrap_or_default();
+                    self.check_text(text, r.start, &mut hits)?;
+                }
+                Touched::Escaped(span) => self.check_escaped(src, span, 0, &mut hits)?,
+            }
+        }
+        Ok(())
     }
 
     /// Scans `out` again: no known id may remain anywhere in its bytes (nor in
     /// the decoded form of an escaped string, a percent-encoded or
     /// entity-encoded text), and every id the text patterns find in a string
     /// must be one of the aliases.
-    fn verify(&self, out: &[u8], kind: BodyKind) -> Result<(), RewriteError> {
+    fn verify_whole(&self, out: &[u8], kind: BodyKind) -> Result<(), RewriteError> {
         // A raw value may be spelled like an alias this answer issued
         // (`patient-001` from HMS): where it stands as that alias, it is one.
         let allowed = |v: &[u8]| self.allowed.contains(v);
         if let Some(r) = self.known.first_except(out, allowed) {
             return Err(RewriteError::Leak { at: r.start });
         }
-        let tax = self.scan.tax;
         let mut hits = Vec::new();
-        let mut check = |text: &[u8], at: usize| -> Result<(), RewriteError> {
-            shape::find_in_text(tax, text, &mut hits);
-            if let Some(h) = hits
-                .iter()
-                .find(|h| !text.get(h.range.clone()).is_some_and(allowed))
-            {
-                return Err(RewriteError::Leak {
-                    at: at + h.range.start,
-                });
-            }
-            if let Some(decoded) = super::known::decoded_view(text) {
-                if self
-                    .known
-                    .first_except(decoded.as_bytes(), allowed)
-                    .is_some()
-                {
-                    return Err(RewriteError::Leak { at });
-                }
-                shape::find_in_text(tax, decoded.as_bytes(), &mut hits);
-                if hits
-                    .iter()
-                    .any(|h| !decoded.as_bytes().get(h.range.clone()).is_some_and(allowed))
-                {
-                    return Err(RewriteError::Leak { at });
-                }
-            }
-            Ok(())
-        };
         let mut json = |src: &str, base: usize| -> Result<(), RewriteError> {
             let mut lx = Lexer::new(src);
             while let Some(ev) = lx.next_event()? {
@@ -783,18 +811,13 @@ impl Rewriter<'_, '_> {
                     continue;
                 };
                 if lit.escaped {
-                    let text = text_of(src, &lit)?;
-                    check(text.as_bytes(), base + lit.span.start)?;
-                    if self.known.first_except(text.as_bytes(), allowed).is_some() {
-                        return Err(RewriteError::Leak {
-                            at: base + lit.span.start,
-                        });
-                    }
+                    self.check_escaped(src, lit.span, base, &mut hits)?;
                 } else {
                     let inner = lit.inner();
-                    check(
+                    self.check_text(
                         src.as_bytes().get(inner.clone()).unwrap_or_default(),
                         base + inner.start,
+                        &mut hits,
                     )?;
                 }
             }
@@ -815,27 +838,199 @@ impl Rewriter<'_, '_> {
                     at += line.len();
                 }
             }
-            BodyKind::Text | BodyKind::Csv | BodyKind::Xml | BodyKind::Html => check(out, 0)?,
+            BodyKind::Text | BodyKind::Csv | BodyKind::Xml | BodyKind::Html => {
+                self.check_text(out, 0, &mut hits)?
+            }
+        }
+        Ok(())
+    }
+
+    /// Every id the text patterns find in `text` (at offset `at` of the
+    /// output) must be an alias, and so must every known id and pattern hit
+    /// in its decoded form.
+    fn check_text(
+        &self,
+        text: &[u8],
+        at: usize,
+        hits: &mut Vec<TextHit<'t>>,
+    ) -> Result<(), RewriteError> {
+        let allowed = |v: &[u8]| self.allowed.contains(v);
+        let tax = self.scan.tax;
+        shape::find_in_text(tax, text, hits);
+        if let Some(h) = hits
+            .iter()
+            .find(|h| !text.get(h.range.clone()).is_some_and(allowed))
+        {
+            return Err(RewriteError::Leak {
+                at: at + h.range.start,
+            });
+        }
+        if let Some(decoded) = super::known::decoded_view(text) {
+            if self
+                .known
+                .first_except(decoded.as_bytes(), allowed)
+                .is_some()
+            {
+                return Err(RewriteError::Leak { at });
+            }
+            shape::find_in_text(tax, decoded.as_bytes(), hits);
+            if hits
+                .iter()
+                .any(|h| !decoded.as_bytes().get(h.range.clone()).is_some_and(allowed))
+            {
+                return Err(RewriteError::Leak { at });
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Self::check_text`] over the decoded text of the escaped string
+    /// literal at `span` of `src`, and no known id in it.
+    fn check_escaped(
+        &self,
+        src: &str,
+        span: Range<usize>,
+        base: usize,
+        hits: &mut Vec<TextHit<'t>>,
+    ) -> Result<(), RewriteError> {
+        let at = base + span.start;
+        let lit = super::json::Lit {
+            span,
+            escaped: true,
+        };
+        let text = text_of(src, &lit)?;
+        self.check_text(text.as_bytes(), at, hits)?;
+        let allowed = |v: &[u8]| self.allowed.contains(v);
+        if self.known.first_except(text.as_bytes(), allowed).is_some() {
+            return Err(RewriteError::Leak { at });
         }
         Ok(())
     }
 }
 
+/// An applied edit: its range in the body and the range of its replacement
+/// in the output.
+type Edit = (Range<usize>, Range<usize>);
+
+/// A string of a rewritten JSON part that verification must read again, by
+/// its range in the output.
+enum Touched {
+    /// An unescaped string's content.
+    Plain(Range<usize>),
+    /// An escaped string literal, quotes included.
+    Escaped(Range<usize>),
+}
+
+/// The strings of the output of JSON part `p` that verification must read:
+/// those an edit touched or wrote, the escaped ones, and those the scan did
+/// not prove clean. `None` when an edit does not keep the part's structure
+/// (then the output is re-read whole).
+fn touched_texts(p: &Part, applied: &[Edit]) -> Option<Vec<Touched>> {
+    let mut touched = vec![false; p.lits.len()];
+    let mut out = Vec::new();
+    for (r, o) in applied {
+        if r.is_empty() {
+            return None;
+        }
+        let number = p
+            .numbers
+            .binary_search_by(|n| n.start.cmp(&r.start))
+            .is_ok_and(|i| p.numbers.get(i) == Some(r));
+        if number {
+            // Written back as a string: `"<alias>"`.
+            if o.len() < 2 {
+                return None;
+            }
+            out.push(Touched::Plain(o.start + 1..o.end - 1));
+            continue;
+        }
+        let e = p.escaped.partition_point(|e| e.span.start < r.start);
+        if p.escaped.get(e).is_some_and(|e| e.span == *r) {
+            // Re-encoded whole; read below with every escaped string.
+            continue;
+        }
+        let l = p.lits.partition_point(|l| l.range.end < r.end);
+        match (p.lits.get(l), touched.get_mut(l)) {
+            (Some(lit), Some(t)) if lit.range.start <= r.start => *t = true,
+            _ => return None,
+        }
+    }
+    let mut shift = Shift {
+        applied,
+        next: 0,
+        delta: 0,
+    };
+    let mut lits = p.lits.iter().zip(touched).peekable();
+    let mut escaped = p.escaped.iter().peekable();
+    loop {
+        let plain_first = match (lits.peek(), escaped.peek()) {
+            (None, None) => break,
+            (Some((l, _)), Some(e)) => l.range.start < e.span.start,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+        };
+        if plain_first {
+            let (l, touched) = lits.next()?;
+            if touched || !l.clean {
+                let range = shift.at(l.range.start)?..shift.at(l.range.end)?;
+                out.push(Touched::Plain(range));
+            }
+        } else {
+            let e = escaped.next()?;
+            let span = shift.at(e.span.start)?..shift.at(e.span.end)?;
+            out.push(Touched::Escaped(span));
+        }
+    }
+    Some(out)
+}
+
+/// Maps body offsets to output offsets, for offsets asked in order and never
+/// inside an edit: an offset moves by the edits that end at or before it.
+struct Shift<'e> {
+    applied: &'e [Edit],
+    next: usize,
+    delta: isize,
+}
+
+impl Shift<'_> {
+    fn at(&mut self, x: usize) -> Option<usize> {
+        while let Some((r, o)) = self.applied.get(self.next).filter(|(r, _)| r.end <= x) {
+            let grew = isize::try_from(o.len()).ok()? - isize::try_from(r.len()).ok()?;
+            self.delta += grew;
+            self.next += 1;
+        }
+        x.checked_add_signed(self.delta)
+    }
+}
+
 /// Replaces sorted, non-overlapping ranges of `src`.
-pub(crate) fn splice(src: &[u8], mut edits: Vec<(Range<usize>, Cow<'_, str>)>) -> Vec<u8> {
+pub(crate) fn splice(src: &[u8], edits: Vec<(Range<usize>, Cow<'_, str>)>) -> Vec<u8> {
+    splice_mapped(src, edits).0
+}
+
+/// [`splice`], also returning the edits applied (an edit overlapping an
+/// earlier one is dropped), each with the range its replacement took in the
+/// output, in order.
+fn splice_mapped(
+    src: &[u8],
+    mut edits: Vec<(Range<usize>, Cow<'_, str>)>,
+) -> (Vec<u8>, Vec<Edit>) {
     edits.sort_by_key(|(r, _)| r.start);
     let mut out = Vec::with_capacity(src.len() + edits.len() * 8);
+    let mut applied = Vec::with_capacity(edits.len());
     let mut at = 0;
     for (r, with) in edits {
         if r.start < at {
             continue;
         }
         out.extend_from_slice(src.get(at..r.start).unwrap_or_default());
+        let from = out.len();
         out.extend_from_slice(with.as_bytes());
+        applied.push((r.clone(), from..out.len()));
         at = r.end;
     }
     out.extend_from_slice(src.get(at..).unwrap_or_default());
-    out
+    (out, applied)
 }
 
 /// A member of an object waiting for the object's kind.
@@ -958,7 +1153,10 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
             ))
         } else {
             let inner = lit.inner();
-            self.part.lits.push(inner.clone());
+            self.part.lits.push(LitSpan {
+                range: inner.clone(),
+                clean: false,
+            });
             Ok((text, Loc::Raw(inner)))
         }
     }
@@ -999,8 +1197,17 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
             let v = self.scan.value(value, kind, form);
             self.push_occ(loc, h.range.clone(), v);
         }
+        let clean = hits.is_empty();
         self.hits = hits;
-        self.scan.learn_decoded(text.as_bytes(), ctx);
+        let decoded = self.scan.learn_decoded(text.as_bytes(), ctx);
+        if clean && !decoded {
+            // The literal just registered (`literal` runs right before).
+            if let (Loc::Raw(r), Some(l)) = (loc, self.part.lits.last_mut()) {
+                if l.range == *r {
+                    l.clean = true;
+                }
+            }
+        }
     }
 
     fn string_value(&mut self, text: Cow<'a, str>, loc: Loc) {
