@@ -13,11 +13,19 @@
 //! The search needs no automaton: a match must start and end on a class
 //! boundary, so only those positions are tried, each against the lengths of
 //! the values that start with the same two bytes (filtered by last byte) and
-//! then one hash lookup. Building it is one hash insert per value (no copy when the value is
-//! already lower case), so it is cheap to build per response, and the scan is
-//! one pass with no allocation per match. Encoded dashes (`%2D`, `&#45;`,
-//! `&#x2d;`) are folded to `-` in a copy of the text, made only when the text
-//! holds a `%` or `&` and some value holds a `-`.
+//! then one hash lookup. Building it is one hash insert per value (no copy
+//! when the value is already lower case), so it is cheap to build per
+//! response (an automaton costs far more to build than a body takes to
+//! search), and the search allocates nothing per match.
+//!
+//! Which positions are tried: when every value holds a byte other than a
+//! letter or digit (`-` in a UUID or a FHIR id, `.`, `_`), and those bytes
+//! are at most three, a match can only start at a fixed distance before one
+//! of them: `memchr` finds them and only those starts are tried, so text
+//! without them costs nothing. Otherwise every class boundary is tried, in
+//! one pass over a byte table. Encoded dashes (`%2D`, `&#45;`, `&#x2d;`) are
+//! folded to `-` in a copy of the text, made only when the text holds a `%`
+//! or `&` and some value holds a `-`.
 
 use memchr::memchr2;
 use std::borrow::Cow;
@@ -46,6 +54,60 @@ pub(crate) struct KnownIds<'v> {
     long_lens: Vec<usize>,
     /// Whether some value holds a `-` (its encoded forms must be searched).
     dash: bool,
+    /// Where matches can start, when every value has an anchor (see the
+    /// module doc); `None`: every class boundary is tried.
+    anchors: Option<Anchors>,
+}
+
+/// The anchors of a value set: each value's first byte that is neither a
+/// letter nor a digit, and the distances from a value's start to it.
+#[derive(Debug, Default)]
+struct Anchors {
+    /// The distinct anchor bytes (one to three).
+    bytes: Vec<u8>,
+    /// (anchor byte, distance from the value's start), distinct.
+    offsets: Vec<(u8, usize)>,
+}
+
+impl Anchors {
+    /// Notes a value's anchor; `false` when it has none.
+    fn add(&mut self, value: &[u8]) -> bool {
+        let Some(d) = value.iter().position(|b| !b.is_ascii_alphanumeric()) else {
+            return false;
+        };
+        let Some(&a) = value.get(d) else {
+            return false;
+        };
+        if !self.bytes.contains(&a) {
+            self.bytes.push(a);
+        }
+        if !self.offsets.contains(&(a, d)) {
+            self.offsets.push((a, d));
+        }
+        true
+    }
+}
+
+/// Byte classes for the boundary rule: 0 other, 1 digit, 2 letter.
+const CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        let b = i as u8;
+        t[i] = if b.is_ascii_digit() {
+            1
+        } else if b.is_ascii_alphabetic() {
+            2
+        } else {
+            0
+        };
+        i += 1;
+    }
+    t
+};
+
+fn class(b: u8) -> u8 {
+    CLASS.get(usize::from(b)).copied().unwrap_or(0)
 }
 
 fn has(set: &[bool; 256], b: u8) -> bool {
@@ -94,7 +156,9 @@ impl<'v> KnownIds<'v> {
             pair_lens: HashMap::default(),
             long_lens: Vec::new(),
             dash: false,
+            anchors: None,
         };
+        let mut anchors = Some(Anchors::default());
         for (i, v) in values.into_iter().enumerate() {
             if !searchable(v) {
                 continue;
@@ -129,6 +193,9 @@ impl<'v> KnownIds<'v> {
                 }
             }
             k.dash |= b.contains(&b'-');
+            if anchors.as_mut().is_some_and(|a| !a.add(b)) {
+                anchors = None;
+            }
             if !k.lens.contains(&b.len()) {
                 k.lens.push(b.len());
             }
@@ -136,6 +203,7 @@ impl<'v> KnownIds<'v> {
         }
         k.lens.sort_unstable_by(|a, b| b.cmp(a));
         k.long_lens.sort_unstable_by(|a, b| b.cmp(a));
+        k.anchors = anchors.filter(|a| a.bytes.len() <= 3);
         k
     }
 
@@ -217,59 +285,115 @@ impl<'v> KnownIds<'v> {
     }
 
     fn search_plain(&self, t: &[u8], f: &mut impl FnMut(Range<usize>, usize) -> bool) {
-        let mut key: Vec<u8> = Vec::new();
-        let mut i = 0;
-        while let Some(rest) = t.get(i..) {
-            // Cheapest test first, in a tight loop: most bytes start no value.
-            let Some(skip) = rest.iter().position(|&b| has(&self.first, b)) else {
+        match &self.anchors {
+            Some(a) => self.search_anchored(t, a, f),
+            None => self.search_boundaries(t, f),
+        }
+    }
+
+    /// Tries every start a value's anchor allows. The matches are collected
+    /// (they are few), ordered and then taken leftmost first, as
+    /// [`Self::search_boundaries`] takes them.
+    fn search_anchored(
+        &self,
+        t: &[u8],
+        a: &Anchors,
+        f: &mut impl FnMut(Range<usize>, usize) -> bool,
+    ) {
+        let mut key = Vec::new();
+        let mut found: Vec<(usize, usize, usize)> = Vec::new();
+        let mut at_anchor = |p: usize| {
+            let Some(&byte) = t.get(p) else {
                 return;
             };
-            i += skip;
-            let Some(&b) = t.get(i) else {
-                return;
-            };
-            if !start_ok(t, i) {
-                i += 1;
-                continue;
-            }
-            let paired = t.get(i + 1).is_some_and(|&c| {
-                let (w, bit) = pair_bit(b, c);
-                self.pairs.get(w).is_some_and(|word| word & bit != 0)
-            });
-            if !paired {
-                i += 1;
-                continue;
-            }
-            let mut next = i + 1;
-            let short = self.pair_lens.get(&pair_key(b, t.get(i + 1).copied().unwrap_or(0)));
-            let lens = self
-                .long_lens
-                .iter()
-                .copied()
-                .chain(LenBits(short.copied().unwrap_or(0)));
-            for len in lens {
-                let e = i + len;
-                let Some(&last) = e.checked_sub(1).and_then(|l| t.get(l)) else {
+            for &(ab, d) in &a.offsets {
+                let Some(i) = p.checked_sub(d).filter(|_| ab == byte) else {
                     continue;
                 };
-                if !has(&self.last, last) || !end_ok(t, e) {
-                    continue;
+                if let Some((e, v)) = self.longest_at(t, i, &mut key) {
+                    found.push((i, e, v));
                 }
-                let Some(cand) = t.get(i..e) else {
-                    continue;
-                };
-                key.clear();
-                key.extend(cand.iter().map(u8::to_ascii_lowercase));
-                if let Some(&v) = self.table.get(key.as_slice()) {
+            }
+        };
+        match *a.bytes.as_slice() {
+            [x] => memchr::memchr_iter(x, t).for_each(&mut at_anchor),
+            [x, y] => memchr::memchr2_iter(x, y, t).for_each(&mut at_anchor),
+            [x, y, z] => memchr::memchr3_iter(x, y, z, t).for_each(&mut at_anchor),
+            _ => return self.search_boundaries(t, f),
+        }
+        found.sort_unstable();
+        let mut end = 0;
+        for (i, e, v) in found {
+            if i < end {
+                continue;
+            }
+            if !f(i..e, v) {
+                return;
+            }
+            end = e;
+        }
+    }
+
+    /// Tries every position that starts a class run (and every position
+    /// right after a percent escape), leftmost first.
+    fn search_boundaries(&self, t: &[u8], f: &mut impl FnMut(Range<usize>, usize) -> bool) {
+        let mut key = Vec::new();
+        let mut prev = 0u8;
+        let mut i = 0;
+        while let Some(&b) = t.get(i) {
+            let c = class(b);
+            let boundary = c != prev || c == 0;
+            prev = c;
+            if !has(&self.first, b) || !(boundary || start_ok(t, i)) {
+                i += 1;
+                continue;
+            }
+            match self.longest_at(t, i, &mut key) {
+                Some((e, v)) => {
                     if !f(i..e, v) {
                         return;
                     }
-                    next = e;
-                    break;
+                    // The byte before the next position tried.
+                    prev = e.checked_sub(1).and_then(|l| t.get(l)).map_or(0, |&l| class(l));
+                    i = e;
                 }
+                None => i += 1,
             }
-            i = next;
         }
+    }
+
+    /// The longest value that matches at `i` within the boundary rules:
+    /// (end, value index). `key` is scratch space.
+    fn longest_at(&self, t: &[u8], i: usize, key: &mut Vec<u8>) -> Option<(usize, usize)> {
+        let &b = t.get(i)?;
+        let &c = t.get(i + 1)?;
+        if !has(&self.first, b) {
+            return None;
+        }
+        let (w, bit) = pair_bit(b, c);
+        if self.pairs.get(w).is_none_or(|word| word & bit == 0) || !start_ok(t, i) {
+            return None;
+        }
+        let short = self.pair_lens.get(&pair_key(b, c)).copied().unwrap_or(0);
+        let lens = self.long_lens.iter().copied().chain(LenBits(short));
+        for len in lens {
+            let e = i + len;
+            let Some(&last) = e.checked_sub(1).and_then(|l| t.get(l)) else {
+                continue;
+            };
+            if !has(&self.last, last) || !end_ok(t, e) {
+                continue;
+            }
+            let Some(cand) = t.get(i..e) else {
+                continue;
+            };
+            key.clear();
+            key.extend(cand.iter().map(u8::to_ascii_lowercase));
+            if let Some(&v) = self.table.get(key.as_slice()) {
+                return Some((e, v));
+            }
+        }
+        None
     }
 }
 
