@@ -36,6 +36,18 @@ pub fn function_tools(body: &[u8], gemini: bool) -> Vec<String> {
     out
 }
 
+/// Whether a raw tool definition is keyhole's own tool-search control tool,
+/// which the filter adds to every surfaced set (`tool_search: on`, the
+/// default), rather than one of the client's.
+pub fn is_search_tool(raw: &str) -> bool {
+    raw.contains(&format!("\"{}\"", keyhole_core::recovery::TOOL_NAME))
+}
+
+/// `tools` without keyhole's control tool: the client's tools as forwarded.
+pub fn client_tools(tools: Vec<String>) -> Vec<String> {
+    tools.into_iter().filter(|t| !is_search_tool(t)).collect()
+}
+
 /// The function names of an OpenAI chat body's tools.
 pub fn tool_names(body: &[u8]) -> Vec<String> {
     let v: Value = serde_json::from_slice(body).expect("json body");

@@ -69,7 +69,8 @@ async fn every_format_is_cut_to_a_bounded_byte_identical_subset() {
         let got = &seen[0].body;
         let tools = function_tools(got, case.gemini);
         assert!((1..=12).contains(&tools.len()), "{}: {} tools", case.path, tools.len());
-        for t in &tools {
+        // Every tool but keyhole's own control tool (tests/recovery.rs) is the client's.
+        for t in tools.iter().filter(|t| !keyhole_e2e::bodies::is_search_tool(t)) {
             assert!(original_tools.contains(t), "{}: tool not byte-identical", case.path);
         }
         if !case.gemini {
