@@ -8,6 +8,10 @@
 //! place: whatever control answered (or failed to answer), the decision never
 //! keeps more function tools than the phase budget, and never the full registry
 //! unless the registry already fits the budget.
+//!
+//! The tool-search control tool ([`crate::recovery`]) is added here too
+//! ([`finish_with`]): in one place of the budget kept for it, so what leaves
+//! holds at most the budget's tool definitions with it counted.
 
 use crate::config::OnOutage;
 use crate::detect;
@@ -562,6 +566,45 @@ mod tests {
         let three = body(3, None);
         let plain = format::parse("/", &three).unwrap().unwrap();
         assert_eq!(question_with(&plain, None, Phase::Planner, false, true).tool_search, Some(ToolSearch { query: None }));
+    }
+
+    proptest::proptest! {
+        /// Whatever control answers (or fails to), with the control tool
+        /// offered: the sealed body holds at most the phase budget of tool
+        /// definitions, the control tool among them exactly when it was
+        /// offered and something was kept, and at most `max - 1` registry tools.
+        #[test]
+        fn the_control_tool_never_widens_what_leaves(
+            n in 1usize..40,
+            answered in proptest::collection::vec(0usize..45, 0..30),
+            prior in proptest::collection::vec(0usize..45, 0..15),
+            phase in 0usize..5,
+            outage in proptest::prelude::any::<bool>(),
+            strip in proptest::prelude::any::<bool>(),
+        ) {
+            let phase = Phase::ALL[phase];
+            let b = body(n, None);
+            let req = format::parse("/", &b).unwrap().unwrap();
+            let names: Vec<String> = answered.iter().map(|i| format!("t{i}")).collect();
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            let control = answer(&refs);
+            let answer = if outage { Err(Outage::Garbage) } else { Ok(&control) };
+            let prior: Vec<SurfacedTool> = prior.iter().map(|i| SurfacedTool::new(format!("t{i}"), Reason::Rag)).collect();
+            let on_outage = if strip { OnOutage::Strip } else { OnOutage::Reject };
+            let offered = offers_search_tool(&req, phase, true);
+            match finish_with(&req, &b, phase, answer, &prior, on_outage, offered) {
+                Finished::Forward { body: out, keep, search_tool, .. } => {
+                    let found = detect::count_tool_shaped(&out).unwrap();
+                    proptest::prop_assert!(found <= phase.budget().max);
+                    proptest::prop_assert_eq!(found, keep.len() + usize::from(search_tool));
+                    proptest::prop_assert!(keep.len() <= phase.registry_budget(usize::from(offered)));
+                    let carried = format::parse("/", &out).unwrap().is_some_and(|r| r.carries(recovery::TOOL_NAME));
+                    proptest::prop_assert_eq!(carried, search_tool);
+                    proptest::prop_assert!(!search_tool || offered);
+                }
+                Finished::Refuse(refusal, _) => proptest::prop_assert_eq!(refusal, Refusal::Unavailable),
+            }
+        }
     }
 
     #[test]
