@@ -269,6 +269,20 @@ async fn an_answer_calling_the_control_tool_is_announced_not_flagged() {
     let resp = send(&stack, path, Dialect::Chat.body(false, false, None), "answer").await;
     assert_eq!(resp.status(), 502);
     assert_eq!(stack.envoy.stat("wasmcustom.keyhole.off_surface_calls").await.unwrap(), 1);
+
+    // Streamed: the headers are gone before the call appears; it is logged,
+    // never counted off-surface.
+    let events = format!(
+        "data: {{\"choices\":[{{\"delta\":{{\"tool_calls\":[{{\"index\":0,\"id\":\"c1\",\"type\":\"function\",\"function\":{{\"name\":\"{SEARCH}\",\"arguments\":\"\"}}}}]}}}}]}}\n\ndata: [DONE]\n\n"
+    );
+    let stream = Canned { stream_delay: Some(std::time::Duration::from_millis(50)), ..Canned::json(events.clone()) };
+    stack.llm.set(path, stream);
+    let resp = send(&stack, path, Dialect::Chat.body(false, false, None), "answer").await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(header(&resp, "x-keyhole-tool-search"), "offered");
+    assert_eq!(resp.text().await.expect("stream"), events, "the stream passes untouched");
+    assert_eq!(stack.envoy.stat("wasmcustom.keyhole.off_surface_calls").await.unwrap(), 1);
+    assert_eq!(stack.envoy.log_text().matches("keyhole.tool-search-called").count(), 2);
 }
 
 #[tokio::test]
