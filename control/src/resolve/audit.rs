@@ -21,9 +21,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub enum Retrieval {
     /// Embedding + vector search, fused with the lexical score.
     Hybrid,
-    #[default]
     /// Lexical only: the registry's vectors were not ready yet, or the
     /// turn's deadline passed first.
+    #[default]
     Lexical,
     /// Embedder or store failed or timed out: the bounded fallback.
     Outage,
