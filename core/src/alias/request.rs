@@ -31,6 +31,7 @@
 
 use super::json::{text_of, Event, JsonError, Lexer, Lit};
 use super::response::{splice, BodyKind};
+use super::grammar;
 use super::shape::{self, Form};
 use super::taxonomy::Taxonomy;
 use super::wire::DecodedIds;
@@ -492,7 +493,7 @@ impl RequestScan {
         let mut i = 0;
         while i < bytes.len() {
             let b = bytes.get(i).copied().unwrap_or(0);
-            let start = b.is_ascii_alphanumeric()
+            let start = shape::is_token_byte(b)
                 && !i
                     .checked_sub(1)
                     .and_then(|p| bytes.get(p))
@@ -502,37 +503,40 @@ impl RequestScan {
                 i += 1;
                 continue;
             }
-            let len = bytes.get(i..).map_or(0, |t| {
-                t.iter()
-                    .take_while(|b| b.is_ascii_alphanumeric() || **b == b'-')
-                    .count()
-            });
+            // One run of token bytes (`Arztbrief_patient-k7q2-001_2025`):
+            // an alias as a whole (or a near-miss of one), else every epoch
+            // alias glued inside it.
+            let len = bytes.get(i..).map_or(0, |t| t.iter().take_while(|b| shape::is_token_byte(**b)).count());
             let end = i + len;
-            let glued = bytes.get(end).copied().is_some_and(shape::is_token_byte);
-            let token = bytes
-                .get(i..end)
-                .and_then(|t| std::str::from_utf8(t).ok())
-                .unwrap_or("");
-            let canonical = if glued {
+            let run = bytes.get(i..end).and_then(|t| std::str::from_utf8(t).ok()).unwrap_or("");
+            let whole = if run.contains('_') {
                 None
-            } else if tax.looks_like_alias(token) {
-                Some(token.to_owned())
+            } else if tax.looks_like_alias(run) {
+                Some(run.to_owned())
             } else {
-                near_miss(tax, token)
+                near_miss(tax, run)
             };
-            match (canonical, at(i), at(end)) {
-                (Some(alias), Some(from), Some(to)) => {
-                    let fhir_path = before_is_resource_type(tax, bytes, i);
-                    let index = self.alias_index(&alias, token);
-                    out.push(Hit {
-                        range: from..to,
-                        alias: index,
-                        want: if fhir_path { Some(Form::Fhir) } else { want },
-                        encoded: to - from != end - i,
-                    });
+            let found: Vec<(Range<usize>, String)> = match whole {
+                Some(alias) => vec![(i..end, alias)],
+                None if !run.contains('_') && raw_id_shaped(tax, run) => {
+                    self.raw.bump(place);
+                    Vec::new()
                 }
-                (None, _, _) if !glued && raw_id_shaped(tax, token) => self.raw.bump(place),
-                _ => {}
+                None => glued_aliases(tax, run).into_iter().map(|r| (i + r.start..i + r.end, run[r].to_owned())).collect(),
+            };
+            for (range, alias) in found {
+                let (Some(from), Some(to)) = (at(range.start), at(range.end)) else {
+                    continue;
+                };
+                let fhir_path = before_is_resource_type(tax, bytes, range.start);
+                let written = bytes.get(range.clone()).and_then(|t| std::str::from_utf8(t).ok()).unwrap_or("");
+                let index = self.alias_index(&alias, written);
+                out.push(Hit {
+                    range: from..to,
+                    alias: index,
+                    want: if fhir_path { Some(Form::Fhir) } else { want },
+                    encoded: to - from != range.len(),
+                });
             }
             i = end.max(i + 1);
         }
@@ -665,6 +669,57 @@ fn split_params(query: &str) -> impl Iterator<Item = (usize, &str)> {
             None => (start, p),
         }
     })
+}
+
+/// The epoch aliases glued inside a run of token bytes that is not one alias
+/// as a whole: `patient-k7q2-001` in the ETag `patient-k7q2-001-v7` or the file
+/// name `Arztbrief_patient-k7q2-001_2025` (keyhole writes an alias where HMS
+/// had the id, with whatever was glued to it). An alias starts at the run's
+/// start or after a non-alphanumeric byte and ends before a non-digit; only
+/// aliases carrying an epoch count (`<kind>-<epoch>-<number>`: the epoch has a
+/// letter and a digit, which prose does not), so `non-patient-care-100` is
+/// text. Byte ranges within `run`.
+fn glued_aliases(tax: &Taxonomy, run: &str) -> Vec<Range<usize>> {
+    let b = run.as_bytes();
+    let mut out = Vec::new();
+    let mut p = 0;
+    while p < b.len() {
+        let starts = b.get(p).is_some_and(u8::is_ascii_alphabetic)
+            && p.checked_sub(1).and_then(|q| b.get(q)).is_none_or(|c| !c.is_ascii_alphanumeric());
+        let found = if starts { epoch_alias_at(tax, run, p) } else { None };
+        match found {
+            Some(end) => {
+                out.push(p..end);
+                p = end;
+            }
+            None => p += 1,
+        }
+    }
+    out
+}
+
+/// The end of the epoch alias starting at `p` in `run`, if one does: the
+/// first `-<epoch>-<digits>` after `p` whose whole makes an epoch alias.
+fn epoch_alias_at(tax: &Taxonomy, run: &str, p: usize) -> Option<usize> {
+    let b = run.as_bytes();
+    let mut q = p;
+    while let Some(dash) = b.get(q + 1..).and_then(|t| t.iter().position(|c| *c == b'-')).map(|d| q + 1 + d) {
+        // The kind's prefix never spans an underscore.
+        if b.get(q..dash).is_some_and(|t| t.contains(&b'_')) {
+            return None;
+        }
+        let digits_from = dash + 1 + grammar::EPOCH_LEN + 1;
+        if b.get(digits_from - 1) == Some(&b'-') {
+            let digits = b.get(digits_from..).map_or(0, |t| t.iter().take_while(|c| c.is_ascii_digit()).count());
+            let end = digits_from + digits;
+            let epoch = run.get(..end).and_then(|a| tax.parse_alias(a.get(p..)?)).and_then(|parts| parts.epoch);
+            if digits >= 3 && epoch.is_some() {
+                return Some(end);
+            }
+        }
+        q = dash;
+    }
+    None
 }
 
 /// The canonical epoch alias a near-miss token stands for: lower-cased, its

@@ -281,6 +281,46 @@ fn near_misses_are_repaired_only_to_issued_aliases() {
 }
 
 #[test]
+fn epoch_aliases_glued_to_other_text_are_decoded_and_prose_is_not() {
+    let tax = Taxonomy::default();
+    let (m, _, uuids) = epoch_session(&tax, 3);
+    let (u1, u2) = (&uuids[0], &uuids[1]);
+    // Where HMS glued text to an id, keyhole wrote the alias with the same
+    // text glued: an ETag version, a file name, a list in one token.
+    let hs = headers(&[
+        ("if-match", "\"patient-k7q2-001-v7\""),
+        ("x-file", "Arztbrief_patient-k7q2-002_2025.pdf"),
+        ("x-pair", "patient-k7q2-001_patient-k7q2-002"),
+        ("x-note", "non-patient-care-100 wing-a2b3-001 patient-k7q2-001x"),
+    ]);
+    let mut scan = RequestScan::new(&tax, "/api/v2/visits?etag=patient%2Dk7q2%2D002-v1", None).unwrap();
+    scan.scan_headers(&tax, &hs);
+    assert_eq!(scan.aliases(), ["patient-k7q2-002", "patient-k7q2-001"]);
+    let decoded = decode(&tax, &m, &scan);
+    let (p, _) = scan.rewrite(&tax, "/api/v2/visits?etag=patient%2Dk7q2%2D002-v1", None, &decoded).unwrap();
+    assert_eq!(p, format!("/api/v2/visits?etag={u2}-v1"));
+    let out = scan.rewrite_headers(&tax, &hs, &decoded).unwrap();
+    assert_eq!(
+        out,
+        [
+            (0, format!("\"{u1}-v7\"")),
+            (1, format!("Arztbrief_{u2}_2025.pdf")),
+            (2, format!("{u1}_{u2}")),
+            (3, format!("non-patient-care-100 wing-a2b3-001 {u1}x")),
+        ]
+    );
+    // Glued or not, an alias this session did not issue is refused.
+    let hs = headers(&[("if-match", "\"patient-k7q2-009-v7\"")]);
+    let mut scan = RequestScan::new(&tax, "/api/v2/visits", None).unwrap();
+    scan.scan_headers(&tax, &hs);
+    let decoded = decode(&tax, &m, &scan);
+    assert_eq!(
+        scan.rewrite_headers(&tax, &hs, &decoded),
+        Err(RequestError::UnknownAlias { alias: "patient-k7q2-009".into() })
+    );
+}
+
+#[test]
 fn raw_id_shaped_values_are_counted_per_place_never_kept() {
     let tax = Taxonomy::default();
     let scan = RequestScan::new(
