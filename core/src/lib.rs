@@ -7,6 +7,7 @@
 //! # Layout
 //! - [`admission`]: which tools an LLM response calls (edge plan validation).
 //! - [`alias`]: raw record ids ↔ per-session aliases: scanning, rewriting, session maps.
+//! - [`coding`]: undoing a body's `Content-Encoding` (gzip, deflate, br, zstd), bounded.
 //! - [`config`]: the filter's plugin configuration, raw and validated.
 //! - [`detect`]: the independent tool detector, the last word before a body leaves.
 //! - [`field`]: the one error type for a bad setting ([`FieldError`]).
@@ -28,6 +29,7 @@
 
 pub mod admission;
 pub mod alias;
+pub mod coding;
 pub mod config;
 pub mod detect;
 pub mod field;

@@ -686,6 +686,145 @@ async fn conflicting_ids_and_unreadable_bodies_are_withheld() {
     assert_eq!(stat("rejected").await, 0);
 }
 
+/// `data` gzip-compressed (real deflate).
+fn gzip(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(data).unwrap();
+    encoder.finish().unwrap()
+}
+
+/// `data` zlib-wrapped deflate (`content-encoding: deflate`).
+fn zlib(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut encoder = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(data).unwrap();
+    encoder.finish().unwrap()
+}
+
+/// `data` as one zstd frame of raw blocks: valid for any zstd decoder, built
+/// without a compression library.
+fn zstd(data: &[u8]) -> Vec<u8> {
+    let mut out = vec![0x28, 0xb5, 0x2f, 0xfd];
+    // Frame header: a 4-byte content size, a single segment, no checksum.
+    out.push(0xa0);
+    out.extend_from_slice(&u32::try_from(data.len()).unwrap().to_le_bytes());
+    let chunks: Vec<&[u8]> = if data.is_empty() { vec![&[]] } else { data.chunks(65_536).collect() };
+    for (i, chunk) in chunks.iter().enumerate() {
+        let last = u32::from(i + 1 == chunks.len());
+        // Block header: last flag, type raw (0), size.
+        let header = last | (u32::try_from(chunk.len()).unwrap() << 3);
+        out.extend_from_slice(&header.to_le_bytes()[..3]);
+        out.extend_from_slice(chunk);
+    }
+    out
+}
+
+/// `data` as a brotli stream of uncompressed meta-blocks: valid for any
+/// brotli decoder, built without a compression library.
+fn brotli(data: &[u8]) -> Vec<u8> {
+    // Bits are packed from the least significant bit of each byte up.
+    struct Bits {
+        out: Vec<u8>,
+        acc: u32,
+        n: u32,
+    }
+    impl Bits {
+        fn put(&mut self, value: u32, bits: u32) {
+            self.acc |= value << self.n;
+            self.n += bits;
+            while self.n >= 8 {
+                self.out.push(self.acc as u8);
+                self.acc >>= 8;
+                self.n -= 8;
+            }
+        }
+        fn pad(&mut self) {
+            if self.n > 0 {
+                self.out.push(self.acc as u8);
+                (self.acc, self.n) = (0, 0);
+            }
+        }
+    }
+    let mut bits = Bits { out: Vec::new(), acc: 0, n: 0 };
+    bits.put(0, 1); // window: 16 bits
+    for chunk in data.chunks(65_536) {
+        bits.put(0, 1); // not the last meta-block
+        bits.put(0, 2); // its length in four nibbles
+        bits.put(u32::try_from(chunk.len() - 1).unwrap(), 16);
+        bits.put(1, 1); // uncompressed
+        bits.pad();
+        bits.out.extend_from_slice(chunk);
+    }
+    bits.put(1, 1); // last meta-block,
+    bits.put(1, 1); // and empty
+    bits.pad();
+    bits.out
+}
+
+#[tokio::test]
+async fn compressed_responses_are_decoded_and_aliased_and_unreadable_ones_withheld() {
+    let stack = Stack::start(raw_ids_pass()).await.expect("stack");
+    let (file, path, original) = sample("02");
+    let original_text = String::from_utf8(original.clone()).unwrap();
+    let canned = |encoding: Option<&str>, extra: &[(&str, &str)], body: Vec<u8>| {
+        let mut canned = Canned::json(body);
+        if let Some(e) = encoding {
+            canned.headers.push(("content-encoding".into(), e.into()));
+        }
+        canned.headers.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        canned
+    };
+    // A large body too, so that it arrives in many chunks.
+    let mut big = Vec::from(&b"{\"data\":["[..]);
+    for i in 0..3_000 {
+        big.extend_from_slice(format!("{}{{\"id\":\"pat-{:06}\",\"note\":\"seen\"}}", if i > 0 { "," } else { "" }, 100_000 + i).as_bytes());
+    }
+    big.extend_from_slice(b"]}");
+    let cases: [(&str, &str, Vec<(&str, &str)>, Vec<u8>, &[u8]); 7] = [
+        ("gzip", "gzip", vec![], gzip(&original), &original),
+        ("deflate", "deflate", vec![], zlib(&original), &original),
+        ("gzip, no-transform", "gzip", vec![("cache-control", "no-transform")], gzip(&original), &original),
+        ("gzip, 200 KB", "gzip", vec![], gzip(&big), &big),
+        ("brotli", "br", vec![], brotli(&original), &original),
+        ("zstd", "zstd", vec![], zstd(&original), &original),
+        ("zstd inside gzip", "zstd, gzip", vec![], gzip(&zstd(&original)), &original),
+    ];
+    for (case, encoding, extra, body, plain) in cases {
+        stack.hms.set(path, canned(Some(encoding), &extra, body));
+        let reply = get(&stack, "s-compressed", path).await;
+        assert_eq!(reply.status, 200, "{case}: {}\n{}", reply.text(), stack.envoy.log_tail());
+        assert!(reply.header("content-encoding").is_none(), "{case}: {}", reply.header_text());
+        let plain_text = std::str::from_utf8(plain).unwrap();
+        assert_no_raw_id(file, plain_text, &reply.text());
+        let (a, b): (Value, Value) = (serde_json::from_slice(plain).unwrap(), reply.json());
+        assert_eq!(skeleton(&a), skeleton(&b), "{case}");
+        let first = if plain == big.as_slice() { "/data/0/id" } else { "/data/id" };
+        assert!(str_at(&b, first).starts_with("patient-"), "{case}: {}", str_at(&b, first));
+    }
+    // Withheld: gzip bytes without content-encoding (core reads the magic
+    // bytes), an encoding keyhole does not decode, a gzip body cut short, one
+    // that is not gzip at all, and one that inflates past the body limit.
+    let gzipped = gzip(&original);
+    let bomb = gzip(&vec![b' '; 3 << 20]);
+    for (case, encoding, body) in [
+        ("gzip without content-encoding", None, gzipped.clone()),
+        ("compress", Some("compress"), original.clone()),
+        ("gzip cut short", Some("gzip"), gzipped[..gzipped.len() / 2].to_vec()),
+        ("not gzip", Some("gzip"), original.clone()),
+        ("3 MiB of spaces in 3 KB", Some("gzip"), bomb),
+    ] {
+        stack.hms.set(path, canned(encoding, &[], body));
+        let reply = get(&stack, "s-compressed", path).await;
+        assert_eq!(reply.status, 502, "{case}: {}", reply.text());
+        assert_eq!(reply.json()["error"]["type"], "keyhole_unaliasable_response", "{case}");
+        assert_no_raw_id(case, &original_text, &reply.text());
+        assert_no_raw_id(case, &original_text, &reply.header_text());
+    }
+    let withheld = stack.envoy.stat("wasmcustom.keyhole.hms_withheld.unreadable").await.unwrap();
+    assert_eq!(withheld, 5);
+}
+
 #[tokio::test]
 async fn headers_and_text_bodies_are_aliased() {
     let stack = Stack::start(raw_ids_pass()).await.expect("stack");

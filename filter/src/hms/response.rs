@@ -2,7 +2,7 @@
 //! response is withheld.
 //!
 //! Headers (scanned ones copied; a body closes the response hold) → body held
-//! to its end → scanned → one encode callout (skipped only for an empty body
+//! to its end → decoded when content-encoded → scanned → one encode callout (skipped only for an empty body
 //! with no id) → body and headers rewritten, handed on through the hold
 //! filter's verdict line (or, bodiless, to the headers paused here) → resumed.
 //! Anything that cannot be aliased replaces the response with a 502 JSON error
@@ -15,6 +15,7 @@ use crate::host;
 use crate::metrics::{count, Withheld};
 use keyhole_core::alias::wire::WithTaxonomy;
 use keyhole_core::alias::{BodyKind, EncodeRequest, Taxonomy, EncodeResponse, KnownAlias, PartId, ResponseScan};
+use keyhole_core::coding;
 use keyhole_core::reply::{self, LocalReply};
 use proxy_wasm::types::{Action, BufferType, StreamType};
 
@@ -55,9 +56,14 @@ enum State {
 /// A response being aliased: the scan and everything needed to apply it.
 struct Job {
     scan: ResponseScan<'static>,
-    /// The complete body and its part (`None` for an empty body).
+    /// The complete body as read (decoded when it came compressed), and its
+    /// part (`None` for an empty body).
     body: Vec<u8>,
     body_part: Option<PartId>,
+    /// What Envoy holds of the body: its length, and whether it is encoded
+    /// (`content-encoding` then goes with the rewrite: keyhole sends the body
+    /// on decoded).
+    held: Held,
     /// Scanned headers: name, original value, part.
     headers: Vec<(String, String, PartId)>,
     /// [`Headers::Held`] with a body, [`Headers::Direct`] for a bodiless
@@ -73,6 +79,7 @@ impl Job {
         path: &str,
         headers: &[(String, String)],
         body: Vec<u8>,
+        held: Held,
         kind: BodyKind,
         hold: Headers,
     ) -> Result<Job, String> {
@@ -89,18 +96,45 @@ impl Job {
                 Ok((name.clone(), value.clone(), part))
             })
             .collect::<Result<_, String>>()?;
-        Ok(Job { scan, body, body_part, headers, hold })
+        Ok(Job { scan, body, body_part, held, headers, hold })
     }
 
     /// The held body's length, for [`Response::withhold`].
     fn held_body(&self) -> Option<usize> {
-        (self.hold == Headers::Held).then_some(self.body.len())
+        (self.hold == Headers::Held).then_some(self.held.len)
     }
 
     /// The header removals of a withheld response.
     fn removals(&self) -> Vec<HeaderEdit> {
         removals(self.headers.iter().map(|(name, _, _)| name.as_str()))
     }
+}
+
+/// What Envoy holds of a response body.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    /// Bytes in Envoy's buffer (what a rewrite replaces).
+    len: usize,
+    /// They are content-encoded; keyhole read them decoded.
+    encoded: bool,
+}
+
+/// `body` as keyhole reads it: decoded by its `content-encoding` when it has
+/// one, at most `limit` bytes. Fails naming why (never quoting the body).
+fn decoded(headers: &[(String, String)], body: Vec<u8>, limit: usize) -> Result<(Vec<u8>, Held), String> {
+    let codings = headers
+        .iter()
+        .filter(|(name, _)| name == "content-encoding")
+        .map(|(_, value)| coding::parse(value))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?
+        .concat();
+    let held = Held { len: body.len(), encoded: !codings.is_empty() };
+    if codings.is_empty() {
+        return Ok((body, held));
+    }
+    let plain = coding::decode(&body, &codings, limit).map_err(|e| e.to_string())?;
+    Ok((plain, held))
 }
 
 /// Removals of every header in `names` that may hold an id (one per name).
@@ -133,7 +167,7 @@ impl Response {
         let headers: Vec<(String, String)> =
             all.into_iter().filter(|(n, _)| !n.starts_with(':') && !UNSCANNED.contains(&n.as_str())).collect();
         if end_of_stream {
-            return self.encode(s, headers, Vec::new(), kind, Headers::Direct);
+            return self.encode(s, headers, Vec::new(), Held { len: 0, encoded: false }, kind, Headers::Direct);
         }
         if host::set_response_header(hold::HOLD_HEADER, Some(hold::HOLD_CLOSED)).is_err() {
             count(s.metrics.hms.withheld(Withheld::Host), 1);
@@ -143,7 +177,8 @@ impl Response {
         Action::Continue
     }
 
-    /// Holds the body to its end, then encodes.
+    /// Holds the body to its end, then encodes it (decoded first when it is
+    /// content-encoded).
     pub(super) fn on_body(&mut self, s: &Stream, body_size: usize, end_of_stream: bool) -> Action {
         match self.state {
             State::Reading { .. } if !end_of_stream => return Action::Pause,
@@ -158,12 +193,10 @@ impl Response {
             let removals = removals(names(&headers));
             return self.withhold(s, Withheld::Host, Some(body_size), removals, "the response body could not be read");
         };
-        if headers.iter().any(|(n, v)| n == "content-encoding" && !v.trim().eq_ignore_ascii_case("identity")) {
-            let removals = removals(names(&headers));
-            let reason = "encoded response bodies cannot be read";
-            return self.withhold(s, Withheld::Unreadable, Some(body.len()), removals, reason);
+        match decoded(&headers, body, s.config.max_body_bytes) {
+            Ok((body, held)) => self.encode(s, headers, body, held, kind, Headers::Held),
+            Err(reason) => self.withhold(s, Withheld::Unreadable, Some(body_size), removals(names(&headers)), &reason),
         }
-        self.encode(s, headers, body, kind, Headers::Held)
     }
 
     /// Trailers end the body without an end-of-stream body callback: it was
@@ -197,11 +230,12 @@ impl Response {
         s: &Stream,
         headers: Vec<(String, String)>,
         body: Vec<u8>,
+        held: Held,
         kind: BodyKind,
         hold: Headers,
     ) -> Action {
-        let held_body = (hold == Headers::Held).then_some(body.len());
-        let job = match Job::scan(taxonomy(&s.config), &s.path, &headers, body, kind, hold) {
+        let held_body = (hold == Headers::Held).then_some(held.len);
+        let job = match Job::scan(taxonomy(&s.config), &s.path, &headers, body, held, kind, hold) {
             Ok(job) => Box::new(job),
             Err(reason) => {
                 return self.withhold(s, Withheld::Unreadable, held_body, removals(names(&headers)), &reason)
@@ -254,7 +288,7 @@ impl Response {
     /// and `known` (the session's ids from earlier bodies, with their
     /// aliases), and hands the response on.
     fn apply(&mut self, s: &Stream, job: Job, aliases: &[String], known: &[KnownAlias]) -> Action {
-        let (body, edits) = match rewrite(&job, aliases, known) {
+        let (body, mut edits) = match rewrite(&job, aliases, known) {
             Ok(rewritten) => rewritten,
             Err(reason) => return self.withhold(s, Withheld::Unreadable, job.held_body(), job.removals(), &reason),
         };
@@ -269,9 +303,12 @@ impl Response {
         );
         self.state = State::Idle;
         let aliased = !aliases.is_empty() || !edits.is_empty() || body != job.body;
+        if job.held.encoded {
+            edits.push(HeaderEdit::Remove("content-encoding".to_owned()));
+        }
         // A bodiless response has no body to replace.
         let new_body = (job.hold == Headers::Held).then_some(body.as_slice());
-        match hand_on(Side::Response, job.hold, &Verdict::keep(edits), job.body.len(), new_body) {
+        match hand_on(Side::Response, job.hold, &Verdict::keep(edits), job.held.len, new_body) {
             Ok(()) => {}
             Err(HandOnError::Verdict(e)) => {
                 return self.withhold(s, Withheld::Unreadable, job.held_body(), job.removals(), &e.to_string())
