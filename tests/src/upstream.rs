@@ -30,7 +30,8 @@ pub struct Recorded {
 pub struct Canned {
     /// Status code.
     pub status: u16,
-    /// Extra headers (`content-type` defaults to JSON).
+    /// Extra headers (`content-type` defaults to JSON; an empty value removes
+    /// a header, so a body can come without a `content-type`).
     pub headers: Vec<(String, String)>,
     /// Body.
     pub body: Bytes,
@@ -126,7 +127,10 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
             let mut resp = (StatusCode::from_u16(c.status).unwrap_or(StatusCode::OK), c.body).into_response();
             resp.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
             for (k, v) in c.headers {
-                if let (Ok(k), Ok(v)) = (axum::http::HeaderName::try_from(k), HeaderValue::try_from(v)) {
+                let Ok(k) = axum::http::HeaderName::try_from(k) else { continue };
+                if v.is_empty() {
+                    resp.headers_mut().remove(k);
+                } else if let Ok(v) = HeaderValue::try_from(v) {
                     resp.headers_mut().insert(k, v);
                 }
             }

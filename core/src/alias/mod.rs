@@ -34,6 +34,8 @@
 //! assert_eq!(out, br#"{"data":{"id":"patient-001","fhirId":"patient-001"}}"#);
 //! ```
 
+#[cfg(any(test, feature = "corpus"))]
+pub mod corpus;
 pub mod fhir;
 pub mod grammar;
 mod json;
