@@ -17,6 +17,7 @@
 //! 503/504: callers always get the status, never an assumed success.
 
 use crate::host::{self, HostError};
+use keyhole_core::alias::wire::{ErrorBody, ErrorCode};
 use keyhole_core::config::Control;
 use proxy_wasm::types::{Action, BufferType, StreamType};
 use serde::de::DeserializeOwned;
@@ -130,19 +131,29 @@ pub fn body(size: usize) -> Option<Vec<u8>> {
 pub enum Answer<T> {
     /// 200 with a body that deserialized.
     Ok(T),
+    /// Anything else.
+    Failed(Failure),
+}
+
+/// A callout that did not answer with a `T`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failure {
     /// Control's status (or Envoy's synthetic 503/504); 0 for a 200 whose body
     /// was missing, unreadable or not a `T`.
-    Failed(u16),
+    pub status: u16,
+    /// The code of control's JSON error body, when it sent one.
+    pub code: Option<ErrorCode>,
 }
 
 /// Reads the answer (`body_size` from `on_http_call_response`) as a `T`.
 pub fn answer<T: DeserializeOwned>(body_size: usize) -> Answer<T> {
     let status = status();
     if status != 200 {
-        return Answer::Failed(status);
+        let code = body(body_size).and_then(|b| serde_json::from_slice::<ErrorBody>(&b).ok()).map(|e| e.error.code);
+        return Answer::Failed(Failure { status, code });
     }
     match body(body_size).and_then(|b| serde_json::from_slice(&b).ok()) {
         Some(value) => Answer::Ok(value),
-        None => Answer::Failed(0),
+        None => Answer::Failed(Failure { status: 0, code: None }),
     }
 }

@@ -51,12 +51,21 @@ pub enum Withheld {
     Host,
     /// The response had trailers, so its body was never complete for a scan.
     Trailers,
+    /// Control runs another taxonomy than the filter (409 `taxonomy_mismatch`).
+    Taxonomy,
 }
 
 impl Withheld {
     /// Every reason, in counter order.
-    pub const ALL: [Withheld; 6] =
-        [Withheld::Unreadable, Withheld::Control, Withheld::Conflict, Withheld::Store, Withheld::Host, Withheld::Trailers];
+    pub const ALL: [Withheld; 7] = [
+        Withheld::Unreadable,
+        Withheld::Control,
+        Withheld::Conflict,
+        Withheld::Store,
+        Withheld::Host,
+        Withheld::Trailers,
+        Withheld::Taxonomy,
+    ];
 
     /// The counter's name suffix.
     pub fn as_str(self) -> &'static str {
@@ -67,6 +76,7 @@ impl Withheld {
             Withheld::Store => "store",
             Withheld::Host => "host",
             Withheld::Trailers => "trailers",
+            Withheld::Taxonomy => "taxonomy",
         }
     }
 }
@@ -146,7 +156,7 @@ pub struct HmsMetrics {
     /// counted whether the `raw_ids` policy refuses or passes them.
     pub raw_ids: Option<u32>,
     /// Withheld responses, per [`Withheld::ALL`].
-    withheld: [Option<u32>; 6],
+    withheld: [Option<u32>; Withheld::ALL.len()],
     /// Refused requests, per [`Refused::ALL`].
     refused: [Option<u32>; 5],
 }

@@ -73,4 +73,16 @@ async fn a_filter_and_a_control_on_different_taxonomies_never_alias() {
     let (status, body) = get(&stack, &path).await;
     assert_eq!(status, 502, "withheld, not passed raw: {body}");
     assert!(!body.contains(SPECIMEN), "{body}");
+    assert!(body.contains("different taxonomies"), "the reason is named: {body}");
+    let withheld = |reason: &'static str| {
+        let envoy = &stack.envoy;
+        async move { envoy.stat(&format!("wasmcustom.keyhole.hms_withheld.{reason}")).await.unwrap() }
+    };
+    assert_eq!((withheld("taxonomy").await, withheld("conflict").await), (1, 0));
+    // A request with an alias is refused for the same reason, and never sent.
+    stack.hms.clear();
+    let (status, body) = get(&stack, "/api/v2/patients/patient-k7q2-001").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("different taxonomies"), "{body}");
+    assert!(stack.hms.seen().is_empty());
 }

@@ -24,7 +24,7 @@ use crate::callout::{self, Answer, Callout, Sent};
 use crate::hold::{self, HeaderEdit, Verdict};
 use crate::host::{self, HostError};
 use crate::metrics::{count, Refused};
-use keyhole_core::alias::wire::WithTaxonomy;
+use keyhole_core::alias::wire::{ErrorCode, WithTaxonomy};
 use keyhole_core::alias::{BodyKind, DecodeRequest, DecodeResponse, RawIdCount, RequestError, RequestScan};
 use keyhole_core::config::RawIds;
 use keyhole_core::reply::{self, ErrorKind, LocalReply};
@@ -271,10 +271,14 @@ impl Request {
         };
         let (decoded, epoch) = match answer {
             Answer::Ok(d) => (d.ids, d.epoch),
-            Answer::Failed(status) => {
-                log::warn!("keyhole.alias-decode context={} control_status={status}", s.context_id);
-                let message =
-                    format!("keyhole cannot decode aliases right now (control answered {status}); retry later");
+            Answer::Failed(failure) => {
+                let status = failure.status;
+                log::warn!("keyhole.alias-decode context={} control_status={status} code={:?}", s.context_id, failure.code);
+                let message = if failure.code == Some(ErrorCode::TaxonomyMismatch) {
+                    "keyhole cannot decode aliases: the filter and control run different taxonomies".to_owned()
+                } else {
+                    format!("keyhole cannot decode aliases right now (control answered {status}); retry later")
+                };
                 return self.reject(s, reply::error(ErrorKind::Unavailable, &message));
             }
         };

@@ -13,7 +13,7 @@ use crate::callout::{self, Answer, Callout, Sent};
 use crate::hold::{self, HeaderEdit, Verdict};
 use crate::host;
 use crate::metrics::{count, Withheld};
-use keyhole_core::alias::wire::WithTaxonomy;
+use keyhole_core::alias::wire::{ErrorCode, WithTaxonomy};
 use keyhole_core::alias::{BodyKind, EncodeRequest, Taxonomy, EncodeResponse, KnownAlias, PartId, ResponseScan};
 use keyhole_core::coding;
 use keyhole_core::reply::{self, LocalReply};
@@ -272,12 +272,15 @@ impl Response {
     fn on_encoded(&mut self, s: &Stream, job: Job, answer: Answer<EncodeResponse>) -> Action {
         match answer {
             Answer::Ok(e) => self.apply(s, job, &e.aliases, &e.known),
-            Answer::Failed(status) => {
-                let (why, reason) = match status {
-                    409 => (Withheld::Conflict, "conflicting ids for one record".to_owned()),
-                    503 => (Withheld::Store, "alias store unavailable".to_owned()),
-                    0 => (Withheld::Control, "control answered garbage".to_owned()),
-                    other => (Withheld::Control, format!("control answered {other}")),
+            Answer::Failed(failure) => {
+                let (why, reason) = match (failure.code, failure.status) {
+                    (Some(ErrorCode::TaxonomyMismatch), _) => {
+                        (Withheld::Taxonomy, "the filter and control run different taxonomies".to_owned())
+                    }
+                    (_, 409) => (Withheld::Conflict, "conflicting ids for one record".to_owned()),
+                    (_, 503) => (Withheld::Store, "alias store unavailable".to_owned()),
+                    (_, 0) => (Withheld::Control, "control answered garbage".to_owned()),
+                    (_, other) => (Withheld::Control, format!("control answered {other}")),
                 };
                 self.withhold(s, why, job.held_body(), job.removals(), &reason)
             }
