@@ -826,6 +826,32 @@ async fn compressed_responses_are_decoded_and_aliased_and_unreadable_ones_withhe
 }
 
 #[tokio::test]
+async fn a_one_megabyte_patient_list_is_aliased_whole() {
+    let stack = Stack::start(StackOptions::default()).await.expect("stack");
+    let mut body = String::from(r#"{"data":["#);
+    let mut uuids = Vec::new();
+    let mut i = 0u64;
+    while body.len() < 1 << 20 {
+        let uuid = format!("{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}", i * 7919 + 1, i % 65536, i % 4096, (i * 3) % 4096, i * 104_729);
+        body.push_str(&format!(
+            r#"{}{{"id":"{uuid}","fhirId":"pat-{i:06}","note":"record {uuid} reviewed","self":"/api/v2/patients/{uuid}"}}"#,
+            if i > 0 { "," } else { "" }
+        ));
+        uuids.push(uuid);
+        i += 1;
+    }
+    body.push_str("]}");
+    stack.hms.set("/api/v2/patients", Canned::json(body.clone().into_bytes()));
+    let reply = get(&stack, "s-1mb", "/api/v2/patients").await;
+    assert_eq!(reply.status, 200, "{} B: {}\n{}", body.len(), reply.text(), stack.envoy.log_tail());
+    let out = reply.text();
+    assert!(uuids.iter().all(|u| !out.contains(u.as_str())), "a raw UUID reached the client");
+    assert!(!Regex::new(r"pat-\d{6}").unwrap().is_match(&out), "a raw FHIR id reached the client");
+    let v = reply.json();
+    assert_eq!(v["data"].as_array().map(Vec::len), Some(uuids.len()));
+}
+
+#[tokio::test]
 async fn headers_and_text_bodies_are_aliased() {
     let stack = Stack::start(raw_ids_pass()).await.expect("stack");
     let (_, list) = fetch(&stack, "s-headers", "01").await;

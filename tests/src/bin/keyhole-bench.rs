@@ -493,6 +493,7 @@ async fn main() -> anyhow::Result<()> {
         samples.push((p.file_name().unwrap_or_default().to_string_lossy().into_owned(), std::fs::read(&p)?));
     }
     samples.sort();
+    samples.push(("synthetic-30KB.json".into(), synthetic_hms(30 << 10)));
     samples.push(("synthetic-1MB.json".into(), synthetic_hms(1 << 20)));
     let (hk, hb) = (stack.envoy.hms_url(), baseline.hms_url());
     for (name, body) in &samples {
