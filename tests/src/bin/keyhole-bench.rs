@@ -384,6 +384,85 @@ async fn scaling(rounds: usize) -> anyhow::Result<Value> {
                        qdrant: the server scripts/with-services.sh starts, over gRPC on loopback"}))
 }
 
+/// Scenario 7: a soak of mixed traffic through keyhole, `conns` closed-loop
+/// clients for `secs` seconds, alternating the catalog LLM request and an HMS
+/// sample GET (every client its own session), with Envoy's and control's RSS
+/// before and after. Every answer that is not a 200 is an error.
+async fn soak(stack: &Stack, llm: &Req, hms: &Req, conns: usize, secs: u64) -> anyhow::Result<Value> {
+    let rss = || {
+        json!({"envoy": rss_kib(stack.envoy.child.id()),
+               "control": rss_kib(stack.control.as_ref().and_then(|c| c.child.id()))})
+    };
+    let before = rss();
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut tasks = Vec::new();
+    for worker in 0..conns {
+        let (k, h) = (stack.envoy.llm_url(), stack.envoy.hms_url());
+        let (mut llm, mut hms) = (llm.clone(), hms.clone());
+        for r in [&mut llm, &mut hms] {
+            r.headers.retain(|(name, _)| name != "x-keyhole-session");
+            r.headers.push(("x-keyhole-session".into(), format!("soak-{worker}")));
+        }
+        tasks.push(tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            let (mut ok, mut errors, mut i) = (0u64, 0u64, 0u64);
+            while Instant::now() < deadline {
+                let (base, r) = if i % 2 == 0 { (&k, &llm) } else { (&h, &hms) };
+                i += 1;
+                match send(&client, base, r).await {
+                    Ok((_, 200, _)) => ok += 1,
+                    _ => errors += 1,
+                }
+            }
+            (ok, errors)
+        }));
+    }
+    let (mut ok, mut errors) = (0u64, 0u64);
+    for t in tasks {
+        let (o, e) = t.await?;
+        ok += o;
+        errors += e;
+    }
+    Ok(json!({"seconds": secs, "connections": conns, "requests": ok + errors, "errors": errors,
+              "rps": (ok + errors) as f64 / secs as f64, "rss_kib_before": before, "rss_kib_after": rss()}))
+}
+
+/// Scenario 8: a 20,000-tool registry through Envoy and the filter (control on
+/// the deterministic embedder): Envoy's and control's RSS after it, and the
+/// bytes the filter sent control per turn (from control's counter).
+async fn edge_at_20k() -> anyhow::Result<Value> {
+    eprintln!("scenario 8: 20,000 tools through Envoy…");
+    let (emb, _) = hash_embedder().await?;
+    let stack = Stack::start(StackOptions {
+        llm_filter_config: r#"{"mode":"llm","timeout_ms":30000,"max_body_bytes":8388608}"#.into(),
+        max_body_bytes: 8 << 20,
+        control_args: vec!["--embedder-url".into(), format!("http://{emb}"), "--retrieval-timeout-ms".into(), "30000".into()],
+        ..Default::default()
+    })
+    .await?;
+    let tools: Vec<Value> = synthetic_registry(20_000)
+        .iter()
+        .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description,
+                          "parameters": {"type": "object", "properties": {"id": {"type": "string"}}}}}))
+        .collect();
+    let body = serde_json::to_vec(&json!({"model": "m", "messages": [{"role": "user", "content": "create an invoice for the patient"}], "tools": tools}))?;
+    let client = reqwest::Client::new();
+    let req = Req::post("/v1/chat/completions", body.clone(), "bench-20k");
+    let mut statuses = Vec::new();
+    let mut forwarded = 0;
+    for _ in 0..5 {
+        stack.llm.clear();
+        statuses.push(send(&client, &stack.envoy.llm_url(), &req).await?.1);
+        forwarded = stack.llm.seen().first().map_or(0, |r| r.body.len());
+    }
+    let metrics = control::get(&stack.socket(), "/metrics").await.unwrap_or_default();
+    let resolve_bytes: Vec<String> = metrics.lines().filter(|l| l.contains("request_bytes") && !l.starts_with('#')).map(str::to_owned).collect();
+    Ok(json!({"tools": 20_000, "request_bytes": body.len(), "forwarded_bytes": forwarded, "statuses": statuses,
+              "envoy_rss_kib": rss_kib(stack.envoy.child.id()),
+              "control_rss_kib": rss_kib(stack.control.as_ref().and_then(|c| c.child.id())),
+              "control_resolve_bytes": resolve_bytes}))
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let quick = std::env::var("KEYHOLE_BENCH_QUICK").is_ok();
@@ -605,6 +684,17 @@ async fn main() -> anyhow::Result<()> {
                "envoy_without": rss_kib(baseline.child.id())}),
     );
 
+    // 7. A soak of mixed LLM and HMS traffic, 0 errors expected.
+    eprintln!("scenario 7: soak…");
+    stack.hms.set("/api/v2/bench/02_patient.detail", Canned::json(std::fs::read(samples_dir.join("02_patient.detail.json"))?));
+    let hms_req = Req::get("/api/v2/bench/02_patient.detail", "soak");
+    results.insert("soak", soak(&stack, &warm, &hms_req, 4, if quick { 10 } else { 60 }).await?);
+    drop(stack);
+    drop(baseline);
+
+    // 8. 20,000 tools through Envoy: memory and bytes.
+    results.insert("edge_20k", edge_at_20k().await?);
+
     // 6. Scaling: resolve at 100 … 20,000 tools on each vector-store backend
     // (deterministic embedder), and the core HMS rewrite at 10 KB … 1 MB.
     results.insert("scaling", scaling(rounds).await?);
@@ -674,6 +764,18 @@ fn markdown(r: &BTreeMap<&str, Value>) -> String {
     s += &format!(
         "Memory (RSS): control {} KiB; Envoy with keyhole {} KiB, plain Envoy {} KiB.\n\n",
         m["control"], m["envoy_with_keyhole"], m["envoy_without"]
+    );
+    let k = &r["soak"];
+    s += &format!(
+        "Soak: {} s of mixed traffic (catalog LLM request and HMS GET alternating, {} closed-loop clients): {} requests, {} req/s, {} errors; RSS before → after: Envoy {} → {} KiB, control {} → {} KiB.\n\n",
+        k["seconds"], k["connections"], k["requests"], f(&k["rps"]), k["errors"], k["rss_kib_before"]["envoy"],
+        k["rss_kib_after"]["envoy"], k["rss_kib_before"]["control"], k["rss_kib_after"]["control"]
+    );
+    let e = &r["edge_20k"];
+    s += &format!(
+        "20,000 tools through Envoy ({} B request, 5 turns, answers {}): {} B forwarded; Envoy RSS {} KiB, control RSS {} KiB; control received {}.\n\n",
+        e["request_bytes"], e["statuses"], e["forwarded_bytes"], e["envoy_rss_kib"], e["control_rss_kib"],
+        e["control_resolve_bytes"].as_array().and_then(|a| a.first()).and_then(Value::as_str).unwrap_or("?")
     );
     let p = &r["prompt_bytes"];
     s += &format!(
