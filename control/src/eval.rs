@@ -9,7 +9,24 @@
 //! - `cosine`: plain cosine ranking, the top 12 surfaced (a baseline);
 //! - `rrf`: reciprocal-rank fusion (k = 60) of the cosine ranking and a plain
 //!   BM25 ranking (k1 = 1.2, b = 0.75) over each tool's embedding text, the
-//!   top 12 surfaced (a baseline, on the same embeddings).
+//!   top 12 surfaced (a baseline, on the same embeddings);
+//! - `clauses`: the engine with multi-intent turns split into clauses, each
+//!   clause embedded and retrieved on its own
+//!   ([`resolve_clauses`](keyhole_core::rank::pipeline::resolve_clauses));
+//! - `fitted`, `fitted-clauses`: `hybrid` and `clauses` with the confidence
+//!   budget's margin fitted on this dataset's tune part (see below).
+//!
+//! # Fitting the confidence budget
+//! The margin of `pipeline.budget` (hits within it of the best are kept) is
+//! chosen from a fixed grid ([`MARGIN_GRID`]: no cut, then 0 to 0.15 in steps
+//! of 0.005) on the tune part only. The rule: the smallest margin whose
+//! full-gold recall is at least the recall without a cut minus
+//! [`FIT_TOLERANCE`] (0.02) — the fewest tools that give up at most two points
+//! of full-gold recall. Its out-of-sample behaviour is estimated by
+//! [`FIT_FOLDS`]-fold cross-validation over the tune part (folds by a fixed
+//! hash of the query id: the margin is fitted on four folds and measured on
+//! the fifth); the margin reported and applied to the check part is the one
+//! the rule picks on the whole tune part.
 //!
 //! # Tune and check parts
 //! Every query falls in a fixed part by its id: `check` when the first two
@@ -28,7 +45,9 @@ use crate::index::{Search, IndexError};
 use crate::load::{LoadError, LoadedRegistry};
 use crate::resolve::Resolver;
 use keyhole_core::format;
-use keyhole_core::rank::pipeline::{search, Turn};
+use keyhole_core::rank::clauses::interleave;
+use keyhole_core::rank::config::RankConfig;
+use keyhole_core::rank::pipeline::{per_subtask, resolve_clauses, search, Clause, Turn};
 use keyhole_core::Phase;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -47,7 +66,42 @@ pub enum Mode {
     Lexical,
     /// Reciprocal-rank fusion of cosine and BM25 (k = 60), top 12 surfaced.
     Rrf,
+    /// The engine with each clause of a multi-intent turn retrieved as well.
+    Clauses,
+    /// `hybrid` with the confidence margin fitted on the tune part.
+    Fitted,
+    /// `clauses` with the confidence margin fitted on the tune part.
+    FittedClauses,
 }
+
+impl Mode {
+    /// Whether the mode retrieves clauses.
+    fn clauses(self) -> bool {
+        matches!(self, Mode::Clauses | Mode::FittedClauses)
+    }
+
+    /// Whether the mode fits the confidence margin.
+    fn fitted(self) -> bool {
+        matches!(self, Mode::Fitted | Mode::FittedClauses)
+    }
+}
+
+/// Folds of the cross-validation that estimates the fitted margin.
+pub const FIT_FOLDS: u8 = 5;
+
+/// Full-gold recall the fitted margin may give up against no cut.
+pub const FIT_TOLERANCE: f64 = 0.02;
+
+/// The margins the fit chooses from: `None` (no cut), then 0 to 0.15 by 0.005.
+pub const MARGIN_GRID: [Option<f32>; 32] = {
+    let mut grid = [None; 32];
+    let mut i = 1;
+    while i < 32 {
+        grid[i] = Some((i - 1) as f32 / 200.0);
+        i += 1;
+    }
+    grid
+};
 
 /// Share of queries (percent) in the check part.
 pub const CHECK_PERCENT: u16 = 35;
@@ -62,6 +116,12 @@ pub enum Part {
     Tune,
     /// The check part (about 35 %): never tuned on.
     Check,
+}
+
+/// A query's cross-validation fold within the tune part (a fixed hash of its id).
+fn fold_of(id: &str) -> u8 {
+    let digest = Sha256::new_with_prefix(b"keyhole-fold-v1\0").chain_update(id.as_bytes()).finalize();
+    digest[0] % FIT_FOLDS
 }
 
 impl Part {
@@ -187,6 +247,9 @@ pub enum EvalError {
     /// The vector search failed.
     #[error("searching the index")]
     Index(#[from] IndexError),
+    /// A margin of the fitting grid does not make valid ranking settings.
+    #[error("a margin of the fitting grid")]
+    Grid(#[from] keyhole_core::rank::config::RankConfigError),
     /// The request body could not be rewritten.
     #[error("the registry's request body is unreadable: {0}")]
     Request(String),
@@ -247,6 +310,78 @@ pub struct Metrics {
     pub request_bytes_before: usize,
     /// Mean request bytes after the rewrite to the surfaced set.
     pub request_bytes_after: f64,
+    /// The confidence budget's margin the engine ran with (`None`: no cut,
+    /// or a baseline).
+    pub budget_margin: Option<f32>,
+    /// How a fitted mode's margin was chosen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fit: Option<Fit>,
+}
+
+/// The fit of the confidence margin on a dataset's tune part.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Fit {
+    /// Cross-validation folds.
+    pub folds: u8,
+    /// Full-gold recall the margin may give up against no cut.
+    pub tolerance: f64,
+    /// The margin picked on each fold's complement, by fold.
+    pub fold_margins: Vec<Option<f32>>,
+    /// Out-of-fold full-gold recall over the tune part.
+    pub cv_full_gold_recall: f64,
+    /// Out-of-fold mean surfaced count over the tune part.
+    pub cv_mean_surfaced: f64,
+    /// Tune-part full-gold recall without a cut.
+    pub tune_recall_uncut: f64,
+}
+
+/// One query's outcome at one margin of the grid.
+#[derive(Debug, Clone, Copy, Default)]
+struct Outcome {
+    full: bool,
+    surfaced: usize,
+}
+
+/// The fitting rule on a set of queries (each row: outcomes over
+/// [`MARGIN_GRID`]): the first margin whose full-gold recall is within
+/// `tolerance` of the uncut recall; the grid index.
+fn fit_margin(rows: &[&[Outcome]], tolerance: f64) -> usize {
+    let n = rows.len().max(1) as f64;
+    let recall = |g: usize| rows.iter().filter(|r| r.get(g).is_some_and(|o| o.full)).count() as f64 / n;
+    let uncut = recall(0);
+    (1..MARGIN_GRID.len()).find(|&g| recall(g) >= uncut - tolerance - 1e-9).unwrap_or(0)
+}
+
+/// Fits the margin on the tune queries (`(fold, outcomes)`): the chosen
+/// grid index on the whole tune part and the cross-validated estimate.
+fn fit(tune: &[(u8, &[Outcome])]) -> (usize, Fit) {
+    let mut fold_margins = Vec::new();
+    let (mut full, mut shown, mut n) = (0usize, 0usize, 0usize);
+    for f in 0..FIT_FOLDS {
+        let train: Vec<&[Outcome]> = tune.iter().filter(|(k, _)| *k != f).map(|(_, o)| *o).collect();
+        let g = fit_margin(&train, FIT_TOLERANCE);
+        fold_margins.push(MARGIN_GRID.get(g).copied().flatten());
+        for (_, o) in tune.iter().filter(|(k, _)| *k == f) {
+            let o = o.get(g).copied().unwrap_or_default();
+            full += usize::from(o.full);
+            shown += o.surfaced;
+            n += 1;
+        }
+    }
+    let all: Vec<&[Outcome]> = tune.iter().map(|(_, o)| *o).collect();
+    let uncut = all.iter().filter(|r| r.first().is_some_and(|o| o.full)).count() as f64 / all.len().max(1) as f64;
+    let g = fit_margin(&all, FIT_TOLERANCE);
+    let n = n.max(1) as f64;
+    let fit = Fit {
+        folds: FIT_FOLDS,
+        tolerance: FIT_TOLERANCE,
+        fold_margins,
+        cv_full_gold_recall: full as f64 / n,
+        cv_mean_surfaced: shown as f64 / n,
+        tune_recall_uncut: uncut,
+    };
+    (g, fit)
 }
 
 #[derive(Default)]
@@ -313,6 +448,8 @@ impl Totals {
             forbidden_surfaced: self.forbidden_hit,
             request_bytes_before: bytes_before,
             request_bytes_after: self.bytes_after as f64 / n,
+            budget_margin: None,
+            fit: None,
         }
     }
 }
@@ -328,11 +465,22 @@ pub struct EvalOptions {
     pub modes: Vec<Mode>,
 }
 
-/// Runs the evaluation of `queries` against `registry`, one [`Metrics`] per mode.
+/// One query's result in one mode: surfaced and ranked tool ids, request bytes.
+struct Answer {
+    surfaced: Vec<String>,
+    ranked: Vec<String>,
+    bytes_after: usize,
+}
+
+/// Runs the evaluation of `queries` against `registry`, one [`Metrics`] per
+/// mode and part.
 ///
 /// Indexes the registry (incrementally: a second run embeds nothing new),
-/// embeds every query once, and resolves each in every mode. Fails when the
-/// embedder or the store fails.
+/// embeds every query once (and, for the clause modes, every clause of a
+/// multi-clause query), and resolves each in every mode. Fitted modes resolve
+/// each query at every margin of [`MARGIN_GRID`], fit on the tune part and
+/// report every part at the fitted margin. Fails when the embedder or the
+/// store fails.
 pub async fn evaluate(
     resolver: &Resolver,
     registry: &LoadedRegistry,
@@ -344,12 +492,28 @@ pub async fn evaluate(
     let reg = prepared.registry();
     let config = resolver.rank_config();
     let needs_cosine = options.modes.iter().any(|m| *m != Mode::Lexical);
+    let embedder = resolver.indexer().embedder();
     let vectors = if needs_cosine {
         let texts: Vec<&str> = queries.iter().map(|q| q.query.as_str()).collect();
-        resolver.indexer().embedder().embed(Side::Query, &texts).await?
+        embedder.embed(Side::Query, &texts).await?
     } else {
         Vec::new()
     };
+    // Clauses of multi-clause queries, embedded in one go.
+    let clause_texts: Vec<Vec<&str>> = if options.modes.iter().any(|m| m.clauses()) {
+        queries
+            .iter()
+            .map(|q| config.settings().clauses.split(&q.query))
+            .map(|c| if c.len() >= 2 { c } else { Vec::new() })
+            .collect()
+    } else {
+        vec![Vec::new(); queries.len()]
+    };
+    let flat: Vec<&str> = clause_texts.iter().flatten().copied().collect();
+    let mut clause_vectors = embedder.embed(Side::Query, &flat).await?.into_iter();
+    let multi = clause_texts.iter().filter(|c| !c.is_empty()).count();
+    tracing::info!(queries = queries.len(), multi_clause = multi, clauses = flat.len(), "queries embedded");
+
     let parsed = format::parse("/v1/chat/completions", &registry.request)
         .map_err(|e| EvalError::Request(e.to_string()))?
         .ok_or_else(|| EvalError::Request("no tools".into()))?;
@@ -364,61 +528,149 @@ pub async fn evaluate(
         .modes
         .contains(&Mode::Rrf)
         .then(|| Bm25::new(reg.tools().iter().filter(|t| t.is_business()).map(|t| (t.name.clone(), t.embedding_text()))));
-    // Per mode: all, tune, check.
-    let mut totals: Vec<[Totals; 3]> = options.modes.iter().map(|_| Default::default()).collect();
+    // The engine at every margin of the grid (fitted modes only).
+    let grid: Vec<RankConfig> = if options.modes.iter().any(|m| m.fitted()) {
+        MARGIN_GRID
+            .iter()
+            .map(|&margin| {
+                let mut s = config.settings().clone();
+                s.pipeline.budget.margin = margin;
+                RankConfig::try_new(s).map_err(EvalError::from)
+            })
+            .collect::<Result<_, _>>()?
+    } else {
+        Vec::new()
+    };
+
+    // Per mode: the answer of each query (fitted modes: one per grid margin).
+    let mut answers: Vec<Vec<Vec<Answer>>> = options.modes.iter().map(|_| Vec::with_capacity(queries.len())).collect();
     for (i, q) in queries.iter().enumerate() {
         let hits: Vec<(String, f32)> = match vectors.get(i) {
-            Some(v) => match resolver.indexer().search(v, reg.len().max(1)).await? {
-                Search::Hits(h) => h.into_iter().map(|h| (h.name, h.score)).collect(),
-                Search::Missing => Vec::new(),
-            },
+            Some(v) => search_all(resolver, v, reg.len()).await?,
             None => Vec::new(),
         };
-        let part = Part::of(&q.id);
-        for (mode, total) in options.modes.iter().zip(totals.iter_mut()) {
-            let (surfaced, ranked): (Vec<String>, Vec<String>) = match mode {
+        let mut clause_hits: Vec<Vec<(String, f32)>> = Vec::new();
+        for _ in clause_texts.get(i).into_iter().flatten() {
+            let v = clause_vectors.next().ok_or_else(|| EvalError::Request("a clause vector went missing".into()))?;
+            clause_hits.push(search_all(resolver, &v, reg.len()).await?);
+        }
+        let clauses: Vec<Clause<'_>> = clause_texts
+            .get(i)
+            .into_iter()
+            .flatten()
+            .zip(&clause_hits)
+            .map(|(text, cosine)| Clause { text, cosine })
+            .collect();
+        let answer = |surfaced: Vec<String>, ranked: &[String]| Answer {
+            bytes_after: bytes_after(&surfaced),
+            surfaced: surfaced.iter().map(|n| id_of(n)).collect(),
+            ranked: ranked.iter().map(|n| id_of(n)).collect(),
+        };
+        for (mode, out) in options.modes.iter().zip(answers.iter_mut()) {
+            let max = Phase::Planner.budget().max;
+            let per_query = match mode {
                 Mode::Rrf => {
-                    let max = Phase::Planner.budget().max;
                     let cos: Vec<String> = hits.iter().map(|(n, _)| n.clone()).collect();
                     let lex = bm25.as_ref().map(|b| b.rank(&q.query)).unwrap_or_default();
                     let ranked: Vec<String> = rrf(&[&cos, &lex], 60.0).into_iter().take(depth).collect();
-                    (ranked.iter().take(max).cloned().collect(), ranked)
+                    vec![answer(ranked.iter().take(max).cloned().collect(), &ranked)]
                 }
                 Mode::Cosine => {
-                    let max = Phase::Planner.budget().max;
                     let ranked: Vec<String> = hits.iter().take(depth).map(|(n, _)| n.clone()).collect();
-                    (ranked.iter().take(max).cloned().collect(), ranked)
+                    vec![answer(ranked.iter().take(max).cloned().collect(), &ranked)]
                 }
-                Mode::Hybrid | Mode::Lexical => {
-                    let cosine: &[(String, f32)] = if *mode == Mode::Hybrid { &hits } else { &[] };
+                Mode::Hybrid | Mode::Lexical | Mode::Clauses | Mode::Fitted | Mode::FittedClauses => {
+                    let cosine: &[(String, f32)] = if *mode == Mode::Lexical { &[] } else { &hits };
+                    let clauses: &[Clause<'_>] = if mode.clauses() { &clauses } else { &[] };
                     let turn = Turn { text: &q.query, phase: Phase::Planner, prior: &[], tool_choice: None, cosine: Some(cosine) };
-                    let res = resolver.rank(&prepared, &turn);
-                    let surfaced = res.candidates.into_iter().map(|c| c.name).collect();
-                    let ranked = search(reg, config, &q.query, cosine, depth).into_iter().map(|c| c.name).collect();
-                    (surfaced, ranked)
+                    let mut ranked = search(reg, config, &q.query, cosine, depth);
+                    if clauses.len() >= 2 {
+                        let each = clauses.iter().map(|c| per_subtask(reg, config, c.text, c.cosine)).collect();
+                        ranked = interleave(ranked, each, config.settings().clauses.per_clause_k);
+                        ranked.truncate(depth);
+                    }
+                    let ranked: Vec<String> = ranked.into_iter().map(|c| c.name).collect();
+                    let resolve_with = |cfg: &RankConfig| {
+                        let res = resolve_clauses(reg, cfg, &turn, clauses);
+                        answer(res.candidates.into_iter().map(|c| c.name).collect(), &ranked)
+                    };
+                    if mode.fitted() {
+                        grid.iter().map(resolve_with).collect()
+                    } else {
+                        vec![resolve_with(config)]
+                    }
                 }
             };
-            let after = bytes_after(&surfaced);
-            let surfaced: Vec<String> = surfaced.iter().map(|n| id_of(n)).collect();
-            let ranked: Vec<String> = ranked.iter().map(|n| id_of(n)).collect();
-            let [all, tune, check] = total;
-            all.add(q, &surfaced, &ranked, options.k, after);
-            match part {
-                Part::Check => check.add(q, &surfaced, &ranked, options.k, after),
-                _ => tune.add(q, &surfaced, &ranked, options.k, after),
-            }
+            out.push(per_query);
         }
     }
+
     let business = reg.tools().iter().filter(|t| t.is_business()).count();
-    Ok(options
-        .modes
-        .iter()
-        .zip(&totals)
-        .flat_map(|(mode, [all, tune, check])| {
-            [(Part::All, all), (Part::Tune, tune), (Part::Check, check)]
-                .map(|(part, t)| t.metrics(&options.dataset, *mode, part, business, options.k, bytes_before))
-        })
-        .collect())
+    let mut metrics = Vec::new();
+    for (mode, answers) in options.modes.iter().zip(&answers) {
+        // The grid index each query is reported at, and the fit.
+        let (at, fit_report, margin) = if mode.fitted() {
+            let outcomes: Vec<Vec<Outcome>> = queries
+                .iter()
+                .zip(answers)
+                .map(|(q, per_margin)| {
+                    per_margin
+                        .iter()
+                        .map(|a| Outcome { full: full_gold(q, &a.surfaced), surfaced: a.surfaced.len() })
+                        .collect()
+                })
+                .collect();
+            let tune: Vec<(u8, &[Outcome])> = queries
+                .iter()
+                .zip(&outcomes)
+                .filter(|(q, _)| Part::of(&q.id) == Part::Tune)
+                .map(|(q, o)| (fold_of(&q.id), o.as_slice()))
+                .collect();
+            let (g, report) = fit(&tune);
+            for (margin, at) in MARGIN_GRID.iter().zip(0..) {
+                let n = tune.len().max(1) as f64;
+                let full = tune.iter().filter(|(_, o)| o.get(at).is_some_and(|o| o.full)).count() as f64 / n;
+                let shown = tune.iter().filter_map(|(_, o)| o.get(at)).map(|o| o.surfaced).sum::<usize>() as f64 / n;
+                tracing::debug!(?mode, ?margin, full_gold_recall = full, mean_surfaced = shown, "tune part");
+            }
+            let margin = MARGIN_GRID.get(g).copied().flatten();
+            tracing::info!(dataset = %options.dataset, ?mode, ?margin, fold_margins = ?report.fold_margins, cv_full_gold_recall = report.cv_full_gold_recall, cv_mean_surfaced = report.cv_mean_surfaced, "confidence margin fitted on the tune part");
+            (g, Some(report), margin)
+        } else {
+            let engine = !matches!(mode, Mode::Cosine | Mode::Rrf);
+            (0, None, if engine { config.settings().pipeline.budget.margin } else { None })
+        };
+        let mut totals: [Totals; 3] = Default::default();
+        for (q, per_margin) in queries.iter().zip(answers) {
+            let Some(a) = per_margin.get(at) else { continue };
+            let [all, tune, check] = &mut totals;
+            let part = if Part::of(&q.id) == Part::Check { check } else { tune };
+            for t in [all, part] {
+                t.add(q, &a.surfaced, &a.ranked, options.k, a.bytes_after);
+            }
+        }
+        let [all, tune, check] = &totals;
+        for (part, t) in [(Part::All, all), (Part::Tune, tune), (Part::Check, check)] {
+            let mut m = t.metrics(&options.dataset, *mode, part, business, options.k, bytes_before);
+            m.budget_margin = margin;
+            m.fit = fit_report.clone();
+            metrics.push(m);
+        }
+    }
+    Ok(metrics)
+}
+
+/// The cosine of `vector` to every tool of the indexed registry, best first.
+async fn search_all(resolver: &Resolver, vector: &[f32], tools: usize) -> Result<Vec<(String, f32)>, EvalError> {
+    Ok(match resolver.indexer().search(vector, tools.max(1)).await? {
+        Search::Hits(h) => h.into_iter().map(|h| (h.name, h.score)).collect(),
+        Search::Missing => Vec::new(),
+    })
+}
+
+/// Whether every gold tool of `q` is in `surfaced`.
+fn full_gold(q: &Query, surfaced: &[String]) -> bool {
+    q.gold.iter().all(|g| surfaced.contains(g))
 }
 
 /// Merges one dataset's figures into a JSON results file (an array of
@@ -493,6 +745,24 @@ mod tests {
                 .map(|(n, t)| (n.to_owned(), t.to_owned())),
         );
         assert_eq!(bm.rank("order a lipid panel"), ["lab", "note"], "\"a\" matches the note");
+    }
+
+    #[test]
+    fn the_fit_takes_the_first_margin_within_the_tolerance() {
+        let o = |full: bool, surfaced: usize| Outcome { full, surfaced };
+        // Uncut: both full; the 1st margin loses one of two, the 2nd loses none.
+        let a = vec![o(true, 12), o(false, 6), o(true, 7)];
+        let b = vec![o(true, 12), o(true, 6), o(true, 7)];
+        assert_eq!(fit_margin(&[&a, &b], 0.02), 2);
+        assert_eq!(fit_margin(&[&a, &b], 0.5), 1);
+        let tune: Vec<(u8, &[Outcome])> = (0..10).map(|i| (i % FIT_FOLDS, if i < 5 { a.as_slice() } else { b.as_slice() })).collect();
+        let (g, f) = fit(&tune);
+        assert_eq!(g, 2);
+        assert_eq!(f.fold_margins.len(), usize::from(FIT_FOLDS));
+        assert_eq!(f.cv_full_gold_recall, 1.0);
+        assert_eq!(f.cv_mean_surfaced, 7.0);
+        assert_eq!(MARGIN_GRID[0], None);
+        assert_eq!(MARGIN_GRID[2], Some(0.005));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use super::floors::{FloorError, FloorSettings, Floors, SignalSet};
 use super::fuse::FusionSettings;
 use super::lexical::LexicalSettings;
 use super::meta::{MetaError, NameMapping};
-use super::outage::RetrySettings;
+use super::clauses::ClauseSettings;
 use super::pipeline::PipelineSettings;
 use serde::{Deserialize, Serialize};
 
@@ -24,8 +24,8 @@ pub struct RankSettings {
     pub pipeline: PipelineSettings,
     /// Floors.
     pub floors: FloorSettings,
-    /// Broadened retry and per-subtask match.
-    pub retry: RetrySettings,
+    /// Multi-intent turns: clause splitting and the per-clause match.
+    pub clauses: ClauseSettings,
 }
 
 /// Why ranking settings were rejected. Each message names the setting's path.
@@ -71,8 +71,8 @@ impl RankConfig {
         settings.names.validate()?;
         let l = &settings.lexical;
         let p = &settings.pipeline;
-        let r = &settings.retry;
         let non_negative: [(&'static str, f32); 13] = [
+            ("pipeline.budget.margin", p.budget.margin.unwrap_or(0.0)),
             ("lexical.k1", l.k1),
             ("lexical.idWeight", l.id_weight),
             ("lexical.descriptionWeight", l.description_weight),
@@ -85,7 +85,6 @@ impl RankConfig {
             ("pipeline.dedup.siblingPenalty", p.dedup.sibling_penalty.unwrap_or(0.0)),
             ("pipeline.workflow.boost", p.workflow.boost),
             ("pipeline.threshold", p.threshold.abs()),
-            ("retry.broadenedThreshold", r.broadened_threshold.abs()),
         ];
         for (path, v) in non_negative {
             if !(v.is_finite() && v >= 0.0) {
@@ -103,8 +102,8 @@ impl RankConfig {
             });
         }
         let counts: [(&'static str, usize); 3] = [
-            ("retry.broadenedK", r.broadened_k),
-            ("retry.perSubtaskK", r.per_subtask_k),
+            ("clauses.minWords", settings.clauses.min_words),
+            ("clauses.perClauseK", settings.clauses.per_clause_k),
             ("pipeline.dedup.perAxis", p.dedup.per_axis),
         ];
         for (path, v) in counts {
@@ -155,8 +154,8 @@ mod tests {
     fn errors_name_the_setting() {
         let err = RankConfig::from_json(br#"{"lexical":{"b":1.5}}"#).unwrap_err();
         assert_eq!(err.to_string(), "lexical.b: must be within 0..=1, got 1.5");
-        let err = RankConfig::from_json(br#"{"retry":{"perSubtaskK":0}}"#).unwrap_err();
-        assert_eq!(err.to_string(), "retry.perSubtaskK: must be at least 1, got 0");
+        let err = RankConfig::from_json(br#"{"clauses":{"perClauseK":0}}"#).unwrap_err();
+        assert_eq!(err.to_string(), "clauses.perClauseK: must be at least 1, got 0");
         let err = RankConfig::from_json(br#"{"fusion":{"lexicalWeight":-1}}"#).unwrap_err();
         assert_eq!(err.to_string(), "fusion.lexicalWeight: must be a finite number >= 0, got -1");
         assert!(matches!(RankConfig::from_json(br#"{"bogus":1}"#), Err(RankConfigError::Json { .. })));

@@ -12,7 +12,8 @@
 //! - [`fuse`]: set-independent score fusion and the deterministic ranking order.
 //! - [`registry`]: a request's tools joined with the overlay, indexed.
 //! - [`floors`]: multi-entity, research and patient-resolve floors.
-//! - [`pipeline`]: the per-turn resolution, broadened retry, per-subtask match.
+//! - [`clauses`]: multi-intent turns split into clauses, their rankings merged.
+//! - [`pipeline`]: the per-turn resolution, the confidence budget, per-subtask match.
 //! - [`outage`]: the one bounded composition every path goes through.
 //! - [`config`]: all settings, raw and validated.
 //!
@@ -39,6 +40,7 @@
 //! assert_eq!(set.candidates[0].reason, Reason::Rag);
 //! ```
 
+pub mod clauses;
 pub mod config;
 pub mod floors;
 pub mod fuse;

@@ -12,7 +12,6 @@ use super::Candidate;
 use crate::phase::{Offer, Rules};
 use crate::wire::Reason;
 use crate::Phase;
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
 /// Everything [`bounded`] may choose from.
@@ -89,24 +88,6 @@ pub fn bounded(inputs: &SetInputs<'_>) -> Vec<Candidate> {
         }
     }
     out
-}
-
-/// Tuning of the broadened retry surface and the per-subtask match.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct RetrySettings {
-    /// Fused-score threshold of the broadened surface (looser than the main one).
-    pub broadened_threshold: f32,
-    /// How many tools the broadened surface returns.
-    pub broadened_k: usize,
-    /// How many tools one subtask is matched to.
-    pub per_subtask_k: usize,
-}
-
-impl Default for RetrySettings {
-    fn default() -> Self {
-        RetrySettings { broadened_threshold: 0.05, broadened_k: 25, per_subtask_k: 6 }
-    }
 }
 
 #[cfg(test)]

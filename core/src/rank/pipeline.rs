@@ -12,12 +12,15 @@
 //! 5. semantic-group dedup: the best read and the best write of one group
 //!    keep their place, further siblings are demoted (or dropped);
 //! 6. workflow boost on execute or composite turns;
-//! 7. [`bounded`] composition under the phase budget (tool_choice, floors,
+//! 7. the confidence budget: the hits within `budget.margin` of the best one
+//!    are kept, at least the phase minimum (see [`BudgetSettings`]);
+//! 8. [`bounded`] composition under the phase budget (tool_choice, floors,
 //!    hits, prior set);
-//! 8. the patient-resolve floor, then [`bounded`] again.
+//! 9. the patient-resolve floor, then [`bounded`] again.
 //!
 //! [`FusionSettings::fuse`]: super::fuse::FusionSettings::fuse
 
+use super::clauses::interleave;
 use super::config::RankConfig;
 use super::floors::{FiredFloor, SignalSettings};
 use super::fuse::{compare, Scored};
@@ -43,6 +46,31 @@ pub struct PipelineSettings {
     pub dedup: DedupSettings,
     /// Workflow boost.
     pub workflow: WorkflowSettings,
+    /// The confidence budget.
+    pub budget: BudgetSettings,
+}
+
+/// The confidence budget: how many ranked hits a turn keeps inside the phase
+/// budget. When the best hit stands clear of the rest few tools are within
+/// the margin and the turn shows few; when the scores are flat many are and
+/// it shows up to the phase maximum.
+///
+/// Applies only to turns with cosines: lexical-only scores (indexing, a
+/// passed deadline) are on another scale, and those turns keep every hit
+/// above the threshold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct BudgetSettings {
+    /// Hits whose fused score is at least the best hit's minus this are kept
+    /// (at least the phase minimum, at most its maximum); `None` keeps every
+    /// hit above the threshold (up to the maximum).
+    ///
+    /// The default, 0, is what `keyhole eval --mode fitted` picks on the
+    /// catalog's tune part (the fewest tools within two points of the uncut
+    /// full-gold recall, 5-fold cross-validated; `eval/RESULTS.md`): the
+    /// phase minimum plus floors. Other registries fit their own (the
+    /// fused-score scale follows the registry's texts).
+    pub margin: Option<f32>,
 }
 
 /// Domain scoping.
@@ -102,7 +130,26 @@ impl Default for PipelineSettings {
             domain: DomainSettings::default(),
             dedup: DedupSettings::default(),
             workflow: WorkflowSettings::default(),
+            budget: BudgetSettings::default(),
         }
+    }
+}
+
+impl Default for BudgetSettings {
+    fn default() -> Self {
+        BudgetSettings { margin: Some(0.0) }
+    }
+}
+
+impl BudgetSettings {
+    /// How many of `hits` (best first) a turn keeps: those within the margin
+    /// of the best, never fewer than `min` (when there are that many).
+    pub fn keep(&self, hits: &[Candidate], min: usize) -> usize {
+        let (Some(margin), Some(best)) = (self.margin, hits.first()) else {
+            return hits.len();
+        };
+        let within = hits.iter().take_while(|c| c.score >= best.score - margin).count();
+        within.max(min).min(hits.len())
     }
 }
 
@@ -196,6 +243,10 @@ pub struct Trace {
     pub tool_choice_unknown: bool,
     /// The phase budget's ceiling.
     pub budget_max: usize,
+    /// Ranked hits the confidence budget kept (`None`: it did not run).
+    pub confident: Option<usize>,
+    /// Clauses retrieved on their own (0: the turn was retrieved whole).
+    pub clauses: usize,
 }
 
 /// The answer for one turn.
@@ -235,9 +286,28 @@ struct Stages {
     reason: Reason,
 }
 
+/// One clause of a multi-intent turn with its own cosines (see
+/// [`ClauseSettings::split`](super::clauses::ClauseSettings::split)).
+#[derive(Debug, Clone, Copy)]
+pub struct Clause<'a> {
+    /// The clause's text (a slice of the turn).
+    pub text: &'a str,
+    /// Cosine similarity of the clause to each tool, as for [`Turn::cosine`].
+    pub cosine: &'a [(String, f32)],
+}
+
 /// Resolves one turn's candidate set. Never fails; the answer never exceeds
 /// the phase budget.
 pub fn resolve(registry: &Registry, config: &RankConfig, turn: &Turn<'_>) -> Resolution {
+    resolve_clauses(registry, config, turn, &[])
+}
+
+/// [`resolve`] for a turn split into clauses: when there are two or more and
+/// clause retrieval is enabled, each clause's best `clauses.perClauseK` hits
+/// ([`per_subtask`]) join the turn's hits in turns
+/// ([`interleave`](super::clauses::interleave)), under the same budget.
+/// With fewer than two clauses, or on outage, it is [`resolve`].
+pub fn resolve_clauses(registry: &Registry, config: &RankConfig, turn: &Turn<'_>, clauses: &[Clause<'_>]) -> Resolution {
     let folded = fold(turn.text);
     let floors_cfg = config.floors();
     let mut trace = Trace { budget_max: turn.phase.budget().max, ..Trace::default() };
@@ -257,7 +327,21 @@ pub fn resolve(registry: &Registry, config: &RankConfig, turn: &Turn<'_>) -> Res
             limit: usize::MAX,
             reason: Reason::Rag,
         };
-        rank(registry, config, &scores, &floor_candidates, stages, &mut trace)
+        let mut ranked = rank(registry, config, &scores, &floor_candidates, stages, &mut trace);
+        if turn.cosine.is_some_and(|c| !c.is_empty()) {
+            let keep = config.settings().pipeline.budget.keep(&ranked, turn.phase.budget().min);
+            if config.settings().pipeline.budget.margin.is_some() {
+                trace.confident = Some(keep);
+            }
+            ranked.truncate(keep);
+        }
+        let c = &config.settings().clauses;
+        if c.enabled && clauses.len() >= 2 {
+            let each = clauses.iter().map(|cl| per_subtask(registry, config, cl.text, cl.cosine)).collect();
+            ranked = interleave(ranked, each, c.per_clause_k);
+            trace.clauses = clauses.len();
+        }
+        ranked
     });
     let source = if turn.cosine.is_some() { Source::Retrieval } else { Source::ControlFallback };
     let inputs = SetInputs {
@@ -315,27 +399,11 @@ pub fn search(registry: &Registry, config: &RankConfig, text: &str, cosine: &[(S
     rank(registry, config, &scores, &floors, stages, &mut trace)
 }
 
-/// The broadened retry surface: a looser threshold, a larger K, no domain
-/// scoping, dedup or workflow boost. For validating a plan that named a tool
-/// outside the surfaced set; never a candidate set by itself.
-pub fn broadened(registry: &Registry, config: &RankConfig, text: &str, cosine: &[(String, f32)]) -> Vec<Candidate> {
-    let retry = &config.settings().retry;
-    let scores = fused_scores(registry, config, text, cosine);
-    let stages = Stages {
-        threshold: retry.broadened_threshold,
-        min_fill: 0,
-        scoped: false,
-        limit: retry.broadened_k,
-        reason: Reason::Broadened,
-    };
-    rank(registry, config, &scores, &[], stages, &mut Trace::default())
-}
-
-/// The per-subtask match: [`search`] on one subtask's text, cut at the
-/// threshold (keeping at least one) and capped at `retry.perSubtaskK` (6)
+/// The per-subtask match: [`search`] on one subtask's (clause's) text, cut at
+/// the threshold (keeping at least one) and capped at `clauses.perClauseK`
 /// because a subtask needs a tight matched set, not the planner budget.
 pub fn per_subtask(registry: &Registry, config: &RankConfig, text: &str, cosine: &[(String, f32)]) -> Vec<Candidate> {
-    let mut hits = search(registry, config, text, cosine, config.settings().retry.per_subtask_k);
+    let mut hits = search(registry, config, text, cosine, config.settings().clauses.per_clause_k.max(1));
     let threshold = config.settings().pipeline.threshold;
     // Keep the best one even below the threshold: a subtask always gets a tool.
     let keep = hits.iter().skip(1).take_while(|c| c.score >= threshold).count() + 1;

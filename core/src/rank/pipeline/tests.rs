@@ -1,5 +1,6 @@
 use super::*;
 use crate::rank::meta::{NameMapping, Overlay};
+use crate::rank::config::RankSettings;
 use crate::wire::ToolDescriptor;
 use proptest::prelude::*;
 use serde_json::Value;
@@ -158,15 +159,60 @@ fn control_plane_tools_are_never_candidates() {
 }
 
 #[test]
-fn broadened_and_per_subtask_are_bounded() {
+fn per_subtask_is_bounded_and_keeps_its_best() {
     let reg = registry();
     let cfg = config();
-    let b = broadened(&reg, &cfg, "lab results", &[]);
-    assert!(b.len() <= 25 && !b.is_empty());
-    assert!(b.iter().all(|c| c.reason == Reason::Broadened));
     let s = per_subtask(&reg, &cfg, "order a CRP", &[]);
-    assert!(!s.is_empty() && s.len() <= 6);
+    assert!(!s.is_empty() && s.len() <= cfg.settings().clauses.per_clause_k);
     assert_eq!(s[0].name, "lab__order");
+}
+
+#[test]
+fn each_clause_brings_its_best_tool_under_the_budget() {
+    let reg = registry();
+    let cfg = config();
+    let text = "Record BP 160/95 mmHg and pulse 102 bpm, then create a task for the doctor to review.";
+    let parts = cfg.settings().clauses.split(text);
+    assert_eq!(parts.len(), 3);
+    let clauses: Vec<Clause<'_>> = parts.iter().map(|t| Clause { text: t, cosine: &[] }).collect();
+    let turn = lexical_turn(text, Phase::Planner);
+    let r = resolve_clauses(&reg, &cfg, &turn, &clauses);
+    assert!(names(&r).contains(&"vitals__record") && names(&r).contains(&"task__manage"), "{:?}", names(&r));
+    assert!(r.candidates.len() <= 12);
+    assert_eq!(r.trace.clauses, 3);
+    // One clause is the plain resolution.
+    let one = [Clause { text, cosine: &[] }];
+    assert_eq!(resolve_clauses(&reg, &cfg, &turn, &one), resolve(&reg, &cfg, &turn));
+}
+
+#[test]
+fn the_confidence_budget_keeps_hits_within_the_margin_and_the_minimum() {
+    let c = |n: &str, score: f32| Candidate { name: n.into(), reason: Reason::Rag, score };
+    let hits: Vec<Candidate> = [0.95, 0.90, 0.88, 0.86, 0.85, 0.84, 0.83, 0.70, 0.60].iter().enumerate().map(|(i, s)| c(&format!("t{i}"), *s)).collect();
+    let keep = |margin: Option<f32>, min: usize| BudgetSettings { margin }.keep(&hits, min);
+    assert_eq!(keep(None, 6), 9, "no margin: every hit");
+    assert_eq!(keep(Some(0.02), 6), 6, "a clear top still fills the minimum");
+    assert_eq!(keep(Some(0.2), 6), 7);
+    assert_eq!(keep(Some(1.0), 6), 9);
+    assert_eq!(keep(Some(0.0), 12), 9, "never more than there are");
+    assert_eq!(BudgetSettings { margin: Some(0.1) }.keep(&[], 6), 0);
+}
+
+#[test]
+fn the_confidence_budget_cuts_only_turns_with_cosines() {
+    let reg = registry();
+    let mut s = RankSettings::default();
+    s.pipeline.budget.margin = Some(0.0);
+    let tight = RankConfig::try_new(s).unwrap();
+    let text = "Show the vital signs";
+    let cos: Vec<(String, f32)> = reg.tools().iter().enumerate().map(|(i, t)| (t.name.clone(), 0.9 - i as f32 * 0.001)).collect();
+    let with = Turn { cosine: Some(&cos), ..lexical_turn(text, Phase::Planner) };
+    let r = resolve(&reg, &tight, &with);
+    assert_eq!(r.trace.confident, Some(6));
+    assert!(r.candidates.len() <= 6 + 1, "the minimum, plus a resolver at most: {:?}", names(&r));
+    let lexical = resolve(&reg, &tight, &lexical_turn(text, Phase::Planner));
+    assert_eq!(lexical.trace.confident, None);
+    assert_eq!(lexical, resolve(&reg, &config(), &lexical_turn(text, Phase::Planner)));
 }
 
 #[test]
