@@ -192,7 +192,9 @@ pub const RESOURCE_TYPES: &[&str] = &[
 
 /// Whether `name` is a FHIR R4 or R5 resource type.
 pub fn is_resource_type(name: &str) -> bool {
-    RESOURCE_TYPES.binary_search(&name).is_ok()
+    // Every type name starts upper case: most words are rejected unsearched.
+    name.as_bytes().first().is_some_and(u8::is_ascii_uppercase)
+        && RESOURCE_TYPES.binary_search(&name).is_ok()
 }
 
 #[cfg(test)]
@@ -202,6 +204,9 @@ mod tests {
     #[test]
     fn sorted_and_complete_enough() {
         assert!(RESOURCE_TYPES.windows(2).all(|w| w[0] < w[1]));
+        assert!(RESOURCE_TYPES
+            .iter()
+            .all(|t| t.as_bytes()[0].is_ascii_uppercase()));
         assert!(RESOURCE_TYPES.len() >= 150);
         for t in ["Patient", "Observation", "DocumentReference", "Transport", "Media"] {
             assert!(is_resource_type(t), "{t}");

@@ -156,7 +156,12 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
     let uuids = out.len();
     let mut next_uuid = 0;
     let mut i = 0;
-    while i < text.len() {
+    // Only word starts next to a `/` or `-` are tried (see `WordStarts`).
+    for w in WordStarts::new(text) {
+        if w < i {
+            continue;
+        }
+        i = w;
         // Jump over UUIDs already found.
         while let Some(u) = out.get(next_uuid).filter(|_| next_uuid < uuids) {
             if u.range.end <= i {
@@ -171,21 +176,6 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
                 continue;
             }
         }
-        let b = text.get(i).copied().unwrap_or(0);
-        let at_start = b.is_ascii_alphabetic()
-            && (i == 0 || !text.get(i - 1).copied().is_some_and(is_token_byte));
-        if !at_start {
-            // Nothing is tried before the next word start (UUIDs are
-            // skipped there anyway).
-            i += 1;
-            while let (Some(&b), Some(&prev)) = (text.get(i), text.get(i.wrapping_sub(1))) {
-                if b.is_ascii_alphabetic() && !is_token_byte(prev) {
-                    break;
-                }
-                i += 1;
-            }
-            continue;
-        }
         let word_end = i + text.get(i..).map_or(0, |t| {
             t.iter().take_while(|b| b.is_ascii_alphanumeric()).count()
         });
@@ -193,7 +183,6 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
         let after_slash = i > 0 && text.get(i - 1) == Some(&b'/');
         // Every pattern below follows a `/` or runs up to a `/` or `-`.
         if !after_slash && !matches!(next, Some(b'/' | b'-')) {
-            i = word_end.max(i + 1);
             continue;
         }
         let word = text
@@ -331,9 +320,71 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
                 }
             }
         }
-        i = word_end.max(i + 1);
     }
     out.sort_by_key(|h| h.range.start);
+}
+
+/// The word starts (a letter after a byte that is not a token byte) where a
+/// pattern of [`find_in_text`] can begin, in order: every one of them follows
+/// a `/`, or its run of letters and digits ends at a `/` or `-`. They are
+/// found from the `/` and `-` bytes (`memchr`), so text between them is never
+/// looked at byte by byte.
+struct WordStarts<'a> {
+    text: &'a [u8],
+    marks: memchr::Memchr2<'a>,
+    /// The start after the last mark's `/`, not yet returned.
+    after: Option<usize>,
+    /// The last start returned.
+    last: Option<usize>,
+}
+
+impl<'a> WordStarts<'a> {
+    fn new(text: &'a [u8]) -> Self {
+        WordStarts {
+            text,
+            marks: memchr::memchr2_iter(b'-', b'/', text),
+            after: None,
+            last: None,
+        }
+    }
+
+    fn is_start(&self, w: usize) -> bool {
+        self.text.get(w).is_some_and(u8::is_ascii_alphabetic)
+            && (w == 0 || !self.text.get(w - 1).copied().is_some_and(is_token_byte))
+    }
+}
+
+impl Iterator for WordStarts<'_> {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        loop {
+            let cand = match self.after.take() {
+                Some(w) => w,
+                None => {
+                    let p = self.marks.next()?;
+                    if self.text.get(p) == Some(&b'/') {
+                        self.after = Some(p + 1);
+                    }
+                    // The run of letters and digits that ends at the mark.
+                    let run = self.text.get(..p).map_or(0, |t| {
+                        t.iter().rev().take_while(|b| b.is_ascii_alphanumeric()).count()
+                    });
+                    if run == 0 {
+                        continue;
+                    }
+                    p - run
+                }
+            };
+            // Starts come in order; one may be found twice (after a `/`, and
+            // before the next mark).
+            if self.last.is_some_and(|l| cand <= l) || !self.is_start(cand) {
+                continue;
+            }
+            self.last = Some(cand);
+            return Some(cand);
+        }
+    }
 }
 
 /// Whether a percent escape or a character reference starts at `i`: an id
@@ -367,33 +418,41 @@ fn is_date_like(seg: &[u8]) -> bool {
 /// Appends every UUID written without dashes: a run of exactly 32 hex digits,
 /// with letters and digits, standing alone (not inside a longer token such as
 /// a trace id).
+///
+/// Such a run is 32 hex digits in a row, so the byte 31 places ahead of the
+/// next possible start decides: when it is no hex digit, no run starts
+/// before it and the search jumps past it (most text is read one byte in 32).
 fn find_hex32(text: &[u8], out: &mut Vec<TextHit<'_>>) {
-    if text.len() < 32 {
-        return;
-    }
-    let mut i = 0;
-    while i < text.len() {
-        let len = text
-            .get(i..)
-            .map_or(0, |t| t.iter().take_while(|b| is_token_byte(**b)).count());
-        if len == 0 {
-            i += 1;
+    let hex = |i: usize| text.get(i).is_some_and(u8::is_ascii_hexdigit);
+    // Every hex run that could hold a hit starts at or after `k`.
+    let mut k = 0;
+    while let Some(&probe) = text.get(k + 31) {
+        if !probe.is_ascii_hexdigit() {
+            k += 32;
             continue;
         }
-        if len == 32 {
-            if let Some(run) = text.get(i..i + 32) {
-                if run.iter().all(u8::is_ascii_hexdigit)
-                    && run.iter().any(u8::is_ascii_digit)
-                    && run.iter().any(u8::is_ascii_alphabetic)
-                {
+        // The hex run around the probe: back to `k` at most, then forward.
+        let mut start = k + 31;
+        while start > k && hex(start - 1) {
+            start -= 1;
+        }
+        let mut end = k + 32;
+        while hex(end) {
+            end += 1;
+        }
+        let alone = (start == 0 || !text.get(start - 1).copied().is_some_and(is_token_byte))
+            && !text.get(end).copied().is_some_and(is_token_byte);
+        if end - start == 32 && alone {
+            if let Some(run) = text.get(start..end) {
+                if run.iter().any(u8::is_ascii_digit) && run.iter().any(u8::is_ascii_alphabetic) {
                     out.push(TextHit {
-                        range: i..i + 32,
+                        range: start..end,
                         pattern: Pattern::Uuid,
                     });
                 }
             }
         }
-        i += len;
+        k = end + 1;
     }
 }
 
