@@ -310,13 +310,19 @@ impl<'t> ResponseScan<'t> {
         kind: BodyKind,
         root_kind: Option<KindId>,
     ) -> Result<Part, RewriteError> {
+        let mut part = Part::empty(src.len(), kind);
+        // Sized for typical HMS JSON (a string every dozen bytes or so): a
+        // few allocations up front instead of a string of regrowths.
+        part.lits.reserve(src.len() / 12);
+        part.occs.reserve(src.len() / 64);
         let mut w = Walker {
             scan: self,
             src,
             root_kind,
             frames: Vec::new(),
             hits: Vec::new(),
-            part: Part::empty(src.len(), kind),
+            part,
+            keys: HashMap::default(),
         };
         w.run()?;
         Ok(w.part)
@@ -780,11 +786,17 @@ impl<'t> Rewriter<'_, 't> {
             return Err(RewriteError::Leak { at: r.start });
         }
         let mut hits = Vec::new();
+        // The check reads nothing but the text: an alias that stands as a
+        // whole string in many places is read once.
+        let mut passed: std::collections::HashSet<&[u8], FixedState> = Default::default();
         for t in texts {
             match t {
                 Touched::Plain(r) => {
                     let text = src.as_bytes().get(r.clone()).unwrap_or_default();
-                    self.check_text(text, r.start, &mut hits)?;
+                    if !passed.contains(text) {
+                        self.check_text(text, r.start, &mut hits)?;
+                        passed.insert(text);
+                    }
                 }
                 Touched::Escaped(span) => self.check_escaped(src, span, 0, &mut hits)?,
             }
@@ -1071,6 +1083,20 @@ struct Walker<'s, 't, 'a> {
     frames: Vec<Frame<'a>>,
     hits: Vec<TextHit<'t>>,
     part: Part,
+    /// What each unescaped key of this document means: keys repeat in
+    /// every element of a list, the answer does not.
+    keys: HashMap<&'a str, KeyInfo, FixedState>,
+}
+
+/// What a key means for scanning, and what its text holds.
+#[derive(Debug, Clone, Copy)]
+struct KeyInfo {
+    /// [`Taxonomy::key_role`].
+    role: Option<KeyRole>,
+    /// [`Taxonomy::id_named_kind`].
+    field_kind: Option<KindId>,
+    /// The key's own text holds no id and no escape.
+    clean: bool,
 }
 
 impl<'t, 'a> Walker<'_, 't, 'a> {
@@ -1100,7 +1126,26 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
                 }
                 Event::Key(lit) => {
                     let (text, loc) = self.literal(&lit)?;
-                    self.scan_text(&text, &loc, None);
+                    let known = match &text {
+                        Cow::Borrowed(k) => self.keys.get(k).copied(),
+                        Cow::Owned(_) => None,
+                    };
+                    match known {
+                        // Scanned before: no hit then, none now.
+                        Some(info) if info.clean => {
+                            if let Some(l) = self.part.lits.last_mut() {
+                                l.clean = true;
+                            }
+                        }
+                        _ => {
+                            self.scan_text(&text, &loc, None);
+                            if let (Cow::Borrowed(k), None) = (&text, known) {
+                                let clean = self.part.lits.last().is_some_and(|l| l.clean);
+                                let info = self.key_info(k, clean);
+                                self.keys.insert(k, info);
+                            }
+                        }
+                    }
                     if let Some(Frame::Obj(o)) = self.frames.last_mut() {
                         o.cur_key = Some(text);
                     }
@@ -1131,6 +1176,26 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
                 (o.cur_key.clone(), primary)
             }
             Some(Frame::Arr { key, primary }) => (key.clone(), *primary),
+        }
+    }
+
+    /// What `key` means (from the cache for an unescaped key).
+    fn key_meaning(&self, key: &str) -> (Option<KeyRole>, Option<KindId>) {
+        match self.keys.get(key) {
+            Some(info) => (info.role, info.field_kind),
+            None => {
+                let info = self.key_info(key, false);
+                (info.role, info.field_kind)
+            }
+        }
+    }
+
+    fn key_info(&self, key: &str, clean: bool) -> KeyInfo {
+        let (role, field_kind) = self.scan.tax.key_meaning(key);
+        KeyInfo {
+            role,
+            field_kind,
+            clean,
         }
     }
 
@@ -1222,7 +1287,7 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
             self.scan_text(&text, &loc, None);
             return;
         };
-        let field_kind = tax.id_named_kind(&key);
+        let (role, field_kind) = self.key_meaning(&key);
         if in_object {
             if key == "resourceType" {
                 if let Some(Frame::Obj(o)) = self.frames.last_mut() {
@@ -1230,7 +1295,7 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
                 }
                 return;
             }
-            let member = match tax.key_role(&key) {
+            let member = match role {
                 Some(KeyRole::Reference) => {
                     shape::parse_reference(tax, &text).map(|(kinds, id)| {
                         let start = text.len() - id.len();
@@ -1312,8 +1377,8 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
         let Some(key) = key else {
             return;
         };
-        let role = if in_object { tax.key_role(&key) } else { None };
-        let field_kind = tax.id_named_kind(&key);
+        let (role, field_kind) = self.key_meaning(&key);
+        let role = if in_object { role } else { None };
         if role.is_none() && field_kind.is_none() {
             return;
         }

@@ -1075,20 +1075,24 @@ impl Taxonomy {
     /// names an id of the request rather than of a record (`requestId`,
     /// `x-correlation-id`).
     pub(crate) fn id_named_kind(&self, key: &str) -> Option<KindId> {
-        if let Some(k) = self.id_field_kind(key) {
-            return Some(k);
-        }
-        let stem = id_stem(key)?;
-        let named = with_norm(stem, |s| {
-            self.by_norm_name
-                .get(s)
-                .or_else(|| self.object_key.get(s))
-                .copied()
+        self.id_field_kind(key).or_else(|| self.stem_kind(key))
+    }
+    /// [`Self::key_role`] and [`Self::id_named_kind`] of one key, which is
+    /// normalized once for both (the response walker asks both of every key).
+    pub(crate) fn key_meaning(&self, key: &str) -> (Option<KeyRole>, Option<KindId>) {
+        let (role, field) = with_norm(key, |k| {
+            (
+                self.key_role.get(k).copied(),
+                self.id_field.get(k).copied(),
+            )
         })
-        .flatten();
-        if let Some(kind) = named {
-            return Some(kind);
-        }
+        .unwrap_or((None, None));
+        (role, field.or_else(|| self.stem_kind(key)))
+    }
+    /// The kind of a key that names an id but no configured id field: the
+    /// kind its stem names, else none for an id of a request, else the
+    /// fallback kind.
+    fn stem_kind(&self, key: &str) -> Option<KindId> {
         // Ids of a request, not of a record: they name no patient data.
         const NOT_RECORDS: [&str; 6] = [
             "request",
@@ -1098,10 +1102,16 @@ impl Taxonomy {
             "idempotency",
             "session",
         ];
-        if with_norm(stem, |s| NOT_RECORDS.iter().any(|n| s.ends_with(n))).unwrap_or(false) {
-            return None;
-        }
-        Some(self.fallback)
+        let stem = id_stem(key)?;
+        with_norm(stem, |s| {
+            let named = self.by_norm_name.get(s).or_else(|| self.object_key.get(s));
+            match named {
+                Some(kind) => Some(*kind),
+                None if NOT_RECORDS.iter().any(|n| s.ends_with(n)) => None,
+                None => Some(self.fallback),
+            }
+        })
+        .unwrap_or(Some(self.fallback))
     }
     pub(crate) fn path_segment_kind(&self, segment: &str) -> Option<KindId> {
         with_norm(segment, |k| self.path_segment.get(k).copied()).flatten()
