@@ -7,6 +7,7 @@
 //! # Layout
 //! - [`admission`]: which tools an LLM response calls (edge plan validation).
 //! - [`alias`]: raw record ids ↔ per-session aliases: scanning, rewriting, session maps.
+//! - [`charset`]: windows-1252 / ISO-8859-1 bodies read as UTF-8.
 //! - [`coding`]: undoing a body's `Content-Encoding` (gzip, deflate, br, zstd), bounded.
 //! - [`config`]: the filter's plugin configuration, raw and validated.
 //! - [`detect`]: the independent tool detector, the last word before a body leaves.
@@ -29,6 +30,7 @@
 
 pub mod admission;
 pub mod alias;
+pub mod charset;
 pub mod coding;
 pub mod config;
 pub mod detect;

@@ -852,6 +852,37 @@ async fn a_one_megabyte_patient_list_is_aliased_whole() {
 }
 
 #[tokio::test]
+async fn windows_1252_text_declared_so_is_read_as_utf8_and_aliased() {
+    let stack = Stack::start(raw_ids_pass()).await.expect("stack");
+    let uuid = "5b0e4c1a-93d2-4f6e-8a7b-2c1d0e9f8a7b";
+    // `Müller`, `€` and curly quotes in windows-1252 bytes around the ids.
+    let mut html = b"<html><body><p>Patientin M\xfcller (\x93".to_vec();
+    html.extend_from_slice(format!("/api/v2/patients/{uuid}").as_bytes());
+    html.extend_from_slice(b"\x94), pat-000777, Kosten 12 \x80</p></body></html>");
+    for (case, content_type) in
+        [("iso-8859-1", "text/html; charset=ISO-8859-1"), ("windows-1252", "text/html;charset=\"windows-1252\"")]
+    {
+        let mut canned = Canned::json(html.clone());
+        canned.headers.push(("content-type".into(), content_type.into()));
+        stack.hms.set("/api/v2/patients/letter", canned);
+        let reply = get(&stack, "s-latin1", "/api/v2/patients/letter").await;
+        assert_eq!(reply.status, 200, "{case}: {}\n{}", reply.text(), stack.envoy.log_tail());
+        assert_eq!(reply.header("content-type").as_deref(), Some("text/html; charset=utf-8"), "{case}");
+        let text = String::from_utf8(reply.body.clone()).expect("UTF-8 out");
+        assert!(text.contains("Patientin Müller (“/api/v2/patients/patient-"), "{case}: {text}");
+        assert!(text.contains("Kosten 12 €"), "{case}: {text}");
+        assert!(!text.contains(uuid) && !text.contains("pat-000777"), "{case}: raw id in {text}");
+    }
+    // Another declared charset is not guessed at: its bytes are withheld.
+    let mut canned = Canned::json(html.clone());
+    canned.headers.push(("content-type".into(), "text/html; charset=shift_jis".into()));
+    stack.hms.set("/api/v2/patients/letter", canned);
+    let reply = get(&stack, "s-latin1", "/api/v2/patients/letter").await;
+    assert_eq!(reply.status, 502, "{}", reply.text());
+    assert!(!reply.text().contains(uuid));
+}
+
+#[tokio::test]
 async fn headers_and_text_bodies_are_aliased() {
     let stack = Stack::start(raw_ids_pass()).await.expect("stack");
     let (_, list) = fetch(&stack, "s-headers", "01").await;

@@ -2,7 +2,8 @@
 //! response is withheld.
 //!
 //! Headers (scanned ones copied; a body closes the response hold) → body held
-//! to its end → decoded when content-encoded → scanned → one encode callout (skipped only for an empty body
+//! to its end → decoded when content-encoded, read as UTF-8 when declared
+//! windows-1252 → scanned → one encode callout (skipped only for an empty body
 //! with no id) → body and headers rewritten, handed on through the hold
 //! filter's verdict line (or, bodiless, to the headers paused here) → resumed.
 //! Anything that cannot be aliased replaces the response with a 502 JSON error
@@ -15,7 +16,7 @@ use crate::host;
 use crate::metrics::{count, Withheld};
 use keyhole_core::alias::wire::{ErrorCode, WithTaxonomy};
 use keyhole_core::alias::{BodyKind, EncodeRequest, Taxonomy, EncodeResponse, KnownAlias, PartId, ResponseScan};
-use keyhole_core::coding;
+use keyhole_core::{charset, coding};
 use keyhole_core::reply::{self, LocalReply};
 use proxy_wasm::types::{Action, BufferType, StreamType};
 
@@ -117,10 +118,19 @@ struct Held {
     len: usize,
     /// They are content-encoded; keyhole read them decoded.
     encoded: bool,
+    /// They are windows-1252 text (declared so); keyhole read them as UTF-8
+    /// and sends them on so, saying so in `content-type`.
+    transcoded: bool,
+}
+
+impl Held {
+    /// Nothing held: a bodiless response.
+    const NONE: Held = Held { len: 0, encoded: false, transcoded: false };
 }
 
 /// `body` as keyhole reads it: decoded by its `content-encoding` when it has
-/// one, at most `limit` bytes. Fails naming why (never quoting the body).
+/// one (at most `limit` bytes), and as UTF-8 when its `content-type` declares
+/// windows-1252 / ISO-8859-1. Fails naming why (never quoting the body).
 fn decoded(headers: &[(String, String)], body: Vec<u8>, limit: usize) -> Result<(Vec<u8>, Held), String> {
     let codings = headers
         .iter()
@@ -129,12 +139,35 @@ fn decoded(headers: &[(String, String)], body: Vec<u8>, limit: usize) -> Result<
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?
         .concat();
-    let held = Held { len: body.len(), encoded: !codings.is_empty() };
-    if codings.is_empty() {
-        return Ok((body, held));
+    let mut held = Held { len: body.len(), encoded: !codings.is_empty(), transcoded: false };
+    let mut body = if codings.is_empty() { body } else { coding::decode(&body, &codings, limit).map_err(|e| e.to_string())? };
+    let windows_1252 = headers
+        .iter()
+        .find(|(name, _)| name == "content-type")
+        .and_then(|(_, value)| charset::declared(value))
+        .is_some_and(|label| charset::is_windows_1252(&label));
+    if windows_1252 && !body.is_ascii() {
+        body = charset::windows_1252_to_utf8(&body);
+        held.transcoded = true;
     }
-    let plain = coding::decode(&body, &codings, limit).map_err(|e| e.to_string())?;
-    Ok((plain, held))
+    Ok((body, held))
+}
+
+/// Makes `edits` set `content-type` to say UTF-8 (its rewritten value, if it
+/// has one, else the value HMS sent).
+fn say_utf8(job: &Job, edits: &mut Vec<HeaderEdit>) {
+    let rewritten = edits.iter_mut().find_map(|e| match e {
+        HeaderEdit::Set(name, value) if name == "content-type" => Some(value),
+        _ => None,
+    });
+    match rewritten {
+        Some(value) => *value = charset::with_utf8(value),
+        None => {
+            if let Some((_, value, _)) = job.headers.iter().find(|(name, _, _)| name == "content-type") {
+                edits.push(HeaderEdit::Set("content-type".to_owned(), charset::with_utf8(value)));
+            }
+        }
+    }
 }
 
 /// Removals of every header in `names` that may hold an id (one per name).
@@ -167,7 +200,7 @@ impl Response {
         let headers: Vec<(String, String)> =
             all.into_iter().filter(|(n, _)| !n.starts_with(':') && !UNSCANNED.contains(&n.as_str())).collect();
         if end_of_stream {
-            return self.encode(s, headers, Vec::new(), Held { len: 0, encoded: false }, kind, Headers::Direct);
+            return self.encode(s, headers, Vec::new(), Held::NONE, kind, Headers::Direct);
         }
         if host::set_response_header(hold::HOLD_HEADER, Some(hold::HOLD_CLOSED)).is_err() {
             count(s.metrics.hms.withheld(Withheld::Host), 1);
@@ -308,6 +341,9 @@ impl Response {
         let aliased = !aliases.is_empty() || !edits.is_empty() || body != job.body;
         if job.held.encoded {
             edits.push(HeaderEdit::Remove("content-encoding".to_owned()));
+        }
+        if job.held.transcoded {
+            say_utf8(&job, &mut edits);
         }
         // A bodiless response has no body to replace.
         let new_body = (job.hold == Headers::Held).then_some(body.as_slice());
