@@ -23,7 +23,7 @@
 //! are at most three, a match can only start at a fixed distance before one
 //! of them: `memchr` finds them and only those starts are tried, so text
 //! without them costs nothing. Otherwise every class boundary is tried, in
-//! one pass over a byte table. Encoded dashes (`%2D`, `&#45;`, `&#x2d;`) are
+//! one pass. Encoded dashes (`%2D`, `&#45;`, `&#x2d;`) are
 //! folded to `-` in a copy of the text, made only when the text holds a `%`
 //! or `&` and some value holds a `-`.
 
@@ -88,26 +88,15 @@ impl Anchors {
     }
 }
 
-/// Byte classes for the boundary rule: 0 other, 1 digit, 2 letter.
-const CLASS: [u8; 256] = {
-    let mut t = [0u8; 256];
-    let mut i = 0;
-    while i < 256 {
-        let b = i as u8;
-        t[i] = if b.is_ascii_digit() {
-            1
-        } else if b.is_ascii_alphabetic() {
-            2
-        } else {
-            0
-        };
-        i += 1;
-    }
-    t
-};
-
+/// The byte's class for the boundary rule: 0 other, 1 digit, 2 letter.
 fn class(b: u8) -> u8 {
-    CLASS.get(usize::from(b)).copied().unwrap_or(0)
+    if b.is_ascii_digit() {
+        1
+    } else if b.is_ascii_alphabetic() {
+        2
+    } else {
+        0
+    }
 }
 
 fn has(set: &[bool; 256], b: u8) -> bool {
