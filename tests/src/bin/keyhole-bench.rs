@@ -15,6 +15,7 @@ use keyhole_core::Phase;
 use keyhole_e2e::control::{self, Control};
 use keyhole_e2e::envoy::{Envoy, EnvoyOptions};
 use keyhole_e2e::upstream::Canned;
+use keyhole_e2e::fake_control::{FakeControl, Fault};
 use keyhole_e2e::{paths, Stack, StackOptions};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -536,6 +537,26 @@ async fn main() -> anyhow::Result<()> {
         alias_pair.added_p50_ms, alias_pair.added_p99_ms
     );
     drop(off);
+    // The filter alone: a keyhole whose control answers at once (an empty set,
+    // no ranking, no alias pass), interleaved with plain Envoy. What remains is
+    // the filter's parse and rewrite of the body in V8 and one callout over the
+    // Unix socket.
+    eprintln!("scenario 1: catalog request, control answering at once…");
+    let instant = Stack::start(StackOptions {
+        control: false,
+        llm_filter_config: r#"{"mode":"llm","timeout_ms":30000,"aliases":"off","tool_search":"off"}"#.into(),
+        ..Default::default()
+    })
+    .await?;
+    let _fake = FakeControl::start(&instant.socket(), Fault::Slow(Duration::ZERO)).await?;
+    let k_instant = instant.envoy.llm_url();
+    for _ in 0..5 {
+        send(&client, &k_instant, &warm).await?;
+    }
+    let (a, z) = interleaved(&k_instant, &b, std::slice::from_ref(&warm), rounds).await?;
+    let filter_pair = pair(a, z);
+    eprintln!("  filter + one callout: added p50 {:.3} ms, p99 {:.3} ms", filter_pair.added_p50_ms, filter_pair.added_p99_ms);
+    drop(instant);
     // Throughput at 1, 4 and 16 connections, keyhole and plain Envoy side by side.
     let mut tput = Vec::new();
     for conns in [1usize, 4, 16] {
@@ -553,7 +574,7 @@ async fn main() -> anyhow::Result<()> {
     results.insert(
         "llm_catalog",
         json!({"warm": warm_pair, "cold_query_embedding": cold_pair,
-               "alias_pass": alias_pair, "throughput_rps": tput}),
+               "alias_pass": alias_pair, "filter_and_callout": filter_pair, "throughput_rps": tput}),
     );
 
     // 2. Non-LLM traffic through the same listener.
@@ -740,6 +761,7 @@ fn markdown(r: &BTreeMap<&str, Value>) -> String {
     s += &row("1. LLM catalog request (84 KB), warm", &l["warm"]);
     s += &row("1. LLM catalog request, cold query embedding", &l["cold_query_embedding"]);
     s += &row("1. LLM catalog request, aliases on (vs keyhole with aliases off)", &l["alias_pass"]);
+    s += &row("1. LLM catalog request, filter + one callout (control answering at once, aliases off)", &l["filter_and_callout"]);
     s += &row("2. GET through the LLM listener", &r["llm_get"]);
     for h in r["hms"].as_array().into_iter().flatten() {
         if let Some(e) = h["error"].as_str() {
