@@ -247,8 +247,9 @@ pub enum EvalError {
     /// The vector search failed.
     #[error("searching the index")]
     Index(#[from] IndexError),
-    /// A margin of the fitting grid does not make valid ranking settings.
-    #[error("a margin of the fitting grid")]
+    /// The settings of a fitted or clause mode (a grid margin, clauses on)
+    /// are not valid ranking settings.
+    #[error("the ranking settings of a fitted or clause mode")]
     Grid(#[from] keyhole_core::rank::config::RankConfigError),
     /// The request body could not be rewritten.
     #[error("the registry's request body is unreadable: {0}")]
@@ -528,19 +529,25 @@ pub async fn evaluate(
         .modes
         .contains(&Mode::Rrf)
         .then(|| Bm25::new(reg.tools().iter().filter(|t| t.is_business()).map(|t| (t.name.clone(), t.embedding_text()))));
+    // The clause modes run with clause retrieval on, whatever the settings say.
+    let with_clauses = {
+        let mut s = config.settings().clone();
+        s.clauses.enabled = true;
+        RankConfig::try_new(s)?
+    };
     // The engine at every margin of the grid (fitted modes only).
-    let grid: Vec<RankConfig> = if options.modes.iter().any(|m| m.fitted()) {
+    let grid = |base: &RankConfig| -> Result<Vec<RankConfig>, EvalError> {
         MARGIN_GRID
             .iter()
             .map(|&margin| {
-                let mut s = config.settings().clone();
+                let mut s = base.settings().clone();
                 s.pipeline.budget.margin = margin;
                 RankConfig::try_new(s).map_err(EvalError::from)
             })
-            .collect::<Result<_, _>>()?
-    } else {
-        Vec::new()
+            .collect()
     };
+    let grid_plain = if options.modes.contains(&Mode::Fitted) { grid(config)? } else { Vec::new() };
+    let grid_clauses = if options.modes.contains(&Mode::FittedClauses) { grid(&with_clauses)? } else { Vec::new() };
 
     // Per mode: the answer of each query (fitted modes: one per grid margin).
     let mut answers: Vec<Vec<Vec<Answer>>> = options.modes.iter().map(|_| Vec::with_capacity(queries.len())).collect();
@@ -582,11 +589,12 @@ pub async fn evaluate(
                 Mode::Hybrid | Mode::Lexical | Mode::Clauses | Mode::Fitted | Mode::FittedClauses => {
                     let cosine: &[(String, f32)] = if *mode == Mode::Lexical { &[] } else { &hits };
                     let clauses: &[Clause<'_>] = if mode.clauses() { &clauses } else { &[] };
+                    let base = if mode.clauses() { &with_clauses } else { config };
                     let turn = Turn { text: &q.query, phase: Phase::Planner, prior: &[], tool_choice: None, cosine: Some(cosine) };
-                    let mut ranked = search(reg, config, &q.query, cosine, depth);
+                    let mut ranked = search(reg, base, &q.query, cosine, depth);
                     if clauses.len() >= 2 {
-                        let each = clauses.iter().map(|c| per_subtask(reg, config, c.text, c.cosine)).collect();
-                        ranked = interleave(ranked, each, config.settings().clauses.per_clause_k);
+                        let each = clauses.iter().map(|c| per_subtask(reg, base, c.text, c.cosine)).collect();
+                        ranked = interleave(ranked, each, base.settings().clauses.per_clause_k);
                         ranked.truncate(depth);
                     }
                     let ranked: Vec<String> = ranked.into_iter().map(|c| c.name).collect();
@@ -594,10 +602,10 @@ pub async fn evaluate(
                         let res = resolve_clauses(reg, cfg, &turn, clauses);
                         answer(res.candidates.into_iter().map(|c| c.name).collect(), &ranked)
                     };
-                    if mode.fitted() {
-                        grid.iter().map(resolve_with).collect()
-                    } else {
-                        vec![resolve_with(config)]
+                    match mode {
+                        Mode::Fitted => grid_plain.iter().map(resolve_with).collect(),
+                        Mode::FittedClauses => grid_clauses.iter().map(resolve_with).collect(),
+                        _ => vec![resolve_with(base)],
                     }
                 }
             };
@@ -637,7 +645,8 @@ pub async fn evaluate(
             tracing::info!(dataset = %options.dataset, ?mode, ?margin, fold_margins = ?report.fold_margins, cv_full_gold_recall = report.cv_full_gold_recall, cv_mean_surfaced = report.cv_mean_surfaced, "confidence margin fitted on the tune part");
             (g, Some(report), margin)
         } else {
-            let engine = !matches!(mode, Mode::Cosine | Mode::Rrf);
+            // The margin applies to turns with cosines: not to baselines, not to lexical.
+            let engine = matches!(mode, Mode::Hybrid | Mode::Clauses);
             (0, None, if engine { config.settings().pipeline.budget.margin } else { None })
         };
         let mut totals: [Totals; 3] = Default::default();

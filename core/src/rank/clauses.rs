@@ -14,7 +14,10 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct ClauseSettings {
-    /// Whether multi-clause turns retrieve each clause as well.
+    /// Whether multi-clause turns retrieve each clause as well. Off by
+    /// default: on the check parts it raised full-gold recall on the
+    /// multi-tool set (Seal-Tools) and lowered it or MRR on single-intent
+    /// sets (BFCL, MetaTool); see `eval/RESULTS.md`.
     pub enabled: bool,
     /// A piece with fewer words joins the clause before it ("Dr." is no clause).
     pub min_words: usize,
@@ -33,7 +36,7 @@ impl Default for ClauseSettings {
             "et", "puis", "ensuite", "aussi",
         ];
         ClauseSettings {
-            enabled: true,
+            enabled: false,
             min_words: 2,
             per_clause_k: 1,
             conjunctions: words.iter().map(|w| (*w).to_owned()).collect(),

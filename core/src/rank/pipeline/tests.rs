@@ -170,7 +170,9 @@ fn per_subtask_is_bounded_and_keeps_its_best() {
 #[test]
 fn each_clause_brings_its_best_tool_under_the_budget() {
     let reg = registry();
-    let cfg = config();
+    let mut s = RankSettings::default();
+    s.clauses.enabled = true;
+    let cfg = RankConfig::try_new(s).unwrap();
     let text = "Record BP 160/95 mmHg and pulse 102 bpm, then create a task for the doctor to review.";
     let parts = cfg.settings().clauses.split(text);
     assert_eq!(parts.len(), 3);
@@ -180,9 +182,10 @@ fn each_clause_brings_its_best_tool_under_the_budget() {
     assert!(names(&r).contains(&"vitals__record") && names(&r).contains(&"task__manage"), "{:?}", names(&r));
     assert!(r.candidates.len() <= 12);
     assert_eq!(r.trace.clauses, 3);
-    // One clause is the plain resolution.
+    // One clause, or clause retrieval off (the default), is the plain resolution.
     let one = [Clause { text, cosine: &[] }];
     assert_eq!(resolve_clauses(&reg, &cfg, &turn, &one), resolve(&reg, &cfg, &turn));
+    assert_eq!(resolve_clauses(&reg, &config(), &turn, &clauses), resolve(&reg, &config(), &turn));
 }
 
 #[test]
