@@ -94,7 +94,7 @@ impl ClauseSettings {
         let mut current: Option<(usize, usize, usize)> = None;
         for w in words(text) {
             let word = fold(text.get(w.start..w.end).unwrap_or(""));
-            if self.conjunctions.iter().any(|c| *c == word) {
+            if self.conjunctions.contains(&word) {
                 spans.extend(current.take());
                 continue;
             }
