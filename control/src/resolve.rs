@@ -162,9 +162,9 @@ impl Default for StartupIndex {
 }
 
 /// The vector search's default depth: the most cosines a turn asks the store
-/// for. Ranking surfaces at most a phase budget (≤ 12) and the broadened retry
-/// a few dozen, and a tool the search leaves out still ranks on its lexical
-/// evidence, so 256 nearest is more than a turn can use; below 256 tools it
+/// for. Ranking surfaces at most a phase budget (≤ 12), and a tool the search
+/// leaves out still ranks on its lexical evidence, so 256 nearest is more
+/// than a turn can use; below 256 tools it
 /// is the whole registry (every test and eval registry: their answers do not
 /// change). It keeps each answer from the store — Qdrant's above all — from
 /// growing with the registry.

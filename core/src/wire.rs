@@ -83,9 +83,6 @@ pub enum Reason {
     /// It was in the session's previous audited set (fallback or recovery).
     #[serde(rename = "prior-set")]
     PriorSet,
-    /// The broadened retry surface found it.
-    #[serde(rename = "broadened")]
-    Broadened,
     /// The model asked for it: a search of the registry with the query of
     /// its tool-search call ([`crate::recovery`]) found it.
     #[serde(rename = "recovery")]
@@ -102,7 +99,6 @@ impl Reason {
             Reason::FloorPatientResolve => "floor:patient-resolve",
             Reason::ToolChoice => "tool-choice",
             Reason::PriorSet => "prior-set",
-            Reason::Broadened => "broadened",
             Reason::Recovery => "recovery",
         }
     }
@@ -244,7 +240,6 @@ mod tests {
             Reason::FloorPatientResolve,
             Reason::ToolChoice,
             Reason::PriorSet,
-            Reason::Broadened,
             Reason::Recovery,
         ] {
             let json = serde_json::to_string(&r).unwrap();
