@@ -137,6 +137,20 @@ async fn throughput(base: &str, r: &Req, conns: usize, secs: u64) -> anyhow::Res
     Ok(total as f64 / secs as f64)
 }
 
+/// Sends `r` until `base` answers 200 (a new stack's first turns may be
+/// answered before control has indexed the registry), then five more times.
+async fn warm_up(client: &reqwest::Client, base: &str, r: &Req) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while send(client, base, r).await?.1 != 200 {
+        anyhow::ensure!(Instant::now() < deadline, "{base} never answered {} with 200", r.path);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for _ in 0..5 {
+        send(client, base, r).await?;
+    }
+    Ok(())
+}
+
 fn rss_kib(pid: Option<u32>) -> u64 {
     let Some(pid) = pid else { return 0 };
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -504,14 +518,7 @@ async fn main() -> anyhow::Result<()> {
     eprintln!("scenario 1: catalog request, warm…");
     let warm = Req::post("/v1/chat/completions", catalog_bytes.clone(), "bench");
     let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(180);
-    while send(&client, &k, &warm).await?.1 != 200 {
-        anyhow::ensure!(Instant::now() < deadline, "keyhole never answered the catalog request");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    for _ in 0..5 {
-        send(&client, &k, &warm).await?;
-    }
+    warm_up(&client, &k, &warm).await.context("keyhole")?;
     let (a, z) = interleaved(&k, &b, std::slice::from_ref(&warm), rounds).await?;
     let warm_pair = pair(a, z);
     // The alias pass alone: the same request through a second keyhole with
@@ -523,13 +530,7 @@ async fn main() -> anyhow::Result<()> {
     })
     .await?;
     let k_off = off.envoy.llm_url();
-    while send(&client, &k_off, &warm).await?.1 != 200 {
-        anyhow::ensure!(Instant::now() < deadline, "keyhole (aliases off) never answered the catalog request");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    for _ in 0..5 {
-        send(&client, &k_off, &warm).await?;
-    }
+    warm_up(&client, &k_off, &warm).await.context("keyhole, aliases off")?;
     let (a, z) = interleaved(&k, &k_off, std::slice::from_ref(&warm), rounds).await?;
     let alias_pair = pair(a, z);
     eprintln!(
@@ -550,9 +551,7 @@ async fn main() -> anyhow::Result<()> {
     .await?;
     let _fake = FakeControl::start(&instant.socket(), Fault::Slow(Duration::ZERO)).await?;
     let k_instant = instant.envoy.llm_url();
-    for _ in 0..5 {
-        send(&client, &k_instant, &warm).await?;
-    }
+    warm_up(&client, &k_instant, &warm).await.context("keyhole, control answering at once")?;
     let (a, z) = interleaved(&k_instant, &b, std::slice::from_ref(&warm), rounds).await?;
     let filter_pair = pair(a, z);
     eprintln!("  filter + one callout: added p50 {:.3} ms, p99 {:.3} ms", filter_pair.added_p50_ms, filter_pair.added_p99_ms);
