@@ -681,12 +681,13 @@ fn split_params(query: &str) -> impl Iterator<Item = (usize, &str)> {
 /// text. Byte ranges within `run`.
 fn glued_aliases(tax: &Taxonomy, run: &str) -> Vec<Range<usize>> {
     let b = run.as_bytes();
+    let longest = tax.longest_alias_prefix();
     let mut out = Vec::new();
     let mut p = 0;
     while p < b.len() {
         let starts = b.get(p).is_some_and(u8::is_ascii_alphabetic)
             && p.checked_sub(1).and_then(|q| b.get(q)).is_none_or(|c| !c.is_ascii_alphanumeric());
-        let found = if starts { epoch_alias_at(tax, run, p) } else { None };
+        let found = if starts { epoch_alias_at(tax, run, p, longest) } else { None };
         match found {
             Some(end) => {
                 out.push(p..end);
@@ -699,18 +700,22 @@ fn glued_aliases(tax: &Taxonomy, run: &str) -> Vec<Range<usize>> {
 }
 
 /// The end of the epoch alias starting at `p` in `run`, if one does: the
-/// first `-<epoch>-<digits>` after `p` whose whole makes an epoch alias.
-fn epoch_alias_at(tax: &Taxonomy, run: &str, p: usize) -> Option<usize> {
+/// first `-<epoch>-<digits>` after `p` whose whole makes an epoch alias. Only
+/// the next `longest` bytes (the longest alias prefix) are looked at for the
+/// epoch's dash, and at most ten digits after it, so a run of any length is
+/// read in time linear in it.
+fn epoch_alias_at(tax: &Taxonomy, run: &str, p: usize, longest: usize) -> Option<usize> {
     let b = run.as_bytes();
+    let window = b.len().min(p + longest + 1);
     let mut q = p;
-    while let Some(dash) = b.get(q + 1..).and_then(|t| t.iter().position(|c| *c == b'-')).map(|d| q + 1 + d) {
+    while let Some(dash) = b.get(q + 1..window).and_then(|t| t.iter().position(|c| *c == b'-')).map(|d| q + 1 + d) {
         // The kind's prefix never spans an underscore.
         if b.get(q..dash).is_some_and(|t| t.contains(&b'_')) {
             return None;
         }
         let digits_from = dash + 1 + grammar::EPOCH_LEN + 1;
         if b.get(digits_from - 1) == Some(&b'-') {
-            let digits = b.get(digits_from..).map_or(0, |t| t.iter().take_while(|c| c.is_ascii_digit()).count());
+            let digits = b.get(digits_from..).map_or(0, |t| t.iter().take(10).take_while(|c| c.is_ascii_digit()).count());
             let end = digits_from + digits;
             let epoch = run.get(..end).and_then(|a| tax.parse_alias(a.get(p..)?)).and_then(|parts| parts.epoch);
             if digits >= 3 && epoch.is_some() {

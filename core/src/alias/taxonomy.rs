@@ -1043,6 +1043,10 @@ impl Taxonomy {
     pub(crate) fn alias_prefix(&self, prefix: &str) -> Option<KindId> {
         self.by_prefix.get(prefix).copied()
     }
+    /// The length of the longest alias prefix (`appointment`: 11).
+    pub(crate) fn longest_alias_prefix(&self) -> usize {
+        self.by_prefix.keys().map(String::len).max().unwrap_or(0)
+    }
     pub(crate) fn fhir_prefix_kinds(&self, prefix: &str) -> Option<&[KindId]> {
         self.fhir_prefix.get(prefix).map(Vec::as_slice)
     }

@@ -309,6 +309,14 @@ fn epoch_aliases_glued_to_other_text_are_decoded_and_prose_is_not() {
             (3, format!("non-patient-care-100 wing-a2b3-001 {u1}x")),
         ]
     );
+    // A run of any length is read in linear time: 400,000 bytes of dashes or
+    // underscores before the alias (quadratic, this would take minutes).
+    for filler in ["a-", "a_", "ab9c-", "-"] {
+        let run = format!("{}patient-k7q2-001-v2", filler.repeat(400_000 / filler.len()));
+        let mut scan = RequestScan::new(&tax, "/api/v2/visits", None).unwrap();
+        scan.scan_headers(&tax, &headers(&[("if-match", run.as_str())]));
+        assert_eq!(scan.aliases(), ["patient-k7q2-001"], "{filler}");
+    }
     // Glued or not, an alias this session did not issue is refused.
     let hs = headers(&[("if-match", "\"patient-k7q2-009-v7\"")]);
     let mut scan = RequestScan::new(&tax, "/api/v2/visits", None).unwrap();
