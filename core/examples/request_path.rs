@@ -1,15 +1,18 @@
 //! The filter's per-request core work on the catalog request, in a loop, for
-//! profiling natively (`valgrind --tool=callgrind`, `perf record`): read the
-//! body, build the question to control, decide, rewrite, count.
+//! profiling natively (`valgrind --tool=callgrind`, `perf record`), stage by
+//! stage, in the order the filter runs them: the prompt's raw ids scanned and
+//! (none found) the body kept, the body read, the question to control built,
+//! the decision, the rewrite and the seal.
 //!
 //! `cargo run --release -p keyhole-core --example request_path [ROUNDS]`
 
+use keyhole_core::alias::{PromptScan, Taxonomy};
 use keyhole_core::config::OnOutage;
 use keyhole_core::format;
-use keyhole_core::surface;
+use keyhole_core::surface::{self, Finished};
 use keyhole_core::wire::{Reason, ResolveResponse, Source, SurfacedTool};
 use keyhole_core::Phase;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 fn main() {
     let rounds: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(200);
@@ -23,22 +26,40 @@ fn main() {
         tools: names.iter().map(|n| SurfacedTool::new(n.clone(), Reason::Rag)).collect(),
         source: Source::Retrieval,
     };
-    let started = Instant::now();
+    let tax = Taxonomy::default();
+    // As in the filter: the registry is recalled after the first request.
+    let (builtins, mut memo) = (format::BuiltinTools::default(), format::Memo::new());
+    let mut stages = [Duration::ZERO; 4];
     let mut out_bytes = 0;
+    let started = Instant::now();
     for _ in 0..rounds {
-        let req = format::parse("/v1/chat/completions", &body).ok().flatten().expect("parses");
+        let t = Instant::now();
+        let scan = PromptScan::new(&tax, &body).expect("scans");
+        let aliases: Vec<String> = (1..=scan.ids().len()).map(|n| format!("patient-k7q2-{n:03}")).collect();
+        let aliased = scan.rewrite(&body, &aliases, &[]).expect("rewrites");
+        let t1 = Instant::now();
+        let req = format::parse_memo("/v1/chat/completions", &aliased, &builtins, &mut memo).ok().flatten().expect("parses");
+        let t2 = Instant::now();
         // By digest, as the filter asks once control knows the registry.
         let question = surface::question(&req, Some("s"), Phase::Planner, false);
         let payload = serde_json::to_vec(&question).expect("serialises");
-        let decision = surface::decide(&req, Phase::Planner, Ok(&answer), &[], OnOutage::Reject);
-        let keep = match decision {
-            surface::Decision::Forward { keep, .. } => keep,
-            surface::Decision::Reject => Vec::new(),
-        };
-        let rewritten = req.rewrite(&body, &keep);
-        let check = format::parse("/v1/chat/completions", &rewritten).ok().flatten().map_or(0, |r| r.tools.len());
-        out_bytes += rewritten.len() + payload.len() + check;
+        let t3 = Instant::now();
+        let finished = surface::finish_with(&req, &aliased, Phase::Planner, Ok(&answer), &[], OnOutage::Reject, true);
+        let Finished::Forward { body: rewritten, .. } = finished else { panic!("refused") };
+        let t4 = Instant::now();
+        for (stage, d) in stages.iter_mut().zip([t1 - t, t2 - t1, t3 - t2, t4 - t3]) {
+            *stage += d;
+        }
+        out_bytes += rewritten.len() + payload.len();
     }
-    let per = started.elapsed().as_secs_f64() / rounds as f64;
-    println!("{rounds} rounds: {:.1} µs per request ({} bytes in, {} bytes out per round)", per * 1e6, body.len(), out_bytes / rounds);
+    let per = |d: Duration| d.as_secs_f64() / rounds as f64 * 1e6;
+    println!(
+        "{rounds} rounds: {:.1} µs per request ({} bytes in, {} bytes out per round)",
+        per(started.elapsed()),
+        body.len(),
+        out_bytes / rounds
+    );
+    for (name, d) in ["prompt ids", "read", "question", "decide+rewrite+seal"].iter().zip(stages) {
+        println!("  {name:<20} {:>8.1} µs", per(d));
+    }
 }

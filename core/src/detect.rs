@@ -102,28 +102,49 @@ enum Key {
     Other,
 }
 
+/// Keys that mean something to the detector, folded.
+const TABLE: [(&str, Key); 14] = [
+    ("name", Key::Name),
+    ("description", Key::Definition),
+    ("parameters", Key::Definition),
+    ("parametersjsonschema", Key::Definition),
+    ("inputschema", Key::Definition),
+    ("inputjsonschema", Key::Definition),
+    ("schema", Key::Definition),
+    ("arguments", Key::CallPayload),
+    ("input", Key::CallPayload),
+    ("args", Key::CallPayload),
+    ("function", Key::Wrapper),
+    ("custom", Key::Wrapper),
+    ("functiondeclarations", Key::DeclarationList),
+    ("functions", Key::DeclarationList),
+];
+
 fn classify(key: &str) -> Key {
-    const TABLE: [(&str, Key); 14] = [
-        ("name", Key::Name),
-        ("description", Key::Definition),
-        ("parameters", Key::Definition),
-        ("parametersjsonschema", Key::Definition),
-        ("inputschema", Key::Definition),
-        ("inputjsonschema", Key::Definition),
-        ("schema", Key::Definition),
-        ("arguments", Key::CallPayload),
-        ("input", Key::CallPayload),
-        ("args", Key::CallPayload),
-        ("function", Key::Wrapper),
-        ("custom", Key::Wrapper),
-        ("functiondeclarations", Key::DeclarationList),
-        ("functions", Key::DeclarationList),
-    ];
     // Folding never lengthens an ASCII key by more than the removed
     // separators, so a key much longer than every target is none of them.
     if key.len() > 64 {
         return Key::Other;
     }
+    // Most keys are ASCII: folded once into a buffer and compared whole
+    // (ASCII letters lowercase the same by either rule).
+    if key.is_ascii() {
+        let mut folded = [0u8; 64];
+        let mut len = 0;
+        for b in key.bytes().filter(|b| *b != b'_' && *b != b'-') {
+            if let Some(slot) = folded.get_mut(len) {
+                *slot = b.to_ascii_lowercase();
+                len += 1;
+            }
+        }
+        let folded = folded.get(..len).unwrap_or_default();
+        return TABLE.iter().find(|(target, _)| target.as_bytes() == folded).map_or(Key::Other, |(_, k)| *k);
+    }
+    classify_folding(key)
+}
+
+/// [`classify`], folding each character as it is compared.
+fn classify_folding(key: &str) -> Key {
     TABLE.iter().find(|(target, _)| folds_to(key, target)).map_or(Key::Other, |(_, k)| *k)
 }
 

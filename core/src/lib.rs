@@ -16,6 +16,7 @@
 //! - [`hold`]: the hold protocol with Envoy's Lua hold filters (verdict lines).
 //! - [`phase`]: agent phases and their candidate-set budgets.
 //! - [`reply`]: the JSON error bodies the filter answers locally.
+//! - `shallow`: reading parts of a JSON text serde_json has checked, without parsing the rest again.
 //! - [`prior`]: a bounded per-session memory of the last audited set.
 //! - [`rank`]: the candidate-set engine: ranking, floors, phase budgets, bounded fallback.
 //! - [`recovery`]: the tool-search control tool (recovery when retrieval misses).
@@ -42,6 +43,7 @@ pub mod prior;
 pub mod rank;
 pub mod recovery;
 pub mod reply;
+mod shallow;
 pub mod surface;
 pub mod wire;
 

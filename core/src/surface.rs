@@ -20,7 +20,7 @@ use crate::reply::{self, ErrorKind, LocalReply};
 use crate::phase::{Offer, Rules};
 use crate::recovery;
 use crate::wire::{
-    registry_digest, Reason, ResolveRequest, ResolveResponse, Source, SurfacedTool, ToolSearch, UnknownRegistry,
+    Reason, ResolveRequest, ResolveResponse, Source, SurfacedTool, ToolSearch, UnknownRegistry,
     UNKNOWN_REGISTRY_STATUS,
 };
 use crate::Phase;
@@ -114,9 +114,10 @@ pub enum Read<'a> {
     Refuse(Refusal, LocalReply),
 }
 
-/// Reads a complete request body arriving at `path` in `phase`.
-pub fn read<'a>(path: &str, body: &'a [u8], phase: Phase, builtins: &BuiltinTools) -> Read<'a> {
-    match format::parse_with(path, body, builtins) {
+/// Reads a complete request body arriving at `path` in `phase`; tools
+/// arrays read before are recalled from `memo` ([`format::Memo`]).
+pub fn read<'a>(path: &str, body: &'a [u8], phase: Phase, builtins: &BuiltinTools, memo: &mut format::Memo) -> Read<'a> {
+    match format::parse_memo(path, body, builtins, memo) {
         Ok(Some(parsed)) if !parsed.tools.is_empty() => Read::Resolve(parsed),
         Ok(_) => match seal(body, phase) {
             Ok(()) => Read::Pass,
@@ -346,7 +347,7 @@ pub fn question_with(
         phase,
         turn: req.turn.clone(),
         tools: if with_registry { req.descriptors() } else { Vec::new() },
-        registry: Some(registry_digest(req.tools.iter().map(|t| (t.name.as_ref(), t.description.as_ref())))),
+        registry: Some(req.registry_digest()),
         forced: req.forced.clone(),
         tool_search,
     }

@@ -33,6 +33,7 @@ pub mod metrics;
 mod taxonomy;
 
 use keyhole_core::config::{Config, HmsConfig, LlmConfig};
+use keyhole_core::format::Memo;
 use keyhole_core::prior::PriorSets;
 use metrics::Metrics;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -53,8 +54,8 @@ struct Root {
     /// The validated configuration; `None` until `on_configure` succeeds.
     config: Option<Configured>,
     metrics: Metrics,
-    /// Last audited set per session (per worker, bounded).
-    prior: Rc<RefCell<PriorSets<keyhole_core::wire::SurfacedTool>>>,
+    /// State the LLM stream contexts of this worker share.
+    shared: Rc<llm::Shared>,
 }
 
 /// The validated configuration of one mode, shared by its stream contexts.
@@ -69,7 +70,10 @@ impl Root {
         Root {
             config: None,
             metrics: Metrics::default(),
-            prior: Rc::new(RefCell::new(PriorSets::new(PRIOR_SESSIONS, keyhole_core::phase::MAX_BUDGET))),
+            shared: Rc::new(llm::Shared {
+                prior: RefCell::new(PriorSets::new(PRIOR_SESSIONS, keyhole_core::phase::MAX_BUDGET)),
+                memo: RefCell::new(Memo::new()),
+            }),
         }
     }
 }
@@ -110,7 +114,7 @@ impl RootContext for Root {
         };
         match config {
             Configured::Llm(config) => {
-                Some(Box::new(llm::LlmStream::new(context_id, config, self.metrics, self.prior.clone())))
+                Some(Box::new(llm::LlmStream::new(context_id, config, self.metrics, self.shared.clone())))
             }
             Configured::Hms(config) => Some(Box::new(hms::HmsStream::new(context_id, config, self.metrics))),
         }

@@ -56,7 +56,7 @@ use keyhole_core::alias::{EncodeRequest, EncodeResponse, PromptScan};
 use keyhole_core::config::{Aliases, LlmConfig, OffSurface, SearchTool};
 use keyhole_core::hold::HeaderEdit;
 use keyhole_core::recovery;
-use keyhole_core::format::{Format, ParsedRequest};
+use keyhole_core::format::{Format, Memo, ParsedRequest};
 use keyhole_core::prior::PriorSets;
 use keyhole_core::reply::{self, ErrorKind, LocalReply};
 use keyhole_core::surface::{self, Finished, Outage, Read, Refusal, Reply};
@@ -104,12 +104,20 @@ enum State {
     Answered,
 }
 
+/// What the LLM stream contexts of one worker share.
+pub struct Shared {
+    /// Last audited set per session (bounded).
+    pub prior: RefCell<PriorSets<SurfacedTool>>,
+    /// The tools arrays read last: an agent's registry is read once.
+    pub memo: RefCell<Memo>,
+}
+
 /// One LLM stream.
 pub struct LlmStream {
     context_id: u32,
     config: Rc<LlmConfig>,
     metrics: Metrics,
-    prior: Rc<RefCell<PriorSets<SurfacedTool>>>,
+    shared: Rc<Shared>,
     session: Option<String>,
     phase: Phase,
     /// The request's `:path` (format detection).
@@ -130,13 +138,13 @@ impl LlmStream {
         context_id: u32,
         config: Rc<LlmConfig>,
         metrics: Metrics,
-        prior: Rc<RefCell<PriorSets<SurfacedTool>>>,
+        shared: Rc<Shared>,
     ) -> Self {
         LlmStream {
             context_id,
             config,
             metrics,
-            prior,
+            shared,
             session: None,
             phase: Phase::default(),
             path: String::new(),
@@ -275,7 +283,11 @@ impl LlmStream {
     /// Reads `body` (aliased, or as sent), asks control for its tools, and
     /// pauses; or decides at once.
     fn surface(&mut self, body: Vec<u8>) -> Action {
-        let parsed = match surface::read(&self.path, &body, self.phase, &self.config.builtin_tools) {
+        let read = {
+            let mut memo = self.shared.memo.borrow_mut();
+            surface::read(&self.path, &body, self.phase, &self.config.builtin_tools, &mut memo)
+        };
+        let parsed = match read {
             Read::Pass => {
                 self.state = State::Passthrough;
                 return Action::Continue;
@@ -319,7 +331,7 @@ impl LlmStream {
     /// request may go on, `Pause` when it was answered locally.
     fn apply(&mut self, parsed: &ParsedRequest<'_>, body: &[u8], answer: Result<&ResolveResponse, Outage>) -> Action {
         let prior: Vec<SurfacedTool> = match &self.session {
-            Some(s) => self.prior.borrow().get(s).to_vec(),
+            Some(s) => self.shared.prior.borrow().get(s).to_vec(),
             None => Vec::new(),
         };
         if let Err(outage) = answer {
@@ -351,7 +363,7 @@ impl LlmStream {
         count(self.metrics.tools_out, keep.len() as i64);
         if matches!(source, Source::Retrieval | Source::Lexical) {
             if let Some(session) = &self.session {
-                self.prior.borrow_mut().remember(session, surfaced.iter().cloned());
+                self.shared.prior.borrow_mut().remember(session, surfaced.iter().cloned());
             }
         }
         // The query never goes into the log (model-written text): only whether there was one.

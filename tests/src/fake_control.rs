@@ -53,7 +53,10 @@ impl FakeControl {
 async fn resolve(State(fault): State<Fault>, Json(req): Json<ResolveRequest>) -> Response {
     match fault {
         Fault::Slow(d) => {
-            tokio::time::sleep(d).await;
+            // A zero sleep still waits for the timer's next tick (up to 1 ms).
+            if !d.is_zero() {
+                tokio::time::sleep(d).await;
+            }
             Json(ResolveResponse { tools: Vec::new(), source: Source::Retrieval }).into_response()
         }
         Fault::Status(s) => (StatusCode::from_u16(s).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), "{\"error\":\"injected\"}")

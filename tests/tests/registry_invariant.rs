@@ -11,7 +11,7 @@
 
 use keyhole_core::surface::{self, Finished, Read};
 use keyhole_core::wire::{Reason, ResolveResponse, Source, SurfacedTool};
-use keyhole_core::{config::OnOutage, format::BuiltinTools, Phase};
+use keyhole_core::{config::OnOutage, format::BuiltinTools, format::Memo, Phase};
 use keyhole_e2e::adversary::{self, Rng, Transport};
 use keyhole_e2e::fake_control::{FakeControl, Fault};
 use keyhole_e2e::{h2, paths, Stack, StackOptions};
@@ -315,6 +315,7 @@ async fn generated_requests_never_reach_the_llm_over_budget() {
 #[test]
 fn generated_requests_never_leave_core_over_budget() {
     let builtins = BuiltinTools::default();
+    let mut memo = Memo::new();
     let mut rng = Rng::new(seed() ^ 0x5eed);
     let (mut refused, mut forwarded, mut max_forwarded) = (0usize, 0usize, 0usize);
     let total = cases(10_000);
@@ -322,7 +323,7 @@ fn generated_requests_never_leave_core_over_budget() {
         let req = adversary::generate(&mut rng);
         let phase = req.headers.iter().find(|(k, _)| *k == "x-keyhole-phase").and_then(|(_, v)| v.parse::<Phase>().ok());
         let phase = phase.unwrap_or_default();
-        let leaving = match surface::read(&req.path, &req.body, phase, &builtins) {
+        let leave = |memo: &mut Memo| match surface::read(&req.path, &req.body, phase, &builtins, memo) {
             Read::Pass => Some(req.body.clone()),
             Read::Refuse(..) => None,
             Read::Resolve(parsed) => {
@@ -340,6 +341,11 @@ fn generated_requests_never_leave_core_over_budget() {
                 }
             }
         };
+        // Read twice through the memo every request goes through: the second
+        // reading recalls the tools arrays of the first (the first may recall
+        // an earlier request's), and what leaves must not change.
+        let leaving = leave(&mut memo);
+        assert_eq!(leave(&mut memo), leaving, "case {i}: a recalled reading differs ({})", req.path);
         match leaving {
             Some(body) => {
                 let n = adversary::tool_definitions(&body);
@@ -355,7 +361,9 @@ fn generated_requests_never_leave_core_over_budget() {
     }
     println!(
         "registry invariant in core: generated={total} refused={refused} forwarded={forwarded} \
-         max_tool_definitions_forwarded={max_forwarded}"
+         max_tool_definitions_forwarded={max_forwarded} recalled_arrays={}",
+        memo.hits()
     );
+    assert!(memo.hits() as usize > forwarded / 2, "the memo was exercised");
     assert!(refused > total / 10 && forwarded > total / 10);
 }

@@ -249,6 +249,20 @@ impl<'a> Lexer<'a> {
         }
     }
 
+    /// After [`Event::StartObject`] or [`Event::StartArray`]: moves past the
+    /// container's end without lexing its content, which is then not
+    /// checked (the caller checks the document another way).
+    pub fn skip_container(&mut self) -> Result<(), JsonError> {
+        let start = self.pos.checked_sub(1).ok_or(JsonError::Unexpected { at: self.pos })?;
+        if !matches!(self.bytes().get(start), Some(b'{' | b'[')) {
+            return Err(JsonError::Unexpected { at: start });
+        }
+        self.pos = crate::shallow::value_end(self.bytes(), start).ok_or(JsonError::Eof { at: self.src.len() })?;
+        self.stack.pop();
+        self.after_pop();
+        Ok(())
+    }
+
     /// Byte offset just past the last event read (after a closing bracket:
     /// the end of its container).
     pub fn offset(&self) -> usize {

@@ -107,9 +107,9 @@ impl<'t> PromptScan<'t> {
         let mut depth = 0usize;
         // What the last key said of the value that follows it.
         let mut member = Member::Plain;
-        // A container read whole or not at all: the depth it opened at, and
-        // where (`None`: tool definitions, not read).
-        let mut skip: Option<(usize, Option<usize>)> = None;
+        // A container read whole as one JSON document: the depth it opened
+        // at, and where.
+        let mut skip: Option<(usize, usize)> = None;
         while let Some(event) = lexer.next_event()? {
             let this = std::mem::replace(&mut member, Member::Plain);
             match event {
@@ -118,8 +118,16 @@ impl<'t> PromptScan<'t> {
                 Event::StartObject | Event::StartArray => {
                     if skip.is_none() {
                         match this {
-                            Member::Tools => skip = Some((depth, None)),
-                            Member::Data => skip = Some((depth, lexer.offset().checked_sub(1))),
+                            // Tool definitions are not read, nor lexed: the
+                            // body is checked whole when its tools are read.
+                            Member::Tools => {
+                                lexer.skip_container()?;
+                                continue;
+                            }
+                            Member::Data => {
+                                let at = lexer.offset().checked_sub(1).ok_or(JsonError::Eof { at: 0 })?;
+                                skip = Some((depth, at));
+                            }
                             Member::Plain => {}
                         }
                     }
@@ -129,12 +137,10 @@ impl<'t> PromptScan<'t> {
                     depth = depth.saturating_sub(1);
                     if let Some((at, start)) = skip.filter(|(at, _)| *at == depth) {
                         skip = None;
-                        if let Some(start) = start {
-                            let span = start..lexer.offset();
-                            let text = src.get(span.clone()).ok_or(JsonError::Eof { at })?.to_owned();
-                            let part = scan.add(text.as_bytes(), BodyKind::Json, None)?;
-                            strings.push(Scanned { span, part, text, json: true });
-                        }
+                        let span = start..lexer.offset();
+                        let text = src.get(span.clone()).ok_or(JsonError::Eof { at })?.to_owned();
+                        let part = scan.add(text.as_bytes(), BodyKind::Json, None)?;
+                        strings.push(Scanned { span, part, text, json: true });
                     }
                 }
                 Event::Str(lit) => {

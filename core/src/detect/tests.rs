@@ -109,3 +109,13 @@ fn real_world_tools_count_exactly_once_in_every_format() {
     }
     assert!(seen > 1000, "only {seen} tools read");
 }
+
+proptest::proptest! {
+    /// Folding an ASCII key once reads it as folding each character does.
+    #[test]
+    fn ascii_keys_classify_as_folded_character_by_character(
+        key in proptest::string::string_regex("[a-zA-Z_\\-]{0,24}|(name|Name|NAME|input_schema|function-Declarations|Parameters_Json_Schema|args)[_-]?").unwrap()
+    ) {
+        proptest::prop_assert!(super::classify(&key) == super::classify_folding(&key), "{}", key);
+    }
+}

@@ -15,7 +15,7 @@ use super::{
 };
 use crate::recovery::{self, HistoryEvent};
 use serde::Deserialize;
-use serde_json::value::RawValue;
+use crate::shallow::{self, Raw};
 use std::borrow::Cow;
 
 #[derive(Deserialize)]
@@ -81,7 +81,7 @@ pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String
 
     if let Some(raw) = top.tool_choice {
         // `auto`, `any`, `none` name nothing; `{"type": "tool", "name"}` does.
-        if let Ok(choice) = serde_json::from_str::<Tool<'_>>(raw.get()) {
+        if let Ok(choice) = shallow::from_str::<Tool<'_>>(raw.get()) {
             if let (Some("tool"), Some(name)) = (choice.kind.as_deref(), choice.name) {
                 b.forced.push(name.into_owned());
             }
@@ -112,7 +112,7 @@ fn read_history(top: &Top<'_>) -> Vec<HistoryEvent> {
             if m.role.as_deref() != Some("assistant") {
                 return;
             }
-            let Some(blocks) = m.content.and_then(|c| serde_json::from_str::<Vec<ToolUse<'_>>>(c.get()).ok()) else {
+            let Some(blocks) = m.content.and_then(|c| shallow::from_str::<Vec<ToolUse<'_>>>(c.get()).ok()) else {
                 return;
             };
             for block in blocks.iter().filter(|b| b.kind.as_deref() == Some("tool_use")) {
@@ -127,7 +127,7 @@ struct HistoryMessage<'a> {
     #[serde(borrow, default)]
     role: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    content: Option<&'a RawValue>,
+    content: Option<Raw<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -137,7 +137,7 @@ struct ToolUse<'a> {
     #[serde(borrow, default)]
     name: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    input: Option<&'a RawValue>,
+    input: Option<Raw<'a>>,
 }
 
 // === answers ===

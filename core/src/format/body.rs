@@ -8,25 +8,25 @@ use super::tools::fold_eq;
 use super::{BuiltinTools, Format, FormatError};
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
-use serde_json::value::RawValue;
+use crate::shallow::{self, Raw};
 use std::borrow::Cow;
 use std::fmt;
 
 /// The top-level values keyhole reads; `None` when absent or `null`.
 #[derive(Default)]
 pub(super) struct Top<'a> {
-    pub tools: Option<&'a RawValue>,
+    pub tools: Option<Raw<'a>>,
     /// OpenAI Chat's legacy `functions` array.
-    pub functions: Option<&'a RawValue>,
-    pub tool_choice: Option<&'a RawValue>,
+    pub functions: Option<Raw<'a>>,
+    pub tool_choice: Option<Raw<'a>>,
     /// OpenAI Chat's legacy `function_call`.
-    pub function_call: Option<&'a RawValue>,
+    pub function_call: Option<Raw<'a>>,
     /// Gemini's `toolConfig` (or `tool_config`).
-    pub tool_config: Option<&'a RawValue>,
-    pub messages: Option<&'a RawValue>,
-    pub input: Option<&'a RawValue>,
-    pub contents: Option<&'a RawValue>,
-    pub system: Option<&'a RawValue>,
+    pub tool_config: Option<Raw<'a>>,
+    pub messages: Option<Raw<'a>>,
+    pub input: Option<Raw<'a>>,
+    pub contents: Option<Raw<'a>>,
+    pub system: Option<Raw<'a>>,
     /// The first key problem met; reported after the whole body parsed, so a
     /// syntax error later in the body is not masked by it.
     problem: Option<FormatError>,
@@ -107,7 +107,7 @@ impl<'a> Top<'a> {
         // Not an array of objects: no element decides, and the body is
         // refused as carrying tools in an unknown format.
         let elements: Vec<ElementShape<'_>> =
-            self.tools.and_then(|t| serde_json::from_str(t.get()).ok()).unwrap_or_default();
+            self.tools.and_then(|t| shallow::from_str(t.get()).ok()).unwrap_or_default();
         let shaped = |e: &ElementShape<'_>| Format::ALL.into_iter().find(|f| (f.dialect().by_element)(e));
         if let Some(format) = elements.iter().find_map(shaped) {
             return Some(format);
@@ -121,7 +121,7 @@ impl<'a> Top<'a> {
     /// Whether `tool_choice` names a `function` object (Chat's shape).
     pub fn tool_choice_names_function(&self) -> bool {
         self.tool_choice
-            .is_some_and(|c| serde_json::from_str::<ChoiceShape>(c.get()).is_ok_and(|c| c.function.is_some()))
+            .is_some_and(|c| shallow::from_str::<ChoiceShape>(c.get()).is_ok_and(|c| c.function.is_some()))
     }
 }
 
@@ -163,7 +163,7 @@ impl<'de> Visitor<'de> for TopVisitor {
                 top.problem = Some(FormatError::DuplicateKey { key: name });
             }
             seen.push(slot);
-            let value: Option<&'de RawValue> = map.next_value()?;
+            let value: Option<Raw<'de>> = map.next_value()?;
             let target = match slot {
                 Slot::Tools => &mut top.tools,
                 Slot::Functions => &mut top.functions,
@@ -175,7 +175,7 @@ impl<'de> Visitor<'de> for TopVisitor {
                 Slot::Contents => &mut top.contents,
                 Slot::System => &mut top.system,
             };
-            // `Option<&RawValue>` reads `null` as `None`: a null is the same as
+            // `Option<Raw<'_>>` reads `null` as `None`: a null is the same as
             // an absent key, both to keyhole and to the providers.
             *target = value.or(*target);
         }

@@ -25,14 +25,14 @@ use super::{
 use crate::recovery::{self, HistoryEvent};
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
-use serde_json::value::RawValue;
+use crate::shallow::{self, Raw};
 use std::borrow::Cow;
 use std::fmt;
 
 /// One `tools` entry: its declarations array, if any, and whether it holds
 /// other keys too.
 struct Entry<'a> {
-    declarations: Option<&'a RawValue>,
+    declarations: Option<Raw<'a>>,
     /// The entry's other keys: each must name an allowed built-in.
     others: Vec<Cow<'a, str>>,
     duplicate: bool,
@@ -60,7 +60,7 @@ impl<'de> Visitor<'de> for EntryVisitor {
             if key == "functionDeclarations" || key == "function_declarations" {
                 entry.duplicate |= seen;
                 seen = true;
-                let value: Option<&'de RawValue> = map.next_value()?;
+                let value: Option<Raw<'de>> = map.next_value()?;
                 entry.declarations = value.or(entry.declarations);
             } else {
                 map.next_value::<IgnoredAny>()?;
@@ -175,7 +175,7 @@ fn read_history(top: &Top<'_>) -> Vec<HistoryEvent> {
             if c.role.as_deref() != Some("model") {
                 return;
             }
-            let Some(parts) = c.parts.and_then(|p| serde_json::from_str::<Vec<CallPart<'_>>>(p.get()).ok()) else {
+            let Some(parts) = c.parts.and_then(|p| shallow::from_str::<Vec<CallPart<'_>>>(p.get()).ok()) else {
                 return;
             };
             for call in parts.iter().filter_map(|p| p.function_call.as_ref()) {
@@ -190,7 +190,7 @@ struct HistoryContent<'a> {
     #[serde(borrow, default)]
     role: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    parts: Option<&'a RawValue>,
+    parts: Option<Raw<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -204,7 +204,7 @@ struct FunctionCall<'a> {
     #[serde(borrow, default)]
     name: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    args: Option<&'a RawValue>,
+    args: Option<Raw<'a>>,
 }
 
 // === answers ===

@@ -40,17 +40,19 @@
 mod anthropic;
 mod body;
 mod gemini;
+mod memo;
 mod openai;
 mod responses;
 mod stream;
 mod tools;
 
+pub use memo::Memo;
 pub use stream::{ScanLimits, ScanStats, StreamScanner};
 pub use tools::BuiltinTools;
 
 use crate::recovery::{self, HistoryEvent};
 use serde::Deserialize;
-use serde_json::value::RawValue;
+use crate::shallow::{self, Raw};
 use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::LazyLock;
@@ -300,6 +302,8 @@ pub struct ParsedRequest<'a> {
     pub search_call: Option<SearchCall>,
     /// The arrays that hold tools, with each element's span, in body order.
     arrays: Vec<ToolArray>,
+    /// The registry digest, when a [`Memo`] knew or learned it.
+    digest: Option<String>,
 }
 
 /// A call of the tool-search control tool found in a request's history.
@@ -403,6 +407,26 @@ pub fn parse_with<'a>(
     body: &'a [u8],
     builtins: &BuiltinTools,
 ) -> Result<Option<ParsedRequest<'a>>, FormatError> {
+    read(path, body, builtins, None)
+}
+
+/// [`parse_with`], recalling tools arrays read before from `memo` and
+/// remembering new ones (see [`Memo`]): the result is the same.
+pub fn parse_memo<'a>(
+    path: &str,
+    body: &'a [u8],
+    builtins: &BuiltinTools,
+    memo: &mut Memo,
+) -> Result<Option<ParsedRequest<'a>>, FormatError> {
+    read(path, body, builtins, Some(memo))
+}
+
+fn read<'a>(
+    path: &str,
+    body: &'a [u8],
+    builtins: &BuiltinTools,
+    memo: Option<&mut Memo>,
+) -> Result<Option<ParsedRequest<'a>>, FormatError> {
     let body = std::str::from_utf8(body).map_err(|_| FormatError::NotUtf8)?;
     if body.trim().is_empty() {
         return Ok(None);
@@ -419,7 +443,17 @@ pub fn parse_with<'a>(
             None => return Err(FormatError::UnknownFormat),
         },
     };
-    let mut b = Builder { body, format, builtins, tools: Vec::new(), arrays: Vec::new(), forced: Vec::new() };
+    let mut b = Builder {
+        body,
+        index: None,
+        format,
+        builtins,
+        memo,
+        tools: Vec::new(),
+        arrays: Vec::new(),
+        digests: Vec::new(),
+        forced: Vec::new(),
+    };
     let turn = (format.dialect().read_request)(&mut b, &top)?;
     b.legacy(&top)?;
     // The history is read only when the control tool's name appears at all:
@@ -453,6 +487,16 @@ impl ParsedRequest<'_> {
             forced: self.forced,
             search_call: self.search_call,
             arrays: self.arrays,
+            digest: self.digest,
+        }
+    }
+
+    /// The registry digest of the function tools
+    /// ([`crate::wire::registry_digest`]), as control keys registries.
+    pub fn registry_digest(&self) -> String {
+        match &self.digest {
+            Some(digest) => digest.clone(),
+            None => crate::wire::registry_digest(self.tools.iter().map(|t| (t.name.as_ref(), t.description.as_ref()))),
         }
     }
 
@@ -590,16 +634,16 @@ fn legacy_search_tool() -> String {
 
 /// The `query` argument of a call: `arguments` is an object, or (OpenAI)
 /// a string holding one.
-fn query_argument(arguments: Option<&RawValue>) -> Option<String> {
+fn query_argument(arguments: Option<Raw<'_>>) -> Option<String> {
     #[derive(Deserialize)]
     struct Args<'a> {
         #[serde(borrow, default)]
         query: Option<Cow<'a, str>>,
     }
     let raw = arguments?;
-    let args: Args<'_> = match serde_json::from_str::<Cow<'_, str>>(raw.get()) {
+    let args: Args<'_> = match shallow::from_str::<Cow<'_, str>>(raw.get()) {
         Ok(text) => return serde_json::from_str::<Args<'_>>(&text).ok()?.query.and_then(|q| recovery::query_of(&q)),
-        Err(_) => serde_json::from_str(raw.get()).ok()?,
+        Err(_) => shallow::from_str(raw.get()).ok()?,
     };
     args.query.and_then(|q| recovery::query_of(&q))
 }
@@ -698,10 +742,15 @@ impl Element {
 /// request is read.
 struct Builder<'a, 'b> {
     body: &'a str,
+    /// The ends of the containers of the top-level tools array being read.
+    index: Option<shallow::Index<'a>>,
     format: Format,
     builtins: &'b BuiltinTools,
+    memo: Option<&'b mut Memo>,
     tools: Vec<FunctionTool<'a>>,
     arrays: Vec<ToolArray>,
+    /// The registry digest of each top-level array's tools, when known.
+    digests: Vec<Option<String>>,
     forced: Vec<String>,
 }
 
@@ -716,20 +765,44 @@ impl<'a> Builder<'a, '_> {
     /// with `each(builder, element_path, element)`.
     fn array(
         &mut self,
-        raw: &'a RawValue,
+        raw: Raw<'a>,
         at: &str,
         role: ArrayRole,
-        mut each: impl FnMut(&mut Self, &dyn Fn() -> String, &'a RawValue) -> Result<Item, FormatError>,
+        mut each: impl FnMut(&mut Self, &dyn Fn() -> String, Raw<'a>) -> Result<Item, FormatError>,
     ) -> Result<ToolArray, FormatError> {
-        let elements: Vec<&'a RawValue> =
-            serde_json::from_str(raw.get()).map_err(|e| self.field_error(at.to_owned(), e))?;
+        let span = span_of(self.body, raw)?;
+        // Top-level arrays are remembered whole, nested ones with them.
+        let top_level = role != ArrayRole::Declarations;
+        let first_tool = self.tools.len();
+        let key = memo::Key { format: self.format, role, builtins: self.builtins, text: raw.get(), start: span.start };
+        if let Some(memo) = self.memo.as_deref_mut().filter(|_| top_level) {
+            if let Some(recalled) = memo.recall(&key, first_tool) {
+                self.tools.extend(recalled.tools);
+                self.digests.push(Some(recalled.digest));
+                return Ok(recalled.array);
+            }
+        }
+        // The body is checked: each tool, its function object and its schema
+        // are read with the ends of containers looked up, found in one pass,
+        // not searched for again at every depth.
+        if top_level {
+            self.index = Some(shallow::Index::new(raw.get()));
+        }
+        let elements: Vec<Raw<'a>> =
+            shallow::from_raw(self.index.as_ref(), raw).map_err(|e| self.field_error(at.to_owned(), e))?;
         let mut out = Vec::with_capacity(elements.len());
         for (i, element) in elements.into_iter().enumerate() {
             let path = || format!("{at}[{i}]");
             let item = each(self, &path, element)?;
             out.push(Element { span: span_of(self.body, element)?, item });
         }
-        Ok(ToolArray { span: span_of(self.body, raw)?, elements: out, role })
+        let array = ToolArray { span: span.clone(), elements: out, role };
+        if top_level {
+            let tools = self.tools.get(first_tool..).unwrap_or_default();
+            let digest = self.memo.as_deref_mut().map(|memo| memo.remember(&key, &array, first_tool, tools));
+            self.digests.push(digest);
+        }
+        Ok(array)
     }
 
     /// A serde error while reading the field `at`.
@@ -743,8 +816,8 @@ impl<'a> Builder<'a, '_> {
     }
 
     /// Reads `raw` as `T`, naming the field `at` on error.
-    fn read<T: Deserialize<'a>>(&self, raw: &'a RawValue, at: &dyn Fn() -> String) -> Result<T, FormatError> {
-        serde_json::from_str(raw.get()).map_err(|e| self.field_error(at(), e))
+    fn read<T: Deserialize<'a>>(&self, raw: Raw<'a>, at: &dyn Fn() -> String) -> Result<T, FormatError> {
+        shallow::from_raw(self.index.as_ref(), raw).map_err(|e| self.field_error(at(), e))
     }
 
     /// Reads the legacy `functions` array and `function_call`, whatever the
@@ -760,7 +833,7 @@ impl<'a> Builder<'a, '_> {
         }
         if let Some(raw) = top.function_call {
             // `"auto"`, `"none"` or `{"name": …}`.
-            if let Ok(Named { name: Some(name), .. }) = serde_json::from_str::<Named<'_>>(raw.get()) {
+            if let Ok(Named { name: Some(name), .. }) = shallow::from_str::<Named<'_>>(raw.get()) {
                 self.forced.push(name.into_owned());
             }
         }
@@ -777,6 +850,12 @@ impl<'a> Builder<'a, '_> {
                 unique.push(name);
             }
         }
+        // One array's digest is the request's; two arrays' tools are hashed
+        // together when asked.
+        let digest = match self.digests.as_slice() {
+            [Some(digest)] => Some(digest.clone()),
+            _ => None,
+        };
         ParsedRequest {
             format: self.format,
             tools: self.tools,
@@ -785,6 +864,7 @@ impl<'a> Builder<'a, '_> {
             forced: unique,
             search_call,
             arrays,
+            digest,
         }
     }
 }
@@ -837,7 +917,7 @@ fn problem_of(e: &serde_json::Error) -> &'static str {
 
 /// The byte range of `raw` inside `body`. `raw` must have been borrowed from
 /// `body` by the parser; anything else is reported, not trusted.
-fn span_of(body: &str, raw: &RawValue) -> Result<Range<usize>, FormatError> {
+fn span_of(body: &str, raw: Raw<'_>) -> Result<Range<usize>, FormatError> {
     let start = (raw.get().as_ptr() as usize).checked_sub(body.as_ptr() as usize).ok_or(FormatError::NotBorrowed)?;
     let end = start + raw.get().len();
     if end > body.len() {
@@ -863,8 +943,8 @@ struct Part<'a> {
 }
 
 /// The text of one message content value; non-text parts are skipped.
-fn content_text(raw: &RawValue) -> String {
-    match serde_json::from_str::<Content<'_>>(raw.get()) {
+fn content_text(raw: Raw<'_>) -> String {
+    match shallow::from_str::<Content<'_>>(raw.get()) {
         Ok(Content::Text(t)) => t.into_owned(),
         Ok(Content::Parts(parts)) => {
             let texts: Vec<&str> = parts.iter().filter_map(|p| p.text.as_deref()).collect();
@@ -880,7 +960,7 @@ struct Message<'a> {
     #[serde(borrow, default)]
     role: Option<Cow<'a, str>>,
     #[serde(borrow, default, alias = "parts")]
-    content: Option<&'a RawValue>,
+    content: Option<Raw<'a>>,
 }
 
 /// The history of a messages array (`messages`, `contents`, `input`) for the
@@ -888,11 +968,11 @@ struct Message<'a> {
 /// not blank is [`HistoryEvent::UserText`]; `calls(message)` adds the
 /// message's calls of the control tool.
 fn history<'a, M: Deserialize<'a>>(
-    raw: Option<&'a RawValue>,
+    raw: Option<Raw<'a>>,
     user_text: impl Fn(&M) -> bool,
     calls: impl Fn(&M, &mut Vec<HistoryEvent>),
 ) -> Vec<HistoryEvent> {
-    let Some(messages) = raw.and_then(|raw| serde_json::from_str::<Vec<M>>(raw.get()).ok()) else {
+    let Some(messages) = raw.and_then(|raw| shallow::from_str::<Vec<M>>(raw.get()).ok()) else {
         return Vec::new();
     };
     let mut events = Vec::new();
@@ -906,12 +986,12 @@ fn history<'a, M: Deserialize<'a>>(
 }
 
 /// Whether a message `content` holds text that is not blank.
-fn has_text(content: Option<&RawValue>) -> bool {
+fn has_text(content: Option<Raw<'_>>) -> bool {
     content.is_some_and(|c| !content_text(c).trim().is_empty())
 }
 
 /// The event of a call named `name` with `arguments`, if it calls the control tool.
-fn search_event(name: Option<&str>, arguments: Option<&RawValue>) -> Option<HistoryEvent> {
+fn search_event(name: Option<&str>, arguments: Option<Raw<'_>>) -> Option<HistoryEvent> {
     (name == Some(recovery::TOOL_NAME)).then(|| HistoryEvent::Search(query_argument(arguments)))
 }
 
@@ -919,11 +999,11 @@ fn search_event(name: Option<&str>, arguments: Option<&RawValue>) -> Option<Hist
 /// and whose text is not blank. `raw` is the messages array; anything else
 /// (or an unreadable array) gives an empty turn, since the turn only steers
 /// retrieval and never widens what is forwarded.
-fn latest_user_text(raw: Option<&RawValue>, is_user: impl Fn(Option<&str>) -> bool) -> String {
+fn latest_user_text(raw: Option<Raw<'_>>, is_user: impl Fn(Option<&str>) -> bool) -> String {
     let Some(raw) = raw else {
         return String::new();
     };
-    let Ok(messages) = serde_json::from_str::<Vec<Message<'_>>>(raw.get()) else {
+    let Ok(messages) = shallow::from_str::<Vec<Message<'_>>>(raw.get()) else {
         return String::new();
     };
     messages

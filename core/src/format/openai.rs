@@ -13,7 +13,7 @@ use super::{
 };
 use crate::recovery::{self, HistoryEvent};
 use serde::Deserialize;
-use serde_json::value::RawValue;
+use crate::shallow::Raw;
 use std::borrow::Cow;
 
 #[derive(Deserialize)]
@@ -129,7 +129,7 @@ struct HistoryMessage<'a> {
     #[serde(borrow, default)]
     role: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    content: Option<&'a RawValue>,
+    content: Option<Raw<'a>>,
     #[serde(borrow, default)]
     tool_calls: Option<Vec<HistoryCall<'a>>>,
     #[serde(borrow, default)]
@@ -147,7 +147,7 @@ struct CallArguments<'a> {
     #[serde(borrow, default)]
     name: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    arguments: Option<&'a RawValue>,
+    arguments: Option<Raw<'a>>,
 }
 
 // === answers ===

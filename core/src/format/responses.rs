@@ -15,7 +15,7 @@ use super::{
 };
 use crate::recovery::{self, HistoryEvent};
 use serde::Deserialize;
-use serde_json::value::RawValue;
+use crate::shallow::{self, Raw};
 use std::borrow::Cow;
 
 #[derive(Deserialize)]
@@ -82,7 +82,7 @@ pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String
         }
     }
     Ok(match top.input {
-        Some(raw) => match serde_json::from_str::<Cow<'_, str>>(raw.get()) {
+        Some(raw) => match shallow::from_str::<Cow<'_, str>>(raw.get()) {
             Ok(text) => text.into_owned(),
             Err(_) => latest_user_text(Some(raw), |role| role == Some("user")),
         },
@@ -91,8 +91,8 @@ pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String
 }
 
 /// `{"type": "function" | "custom", "name": …}`; anything else names nothing.
-fn named_choice(raw: &RawValue) -> Option<String> {
-    let tool: Tool<'_> = serde_json::from_str(raw.get()).ok()?;
+fn named_choice(raw: Raw<'_>) -> Option<String> {
+    let tool: Tool<'_> = shallow::from_str(raw.get()).ok()?;
     match tool.kind.as_deref() {
         Some("function" | "custom") => tool.name.map(Cow::into_owned),
         _ => None,
@@ -134,11 +134,11 @@ struct HistoryItem<'a> {
     #[serde(borrow, default)]
     role: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    content: Option<&'a RawValue>,
+    content: Option<Raw<'a>>,
     #[serde(borrow, default)]
     name: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    arguments: Option<&'a RawValue>,
+    arguments: Option<Raw<'a>>,
 }
 
 // === answers ===

@@ -1,4 +1,5 @@
 use super::*;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 fn catalog(name: &str) -> Vec<u8> {
@@ -581,6 +582,54 @@ mod props {
             for r in raw.iter().filter(|r| !r.contains("name\":") || r.contains("web_search\"")) {
                 prop_assert!(text.contains(r.as_str()), "built-in lost: {}", r);
             }
+        }
+
+        /// A memo reads every body as a fresh parse does: primed by another
+        /// request, by the same one, by the same tools array moved within
+        /// the body, read under another format's path, or damaged.
+        #[test]
+        fn a_memo_reads_as_a_fresh_parse(
+            (_, a, _, _) in request(),
+            (_, b, _, keep) in request(),
+            at in any::<prop::sample::Index>(),
+            byte in any::<u8>(),
+        ) {
+            let builtins = BuiltinTools::default();
+            let mut memo = Memo::new();
+            let moved = format!("{{  {}", &b[1..]);
+            let mut damaged = b.clone().into_bytes();
+            let i = at.index(damaged.len());
+            damaged[i] = byte;
+            let bodies: [(&str, &[u8]); 7] = [
+                ("/any", a.as_bytes()),
+                ("/any", b.as_bytes()),
+                ("/any", b.as_bytes()),
+                ("/any", moved.as_bytes()),
+                ("/v1/chat/completions", b.as_bytes()),
+                ("/v1/messages", moved.as_bytes()),
+                ("/any", &damaged),
+            ];
+            for (path, body) in bodies {
+                let fresh = parse_with(path, body, &builtins);
+                let recalled = parse_memo(path, body, &builtins, &mut memo);
+                match (fresh, recalled) {
+                    (Ok(Some(f)), Ok(Some(r))) => {
+                        prop_assert_eq!(f.format, r.format);
+                        prop_assert_eq!(format!("{:?}", f.tools), format!("{:?}", r.tools));
+                        prop_assert_eq!(format!("{:?}", f.arrays), format!("{:?}", r.arrays));
+                        prop_assert_eq!(&f.turn, &r.turn);
+                        prop_assert_eq!(&f.forced, &r.forced);
+                        prop_assert_eq!(f.registry_digest(), r.registry_digest());
+                        let keep: Vec<usize> = keep.iter().copied().filter(|&k| k < f.tools.len()).collect();
+                        prop_assert_eq!(f.rewrite(body, &keep), r.rewrite(body, &keep));
+                        prop_assert_eq!(f.rewrite_with_search_tool(body, &keep), r.rewrite_with_search_tool(body, &keep));
+                    }
+                    (Ok(None), Ok(None)) => {}
+                    (Err(f), Err(r)) => prop_assert_eq!(f.to_string(), r.to_string()),
+                    (f, r) => prop_assert!(false, "fresh {:?} recalled {:?}", f.map(|r| r.map(|r| r.tools.len())), r.map(|r| r.map(|r| r.tools.len()))),
+                }
+            }
+            prop_assert!(memo.hits() >= 2 || !b.contains("\"tools\":[{"), "hits {}", memo.hits());
         }
 
         #[test]

@@ -12,9 +12,11 @@
 
 use super::{Builder, Format, FormatError, Item};
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
-use serde_json::value::RawValue;
+use crate::shallow::Raw;
+use serde::Deserialize;
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::LazyLock;
 
 /// Built-in tool types keyhole forwards untouched and never counts, per
 /// format. A tools element of any other non-function type is refused.
@@ -77,6 +79,9 @@ const SPELLINGS: [&str; 12] = [
     "strict",
 ];
 
+/// [`SPELLINGS`], folded.
+static FOLDED_SPELLINGS: LazyLock<Vec<String>> = LazyLock::new(|| SPELLINGS.iter().map(|s| fold(s)).collect());
+
 /// Folded keys that define a function: a built-in carrying one is refused.
 const DEFINING: [&str; 8] = [
     "name",
@@ -98,12 +103,6 @@ pub(super) struct Keys {
 }
 
 impl Keys {
-    /// Reads the keys of `raw` (which must be an object).
-    pub(super) fn of(raw: &RawValue) -> Result<Keys, serde_json::Error> {
-        let mut de = serde_json::Deserializer::from_str(raw.get());
-        de.deserialize_map(KeysVisitor)
-    }
-
     /// The spelling problem, if any: the element must be refused.
     pub(super) fn problem(&self) -> Option<&'static str> {
         self.problem
@@ -112,6 +111,12 @@ impl Keys {
     /// Whether the element carries a key that defines a function.
     fn defines(&self) -> bool {
         self.folded.iter().any(|k| DEFINING.contains(&k.as_str()))
+    }
+}
+
+impl<'de> Deserialize<'de> for Keys {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(KeysVisitor)
     }
 }
 
@@ -129,7 +134,7 @@ impl<'de> Visitor<'de> for KeysVisitor {
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             map.next_value::<IgnoredAny>()?;
             let folded = fold(&key);
-            let spelled_like_a_known_key = SPELLINGS.iter().any(|s| fold(s) == folded);
+            let spelled_like_a_known_key = FOLDED_SPELLINGS.contains(&folded);
             if keys.problem.is_none() {
                 if spelled_like_a_known_key && !SPELLINGS.contains(&key.as_ref()) {
                     keys.problem = Some("a key is spelled in another letter case or with other separators");
@@ -145,8 +150,8 @@ impl<'de> Visitor<'de> for KeysVisitor {
 
 impl<'a> Builder<'a, '_> {
     /// Checks the spelling of the keys of `raw`, the element at `at`.
-    pub(super) fn spelling(&self, raw: &'a RawValue, at: &dyn Fn() -> String) -> Result<Keys, FormatError> {
-        let keys = Keys::of(raw).map_err(|e| self.field_error(at(), e))?;
+    pub(super) fn spelling(&self, raw: Raw<'a>, at: &dyn Fn() -> String) -> Result<Keys, FormatError> {
+        let keys: Keys = self.read(raw, at)?;
         match keys.problem() {
             Some(problem) => Err(self.tool_error(at(), problem)),
             None => Ok(keys),
