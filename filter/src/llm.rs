@@ -201,7 +201,11 @@ impl LlmStream {
     /// body without session and without ids on to [`Self::surface`].
     fn alias(&mut self, body: Vec<u8>) -> Action {
         let tax = crate::taxonomy::leaked(&self.config.taxonomy);
-        let scan = match PromptScan::new(tax, &body) {
+        let scanned = {
+            let memo = self.shared.memo.borrow();
+            PromptScan::new_skipping(tax, &body, &|rest| memo.known_array(rest))
+        };
+        let scan = match scanned {
             Ok(scan) => scan,
             Err(_) => return self.refuse_alias(AliasRefusal::Unreadable, 0),
         };

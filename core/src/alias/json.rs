@@ -251,13 +251,19 @@ impl<'a> Lexer<'a> {
 
     /// After [`Event::StartObject`] or [`Event::StartArray`]: moves past the
     /// container's end without lexing its content, which is then not
-    /// checked (the caller checks the document another way).
-    pub fn skip_container(&mut self) -> Result<(), JsonError> {
+    /// checked (the caller checks the document another way). `len`: the
+    /// container's length when the caller knows it, else its end is found
+    /// by matching brackets.
+    pub fn skip_container(&mut self, len: Option<usize>) -> Result<(), JsonError> {
         let start = self.pos.checked_sub(1).ok_or(JsonError::Unexpected { at: self.pos })?;
         if !matches!(self.bytes().get(start), Some(b'{' | b'[')) {
             return Err(JsonError::Unexpected { at: start });
         }
-        self.pos = crate::shallow::value_end(self.bytes(), start).ok_or(JsonError::Eof { at: self.src.len() })?;
+        let end = match len {
+            Some(len) => Some(start + len).filter(|end| *end <= self.src.len()),
+            None => crate::shallow::value_end(self.bytes(), start),
+        };
+        self.pos = end.ok_or(JsonError::Eof { at: self.src.len() })?;
         self.stack.pop();
         self.after_pop();
         Ok(())

@@ -100,6 +100,17 @@ impl<'t> PromptScan<'t> {
     /// itself a JSON document cannot be read (it is then refused, never
     /// forwarded unscanned).
     pub fn new(tax: &'t Taxonomy, body: &[u8]) -> Result<Self, RewriteError> {
+        Self::new_skipping(tax, body, &|_| None)
+    }
+
+    /// [`Self::new`], where `known(text)` is the length of a tool
+    /// definitions value already known to be JSON at the start of `text`
+    /// (the filter's [`crate::format::Memo`]), passed over without a look.
+    pub fn new_skipping(
+        tax: &'t Taxonomy,
+        body: &[u8],
+        known: &dyn Fn(&str) -> Option<usize>,
+    ) -> Result<Self, RewriteError> {
         let src = std::str::from_utf8(body).map_err(|_| JsonError::NotUtf8)?;
         let mut lexer = Lexer::new(src);
         let mut scan = ResponseScan::new(tax);
@@ -121,7 +132,8 @@ impl<'t> PromptScan<'t> {
                             // Tool definitions are not read, nor lexed: the
                             // body is checked whole when its tools are read.
                             Member::Tools => {
-                                lexer.skip_container()?;
+                                let start = lexer.offset().saturating_sub(1);
+                                lexer.skip_container(src.get(start..).and_then(known))?;
                                 continue;
                             }
                             Member::Data => {

@@ -5,7 +5,7 @@
 //! and for case variants (see the module docs of [`super`]).
 
 use super::tools::fold_eq;
-use super::{BuiltinTools, Format, FormatError};
+use super::{BuiltinTools, Format, FormatError, Memo};
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use crate::shallow::{self, Raw};
@@ -67,18 +67,122 @@ impl Slot {
 }
 
 impl<'a> Top<'a> {
-    /// Reads the top level of `body`.
-    pub fn read(body: &'a str) -> Result<Self, FormatError> {
+    /// Reads the top level of `body`, checking all of it as JSON; a tools
+    /// array `memo` holds byte for byte was checked when it was remembered.
+    pub fn read(body: &'a str, memo: Option<&Memo>) -> Result<Self, FormatError> {
         if !body.trim_start().starts_with('{') {
             return Err(FormatError::NotAnObject);
         }
+        match Self::walk(body, memo) {
+            Some(top) => top.checked(),
+            None => Self::read_whole(body),
+        }
+    }
+
+    /// The top level read by serde_json in one go: the reference reading,
+    /// and the one whose error is reported.
+    pub(super) fn read_whole(body: &'a str) -> Result<Self, FormatError> {
         let mut de = serde_json::Deserializer::from_str(body);
         let top = de.deserialize_map(TopVisitor).map_err(json_error)?;
         de.end().map_err(json_error)?;
-        match top.problem {
+        top.checked()
+    }
+
+    /// The top level, unless a key problem was noted.
+    pub(super) fn checked(self) -> Result<Self, FormatError> {
+        match self.problem {
             Some(problem) => Err(problem),
-            None => Ok(top),
+            None => Ok(self),
         }
+    }
+
+    /// The top level walked member by member, each key and value checked
+    /// by serde_json, except a tools array `memo` holds. `None` on anything
+    /// unexpected: the body is then read whole ([`Self::read_whole`]).
+    pub(super) fn walk(body: &'a str, memo: Option<&Memo>) -> Option<Self> {
+        let bytes = body.as_bytes();
+        let ws = |mut at: usize| {
+            while matches!(bytes.get(at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+                at += 1;
+            }
+            at
+        };
+        let mut top = Top::default();
+        let mut seen: Vec<Slot> = Vec::new();
+        let mut at = ws(0);
+        (bytes.get(at) == Some(&b'{')).then_some(())?;
+        at = ws(at + 1);
+        if bytes.get(at) == Some(&b'}') {
+            return (ws(at + 1) == bytes.len()).then_some(top);
+        }
+        loop {
+            (bytes.get(at) == Some(&b'"')).then_some(())?;
+            let key_end = shallow::string_end(bytes, at)?;
+            let key: Cow<'a, str> = serde_json::from_str(body.get(at..key_end)?).ok()?;
+            at = ws(key_end);
+            (bytes.get(at) == Some(&b':')).then_some(())?;
+            at = ws(at + 1);
+            let rest = body.get(at..)?;
+            let slot = top.slot_of(&key, &mut seen);
+            let carries_tools = matches!(slot, Some(Slot::Tools | Slot::Functions));
+            let len = match memo.filter(|_| carries_tools).and_then(|m| m.known_array(rest)) {
+                Some(len) => len,
+                None => {
+                    let mut values = serde_json::Deserializer::from_str(rest).into_iter::<IgnoredAny>();
+                    values.next()?.ok()?;
+                    values.byte_offset()
+                }
+            };
+            let value = rest.get(..len)?;
+            if let Some(slot) = slot {
+                top.set(slot, (value != "null").then(|| Raw::from_checked(value)));
+            }
+            at = ws(at + len);
+            match bytes.get(at) {
+                Some(b',') => at = ws(at + 1),
+                Some(b'}') => return (ws(at + 1) == bytes.len()).then_some(top),
+                _ => return None,
+            }
+        }
+    }
+
+    /// The slot of the top-level `key`, noting the first key problem (a
+    /// guarded key twice, or in another letter case).
+    fn slot_of(&mut self, key: &str, seen: &mut Vec<Slot>) -> Option<Slot> {
+        let slot = KEYS.iter().find(|(k, _)| *k == key).map(|(_, s)| *s);
+        let Some(slot) = slot else {
+            if self.problem.is_none() {
+                let variant = KEYS.iter().find(|(k, s)| s.guarded() && fold_eq(k, key));
+                if let Some((k, _)) = variant {
+                    self.problem = Some(FormatError::CaseVariantKey { key: k });
+                }
+            }
+            return None;
+        };
+        if slot.guarded() && seen.contains(&slot) && self.problem.is_none() {
+            let name = KEYS.iter().find(|(_, s)| *s == slot).map_or("tools", |(k, _)| *k);
+            self.problem = Some(FormatError::DuplicateKey { key: name });
+        }
+        seen.push(slot);
+        Some(slot)
+    }
+
+    /// Fills `slot` with `value`. A `null` (`None`) is the same as an
+    /// absent key, both to keyhole and to the providers: it leaves an
+    /// earlier value in place.
+    fn set(&mut self, slot: Slot, value: Option<Raw<'a>>) {
+        let target = match slot {
+            Slot::Tools => &mut self.tools,
+            Slot::Functions => &mut self.functions,
+            Slot::ToolChoice => &mut self.tool_choice,
+            Slot::FunctionCall => &mut self.function_call,
+            Slot::ToolConfig => &mut self.tool_config,
+            Slot::Messages => &mut self.messages,
+            Slot::Input => &mut self.input,
+            Slot::Contents => &mut self.contents,
+            Slot::System => &mut self.system,
+        };
+        *target = value.or(*target);
     }
 
     /// Whether the body has a tools array to read (`tools` or `functions`).
@@ -147,37 +251,15 @@ impl<'de> Visitor<'de> for TopVisitor {
         let mut top = Top::default();
         let mut seen: Vec<Slot> = Vec::new();
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-            let slot = KEYS.iter().find(|(k, _)| *k == key).map(|(_, s)| *s);
-            let Some(slot) = slot else {
-                if top.problem.is_none() {
-                    let variant = KEYS.iter().find(|(k, s)| s.guarded() && fold_eq(k, &key));
-                    if let Some((k, _)) = variant {
-                        top.problem = Some(FormatError::CaseVariantKey { key: k });
-                    }
+            match top.slot_of(&key, &mut seen) {
+                Some(slot) => {
+                    let value: Option<Raw<'de>> = map.next_value()?;
+                    top.set(slot, value);
                 }
-                map.next_value::<IgnoredAny>()?;
-                continue;
-            };
-            if slot.guarded() && seen.contains(&slot) && top.problem.is_none() {
-                let name = KEYS.iter().find(|(_, s)| *s == slot).map_or("tools", |(k, _)| *k);
-                top.problem = Some(FormatError::DuplicateKey { key: name });
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
             }
-            seen.push(slot);
-            let value: Option<Raw<'de>> = map.next_value()?;
-            let target = match slot {
-                Slot::Tools => &mut top.tools,
-                Slot::Functions => &mut top.functions,
-                Slot::ToolChoice => &mut top.tool_choice,
-                Slot::FunctionCall => &mut top.function_call,
-                Slot::ToolConfig => &mut top.tool_config,
-                Slot::Messages => &mut top.messages,
-                Slot::Input => &mut top.input,
-                Slot::Contents => &mut top.contents,
-                Slot::System => &mut top.system,
-            };
-            // `Option<Raw<'_>>` reads `null` as `None`: a null is the same as
-            // an absent key, both to keyhole and to the providers.
-            *target = value.or(*target);
         }
         Ok(top)
     }

@@ -102,6 +102,12 @@ impl Memo {
         Some(recalled)
     }
 
+    /// The length of the remembered array `text` begins with, if any: a
+    /// JSON array checked when it was remembered, whatever format read it.
+    pub fn known_array(&self, text: &str) -> Option<usize> {
+        self.entries.iter().find(|e| text.as_bytes().starts_with(e.text.as_bytes())).map(|e| e.text.len())
+    }
+
     /// Remembers the reading of the array `key`: `array` (spans in the
     /// body) and its function tools `tools` (numbered from `first_tool` in
     /// `array`). Returns the tools' registry digest.

@@ -431,7 +431,7 @@ fn read<'a>(
     if body.trim().is_empty() {
         return Ok(None);
     }
-    let top = body::Top::read(body)?;
+    let top = body::Top::read(body, memo.as_deref())?;
     if !top.carries_tools() {
         return Ok(None);
     }

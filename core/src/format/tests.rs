@@ -632,6 +632,53 @@ mod props {
             prop_assert!(memo.hits() >= 2 || !b.contains("\"tools\":[{"), "hits {}", memo.hits());
         }
 
+        /// Walking the top level member by member reads every body as
+        /// serde_json reading it whole does (or defers to it), with a memo
+        /// or without: generated requests, moved, padded with whitespace,
+        /// damaged, cut, with duplicate and case-variant keys.
+        #[test]
+        fn the_top_level_walk_reads_as_serde_json_does(
+            (_, a, _, _) in request(),
+            (_, b, _, _) in request(),
+            at in any::<prop::sample::Index>(),
+            byte in prop::sample::select(b" \t\n{}[]\",:0-e\\n".to_vec()),
+            extra in prop::sample::select(vec!["", ",\"tools\":[]", ",\"Tools\":null", ",\"tool_choice\":\"auto\"", ",\"messages\":null", " ", ",\"x\":[1,{}]"]),
+        ) {
+            let builtins = BuiltinTools::default();
+            let mut memo = Memo::new();
+            let _ = parse_memo("/any", a.as_bytes(), &builtins, &mut memo);
+            let _ = parse_memo("/any", b.as_bytes(), &builtins, &mut memo);
+            let with_extra = format!("{}{extra}}}", &b[..b.len() - 1]);
+            let mut damaged = with_extra.clone().into_bytes();
+            let i = at.index(damaged.len());
+            damaged[i] = byte;
+            let cut = &with_extra[..(0..=i.min(with_extra.len())).rev().find(|&c| with_extra.is_char_boundary(c)).unwrap_or(0)];
+            let padded = format!(" \n{{ {} \t", &with_extra[1..]);
+            let damaged = String::from_utf8_lossy(&damaged).into_owned();
+            for body in [a.as_str(), b.as_str(), &with_extra, &damaged, cut, &padded] {
+                let whole = body::Top::read_whole(body);
+                for memo in [None, Some(&memo)] {
+                    match (body::Top::walk(body, memo).map(body::Top::checked), &whole) {
+                        (None, _) => {}
+                        (Some(Err(e)), Err(whole)) => prop_assert_eq!(e.to_string(), whole.to_string()),
+                        (Some(Err(e)), Ok(_)) => prop_assert!(false, "walk refused what serde_json reads ({}): {}", e, body),
+                        (Some(Ok(top)), Ok(whole)) => {
+                            let slots = |t: &body::Top<'_>| {
+                                [t.tools, t.functions, t.tool_choice, t.function_call, t.tool_config, t.messages, t.input, t.contents, t.system]
+                                    .map(|r| r.map(|r| r.get().to_owned()))
+                            };
+                            prop_assert_eq!(slots(&top), slots(whole), "{}", body);
+                        }
+                        (Some(Ok(_)), Err(e)) => prop_assert!(false, "walk read what serde_json refuses ({}): {}", e, body),
+                    }
+                    if body.trim_start().starts_with('{') {
+                        let read = body::Top::read(body, memo).map(|_| ()).map_err(|e| e.to_string());
+                        prop_assert_eq!(read, whole.as_ref().map(|_| ()).map_err(|e| e.to_string()));
+                    }
+                }
+            }
+        }
+
         #[test]
         fn parse_never_panics_on_arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..512), path in "[/a-z:]{0,30}") {
             let _ = parse(&path, &bytes);

@@ -198,6 +198,15 @@ proptest! {
         let scan = PromptScan::new(&tax, body.as_bytes()).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let aliases = SessionMap::new().encode(&tax, scan.ids()).map_err(|e| TestCaseError::fail(e.to_string()))?.aliases;
         let out = scan.rewrite(body.as_bytes(), &aliases, &[]).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        // Tool definitions passed over as the filter does, its memo knowing
+        // them: the same ids, the same rewrite.
+        let mut memo = crate::format::Memo::new();
+        let read = crate::format::parse_memo("/any", body.as_bytes(), &crate::format::BuiltinTools::default(), &mut memo);
+        prop_assert!(matches!(read, Ok(Some(_))));
+        let skipping = PromptScan::new_skipping(&tax, body.as_bytes(), &|rest| memo.known_array(rest))
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(skipping.ids(), scan.ids());
+        prop_assert_eq!(skipping.rewrite(body.as_bytes(), &aliases, &[]).ok(), Some(out.clone()));
 
         let after: Value = serde_json::from_slice(&out).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let before: Value = serde_json::from_str(&body).map_err(|e| TestCaseError::fail(e.to_string()))?;
