@@ -185,6 +185,15 @@ impl<'a> Top<'a> {
         *target = value.or(*target);
     }
 
+    /// Whether `text` occurs in the conversation (`messages`, `input` or
+    /// `contents`: what the dialects read a history from).
+    pub fn history_mentions(&self, text: &str) -> bool {
+        [self.messages, self.input, self.contents]
+            .into_iter()
+            .flatten()
+            .any(|raw| memchr::memmem::find(raw.get().as_bytes(), text.as_bytes()).is_some())
+    }
+
     /// Whether the body has a tools array to read (`tools` or `functions`).
     pub fn carries_tools(&self) -> bool {
         self.tools.is_some() || self.functions.is_some()

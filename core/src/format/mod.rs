@@ -456,10 +456,10 @@ fn read<'a>(
     };
     let turn = (format.dialect().read_request)(&mut b, &top)?;
     b.legacy(&top)?;
-    // The history is read only when the control tool's name appears at all:
-    // most requests never called it. (A name written with escapes is not
+    // The history is read only when the control tool's name appears in it at
+    // all: most requests never called it. (A name written with escapes is not
     // found: that only forgoes a search, it never widens a set.)
-    let search_call = if memchr::memmem::find(body.as_bytes(), recovery::TOOL_NAME.as_bytes()).is_some() {
+    let search_call = if top.history_mentions(recovery::TOOL_NAME) {
         recovery::latest_search(&(format.dialect().read_history)(&top)).map(|query| SearchCall { query })
     } else {
         None
