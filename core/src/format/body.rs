@@ -5,6 +5,7 @@
 //! and for case variants (see the module docs of [`super`]).
 
 use super::tools::fold_eq;
+use super::memo::Known;
 use super::{BuiltinTools, Format, FormatError, Memo};
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
@@ -30,6 +31,9 @@ pub(super) struct Top<'a> {
     /// The first key problem met; reported after the whole body parsed, so a
     /// syntax error later in the body is not masked by it.
     problem: Option<FormatError>,
+    /// Tools arrays found in the memo while walking: each value, and the
+    /// entry that holds its bytes.
+    pub known: Vec<(Raw<'a>, Known)>,
 }
 
 /// Keys read, with their slot. The first five carry or force tools: they are
@@ -125,8 +129,9 @@ impl<'a> Top<'a> {
             let rest = body.get(at..)?;
             let slot = top.slot_of(&key, &mut seen);
             let carries_tools = matches!(slot, Some(Slot::Tools | Slot::Functions));
-            let len = match memo.filter(|_| carries_tools).and_then(|m| m.known_array(rest)) {
-                Some(len) => len,
+            let known = memo.filter(|_| carries_tools).and_then(|m| m.known(rest));
+            let len = match known {
+                Some(known) => known.len,
                 None => {
                     let mut values = serde_json::Deserializer::from_str(rest).into_iter::<IgnoredAny>();
                     values.next()?.ok()?;
@@ -134,6 +139,9 @@ impl<'a> Top<'a> {
                 }
             };
             let value = rest.get(..len)?;
+            if let Some(known) = known {
+                top.known.push((Raw::from_checked(value), known));
+            }
             if let Some(slot) = slot {
                 top.set(slot, (value != "null").then(|| Raw::from_checked(value)));
             }

@@ -30,10 +30,23 @@ pub struct Memo {
     entries: VecDeque<Entry>,
     bytes: usize,
     hits: u64,
+    /// The id the next entry gets.
+    next_id: u64,
+}
+
+/// A remembered array found at the start of a text ([`Memo::known`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Known {
+    /// Its length.
+    pub len: usize,
+    /// The entry whose text it is.
+    entry: u64,
 }
 
 #[derive(Debug)]
 struct Entry {
+    /// Unique in this memo.
+    id: u64,
     format: Format,
     role: ArrayRole,
     builtins: BuiltinTools,
@@ -74,15 +87,17 @@ impl Memo {
     }
 
     /// The reading of the array `key`, whose function tools will be
-    /// numbered from `first_tool`, if it was read before.
-    pub(super) fn recall(&mut self, key: &Key<'_>, first_tool: usize) -> Option<Recalled> {
+    /// numbered from `first_tool`, if it was read before. `known`: the
+    /// entry [`Self::known`] found for this very text, whose bytes need not
+    /// be compared again.
+    pub(super) fn recall(&mut self, key: &Key<'_>, first_tool: usize, known: Option<Known>) -> Option<Recalled> {
         let start = key.start;
         let at = self.entries.iter().position(|e| {
-            e.format == key.format
-                && e.role == key.role
-                && e.text.len() == key.text.len()
-                && e.text == key.text
-                && e.builtins == *key.builtins
+            let same_text = match known {
+                Some(known) if known.entry == e.id => known.len == key.text.len(),
+                _ => e.text.len() == key.text.len() && e.text == key.text,
+            };
+            e.format == key.format && e.role == key.role && e.builtins == *key.builtins && same_text
         })?;
         let entry = self.entries.remove(at)?;
         let recalled = Recalled {
@@ -105,7 +120,15 @@ impl Memo {
     /// The length of the remembered array `text` begins with, if any: a
     /// JSON array checked when it was remembered, whatever format read it.
     pub fn known_array(&self, text: &str) -> Option<usize> {
-        self.entries.iter().find(|e| text.as_bytes().starts_with(e.text.as_bytes())).map(|e| e.text.len())
+        self.known(text).map(|k| k.len)
+    }
+
+    /// [`Self::known_array`], naming the entry.
+    pub(super) fn known(&self, text: &str) -> Option<Known> {
+        self.entries
+            .iter()
+            .find(|e| text.as_bytes().starts_with(e.text.as_bytes()))
+            .map(|e| Known { len: e.text.len(), entry: e.id })
     }
 
     /// Remembers the reading of the array `key`: `array` (spans in the
@@ -127,7 +150,9 @@ impl Memo {
             i.saturating_sub(first_tool)
         });
         self.bytes += text.len();
+        self.next_id += 1;
         self.entries.push_front(Entry {
+            id: self.next_id,
             format: key.format,
             role: key.role,
             builtins: key.builtins.clone(),

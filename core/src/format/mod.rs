@@ -446,6 +446,7 @@ fn read<'a>(
     let mut b = Builder {
         body,
         index: None,
+        known: top.known.clone(),
         format,
         builtins,
         memo,
@@ -744,6 +745,8 @@ struct Builder<'a, 'b> {
     body: &'a str,
     /// The ends of the containers of the top-level tools array being read.
     index: Option<shallow::Index<'a>>,
+    /// Tools arrays whose bytes the memo holds ([`body::Top::known`]).
+    known: Vec<(Raw<'a>, memo::Known)>,
     format: Format,
     builtins: &'b BuiltinTools,
     memo: Option<&'b mut Memo>,
@@ -776,7 +779,9 @@ impl<'a> Builder<'a, '_> {
         let first_tool = self.tools.len();
         let key = memo::Key { format: self.format, role, builtins: self.builtins, text: raw.get(), start: span.start };
         if let Some(memo) = self.memo.as_deref_mut().filter(|_| top_level) {
-            if let Some(recalled) = memo.recall(&key, first_tool) {
+            let same = |(r, _): &&(Raw<'a>, memo::Known)| r.get().as_ptr() == raw.get().as_ptr() && r.get().len() == raw.get().len();
+            let known = self.known.iter().find(same).map(|(_, k)| *k);
+            if let Some(recalled) = memo.recall(&key, first_tool, known) {
                 self.tools.extend(recalled.tools);
                 self.digests.push(Some(recalled.digest));
                 return Ok(recalled.array);
