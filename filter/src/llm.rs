@@ -112,6 +112,10 @@ pub struct Shared {
     pub memo: RefCell<Memo>,
 }
 
+/// The response headers only keyhole writes.
+const OWN_HEADERS: [&str; 6] =
+    [HOLD_HEADER, OFF_SURFACE_HEADER, AUDIT_HEADER, SOURCE_HEADER, ALIASED_HEADER, TOOL_SEARCH_HEADER];
+
 /// One LLM stream.
 pub struct LlmStream {
     context_id: u32,
@@ -542,10 +546,20 @@ impl HttpContext for LlmStream {
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        // Only keyhole sets these; an upstream must not forge them. (Envoy
-        // does not refuse header writes in this callback; a refusal is logged.)
-        for name in [HOLD_HEADER, OFF_SURFACE_HEADER, AUDIT_HEADER, SOURCE_HEADER, ALIASED_HEADER, TOOL_SEARCH_HEADER] {
-            let _ = host::set_response_header(name, None);
+        // Only keyhole sets these; an upstream must not forge them. The
+        // answer's header names are read in one host call and only those
+        // present removed (most answers, a GET's too, carry none); when they
+        // cannot be read, every one is removed. (Envoy does not refuse header
+        // writes in this callback.)
+        let present = host::response_headers();
+        for name in OWN_HEADERS {
+            let forged = match &present {
+                Ok(headers) => headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(name)),
+                Err(_) => true,
+            };
+            if forged {
+                let _ = host::set_response_header(name, None);
+            }
         }
         if let Some(n) = self.ids_aliased {
             let _ = host::set_response_header(ALIASED_HEADER, Some(&n.to_string()));

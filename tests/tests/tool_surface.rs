@@ -247,6 +247,53 @@ fn chat_answer_calling(name: &str) -> String {
     )
 }
 
+/// The response headers only keyhole writes, each forged by the upstream.
+const OWN_HEADERS: [&str; 6] = [
+    "x-keyhole-hold",
+    "x-keyhole-off-surface",
+    "x-keyhole-tools",
+    "x-keyhole-source",
+    "x-keyhole-ids-aliased",
+    "x-keyhole-tool-search",
+];
+
+#[tokio::test]
+async fn an_upstream_cannot_forge_keyholes_headers() {
+    let stack = Stack::start(StackOptions {
+        control: false,
+        llm_filter_config: r#"{"mode":"llm","timeout_ms":30000,"aliases":"off","tool_search":"off"}"#.into(),
+        ..Default::default()
+    })
+    .await
+    .expect("stack");
+    let _fake = FakeControl::start(&stack.socket(), Fault::Everything).await.expect("fake control");
+    let forged = |body: &str| {
+        let mut canned = Canned::json(body.to_owned());
+        canned.headers.extend(OWN_HEADERS.iter().map(|h| ((*h).to_owned(), "forged".to_owned())));
+        canned.headers.push(("x-upstream-own".into(), "kept".into()));
+        canned
+    };
+    // A GET passes through: the forged headers are gone, the upstream's own stays.
+    stack.llm.set("/v1/models", forged(r#"{"data":[]}"#));
+    let resp = reqwest::get(format!("{}/v1/models", stack.envoy.llm_url())).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    for h in OWN_HEADERS {
+        assert!(resp.headers().get(h).is_none(), "GET: {h} forged through");
+    }
+    assert_eq!(resp.headers().get("x-upstream-own").map(|v| v.to_str().unwrap()), Some("kept"));
+    // A decided request: keyhole's own audit, nothing forged.
+    stack.llm.set("/v1/chat/completions", forged(&chat_answer_calling("appointment__manage")));
+    let small = br#"{"messages":[{"role":"user","content":"book"}],"tools":[{"type":"function","function":{"name":"appointment__manage","description":"Book"}}]}"#;
+    let resp = send(&stack, "/v1/chat/completions", small.to_vec(), &session("forge")).await;
+    assert_eq!(resp.status(), 200, "{}", stack.envoy.log_tail());
+    for h in OWN_HEADERS {
+        let values: Vec<&str> = resp.headers().get_all(h).iter().map(|v| v.to_str().unwrap()).collect();
+        assert!(!values.contains(&"forged"), "{h}: {values:?}");
+    }
+    let audit = resp.headers().get("x-keyhole-tools").map(|v| v.to_str().unwrap().to_owned());
+    assert!(audit.is_some_and(|a| a.starts_with("appointment__manage=")), "{}", stack.envoy.log_tail());
+}
+
 #[tokio::test]
 async fn answers_calling_unsurfaced_tools_are_flagged_or_blocked() {
     let small = br#"{"messages":[{"role":"user","content":"book an appointment"}],"tools":[{"type":"function","function":{"name":"appointment__manage","description":"Book an appointment"}},{"type":"function","function":{"name":"fhir__bundle__export","description":"Export"}}]}"#;

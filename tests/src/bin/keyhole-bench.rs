@@ -139,6 +139,27 @@ async fn throughput(base: &str, r: &Req, conns: usize, secs: u64) -> anyhow::Res
     Ok(total as f64 / secs as f64)
 }
 
+/// Control's arguments for a stack whose control indexes the catalog
+/// registry before it reports ready, so that turns are answered with
+/// vectors (`x-keyhole-source: retrieval`), not lexically while it indexes.
+fn indexed_catalog() -> Vec<String> {
+    let mut args = StackOptions::default().control_args;
+    args.extend(["--registry".into(), paths::catalog().join("openai_request.json").display().to_string()]);
+    args
+}
+
+/// How keyhole answered `r` (`x-keyhole-source`: `retrieval`, `lexical`, …).
+async fn source_of(client: &reqwest::Client, base: &str, r: &Req) -> anyhow::Result<String> {
+    let mut b = client.request(r.method.clone(), format!("{base}{}", r.path)).body(r.body.clone());
+    for (k, v) in &r.headers {
+        b = b.header(k, v);
+    }
+    let resp = b.send().await?;
+    let source = resp.headers().get("x-keyhole-source").and_then(|v| v.to_str().ok()).unwrap_or("none").to_owned();
+    resp.bytes().await?;
+    Ok(source)
+}
+
 /// Sends `r` until `base` answers 200 (a new stack's first turns may be
 /// answered before control has indexed the registry), then five more times.
 async fn warm_up(client: &reqwest::Client, base: &str, r: &Req) -> anyhow::Result<()> {
@@ -788,6 +809,7 @@ async fn main() -> anyhow::Result<()> {
         llm_filter_config: r#"{"mode":"llm","timeout_ms":30000}"#.into(),
         // The filter's default limit is 1 MiB; scenario 3 sends a ~1 MB body.
         hms_filter_config: r#"{"mode":"hms","timeout_ms":30000,"max_body_bytes":4194304}"#.into(),
+        control_args: indexed_catalog(),
         ..Default::default()
     })
     .await?;
@@ -812,6 +834,8 @@ async fn main() -> anyhow::Result<()> {
     let warm = Req::post("/v1/chat/completions", catalog_bytes.clone(), "bench");
     let client = reqwest::Client::new();
     warm_up(&client, &k, &warm).await.context("keyhole")?;
+    let warm_source = source_of(&client, &k, &warm).await?;
+    eprintln!("  answered by: {warm_source}");
     let (a, z) = interleaved(&k, &b, std::slice::from_ref(&warm), rounds).await?;
     let warm_pair = pair(a, z);
     // The alias pass alone: the same request through a second keyhole with
@@ -819,6 +843,7 @@ async fn main() -> anyhow::Result<()> {
     eprintln!("scenario 1: catalog request, aliases on vs off…");
     let off = Stack::start(StackOptions {
         llm_filter_config: r#"{"mode":"llm","timeout_ms":30000,"aliases":"off"}"#.into(),
+        control_args: indexed_catalog(),
         ..Default::default()
     })
     .await?;
@@ -863,9 +888,11 @@ async fn main() -> anyhow::Result<()> {
         .collect();
     let (a, z) = interleaved(&k, &b, &cold, 1).await?;
     let cold_pair = pair(a, z);
+    let cold_source = source_of(&client, &k, &cold[0]).await?;
     results.insert(
         "llm_catalog",
         json!({"warm": warm_pair, "cold_query_embedding": cold_pair,
+               "source": {"warm": warm_source, "cold": cold_source},
                "alias_pass": alias_pair, "filter_and_callout": filter_pair, "throughput_rps": tput}),
     );
 
@@ -1053,8 +1080,9 @@ fn markdown(r: &BTreeMap<&str, Value>) -> String {
             f(&p["added_p50_ms"]), f(&p["added_p99_ms"])
         )
     };
-    s += &row("1. LLM catalog request (84 KB), warm", &l["warm"]);
-    s += &row("1. LLM catalog request, cold query embedding", &l["cold_query_embedding"]);
+    let source = |which: &str| l["source"][which].as_str().unwrap_or("?").to_owned();
+    s += &row(&format!("1. LLM catalog request (84 KB), warm (answered by: {})", source("warm")), &l["warm"]);
+    s += &row(&format!("1. LLM catalog request, cold query embedding (answered by: {})", source("cold")), &l["cold_query_embedding"]);
     s += &row("1. LLM catalog request, aliases on (vs keyhole with aliases off)", &l["alias_pass"]);
     s += &row("1. LLM catalog request, filter + one callout (control answering at once, aliases off)", &l["filter_and_callout"]);
     s += &row("2. GET through the LLM listener", &r["llm_get"]);
