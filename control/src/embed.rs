@@ -166,8 +166,11 @@ impl Embedder {
         let mut missing: Vec<usize> = Vec::new();
         {
             let cache = self.cache.lock().await;
+            // Each missing text once (a registry of thousands embeds each
+            // distinct text once, without comparing every pair).
+            let mut asked = std::collections::HashSet::new();
             for (i, k) in keys.iter().enumerate() {
-                if !cache.contains_key(k) && !missing.iter().any(|&j| keys[j] == *k) {
+                if !cache.contains_key(k) && asked.insert(*k) {
                     missing.push(i);
                 }
             }

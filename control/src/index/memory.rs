@@ -1,8 +1,11 @@
 //! The embedded vector store: an exact cosine scan over a normalised `f32`
 //! matrix per collection, persisted one file per collection.
 //!
-//! Measured here: 42 µs per query at 1k×384, 0.6 ms at 5k×1024 — an exact scan
-//! beats an approximate index at tool-registry scale, and it is exact.
+//! The scan runs in two passes (see [`Collection::search`]): a fast one over
+//! every row, then exact scores for the few rows that can be in the top `k`.
+//! Measured (`make bench`, resolve over the socket, embedding excluded): 0.95
+//! ms p50 at 5,000 × 384, 2.26 ms at 20,000 × 384 — at tool-registry scale an
+//! exact scan needs no approximate index.
 //!
 //! # File format
 //! `{dir}/{collection}.kvec`: the magic `KHVEC1\n`, a `u64` LE header length,
@@ -136,19 +139,42 @@ impl Collection {
         self.matrix.truncate(last * self.dim);
     }
 
+    /// The `k` best rows for `query`, exactly: each score is the sum of the
+    /// products in element order (bit for bit
+    /// `v.iter().zip(q).map(|(a, b)| a * b).sum()`), ties broken by id.
+    ///
+    /// Two passes. The first scores every row with eight sums side by side
+    /// over contiguous lanes (what the compiler turns into vector
+    /// instructions), which differs from the exact score by at most
+    /// [`error_bound`]. Every row whose first score is within twice that of
+    /// the `k`-th best first score is scored exactly in the second pass. A
+    /// row of the exact top `k` always is: its first score is at least the
+    /// `k`-th exact score less the bound, which is at least the `k`-th
+    /// first score less twice the bound. So the answer is the exact scan's,
+    /// and the second pass scores little more than `k` rows.
     fn search(&self, query: &[f32], k: usize, filter: Option<&Predicate>) -> Vec<Hit> {
-        let mut scored: Vec<(f32, usize)> = Vec::with_capacity(self.ids.len());
-        dot_rows(&self.matrix, self.dim, query, |row, score| {
-            if filter.is_none_or(|f| f.matches(&self.payloads[row])) {
-                scored.push((score, row));
-            }
-        });
-        let order = |a: &(f32, usize), b: &(f32, usize)| b.0.total_cmp(&a.0).then_with(|| self.ids[a.1].cmp(&self.ids[b.1]));
-        if k < scored.len() {
-            scored.select_nth_unstable_by(k, order);
-            scored.truncate(k);
+        if self.dim == 0 || query.len() != self.dim || k == 0 {
+            return Vec::new();
         }
+        let mut first: Vec<(f32, usize)> = Vec::with_capacity(self.ids.len());
+        for (row, v) in self.matrix.chunks_exact(self.dim).enumerate() {
+            if filter.is_none_or(|f| f.matches(&self.payloads[row])) {
+                first.push((dot_lanes(v, query), row));
+            }
+        }
+        if k < first.len() {
+            let by_score = |a: &(f32, usize), b: &(f32, usize)| b.0.total_cmp(&a.0);
+            first.select_nth_unstable_by(k - 1, by_score);
+            let floor = first[k - 1].0 - 2.0 * error_bound(self.dim);
+            first.retain(|(score, _)| *score >= floor);
+        }
+        let mut scored: Vec<(f32, usize)> = first
+            .into_iter()
+            .map(|(_, row)| (dot_exact(&self.matrix[row * self.dim..(row + 1) * self.dim], query), row))
+            .collect();
+        let order = |a: &(f32, usize), b: &(f32, usize)| b.0.total_cmp(&a.0).then_with(|| self.ids[a.1].cmp(&self.ids[b.1]));
         scored.sort_by(order);
+        scored.truncate(k);
         scored
             .into_iter()
             .map(|(score, row)| Hit { id: self.ids[row], score, name: self.payloads[row].name.clone() })
@@ -156,38 +182,34 @@ impl Collection {
     }
 }
 
-/// Rows scored at once by [`dot_rows`].
+/// Lanes summed side by side by [`dot_lanes`].
 const LANES: usize = 8;
 
-/// Calls `each(row, dot)` for every row of a row-major `dim`-wide matrix, in
-/// row order. Each dot product sums its products in element order (so a
-/// score is bit for bit what `v.iter().zip(q).map(|(a, b)| a * b).sum()`
-/// gives), but [`LANES`] rows run side by side: eight independent sums keep
-/// the floating-point units busy where one sum waits on each addition.
-fn dot_rows(matrix: &[f32], dim: usize, query: &[f32], mut each: impl FnMut(usize, f32)) {
-    if dim == 0 || query.len() != dim {
-        return;
-    }
-    let mut blocks = matrix.chunks_exact(dim * LANES);
-    let mut row = 0;
-    for block in &mut blocks {
-        // `Sum for f32` starts from -0.0; so do these.
-        let mut sums = [-0.0f32; LANES];
-        let rows: [&[f32]; LANES] = std::array::from_fn(|l| &block[l * dim..(l + 1) * dim]);
-        for (i, q) in query.iter().enumerate() {
-            for l in 0..LANES {
-                sums[l] += rows[l][i] * q;
-            }
-        }
-        for s in sums {
-            each(row, s);
-            row += 1;
+/// The exact score: products summed in element order.
+fn dot_exact(v: &[f32], q: &[f32]) -> f32 {
+    v.iter().zip(q).map(|(a, b)| a * b).sum::<f32>()
+}
+
+/// The dot product summed in [`LANES`] interleaved partial sums (element
+/// `i` into sum `i % LANES`), then the sums and the tail: fast, and within
+/// [`error_bound`] of [`dot_exact`] for unit vectors.
+fn dot_lanes(v: &[f32], q: &[f32]) -> f32 {
+    let mut sums = [0.0f32; LANES];
+    let (vc, qc) = (v.chunks_exact(LANES), q.chunks_exact(LANES));
+    let tail: f32 = vc.remainder().iter().zip(qc.remainder()).map(|(a, b)| a * b).sum();
+    for (a, b) in vc.zip(qc) {
+        for l in 0..LANES {
+            sums[l] += a[l] * b[l];
         }
     }
-    for v in blocks.remainder().chunks_exact(dim) {
-        each(row, v.iter().zip(query).map(|(a, b)| a * b).sum::<f32>());
-        row += 1;
-    }
+    sums.iter().sum::<f32>() + tail
+}
+
+/// How far two summation orders of a `dim`-wide dot product of unit vectors
+/// can be apart: each is within `dim · ε · Σ|aᵢbᵢ|` of the true value, and
+/// `Σ|aᵢbᵢ| ≤ 1` (Cauchy–Schwarz); doubled, and doubled again for margin.
+fn error_bound(dim: usize) -> f32 {
+    4.0 * (dim as f32 + 1.0) * f32::EPSILON
 }
 
 impl VectorStore for MemoryStore {
@@ -340,28 +362,60 @@ fn load(path: &Path) -> Result<Collection, IndexError> {
 }
 
 #[cfg(test)]
-mod dot_tests {
-    use super::dot_rows;
+mod search_tests {
+    use super::*;
+    use proptest::prelude::*;
 
-    #[test]
-    fn side_by_side_rows_score_as_one_sum_each() {
-        let dim = 37;
-        let mut state: u64 = 7;
-        let mut next = || {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((state >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-        };
-        let query: Vec<f32> = (0..dim).map(|_| next()).collect();
-        for rows in [0, 1, 7, 8, 9, 23] {
-            let matrix: Vec<f32> = (0..rows * dim).map(|_| next()).collect();
-            let mut got = Vec::new();
-            dot_rows(&matrix, dim, &query, |row, s| got.push((row, s.to_bits())));
-            let want: Vec<(usize, u32)> = matrix
-                .chunks_exact(dim)
-                .enumerate()
-                .map(|(row, v)| (row, v.iter().zip(&query).map(|(a, b)| a * b).sum::<f32>().to_bits()))
-                .collect();
-            assert_eq!(got, want, "{rows} rows");
+    fn unit(v: Vec<f32>) -> Vec<f32> {
+        normalised(&v).unwrap_or(v)
+    }
+
+    /// The exact scan: every row scored in element order, best first, ties
+    /// by id.
+    fn reference(c: &Collection, q: &[f32], k: usize) -> Vec<(Uuid, u32)> {
+        let mut all: Vec<(f32, usize)> =
+            c.matrix.chunks_exact(c.dim).enumerate().map(|(r, v)| (dot_exact(v, q), r)).collect();
+        all.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| c.ids[a.1].cmp(&c.ids[b.1])));
+        all.into_iter().take(k).map(|(s, r)| (c.ids[r], s.to_bits())).collect()
+    }
+
+    proptest! {
+        /// Whatever the rows — random, repeated (exact ties), or a hair
+        /// apart (within the first pass's error) — the two-pass search
+        /// answers what the exact scan answers, bit for bit.
+        #[test]
+        fn two_passes_answer_the_exact_scan(
+            dim in 1usize..70,
+            seeds in prop::collection::vec(any::<u32>(), 1..120),
+            k in 1usize..20,
+            twins in 0usize..30,
+            nudge in prop::sample::select(vec![0.0f32, 1e-7, 1e-6, 1e-5]),
+            q_seed in any::<u32>(),
+        ) {
+            let vector = |seed: u32| -> Vec<f32> {
+                let mut state = u64::from(seed) | 1;
+                (0..dim).map(|_| {
+                    state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    ((state >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+                }).collect()
+            };
+            let mut c = Collection { dim, ..Collection::default() };
+            for (i, seed) in seeds.iter().enumerate() {
+                let mut v = vector(*seed);
+                if i < twins && i > 0 {
+                    // A near-copy of the first row: scores tie or nearly so.
+                    v = vector(seeds[0]);
+                    if let Some(x) = v.first_mut() {
+                        *x += nudge * i as f32;
+                    }
+                }
+                let id = Uuid::from_u128(u128::from(*seed) << 32 | i as u128);
+                let payload = PointPayload { name: format!("t{i}"), hash: String::new(), category: None, domain: None };
+                c.upsert("c", Point { id, vector: unit(v), payload }).unwrap();
+            }
+            let q = unit(vector(q_seed));
+            let got: Vec<(Uuid, u32)> = c.search(&q, k, None).into_iter().map(|h| (h.id, h.score.to_bits())).collect();
+            prop_assert_eq!(got, reference(&c, &q, k));
         }
     }
 }
