@@ -7,9 +7,9 @@
 use super::tools::fold_eq;
 use super::memo::Known;
 use super::{BuiltinTools, Format, FormatError, Memo};
+use crate::shallow::{self, Raw};
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
-use crate::shallow::{self, Raw};
 use std::borrow::Cow;
 use std::fmt;
 

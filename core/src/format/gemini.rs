@@ -23,9 +23,9 @@ use super::{
     Format, FormatError, Item, Named,
 };
 use crate::recovery::{self, HistoryEvent};
+use crate::shallow::{self, Raw};
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
-use crate::shallow::{self, Raw};
 use std::borrow::Cow;
 use std::fmt;
 

@@ -10,6 +10,12 @@
 //! Building a DOM of an 84 KB body costs ~10× more than borrowing slices of it,
 //! and re-serialising would reorder keys and change number formatting.
 //!
+//! The body is checked as JSON once, by serde_json; what is read after that is
+//! read shallowly (`shallow.rs`): a tool's schema is passed over by
+//! matching brackets, never parsed. An agent sends the same registry on every
+//! turn: with a [`Memo`] ([`parse_memo`], as the filter reads), a tools array
+//! whose bytes were read before is recalled, not read or hashed again.
+//!
 //! # Formats
 //! | [`Format`] | path | tools |
 //! |---|---|---|
@@ -51,8 +57,8 @@ pub use stream::{ScanLimits, ScanStats, StreamScanner};
 pub use tools::BuiltinTools;
 
 use crate::recovery::{self, HistoryEvent};
-use serde::Deserialize;
 use crate::shallow::{self, Raw};
+use serde::Deserialize;
 use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::LazyLock;

@@ -12,8 +12,8 @@ use super::{
     FormatError, Named,
 };
 use crate::recovery::{self, HistoryEvent};
-use serde::Deserialize;
 use crate::shallow::Raw;
+use serde::Deserialize;
 use std::borrow::Cow;
 
 #[derive(Deserialize)]

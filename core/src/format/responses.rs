@@ -14,8 +14,8 @@ use super::{
     TypedName,
 };
 use crate::recovery::{self, HistoryEvent};
-use serde::Deserialize;
 use crate::shallow::{self, Raw};
+use serde::Deserialize;
 use std::borrow::Cow;
 
 #[derive(Deserialize)]

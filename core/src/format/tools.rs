@@ -11,8 +11,8 @@
 //! look-alike is refused rather than forwarded uncounted.
 
 use super::{Builder, Format, FormatError, Item};
-use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use crate::shallow::Raw;
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use std::borrow::Cow;
 use std::fmt;
