@@ -8,7 +8,7 @@
 //! matching brackets outside strings ([`value_end`]), several times faster,
 //! or looked up in an [`Index`] of every container's end, built in one such
 //! pass, when the same text is read at several depths (a tools array, then
-//! each tool, then its function object). [`from_str`] and [`from_indexed`]
+//! each tool, then its function object). [`from_str`] and [`from_raw`]
 //! deserialize any `serde::Deserialize` type this way: objects and arrays
 //! are walked member by member, every scalar a visitor asks for is handed to
 //! serde_json, and a value the type ignores (`IgnoredAny`, an unknown field)
