@@ -291,10 +291,15 @@ impl LlmStream {
     /// Reads `body` (aliased, or as sent), asks control for its tools, and
     /// pauses; or decides at once.
     fn surface(&mut self, body: Vec<u8>) -> Action {
-        let read = {
+        let (read, recalled) = {
             let mut memo = self.shared.memo.borrow_mut();
-            surface::read(&self.path, &body, self.phase, &self.config.builtin_tools, &mut memo)
+            let before = memo.hits();
+            let read = surface::read(&self.path, &body, self.phase, &self.config.builtin_tools, &mut memo);
+            (read, memo.hits() > before)
         };
+        if recalled {
+            count(self.metrics.registry_recalled, 1);
+        }
         let parsed = match read {
             Read::Pass => {
                 self.state = State::Passthrough;

@@ -29,6 +29,9 @@ pub struct Metrics {
     /// Events of streamed LLM answers that could not be checked for tool
     /// calls (oversized or unreadable), skipped.
     pub stream_events_skipped: Option<u32>,
+    /// LLM requests whose tools were recalled from the worker's memo of
+    /// registries (the same bytes read before), not read again.
+    pub registry_recalled: Option<u32>,
     /// The LLM listener's id-alias counters.
     pub llm: LlmAliasMetrics,
     /// The HMS listener's counters.
@@ -209,6 +212,7 @@ impl Metrics {
             off_surface_calls: counter("keyhole.off_surface_calls"),
             over_budget: counter("keyhole.over_budget"),
             stream_events_skipped: counter("keyhole.stream_events_skipped"),
+            registry_recalled: counter("keyhole.registry_recalled"),
             llm: LlmAliasMetrics {
                 ids_aliased: counter("keyhole.llm.ids_aliased"),
                 requests_aliased: counter("keyhole.llm.requests_aliased"),

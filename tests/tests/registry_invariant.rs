@@ -280,7 +280,9 @@ fn seed() -> u64 {
     std::env::var("KEYHOLE_INVARIANT_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x6b65_7968_6f6c_65)
 }
 
-/// Generated requests through Envoy: every method, transport and phase.
+/// Generated requests through Envoy: every method, transport and phase;
+/// each also delivered alone before and after the filter remembers its
+/// registry, which must end the same way.
 #[tokio::test]
 async fn generated_requests_never_reach_the_llm_over_budget() {
     let (stack, _fake) = adversarial().await;
@@ -289,8 +291,26 @@ async fn generated_requests_never_reach_the_llm_over_budget() {
     let total = cases(300);
     for i in 0..total {
         let req = adversary::generate(&mut rng);
+        // Under a session of its own (a session's last audited set bounds its
+        // later recovery turns, so sessions are kept apart here), before and
+        // after the filter's memo holds this request's tools arrays: a
+        // recalled reading must end as the first reading did.
+        let alone = |tag: &str| {
+            let mut r = req.clone();
+            for (k, v) in r.headers.iter_mut() {
+                if *k == "x-keyhole-session" {
+                    *v = format!("{v}-{tag}-{i}");
+                }
+            }
+            r
+        };
+        let read = deliver(&stack, &alone("read")).await;
+        holds(&format!("case {i} read ({} {} {:?})", req.method, req.path, req.transport), &req, read.0, read.1);
         let (status, forwarded) = deliver(&stack, &req).await;
         holds(&format!("case {i} ({} {} {:?})", req.method, req.path, req.transport), &req, status, forwarded);
+        let recalled = deliver(&stack, &alone("recalled")).await;
+        holds(&format!("case {i} recalled ({} {} {:?})", req.method, req.path, req.transport), &req, recalled.0, recalled.1);
+        assert_eq!(recalled, read, "case {i}: the recalled reading ended differently ({})", req.path);
         match forwarded {
             Some(n) => {
                 forwarded_n += 1;
@@ -303,10 +323,12 @@ async fn generated_requests_never_reach_the_llm_over_budget() {
             assert!(status < 400 && forwarded.is_some(), "case {i}: a clean request was refused ({status})");
         }
     }
+    let recalled = stack.envoy.stat("wasmcustom.keyhole.registry_recalled").await.unwrap_or(0);
     println!(
         "registry invariant through Envoy: generated={total} refused={refused} forwarded={forwarded_n} \
-         clean={clean} max_tool_definitions_forwarded={max_forwarded}"
+         clean={clean} max_tool_definitions_forwarded={max_forwarded} registries_recalled={recalled}"
     );
+    assert!(recalled as usize > forwarded_n, "the filter's memo was exercised ({recalled} recalled)");
     assert!(refused > total / 10 && forwarded_n > total / 10, "the generator exercises both outcomes");
 }
 
