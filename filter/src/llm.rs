@@ -205,9 +205,11 @@ impl LlmStream {
     /// body without session and without ids on to [`Self::surface`].
     fn alias(&mut self, body: Vec<u8>) -> Action {
         let tax = crate::taxonomy::leaked(&self.config.taxonomy);
-        let scanned = {
-            let memo = self.shared.memo.borrow();
-            PromptScan::new_skipping(tax, &body, &|rest| memo.known_array(rest))
+        // The memo is only ever borrowed for the length of one call; a busy
+        // one (never expected) only means the tools are passed over the slow way.
+        let scanned = match self.shared.memo.try_borrow() {
+            Ok(memo) => PromptScan::new_skipping(tax, &body, &|rest| memo.known_array(rest)),
+            Err(_) => PromptScan::new(tax, &body),
         };
         let scan = match scanned {
             Ok(scan) => scan,
@@ -291,11 +293,14 @@ impl LlmStream {
     /// Reads `body` (aliased, or as sent), asks control for its tools, and
     /// pauses; or decides at once.
     fn surface(&mut self, body: Vec<u8>) -> Action {
-        let (read, recalled) = {
-            let mut memo = self.shared.memo.borrow_mut();
-            let before = memo.hits();
-            let read = surface::read(&self.path, &body, self.phase, &self.config.builtin_tools, &mut memo);
-            (read, memo.hits() > before)
+        let (read, recalled) = match self.shared.memo.try_borrow_mut() {
+            Ok(mut memo) => {
+                let before = memo.hits();
+                let read = surface::read(&self.path, &body, self.phase, &self.config.builtin_tools, &mut memo);
+                (read, memo.hits() > before)
+            }
+            // Busy (never expected): read without remembering.
+            Err(_) => (surface::read(&self.path, &body, self.phase, &self.config.builtin_tools, &mut Memo::new()), false),
         };
         if recalled {
             count(self.metrics.registry_recalled, 1);
