@@ -204,6 +204,7 @@ struct EngineArgs {
     namespace: String,
     retrieval_timeout_ms: u64,
     max_registries: u64,
+    turns_in_flight: u64,
 }
 
 settings_args!(CommonArgs, Scope::Common);
@@ -225,6 +226,7 @@ impl clap::FromArgMatches for CommonArgs {
                 namespace: given(m, "retrieval.namespace")?,
                 retrieval_timeout_ms: given(m, "retrieval.timeout_ms")?,
                 max_registries: given(m, "retrieval.max_registries")?,
+                turns_in_flight: given(m, "embedder.turns_in_flight")?,
             },
         })
     }
@@ -396,6 +398,7 @@ async fn resolver(
     let settings = ResolverSettings {
         retrieval_timeout: Duration::from_millis(engine.retrieval_timeout_ms),
         max_registries: usize::try_from(engine.max_registries).unwrap_or(usize::MAX),
+        turns_in_flight: usize::try_from(engine.turns_in_flight).unwrap_or(usize::MAX),
         ..ResolverSettings::default()
     };
     Ok(Resolver::new(Arc::new(indexer), Arc::new(rank), overlay.map(Arc::new), settings))

@@ -195,6 +195,15 @@ pub struct ResolverSettings {
     pub audit_len: usize,
     /// Wait before retrying a failed background index of one registry.
     pub index_retry: Duration,
+    /// Turns sent to the embedder at once (`embedder.turns_in_flight`); a
+    /// turn past them waits for a place within its deadline, then is ranked
+    /// lexically. An embedding runs to its end even after its turn's
+    /// deadline (the embedder computes it anyway; it is cached for the next
+    /// turn with the same text), and holds its place until then: so a busy
+    /// embedder gets no more work than this, where an unbounded one piled up
+    /// embeddings nobody waited for (16 closed-loop sessions at 300 ms: 10 s
+    /// of backlog).
+    pub turns_in_flight: usize,
 }
 
 impl Default for ResolverSettings {
@@ -206,6 +215,7 @@ impl Default for ResolverSettings {
             max_sessions: 10_000,
             audit_len: 64,
             index_retry: Duration::from_secs(5),
+            turns_in_flight: 4,
         }
     }
 }
@@ -256,6 +266,8 @@ pub struct Resolver {
     clock: AtomicU64,
     /// The configured registry's index ([`Self::index_at_start`]).
     startup: std::sync::Mutex<IndexState>,
+    /// Places for turns at the embedder ([`ResolverSettings::turns_in_flight`]).
+    turns_in_flight: Arc<tokio::sync::Semaphore>,
 }
 
 /// The [`registry_digest`] of the tool descriptors, in request order (the
@@ -268,7 +280,9 @@ impl Resolver {
     /// A resolver over an indexer, a ranking configuration and an optional overlay.
     pub fn new(indexer: Arc<Indexer>, rank: Arc<RankConfig>, overlay: Option<Arc<Overlay>>, settings: ResolverSettings) -> Resolver {
         let sessions = Sessions::new(settings.max_sessions, settings.audit_len);
+        let turns_in_flight = Arc::new(tokio::sync::Semaphore::new(settings.turns_in_flight.max(1)));
         Resolver {
+            turns_in_flight,
             indexer,
             rank,
             overlay,
@@ -616,7 +630,7 @@ impl Resolver {
         timings: &mut Timings,
     ) -> Result<Option<Vec<(String, f32)>>, RetrievalError> {
         let t = Instant::now();
-        let q = self.indexer.embedder().embed(Side::Query, &[turn]).await?;
+        let q = self.embed_turn(turn).await?;
         timings.embed_us = t.elapsed().as_micros() as u64;
         let Some(q) = q.first() else { return Ok(Some(Vec::new())) };
         let t = Instant::now();
@@ -630,6 +644,32 @@ impl Resolver {
                 hits.into_iter().filter(|h| registry.names().contains(&h.name)).map(|h| (h.name, h.score)).collect(),
             ),
         })
+    }
+
+    /// The turn's embedding: from the cache, or from the embedder once a
+    /// place is free ([`ResolverSettings::turns_in_flight`]; the caller's
+    /// deadline bounds the wait). The request runs in its own task holding
+    /// its place, to its end, even when the caller stops waiting.
+    async fn embed_turn(&self, turn: &str) -> Result<Vec<Arc<[f32]>>, RetrievalError> {
+        let embedder = self.indexer.embedder();
+        if embedder.is_cached(Side::Query, turn).await {
+            return Ok(embedder.embed(Side::Query, &[turn]).await?);
+        }
+        let place = self
+            .turns_in_flight
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| crate::embed::EmbedError::Malformed(e.to_string()))?;
+        let (embedder, text) = (embedder.clone(), turn.to_owned());
+        let request = tokio::spawn(async move {
+            let vectors = embedder.embed(Side::Query, &[text.as_str()]).await;
+            drop(place);
+            vectors
+        });
+        // A task that panicked or was cancelled is an embedder failure.
+        let vectors = request.await.map_err(|e| crate::embed::EmbedError::Malformed(e.to_string()))?;
+        Ok(vectors?)
     }
 
     /// The cosine similarity of `text` to every tool of an indexed registry,

@@ -317,6 +317,61 @@ async fn a_turn_past_its_deadline_is_ranked_lexically_and_says_so() {
     assert_eq!(resolver.audit("late").await.unwrap()[0].retrieval, Retrieval::Lexical);
 }
 
+#[tokio::test]
+async fn a_busy_embedder_gets_no_more_turns_than_its_places() {
+    use crate::embed::{Embedder, EmbedderConfig};
+    use std::sync::atomic::AtomicUsize;
+    // Tool vectors cached as above; turns go to an endpoint that takes
+    // connections and never answers, counting them.
+    let f = fixture().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("embeddings.cache");
+    let client = |url: &str| {
+        let config = EmbedderConfig { url: url.into(), attempts: 1, cache_path: Some(cache.clone()), ..EmbedderConfig::default() };
+        Arc::new(Embedder::try_new(config).unwrap())
+    };
+    let rank = || Arc::new(RankConfig::try_new(Default::default()).unwrap());
+    let overlay = || Some(Arc::new(Overlay::from_json(&std::fs::read(CATALOG).unwrap()).unwrap()));
+    let store: Arc<dyn VectorStore> = Arc::new(MemoryStore::in_memory());
+    let namespace = fresh_namespace("busy");
+    let warm = Indexer::try_new(client(&f.fake.url), store.clone(), &namespace).unwrap();
+    Resolver::new(Arc::new(warm), rank(), overlay(), ResolverSettings::default()).prepare(&f.tools).await.unwrap();
+
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", silent.local_addr().unwrap());
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counted = connections.clone();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            held.push(socket);
+        }
+    });
+    let indexer = Indexer::try_new(client(&url), store, &namespace).unwrap();
+    let settings =
+        ResolverSettings { retrieval_timeout: Duration::from_millis(200), turns_in_flight: 2, ..ResolverSettings::default() };
+    let resolver = Resolver::new(Arc::new(indexer), rank(), overlay(), settings);
+    resolver.prepare(&f.tools).await.unwrap();
+    for (i, turn) in ["Order a lipid panel for Anna Schmidt", "Book a follow-up for Mr. Weber", "Discharge the patient in room 4"]
+        .into_iter()
+        .enumerate()
+    {
+        let started = Instant::now();
+        let answer = resolver.resolve(&request(&f, &format!("busy-{i}"), turn, Phase::Planner)).await;
+        let took = started.elapsed();
+        assert_eq!(answer.source, Source::Lexical, "turn {i}");
+        assert!(answer.tools.iter().any(|t| t.reason == Reason::Rag), "turn {i}: ranked, not the fallback");
+        // Each waited out its deadline: the first two for their embedding,
+        // the third for a place that never came free.
+        assert!(took >= Duration::from_millis(200), "turn {i}: {took:?}");
+    }
+    // The two embeddings still run (the endpoint never answers), holding
+    // their places: the third turn never reached the embedder.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(connections.load(Ordering::SeqCst), 2);
+}
+
 // === recovery: the tool-search control tool ===
 
 /// `request` with the filter's control tool, and the model's query if any.
