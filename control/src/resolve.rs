@@ -74,6 +74,11 @@ pub enum RetrievalError {
     /// Embedding the turn failed.
     #[error(transparent)]
     Embed(#[from] crate::embed::EmbedError),
+    /// A place at the embedder came free too late: the embedding would not
+    /// come back before the turn's deadline (by the embedder's recent
+    /// answers), so it is not asked for.
+    #[error("the embedder would answer after the turn's deadline")]
+    Late,
     /// The vector search failed.
     #[error(transparent)]
     Index(#[from] crate::index::IndexError),
@@ -182,10 +187,12 @@ pub struct ResolverSettings {
     /// The default (300 ms, `retrieval.timeout_ms`) is the smallest deadline
     /// `keyhole-bench --only vector_share` measured whose share of turns
     /// answered with vectors at 4 concurrent sessions is at least 0.95. Past
-    /// the embedder's capacity a short deadline does not shed load: the
-    /// embedder still computes the embeddings control stopped waiting for
-    /// (16 closed-loop sessions on a 2-core box: 0.012 with vectors at 300 ms,
-    /// and a backlog of 16 s; 0.995 at 1000 ms).
+    /// the embedder's capacity a short deadline alone does not shed load (an
+    /// embedding once sent is computed whether anyone waits for it):
+    /// [`Self::turns_in_flight`] bounds what is sent. 16 closed-loop sessions
+    /// on a 2-core box at 300 ms: 0.012 of turns with vectors and 16 s of
+    /// embedder backlog without the bound, 0.275 and none with it; 1.000 at
+    /// 1000 ms.
     pub retrieval_timeout: Duration,
     /// Distinct registries kept built and indexed (least recently used evicted).
     pub max_registries: usize,
@@ -197,7 +204,8 @@ pub struct ResolverSettings {
     pub index_retry: Duration,
     /// Turns sent to the embedder at once (`embedder.turns_in_flight`); a
     /// turn past them waits for a place within its deadline, then is ranked
-    /// lexically. An embedding runs to its end even after its turn's
+    /// lexically, and is not sent when the embedder's recent answers say it
+    /// would come back after the deadline. An embedding runs to its end even after its turn's
     /// deadline (the embedder computes it anyway; it is cached for the next
     /// turn with the same text), and holds its place until then: so a busy
     /// embedder gets no more work than this, where an unbounded one piled up
@@ -268,6 +276,9 @@ pub struct Resolver {
     startup: std::sync::Mutex<IndexState>,
     /// Places for turns at the embedder ([`ResolverSettings::turns_in_flight`]).
     turns_in_flight: Arc<tokio::sync::Semaphore>,
+    /// How long the embedder took to answer a turn lately, in µs (a moving
+    /// average; 0 before the first answer).
+    turn_embed_us: Arc<AtomicU64>,
 }
 
 /// The [`registry_digest`] of the tool descriptors, in request order (the
@@ -283,6 +294,7 @@ impl Resolver {
         let turns_in_flight = Arc::new(tokio::sync::Semaphore::new(settings.turns_in_flight.max(1)));
         Resolver {
             turns_in_flight,
+            turn_embed_us: Arc::new(AtomicU64::new(0)),
             indexer,
             rank,
             overlay,
@@ -501,13 +513,17 @@ impl Resolver {
         }
         let mut timings = Timings::default();
         let retrieval = if prepared.is_ready() {
-            match tokio::time::timeout_at(deadline, self.cosine(&prepared, &req.turn, &mut timings)).await {
+            match tokio::time::timeout_at(deadline, self.cosine(&prepared, &req.turn, Some(deadline), &mut timings)).await {
                 Ok(Ok(Some(hits))) => Ok(hits),
                 Ok(Ok(None)) => {
                     // The collection is gone (dropped, or a fresh Qdrant): rank
                     // lexically and rebuild it.
                     prepared.ready.store(false, Ordering::Release);
                     self.spawn_index(&prepared);
+                    Err(Retrieval::Lexical)
+                }
+                Ok(Err(RetrievalError::Late)) => {
+                    tracing::warn!(timeout = ?self.settings.retrieval_timeout, "the embedder would answer too late; ranking lexically");
                     Err(Retrieval::Lexical)
                 }
                 Ok(Err(e)) => {
@@ -595,7 +611,7 @@ impl Resolver {
     /// [`pipeline::search`]: keyhole_core::rank::pipeline::search
     async fn search_registry(&self, prepared: &PreparedRegistry, query: &str, deadline: tokio::time::Instant) -> Found {
         let (cosine, retrieval) = if prepared.is_ready() {
-            match tokio::time::timeout_at(deadline, self.cosine(prepared, query, &mut Timings::default())).await {
+            match tokio::time::timeout_at(deadline, self.cosine(prepared, query, Some(deadline), &mut Timings::default())).await {
                 Ok(Ok(Some(hits))) => (hits, Retrieval::Hybrid),
                 Ok(Ok(None)) | Err(_) => (Vec::new(), Retrieval::Lexical),
                 Ok(Err(e)) => {
@@ -627,10 +643,11 @@ impl Resolver {
         &self,
         prepared: &PreparedRegistry,
         turn: &str,
+        deadline: Option<tokio::time::Instant>,
         timings: &mut Timings,
     ) -> Result<Option<Vec<(String, f32)>>, RetrievalError> {
         let t = Instant::now();
-        let q = self.embed_turn(turn).await?;
+        let q = self.embed_turn(turn, deadline).await?;
         timings.embed_us = t.elapsed().as_micros() as u64;
         let Some(q) = q.first() else { return Ok(Some(Vec::new())) };
         let t = Instant::now();
@@ -648,9 +665,12 @@ impl Resolver {
 
     /// The turn's embedding: from the cache, or from the embedder once a
     /// place is free ([`ResolverSettings::turns_in_flight`]; the caller's
-    /// deadline bounds the wait). The request runs in its own task holding
-    /// its place, to its end, even when the caller stops waiting.
-    async fn embed_turn(&self, turn: &str) -> Result<Vec<Arc<[f32]>>, RetrievalError> {
+    /// deadline bounds the wait), unless by then the embedder's recent
+    /// answers say it would come back after `deadline`
+    /// ([`RetrievalError::Late`]: a place handed on at once, and no work for
+    /// the embedder that nobody would wait for). The request runs in its own
+    /// task holding its place, to its end, even when the caller stops waiting.
+    async fn embed_turn(&self, turn: &str, deadline: Option<tokio::time::Instant>) -> Result<Vec<Arc<[f32]>>, RetrievalError> {
         let embedder = self.indexer.embedder();
         if embedder.is_cached(Side::Query, turn).await {
             return Ok(embedder.embed(Side::Query, &[turn]).await?);
@@ -661,9 +681,20 @@ impl Resolver {
             .acquire_owned()
             .await
             .map_err(|e| crate::embed::EmbedError::Malformed(e.to_string()))?;
-        let (embedder, text) = (embedder.clone(), turn.to_owned());
+        let expected = Duration::from_micros(self.turn_embed_us.load(Ordering::Relaxed));
+        if deadline.is_some_and(|d| tokio::time::Instant::now() + expected > d) {
+            return Err(RetrievalError::Late);
+        }
+        let (embedder, text, took_us) = (embedder.clone(), turn.to_owned(), self.turn_embed_us.clone());
         let request = tokio::spawn(async move {
+            let sent = Instant::now();
             let vectors = embedder.embed(Side::Query, &[text.as_str()]).await;
+            if vectors.is_ok() {
+                let now = sent.elapsed().as_micros() as u64;
+                let _ = took_us.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+                    Some(if old == 0 { now } else { (old * 7 + now) / 8 })
+                });
+            }
             drop(place);
             vectors
         });
@@ -676,7 +707,7 @@ impl Resolver {
     /// best first (empty when its collection does not exist). For discovery
     /// (`keyhole search`). Fails when the embedder or the store does.
     pub async fn turn_cosine(&self, prepared: &PreparedRegistry, text: &str) -> Result<Vec<(String, f32)>, RetrievalError> {
-        Ok(self.cosine(prepared, text, &mut Timings::default()).await?.unwrap_or_default())
+        Ok(self.cosine(prepared, text, None, &mut Timings::default()).await?.unwrap_or_default())
     }
 
     /// The full resolution of one turn against an already prepared registry

@@ -372,6 +372,28 @@ async fn a_busy_embedder_gets_no_more_turns_than_its_places() {
     assert_eq!(connections.load(Ordering::SeqCst), 2);
 }
 
+#[tokio::test]
+async fn a_turn_the_embedder_would_answer_too_late_is_not_sent_to_it() {
+    let f = fixture().await;
+    let (prepared, _) = f.resolver.prepare(&f.tools).await.unwrap();
+    assert!(prepared.is_ready());
+    let turn = "Order a lipid panel for Anna Schmidt";
+    // The embedder's recent answers took far longer than this turn's
+    // deadline (2 s in the fixture) leaves.
+    f.resolver.turn_embed_us.store(10_000_000, Ordering::Relaxed);
+    let started = Instant::now();
+    let answer = f.resolver.resolve(&request(&f, "late", turn, Phase::Planner)).await;
+    assert_eq!(answer.source, Source::Lexical);
+    assert!(started.elapsed() < Duration::from_secs(1), "lexical at once: {:?}", started.elapsed());
+    let embedder = f.resolver.indexer.embedder();
+    assert!(!embedder.is_cached(Side::Query, turn).await, "the embedder was not asked");
+    // Once its answers are quick again, the turn is embedded.
+    f.resolver.turn_embed_us.store(1_000, Ordering::Relaxed);
+    let answer = f.resolver.resolve(&request(&f, "late", turn, Phase::Planner)).await;
+    assert_eq!(answer.source, Source::Retrieval);
+    assert!(embedder.is_cached(Side::Query, turn).await);
+}
+
 // === recovery: the tool-search control tool ===
 
 /// `request` with the filter's control tool, and the model's query if any.
