@@ -22,6 +22,15 @@ const BACKEND: &str = "redis";
 /// Attempts before a write gives up under contention.
 const MAX_TRIES: u32 = 32;
 
+/// A random wait before the next attempt after `tries` lost races: up to
+/// 1, 2, 4, … 32 ms. Without it, replicas that keep losing retry in step and
+/// can lose every attempt (seen with four replicas on one session).
+fn backoff(tries: u32) -> std::time::Duration {
+    let ceiling_us = 1_000u64 << tries.min(5);
+    let random = (uuid::Uuid::new_v4().as_u128() & u128::from(u64::MAX)) as u64;
+    std::time::Duration::from_micros(random % ceiling_us)
+}
+
 /// KEYS: version, entities, epochs. ARGV: expected version ("" = none), new
 /// version, TTL in ms, epoch ("" = none), then alias/record pairs. Returns 1
 /// when written, 0 when the version moved.
@@ -128,7 +137,7 @@ impl AliasStore for RedisStore {
             let mut slot = slot.lock().await;
             let (vk, ek) = self.keys(session);
             self.refresh(session, &mut slot).await?;
-            for _ in 0..MAX_TRIES {
+            for tries in 0..MAX_TRIES {
                 let planned = slot.map.plan_from(&self.config.taxonomy, ids, origin)?;
                 if planned.changes.is_empty() {
                     return Ok(planned.aliases);
@@ -153,6 +162,7 @@ impl AliasStore for RedisStore {
                     return Ok(planned.aliases);
                 }
                 // Another replica wrote first: plan again on its state.
+                tokio::time::sleep(backoff(tries)).await;
                 self.reload(session, &mut slot).await?;
             }
             Err(StoreError::Contended { backend: BACKEND, tries: MAX_TRIES })
