@@ -284,13 +284,15 @@ async fn the_configured_registry_is_indexed_at_start_retrying_until_done_and_hea
     assert_eq!(answer.source, Source::Retrieval, "the first turn after start is hybrid");
 }
 
-#[tokio::test]
-async fn a_turn_past_its_deadline_is_ranked_lexically_and_says_so() {
+/// A resolver whose tool vectors come from the fake embedder, through a
+/// cache file (kept alive by the returned directory), and whose turns go to
+/// `turns_url`, an endpoint that accepts connections and never answers.
+async fn cached_tools_resolver(
+    f: &Fixture,
+    turns_url: &str,
+    settings: ResolverSettings,
+) -> (Resolver, tempfile::TempDir) {
     use crate::embed::{Embedder, EmbedderConfig};
-    // The tool vectors come from the fake embedder into a cache file; the
-    // resolver under test reads that cache and embeds turns on an endpoint
-    // that accepts connections and never answers.
-    let f = fixture().await;
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("embeddings.cache");
     let client = |url: &str| {
@@ -300,15 +302,20 @@ async fn a_turn_past_its_deadline_is_ranked_lexically_and_says_so() {
     let rank = || Arc::new(RankConfig::try_new(Default::default()).unwrap());
     let overlay = || Some(Arc::new(Overlay::from_json(&std::fs::read(CATALOG).unwrap()).unwrap()));
     let store: Arc<dyn VectorStore> = Arc::new(MemoryStore::in_memory());
-    let namespace = fresh_namespace("late");
+    let namespace = fresh_namespace("silent");
     let warm = Indexer::try_new(client(&f.fake.url), store.clone(), &namespace).unwrap();
     Resolver::new(Arc::new(warm), rank(), overlay(), ResolverSettings::default()).prepare(&f.tools).await.unwrap();
+    let indexer = Indexer::try_new(client(turns_url), store, &namespace).unwrap();
+    (Resolver::new(Arc::new(indexer), rank(), overlay(), settings), dir)
+}
 
+#[tokio::test]
+async fn a_turn_past_its_deadline_is_ranked_lexically_and_says_so() {
+    let f = fixture().await;
     let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", silent.local_addr().unwrap());
-    let indexer = Indexer::try_new(client(&url), store, &namespace).unwrap();
     let settings = ResolverSettings { retrieval_timeout: Duration::from_millis(200), ..ResolverSettings::default() };
-    let resolver = Resolver::new(Arc::new(indexer), rank(), overlay(), settings);
+    let (resolver, _cache) = cached_tools_resolver(&f, &url, settings).await;
     let (prepared, report) = resolver.prepare(&f.tools).await.unwrap();
     assert!(prepared.is_ready() && report.upserted == 0, "{report:?}");
     let answer = resolver.resolve(&request(&f, "late", "Order a lipid panel for Anna Schmidt", Phase::Planner)).await;
@@ -319,24 +326,10 @@ async fn a_turn_past_its_deadline_is_ranked_lexically_and_says_so() {
 
 #[tokio::test]
 async fn a_busy_embedder_gets_no_more_turns_than_its_places() {
-    use crate::embed::{Embedder, EmbedderConfig};
     use std::sync::atomic::AtomicUsize;
-    // Tool vectors cached as above; turns go to an endpoint that takes
-    // connections and never answers, counting them.
+    // Turns go to an endpoint that takes connections and never answers,
+    // counting them.
     let f = fixture().await;
-    let dir = tempfile::tempdir().unwrap();
-    let cache = dir.path().join("embeddings.cache");
-    let client = |url: &str| {
-        let config = EmbedderConfig { url: url.into(), attempts: 1, cache_path: Some(cache.clone()), ..EmbedderConfig::default() };
-        Arc::new(Embedder::try_new(config).unwrap())
-    };
-    let rank = || Arc::new(RankConfig::try_new(Default::default()).unwrap());
-    let overlay = || Some(Arc::new(Overlay::from_json(&std::fs::read(CATALOG).unwrap()).unwrap()));
-    let store: Arc<dyn VectorStore> = Arc::new(MemoryStore::in_memory());
-    let namespace = fresh_namespace("busy");
-    let warm = Indexer::try_new(client(&f.fake.url), store.clone(), &namespace).unwrap();
-    Resolver::new(Arc::new(warm), rank(), overlay(), ResolverSettings::default()).prepare(&f.tools).await.unwrap();
-
     let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", silent.local_addr().unwrap());
     let connections = Arc::new(AtomicUsize::new(0));
@@ -348,10 +341,9 @@ async fn a_busy_embedder_gets_no_more_turns_than_its_places() {
             held.push(socket);
         }
     });
-    let indexer = Indexer::try_new(client(&url), store, &namespace).unwrap();
     let settings =
         ResolverSettings { retrieval_timeout: Duration::from_millis(200), turns_in_flight: 2, ..ResolverSettings::default() };
-    let resolver = Resolver::new(Arc::new(indexer), rank(), overlay(), settings);
+    let (resolver, _cache) = cached_tools_resolver(&f, &url, settings).await;
     resolver.prepare(&f.tools).await.unwrap();
     for (i, turn) in ["Order a lipid panel for Anna Schmidt", "Book a follow-up for Mr. Weber", "Discharge the patient in room 4"]
         .into_iter()
