@@ -40,6 +40,7 @@ pub mod fhir;
 pub mod grammar;
 mod json;
 mod known;
+mod pairs;
 pub mod prompt;
 pub mod request;
 pub mod response;

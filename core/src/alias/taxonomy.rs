@@ -35,6 +35,7 @@
 //! be given the new taxonomy together: until they are, control answers the
 //! filter's alias requests with `409 taxonomy_mismatch`.
 
+use super::pairs::PairSet;
 use super::shape::Form;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -514,6 +515,41 @@ mod defaults {
 /// configuration, not from traffic.
 type Table<V> = HashMap<String, V, rustc_hash::FxBuildHasher>;
 
+/// The [`PairSet`]s of the tables the text patterns ask about.
+#[derive(Debug, Clone)]
+struct WordPairs {
+    path_segment: PairSet,
+    resource_type: PairSet,
+    fhir_prefix: PairSet,
+}
+
+impl Default for WordPairs {
+    /// Sets that turn nothing away (filled in by [`WordPairs::of`]).
+    fn default() -> Self {
+        let all = PairSet::of([""]);
+        WordPairs {
+            path_segment: all.clone(),
+            resource_type: all.clone(),
+            fhir_prefix: all,
+        }
+    }
+}
+
+impl WordPairs {
+    fn of(t: &Taxonomy) -> WordPairs {
+        WordPairs {
+            path_segment: PairSet::of(t.path_segment.keys().map(String::as_str)),
+            resource_type: PairSet::of_exact(
+                t.resource_type
+                    .keys()
+                    .map(String::as_str)
+                    .chain(super::fhir::RESOURCE_TYPES.iter().copied()),
+            ),
+            fhir_prefix: PairSet::of_exact(t.fhir_prefix.keys().map(String::as_str)),
+        }
+    }
+}
+
 /// A kind, as an index into its [`Taxonomy`]. Only meaningful with the taxonomy
 /// that produced it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -559,6 +595,10 @@ pub struct Taxonomy {
     object_key: Table<KindId>,
     path_segment: Table<KindId>,
     key_role: Table<KeyRole>,
+    /// First letters of the path segments, resource types (FHIR's and the
+    /// configured ones) and FHIR id prefixes: most words of a text are
+    /// none of these and are turned away before a lookup.
+    pairs: WordPairs,
     /// Kinds by normalized kind name (`taskgroup`), for id-named keys.
     by_norm_name: Table<KindId>,
     /// The fallback kind alone: the kinds of a FHIR resource type nobody mapped.
@@ -593,6 +633,13 @@ pub(crate) fn norm_key(key: &str) -> String {
 /// Calls `f` with the normalized `key` without allocating (keys up to 64
 /// bytes; longer keys are normalized on the heap).
 fn with_norm<R>(key: &str, f: impl FnOnce(&str) -> R) -> Option<R> {
+    // Most keys are normalized already (`patients`, `id`).
+    if !key
+        .bytes()
+        .any(|b| b.is_ascii_uppercase() || matches!(b, b'_' | b'-' | b'.' | b' '))
+    {
+        return Some(f(key));
+    }
     let mut buf = [0u8; 64];
     let mut n = 0;
     for b in key.bytes() {
@@ -715,6 +762,7 @@ impl Taxonomy {
             object_key: Table::default(),
             path_segment: Table::default(),
             key_role: Table::default(),
+            pairs: WordPairs::default(),
             by_norm_name: Table::default(),
             fallback_only: Vec::new(),
             envelope_keys: raw.envelope_keys,
@@ -862,6 +910,7 @@ impl Taxonomy {
                 format!("must be between 36 and 4096, got {}", t.max_id_len),
             ));
         }
+        t.pairs = WordPairs::of(&t);
         Ok(t)
     }
 }
@@ -972,7 +1021,7 @@ impl Taxonomy {
             max_aliases_per_session: 5000,
             max_id_len: 128,
         };
-        Taxonomy {
+        let mut t = Taxonomy {
             by_prefix: Table::from_iter([(kind.prefix.clone(), KindId(0))]),
             by_name: Table::from_iter([(kind.name.clone(), KindId(0))]),
             kinds: vec![kind],
@@ -983,6 +1032,7 @@ impl Taxonomy {
             object_key: Table::default(),
             path_segment: Table::default(),
             key_role: Table::from_iter([("id".to_owned(), KeyRole::Id)]),
+            pairs: WordPairs::default(),
             by_norm_name: Table::default(),
             fallback_only: vec![KindId(0)],
             envelope_keys: Vec::new(),
@@ -990,7 +1040,9 @@ impl Taxonomy {
             max_aliases: 5000,
             max_id_len: 128,
             digest: digest_of(&config),
-        }
+        };
+        t.pairs = WordPairs::of(&t);
+        t
     }
 
     /// The kind behind an id.
@@ -1048,11 +1100,17 @@ impl Taxonomy {
         self.by_prefix.keys().map(String::len).max().unwrap_or(0)
     }
     pub(crate) fn fhir_prefix_kinds(&self, prefix: &str) -> Option<&[KindId]> {
+        if !self.pairs.fhir_prefix.may_hold(prefix.as_bytes()) {
+            return None;
+        }
         self.fhir_prefix.get(prefix).map(Vec::as_slice)
     }
     /// The kinds of a FHIR resource type: the configured ones, else the
     /// fallback kind for any other FHIR R4/R5 type.
     pub(crate) fn resource_type_kinds(&self, resource_type: &str) -> Option<&[KindId]> {
+        if !self.pairs.resource_type.may_hold(resource_type.as_bytes()) {
+            return None;
+        }
         match self.resource_type.get(resource_type) {
             Some(k) => Some(k.as_slice()),
             None if super::fhir::is_resource_type(resource_type) => {
@@ -1063,7 +1121,8 @@ impl Taxonomy {
     }
     /// Whether the taxonomy maps this resource type to a kind itself.
     pub(crate) fn resource_type_configured(&self, resource_type: &str) -> bool {
-        self.resource_type.contains_key(resource_type)
+        self.pairs.resource_type.may_hold(resource_type.as_bytes())
+            && self.resource_type.contains_key(resource_type)
     }
     pub(crate) fn id_field_kind(&self, key: &str) -> Option<KindId> {
         with_norm(key, |k| self.id_field.get(k).copied()).flatten()
@@ -1118,6 +1177,9 @@ impl Taxonomy {
         .unwrap_or(Some(self.fallback))
     }
     pub(crate) fn path_segment_kind(&self, segment: &str) -> Option<KindId> {
+        if !self.pairs.path_segment.may_hold(segment.as_bytes()) {
+            return None;
+        }
         with_norm(segment, |k| self.path_segment.get(k).copied()).flatten()
     }
     pub(crate) fn key_role(&self, key: &str) -> Option<KeyRole> {
