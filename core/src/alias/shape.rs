@@ -148,16 +148,17 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
     find_hex32(text, out);
     // Every other pattern holds a `-` (UUIDs, FHIR ids) or a `/` (references,
     // path segments).
-    if memchr::memchr2(b'-', b'/', text).is_none() {
+    let marks = Marks::new(text, b'-', b'/');
+    if marks.clone().next().is_none() {
         return;
     }
-    find_uuids(text, out);
+    find_uuids(text, marks.clone(), out);
     out.sort_by_key(|h| h.range.start);
     let uuids = out.len();
     let mut next_uuid = 0;
     let mut i = 0;
     // Only word starts next to a `/` or `-` are tried (see `WordStarts`).
-    for w in WordStarts::new(text) {
+    for w in WordStarts::new(text, marks) {
         if w < i {
             continue;
         }
@@ -331,7 +332,7 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
 /// looked at byte by byte.
 struct WordStarts<'a> {
     text: &'a [u8],
-    marks: memchr::Memchr2<'a>,
+    marks: Marks<'a>,
     /// The start after the last mark's `/`, not yet returned.
     after: Option<usize>,
     /// The last start returned.
@@ -339,10 +340,10 @@ struct WordStarts<'a> {
 }
 
 impl<'a> WordStarts<'a> {
-    fn new(text: &'a [u8]) -> Self {
+    fn new(text: &'a [u8], marks: Marks<'a>) -> Self {
         WordStarts {
             text,
-            marks: memchr::memchr2_iter(b'-', b'/', text),
+            marks,
             after: None,
             last: None,
         }
@@ -384,6 +385,85 @@ impl Iterator for WordStarts<'_> {
             self.last = Some(cand);
             return Some(cand);
         }
+    }
+}
+
+/// The positions of two bytes in a text, in order, read 64 bytes at a time
+/// into a bit mask, eight bytes per step: the texts searched are mostly
+/// short, and for a short text setting up `memchr` costs more than reading
+/// it.
+#[derive(Clone)]
+struct Marks<'a> {
+    /// The text from the block after the current one.
+    rest: &'a [u8],
+    x: u8,
+    y: u8,
+    /// Offset of the current block in the text.
+    base: usize,
+    /// The marks of the current block not yet returned.
+    bits: u64,
+}
+
+impl<'a> Marks<'a> {
+    fn new(text: &'a [u8], x: u8, y: u8) -> Self {
+        let mut marks = Marks {
+            rest: text,
+            x,
+            y,
+            base: 0,
+            bits: 0,
+        };
+        marks.bits = marks.load();
+        marks
+    }
+
+    /// Reads the next block (up to 64 bytes) of `rest` into a mask.
+    fn load(&mut self) -> u64 {
+        let (block, rest) = self.rest.split_at(self.rest.len().min(64));
+        self.rest = rest;
+        let mut bits = 0u64;
+        let mut chunks = block.chunks_exact(8);
+        let mut at = 0;
+        for chunk in chunks.by_ref() {
+            let word = <[u8; 8]>::try_from(chunk).map_or(0, u64::from_le_bytes);
+            bits |= byte_mask(word, self.x, self.y) << at;
+            at += 8;
+        }
+        // The last bytes, one by one (fewer than eight).
+        for (i, b) in chunks.remainder().iter().enumerate() {
+            bits |= u64::from(*b == self.x || *b == self.y) << (at + i);
+        }
+        bits
+    }
+}
+
+/// Which bytes of `word` (little-endian) are `x` or `y`, as bits: bit `j`
+/// for byte `j`, eight bytes compared at once.
+fn byte_mask(word: u64, x: u8, y: u8) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    // 0x80 in exactly the bytes of `v` that are zero.
+    let zero = |v: u64| !(((v & LOW7).wrapping_add(LOW7)) | v | LOW7);
+    let high =
+        zero(word ^ ONES.wrapping_mul(u64::from(x))) | zero(word ^ ONES.wrapping_mul(u64::from(y)));
+    // Gathers bit 7 of every byte into the top byte: byte `j` to bit 56 + j.
+    (high >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56
+}
+
+impl Iterator for Marks<'_> {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        while self.bits == 0 {
+            if self.rest.is_empty() {
+                return None;
+            }
+            self.base += 64;
+            self.bits = self.load();
+        }
+        let at = usize::try_from(self.bits.trailing_zeros()).ok()?;
+        self.bits &= self.bits - 1;
+        Some(self.base + at)
     }
 }
 
@@ -502,12 +582,14 @@ pub(crate) fn is_id_cursor(s: &str) -> bool {
 }
 
 /// Appends every UUID in `text` (no boundary required: a UUID glued to other
-/// characters is still a raw id).
-fn find_uuids(text: &[u8], out: &mut Vec<TextHit<'_>>) {
+/// characters is still a raw id). `marks`: the text's `-` (and `/`) bytes.
+fn find_uuids(text: &[u8], marks: Marks<'_>, out: &mut Vec<TextHit<'_>>) {
     // A UUID has its first dash at offset 8: look at each dash.
     let mut from = 8;
-    while let Some(rel) = text.get(from..).and_then(|t| memchr::memchr(b'-', t)) {
-        let dash = from + rel;
+    for dash in marks {
+        if dash < from || text.get(dash) != Some(&b'-') {
+            continue;
+        }
         let start = dash - 8;
         if text.get(start..start + 36).is_some_and(is_uuid) {
             out.push(TextHit {
@@ -515,8 +597,6 @@ fn find_uuids(text: &[u8], out: &mut Vec<TextHit<'_>>) {
                 pattern: Pattern::Uuid,
             });
             from = start + 36 + 8;
-        } else {
-            from = dash + 1;
         }
     }
 }
@@ -637,6 +717,42 @@ mod tests {
         );
         // Not the grammar: too few digits, a word after, glued to a word.
         assert_eq!(hits("ward-7 ward-101a xward-101 clinic-wide"), vec![]);
+    }
+
+    #[test]
+    fn byte_masks_agree_with_comparing_each_byte() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let alphabet = [b'-', b'/', b'a', b'0', 0, 0xff, b'.', 0x2d ^ 0x80];
+        for _ in 0..20_000 {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            let bytes: [u8; 8] = std::array::from_fn(|i| {
+                let pick = (state >> (i * 3)) & 7;
+                alphabet[pick as usize]
+            });
+            let want = bytes.iter().enumerate().fold(0u64, |m, (i, b)| {
+                m | u64::from(*b == b'-' || *b == b'/') << i
+            });
+            assert_eq!(
+                byte_mask(u64::from_le_bytes(bytes), b'-', b'/'),
+                want,
+                "{bytes:?}"
+            );
+        }
+        for len in [0, 1, 7, 8, 53, 63, 64, 65, 127, 128, 129, 300] {
+            let text: Vec<u8> = (0..len)
+                .map(|i| [b'a', b'-', b'/', b'0', b'x', b'x', b'-'][(i * i + 3 * i) % 7])
+                .collect();
+            let want: Vec<usize> = (0..text.len())
+                .filter(|i| matches!(text[*i], b'-' | b'/'))
+                .collect();
+            assert_eq!(
+                Marks::new(&text, b'-', b'/').collect::<Vec<_>>(),
+                want,
+                "{len}"
+            );
+        }
     }
 
     #[test]
