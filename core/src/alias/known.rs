@@ -204,7 +204,26 @@ impl<'v> KnownIds<'v> {
     /// Calls `f(range, value)` for each accepted match in `hay`, in order,
     /// without overlaps (leftmost, then longest).
     pub(crate) fn for_each(&self, hay: &[u8], mut f: impl FnMut(Range<usize>, usize)) {
-        self.search(hay, |r, v| {
+        self.search(hay, &[], |r, v| {
+            f(r, v);
+            true
+        });
+    }
+
+    /// [`Self::for_each`] for a caller that drops every match overlapping a
+    /// range of `skip` (sorted by start, not overlapping; the ids a scan
+    /// already found). Where the values have anchors, anchors inside those
+    /// ranges are not tried, and a match overlapping them is left out before
+    /// the leftmost matches are chosen, so it cannot hide a match that does
+    /// not; otherwise (no anchors, or encoded dashes) the matches are those
+    /// of [`Self::for_each`], and `f` must drop the overlapping ones.
+    pub(crate) fn for_each_outside(
+        &self,
+        hay: &[u8],
+        skip: &[(Range<usize>, usize)],
+        mut f: impl FnMut(Range<usize>, usize),
+    ) {
+        self.search(hay, skip, |r, v| {
             f(r, v);
             true
         });
@@ -218,7 +237,7 @@ impl<'v> KnownIds<'v> {
         allowed: impl Fn(&[u8]) -> bool,
     ) -> Option<Range<usize>> {
         let mut found = None;
-        self.search(hay, |r, _| {
+        self.search(hay, &[], |r, _| {
             if hay.get(r.clone()).is_some_and(&allowed) {
                 return true;
             }
@@ -230,12 +249,19 @@ impl<'v> KnownIds<'v> {
 
     /// Searches `hay`, with encoded dashes folded when they may matter;
     /// `f` returns whether to go on.
-    fn search(&self, hay: &[u8], mut f: impl FnMut(Range<usize>, usize) -> bool) {
+    /// `skip`: ranges of `hay` whose anchors need not be tried (see
+    /// [`Self::for_each_outside`]).
+    fn search(
+        &self,
+        hay: &[u8],
+        skip: &[(Range<usize>, usize)],
+        mut f: impl FnMut(Range<usize>, usize) -> bool,
+    ) {
         if self.table.is_empty() {
             return;
         }
         if !(self.dash && memchr2(b'%', b'&', hay).is_some()) {
-            self.search_plain(hay, &mut f);
+            self.search_plain(hay, skip, &mut f);
             return;
         }
         // Fold `%2D` / `&#45;` / `&#x2d;` to `-`; `map[i]` is the offset in
@@ -265,7 +291,8 @@ impl<'v> KnownIds<'v> {
             }
         }
         map.push(hay.len());
-        self.search_plain(&text, &mut |r: Range<usize>, v| {
+        // Folded offsets are not `hay`'s: nothing is skipped.
+        self.search_plain(&text, &[], &mut |r: Range<usize>, v| {
             let (Some(&s), Some(&e)) = (map.get(r.start), map.get(r.end)) else {
                 return true;
             };
@@ -273,9 +300,14 @@ impl<'v> KnownIds<'v> {
         });
     }
 
-    fn search_plain(&self, t: &[u8], f: &mut impl FnMut(Range<usize>, usize) -> bool) {
+    fn search_plain(
+        &self,
+        t: &[u8],
+        skip: &[(Range<usize>, usize)],
+        f: &mut impl FnMut(Range<usize>, usize) -> bool,
+    ) {
         match &self.anchors {
-            Some(a) => self.search_anchored(t, a, f),
+            Some(a) => self.search_anchored(t, a, skip, f),
             None => self.search_boundaries(t, f),
         }
     }
@@ -287,11 +319,20 @@ impl<'v> KnownIds<'v> {
         &self,
         t: &[u8],
         a: &Anchors,
+        skip: &[(Range<usize>, usize)],
         f: &mut impl FnMut(Range<usize>, usize) -> bool,
     ) {
         let mut key = Vec::new();
         let mut found: Vec<(usize, usize, usize)> = Vec::new();
+        // Anchors come in order: the first skip range not yet behind them.
+        let mut next_skip = 0;
         let mut at_anchor = |p: usize| {
+            while skip.get(next_skip).is_some_and(|(r, _)| r.end <= p) {
+                next_skip += 1;
+            }
+            if skip.get(next_skip).is_some_and(|(r, _)| r.start <= p) {
+                return;
+            }
             let Some(&byte) = t.get(p) else {
                 return;
             };
@@ -300,7 +341,10 @@ impl<'v> KnownIds<'v> {
                     continue;
                 };
                 if let Some((e, v)) = self.longest_at(t, i, &mut key) {
-                    found.push((i, e, v));
+                    let s = skip.partition_point(|(r, _)| r.end <= i);
+                    if skip.get(s).is_none_or(|(r, _)| r.start >= e) {
+                        found.push((i, e, v));
+                    }
                 }
             }
         };
@@ -652,6 +696,46 @@ mod tests {
         assert_eq!(found(&v, "/patients/482913/x 1482913 4829130"), ["482913"]);
         assert_eq!(found(&v, "slot-im-12 xslot-im-1 slot-im-1."), ["slot-im-1"]);
         assert_eq!(found(&["12"], "12 tablets"), Vec::<String>::new());
+    }
+
+    proptest::proptest! {
+        /// Leaving out the matches that overlap the ranges to skip (the ids
+        /// a scan already found) never leaves a value uncovered: every match
+        /// of the plain search overlaps a skipped range or a match found.
+        #[test]
+        fn skipping_found_ids_leaves_no_match_uncovered(
+            values in proptest::collection::vec("([a-c]{1,3}-[0-9]{1,3}(-[a-c])?|[0-9]{5,6}|[a-c]{2}_[0-9]{2})", 1..6),
+            pieces in proptest::collection::vec(0usize..12, 0..30),
+            keep in proptest::collection::vec(proptest::bool::ANY, 30),
+        ) {
+            let glue = ["-", " ", "/", "x", "7", "%2D", "_", "."];
+            let hay: String = pieces
+                .iter()
+                .map(|p| values.get(*p).map_or(glue[p % glue.len()], String::as_str))
+                .collect();
+            let k = KnownIds::new(values.iter().map(String::as_str));
+            let mut plain = Vec::new();
+            k.for_each(hay.as_bytes(), |r, v| plain.push((r, v)));
+            let skip: Vec<(Range<usize>, usize)> = plain
+                .iter()
+                .zip(keep.iter().cycle())
+                .filter(|(_, keep)| **keep)
+                .map(|(m, _)| m.clone())
+                .collect();
+            let mut outside = Vec::new();
+            k.for_each_outside(hay.as_bytes(), &skip, |r, _| outside.push(r));
+            for r in &outside {
+                let text = hay.get(r.clone()).unwrap_or_default().to_ascii_lowercase();
+                let decoded = decoded_view(text.as_bytes()).unwrap_or(text);
+                proptest::prop_assert!(values.contains(&decoded), "{r:?} in {hay}");
+            }
+            let covered = |r: &Range<usize>| {
+                skip.iter().map(|(s, _)| s).chain(&outside).any(|c| c.start < r.end && r.start < c.end)
+            };
+            for (r, _) in &plain {
+                proptest::prop_assert!(covered(r), "{r:?} uncovered in {hay}");
+            }
+        }
     }
 
     #[test]
