@@ -41,8 +41,9 @@ use super::known::KnownIds;
 use super::shape::{self, Form, Pattern, TextHit};
 use super::taxonomy::{KeyRole, KindId, Taxonomy};
 use super::wire::{IdInput, KnownAlias};
+use indexmap::IndexSet;
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::ops::Range;
 
 mod csv;
@@ -215,11 +216,13 @@ struct Group {
 #[derive(Debug, Clone)]
 pub struct ResponseScan<'t> {
     tax: &'t Taxonomy,
-    values: Vec<String>,
-    index: HashMap<String, usize, FixedState>,
+    /// Every raw value found, numbered in order of discovery.
+    values: IndexSet<String, FixedState>,
     /// Kind and form of each value's strongest sighting.
     meta: Vec<(KindId, Form)>,
-    groups: BTreeSet<Group>,
+    /// The entities of the scan (sorted and without repeats after
+    /// [`Self::build_ids`]).
+    groups: Vec<Group>,
     parts: Vec<Part>,
     ids: Vec<IdInput>,
     /// Value index → index in `ids`.
@@ -231,10 +234,9 @@ impl<'t> ResponseScan<'t> {
     pub fn new(tax: &'t Taxonomy) -> Self {
         ResponseScan {
             tax,
-            values: Vec::new(),
-            index: HashMap::default(),
+            values: IndexSet::default(),
             meta: Vec::new(),
-            groups: BTreeSet::new(),
+            groups: Vec::new(),
             parts: Vec::new(),
             ids: Vec::new(),
             id_of_value: Vec::new(),
@@ -321,6 +323,7 @@ impl<'t> ResponseScan<'t> {
             root_kind,
             frames: Vec::new(),
             hits: Vec::new(),
+            members: Vec::new(),
             part,
             keys: HashMap::default(),
         };
@@ -445,7 +448,7 @@ impl<'t> ResponseScan<'t> {
             .collect();
         let mut values: Vec<&'r str> = self.values.iter().map(String::as_str).collect();
         for k in known {
-            if k.alias.is_empty() || self.index.contains_key(k.value.as_str()) {
+            if k.alias.is_empty() || self.values.contains(k.value.as_str()) {
                 continue;
             }
             values.push(&k.value);
@@ -472,7 +475,7 @@ impl<'t> ResponseScan<'t> {
     /// The value index of `value`, adding it if new; a fallback kind is upgraded
     /// by a later, more specific sighting.
     fn value(&mut self, value: &str, kind: KindId, form: Form) -> usize {
-        if let Some(&i) = self.index.get(value) {
+        if let Some(i) = self.values.get_index_of(value) {
             if let Some(m) = self.meta.get_mut(i) {
                 if m.0 == self.tax.fallback_kind() {
                     m.0 = kind;
@@ -480,10 +483,8 @@ impl<'t> ResponseScan<'t> {
             }
             return i;
         }
-        self.values.push(value.to_owned());
         self.meta.push((kind, form));
-        self.index.insert(value.to_owned(), self.values.len() - 1);
-        self.values.len() - 1
+        self.values.insert_full(value.to_owned()).0
     }
 
     /// Kind and form of a text hit; `ctx` is the kind the surrounding key names.
@@ -533,12 +534,15 @@ impl<'t> ResponseScan<'t> {
     }
 
     fn build_ids(&mut self) {
+        self.groups.sort_unstable();
+        self.groups.dedup();
         let mut ids = Vec::new();
         let mut id_of_value = vec![usize::MAX; self.values.len()];
         for (g, group) in self.groups.iter().enumerate() {
             let g = u32::try_from(g).unwrap_or(u32::MAX);
             for (v, form) in &group.members {
-                let (Some(value), Some(slot)) = (self.values.get(*v), id_of_value.get_mut(*v))
+                let (Some(value), Some(slot)) =
+                    (self.values.get_index(*v), id_of_value.get_mut(*v))
                 else {
                     continue;
                 };
@@ -684,7 +688,7 @@ impl<'t> Rewriter<'_, 't> {
                     .is_some_and(|l| l.range.start <= r.start && r.end <= l.range.end)
             }
         };
-        self.known.for_each(body, |r, v| {
+        self.known.for_each_outside(body, &p.occs, |r, v| {
             if overlaps(&p.occs, &r) {
                 return;
             }
@@ -780,25 +784,34 @@ impl<'t> Rewriter<'_, 't> {
         let Some(texts) = touched_texts(p, applied) else {
             return self.verify_whole(out, p.kind);
         };
-        let src = std::str::from_utf8(out).map_err(|_| JsonError::NotUtf8)?;
         let allowed = |v: &[u8]| self.allowed.contains(v);
         if let Some(r) = self.known.first_except(out, allowed) {
             return Err(RewriteError::Leak { at: r.start });
         }
         let mut hits = Vec::new();
-        // The check reads nothing but the text: an alias that stands as a
-        // whole string in many places is read once.
+        // The check reads nothing but the text: a text that passed once
+        // passes again, and a string that is one of this answer's aliases,
+        // whole, is what the rewrite meant to write there.
         let mut passed: std::collections::HashSet<&[u8], FixedState> = Default::default();
         for t in texts {
             match t {
                 Touched::Plain(r) => {
-                    let text = src.as_bytes().get(r.clone()).unwrap_or_default();
-                    if !passed.contains(text) {
+                    let text = out.get(r.clone()).unwrap_or_default();
+                    if !allowed(text) && !passed.contains(text) {
                         self.check_text(text, r.start, &mut hits)?;
                         passed.insert(text);
                     }
                 }
-                Touched::Escaped(span) => self.check_escaped(src, span, 0, &mut hits)?,
+                Touched::Escaped(span) => {
+                    // Only this literal is read as text: the rest of the
+                    // output is the scanned body's UTF-8 with aliases spliced
+                    // in at character boundaries.
+                    let lit = out
+                        .get(span.clone())
+                        .and_then(|b| std::str::from_utf8(b).ok())
+                        .ok_or(JsonError::NotUtf8)?;
+                    self.check_escaped(lit, 0..lit.len(), span.start, &mut hits)?;
+                }
             }
         }
         Ok(())
@@ -1059,18 +1072,22 @@ struct Member<'a> {
 
 #[derive(Debug, Default)]
 struct Obj<'a> {
-    key: Option<Cow<'a, str>>,
+    /// The key the object sits under.
+    key: Option<KeyInfo>,
     primary: bool,
     resource_type: Option<Cow<'a, str>>,
-    cur_key: Option<Cow<'a, str>>,
-    members: Vec<Member<'a>>,
+    /// The key of the member being read.
+    cur_key: Option<KeyInfo>,
+    /// Where the object's own ids start in [`Walker::members`].
+    members_from: usize,
 }
 
 #[derive(Debug)]
 enum Frame<'a> {
     Obj(Obj<'a>),
     Arr {
-        key: Option<Cow<'a, str>>,
+        /// The key the array sits under.
+        key: Option<KeyInfo>,
         primary: bool,
     },
 }
@@ -1082,19 +1099,31 @@ struct Walker<'s, 't, 'a> {
     root_kind: Option<KindId>,
     frames: Vec<Frame<'a>>,
     hits: Vec<TextHit<'t>>,
+    /// The own ids of the open objects, innermost last (see
+    /// [`Obj::members_from`]): one vector for the whole walk.
+    members: Vec<Member<'a>>,
     part: Part,
     /// What each unescaped key of this document means: keys repeat in
     /// every element of a list, the answer does not.
     keys: HashMap<&'a str, KeyInfo, FixedState>,
 }
 
-/// What a key means for scanning, and what its text holds.
+/// What a key means for scanning, and what its text holds: worked out once
+/// per distinct key and carried by the frames, so a value or a container
+/// under the key asks nothing of the taxonomy again.
 #[derive(Debug, Clone, Copy)]
 struct KeyInfo {
     /// [`Taxonomy::key_role`].
     role: Option<KeyRole>,
     /// [`Taxonomy::id_named_kind`].
     field_kind: Option<KindId>,
+    /// [`Taxonomy::object_key_kind`]: the kind of an object under the key.
+    object_kind: Option<KindId>,
+    /// [`Taxonomy::is_envelope_key`]: at the root, the key holds the
+    /// primary record(s).
+    envelope: bool,
+    /// The key is `resourceType`.
+    resource_type: bool,
     /// The key's own text holds no id and no escape.
     clean: bool,
 }
@@ -1109,6 +1138,7 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
                     self.frames.push(Frame::Obj(Obj {
                         key,
                         primary,
+                        members_from: self.members.len(),
                         ..Obj::default()
                     }));
                 }
@@ -1130,24 +1160,26 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
                         Cow::Borrowed(k) => self.keys.get(k).copied(),
                         Cow::Owned(_) => None,
                     };
-                    match known {
+                    let info = match known {
                         // Scanned before: no hit then, none now.
                         Some(info) if info.clean => {
                             if let Some(l) = self.part.lits.last_mut() {
                                 l.clean = true;
                             }
+                            info
                         }
                         _ => {
                             self.scan_text(&text, &loc, None);
+                            let clean = self.part.lits.last().is_some_and(|l| l.clean);
+                            let info = known.unwrap_or_else(|| self.key_info(&text, clean));
                             if let (Cow::Borrowed(k), None) = (&text, known) {
-                                let clean = self.part.lits.last().is_some_and(|l| l.clean);
-                                let info = self.key_info(k, clean);
                                 self.keys.insert(k, info);
                             }
+                            info
                         }
-                    }
+                    };
                     if let Some(Frame::Obj(o)) = self.frames.last_mut() {
-                        o.cur_key = Some(text);
+                        o.cur_key = Some(info);
                     }
                 }
                 Event::Str(lit) => {
@@ -1165,36 +1197,36 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
 
     /// The key a new container sits under and whether it holds the primary
     /// record(s): the root, or the value of an envelope key of the root.
-    fn child_context(&self) -> (Option<Cow<'a, str>>, bool) {
+    fn child_context(&self) -> (Option<KeyInfo>, bool) {
         match self.frames.last() {
             None => (None, true),
             Some(Frame::Obj(o)) => {
-                let primary = self.frames.len() == 1
-                    && o.cur_key
-                        .as_deref()
-                        .is_some_and(|k| self.scan.tax.is_envelope_key(k));
-                (o.cur_key.clone(), primary)
+                let primary = self.frames.len() == 1 && o.cur_key.is_some_and(|k| k.envelope);
+                (o.cur_key, primary)
             }
-            Some(Frame::Arr { key, primary }) => (key.clone(), *primary),
+            Some(Frame::Arr { key, primary }) => (*key, *primary),
         }
     }
 
-    /// What `key` means (from the cache for an unescaped key).
-    fn key_meaning(&self, key: &str) -> (Option<KeyRole>, Option<KindId>) {
-        match self.keys.get(key) {
-            Some(info) => (info.role, info.field_kind),
-            None => {
-                let info = self.key_info(key, false);
-                (info.role, info.field_kind)
-            }
+    /// The key a value sits under (its array's key inside an array) and
+    /// whether it is an object's member.
+    fn value_context(&self) -> (Option<KeyInfo>, bool) {
+        match self.frames.last() {
+            Some(Frame::Obj(o)) => (o.cur_key, true),
+            Some(Frame::Arr { key, .. }) => (*key, false),
+            None => (None, false),
         }
     }
 
     fn key_info(&self, key: &str, clean: bool) -> KeyInfo {
-        let (role, field_kind) = self.scan.tax.key_meaning(key);
+        let tax = self.scan.tax;
+        let (role, field_kind) = tax.key_meaning(key);
         KeyInfo {
             role,
             field_kind,
+            object_kind: tax.object_key_kind(key),
+            envelope: tax.is_envelope_key(key),
+            resource_type: key == "resourceType",
             clean,
         }
     }
@@ -1278,18 +1310,14 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
     fn string_value(&mut self, text: Cow<'a, str>, loc: Loc) {
         let tax = self.scan.tax;
         let max = tax.max_id_len();
-        let (key, in_object) = match self.frames.last() {
-            Some(Frame::Obj(o)) => (o.cur_key.clone(), true),
-            Some(Frame::Arr { key, .. }) => (key.clone(), false),
-            None => (None, false),
-        };
+        let (key, in_object) = self.value_context();
         let Some(key) = key else {
             self.scan_text(&text, &loc, None);
             return;
         };
-        let (role, field_kind) = self.key_meaning(&key);
+        let (role, field_kind) = (key.role, key.field_kind);
         if in_object {
-            if key == "resourceType" {
+            if key.resource_type {
                 if let Some(Frame::Obj(o)) = self.frames.last_mut() {
                     o.resource_type = Some(text);
                 }
@@ -1340,9 +1368,7 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
                     }),
             };
             if let Some(m) = member {
-                if let Some(Frame::Obj(o)) = self.frames.last_mut() {
-                    o.members.push(m);
-                }
+                self.members.push(m);
                 return;
             }
         } else if let Some(k) = field_kind.filter(|_| shape::is_identifier(&text, max)) {
@@ -1369,15 +1395,11 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
             return;
         }
         let tax = self.scan.tax;
-        let (key, in_object) = match self.frames.last() {
-            Some(Frame::Obj(o)) => (o.cur_key.clone(), true),
-            Some(Frame::Arr { key, .. }) => (key.clone(), false),
-            None => (None, false),
-        };
+        let (key, in_object) = self.value_context();
         let Some(key) = key else {
             return;
         };
-        let (role, field_kind) = self.key_meaning(&key);
+        let (role, field_kind) = (key.role, key.field_kind);
         let role = if in_object { role } else { None };
         if role.is_none() && field_kind.is_none() {
             return;
@@ -1386,28 +1408,24 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
         let value = Cow::Borrowed(text);
         match role {
             Some(role @ (KeyRole::Id | KeyRole::Fhir | KeyRole::Slug)) => {
-                if let Some(Frame::Obj(o)) = self.frames.last_mut() {
-                    o.members.push(Member {
-                        role: Some(role),
-                        field_kind: None,
-                        kinds: Vec::new(),
-                        value,
-                        loc: Loc::Raw(span),
-                    });
-                }
+                self.members.push(Member {
+                    role: Some(role),
+                    field_kind: None,
+                    kinds: Vec::new(),
+                    value,
+                    loc: Loc::Raw(span),
+                });
             }
             _ => {
                 let k = field_kind.unwrap_or(tax.fallback_kind());
                 if in_object {
-                    if let Some(Frame::Obj(o)) = self.frames.last_mut() {
-                        o.members.push(Member {
-                            role: None,
-                            field_kind: Some(k),
-                            kinds: Vec::new(),
-                            value,
-                            loc: Loc::Raw(span),
-                        });
-                    }
+                    self.members.push(Member {
+                        role: None,
+                        field_kind: Some(k),
+                        kinds: Vec::new(),
+                        value,
+                        loc: Loc::Raw(span),
+                    });
                 } else {
                     let v = self.scan.value(text, k, Form::Slug);
                     self.part.occs.push((span, v));
@@ -1418,6 +1436,14 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
 
     /// Resolves an object's kind and groups its own ids into one entity.
     fn finish_object(&mut self, obj: Obj<'a>) {
+        let mut all = std::mem::take(&mut self.members);
+        self.finish_members(&obj, all.get(obj.members_from..).unwrap_or_default());
+        all.truncate(obj.members_from);
+        self.members = all;
+    }
+
+    /// [`Self::finish_object`] with the object's own ids.
+    fn finish_members(&mut self, obj: &Obj<'a>, members: &[Member<'a>]) {
         let tax = self.scan.tax;
         let fhir_prefix_kinds = |v: &str| {
             v.split_once('-')
@@ -1428,30 +1454,30 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
             .as_deref()
             .and_then(|t| tax.resource_type_kinds(t))
             .or_else(|| {
-                obj.members
+                members
                     .iter()
                     .find(|m| m.role == Some(KeyRole::Fhir))
                     .and_then(|m| fhir_prefix_kinds(&m.value))
             })
             .or_else(|| {
-                obj.members
+                members
                     .iter()
                     .find(|m| m.role == Some(KeyRole::Id) && shape::is_fhir_like(&m.value))
                     .and_then(|m| fhir_prefix_kinds(&m.value))
             })
             .or_else(|| {
-                obj.members
+                members
                     .iter()
                     .find(|m| m.role == Some(KeyRole::Reference))
                     .map(|m| m.kinds.as_slice())
             })
             .unwrap_or(&[]);
-        let parent = obj.key.as_deref().and_then(|k| tax.object_key_kind(k));
+        let parent = obj.key.and_then(|k| k.object_kind);
         let root = if obj.primary { self.root_kind } else { None };
         let kind = choose(candidates, parent, root).unwrap_or(tax.fallback_kind());
 
         let mut group: Vec<(usize, Form)> = Vec::new();
-        for m in obj.members {
+        for m in members {
             let (member_kind, form, joins) = match m.role {
                 Some(KeyRole::Id) => {
                     let form = if shape::is_uuid(m.value.as_bytes()) {
@@ -1501,7 +1527,7 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
         }
         if group.len() > 1 {
             group.sort();
-            self.scan.groups.insert(Group {
+            self.scan.groups.push(Group {
                 kind,
                 members: group,
             });
