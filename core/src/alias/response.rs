@@ -797,9 +797,8 @@ impl<'t> Rewriter<'_, 't> {
             match t {
                 Touched::Plain(r) => {
                     let text = out.get(r.clone()).unwrap_or_default();
-                    if !allowed(text) && !passed.contains(text) {
+                    if !allowed(text) && passed.insert(text) {
                         self.check_text(text, r.start, &mut hits)?;
-                        passed.insert(text);
                     }
                 }
                 Touched::Escaped(span) => {
@@ -1436,6 +1435,10 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
 
     /// Resolves an object's kind and groups its own ids into one entity.
     fn finish_object(&mut self, obj: Obj<'a>) {
+        if self.members.len() == obj.members_from {
+            // No own ids: nothing to resolve or group.
+            return;
+        }
         let mut all = std::mem::take(&mut self.members);
         self.finish_members(&obj, all.get(obj.members_from..).unwrap_or_default());
         all.truncate(obj.members_from);
