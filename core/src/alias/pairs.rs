@@ -4,16 +4,19 @@
 //! (`api`, `v2`, `fhir.example`): is it a path segment that names a kind, a
 //! FHIR resource type, a FHIR id prefix? Most are none of these, and a hash
 //! lookup (with its key normalized first) costs far more than the word. A
-//! [`PairSet`] holds the first two letters of every key of a table, folded
-//! the way the table folds its keys or more (the separators `_`, `-`, `.` and
-//! space skipped; ASCII case ignored unless the table matches case): a word
-//! whose first two letters are not in it is no key of the table, and no
-//! lookup is made.
+//! [`PairSet`] holds the first two letters and the length of every key of a
+//! table, folded the way the table folds its keys or more (the separators
+//! `_`, `-`, `.` and space skipped; ASCII case ignored unless the table
+//! matches case): a word whose first two letters or whose length no key has
+//! is no key of the table, and no lookup is made.
 
-/// The folded first two bytes of a table's keys, as a 64 Kbit set.
+/// The folded first two bytes of a table's keys, as a 64 Kbit set, and
+/// their folded lengths.
 #[derive(Clone)]
 pub(crate) struct PairSet {
     bits: Vec<u64>,
+    /// Bit `n`: some key folds to `n` bytes (bit 63: to 63 or more).
+    lens: u64,
     /// Letter case is folded (the table ignores it).
     fold_case: bool,
     /// Some key folds to fewer than two bytes: every word may be one.
@@ -30,10 +33,11 @@ impl std::fmt::Debug for PairSet {
     }
 }
 
-/// The first two bytes of `word` as the set folds them: separators skipped,
-/// ASCII lower case when `fold_case`; `None` when fewer than two remain.
-fn folded_pair(word: &[u8], fold_case: bool) -> Option<usize> {
-    let mut it = word
+/// The first two bytes of `word` as the set folds them (separators
+/// skipped, ASCII lower case when `fold_case`; `None` when fewer than two
+/// remain) and the length bit of its folded length.
+fn folded(word: &[u8], fold_case: bool) -> (Option<usize>, u64) {
+    let mut kept = word
         .iter()
         .filter(|b| !matches!(b, b'_' | b'-' | b'.' | b' '))
         .map(|b| {
@@ -43,8 +47,10 @@ fn folded_pair(word: &[u8], fold_case: bool) -> Option<usize> {
                 *b
             }
         });
-    let (a, b) = (it.next()?, it.next()?);
-    Some(usize::from(a) << 8 | usize::from(b))
+    let (a, b) = (kept.next(), kept.next());
+    let len = usize::from(a.is_some()) + usize::from(b.is_some()) + kept.count();
+    let pair = a.zip(b).map(|(a, b)| usize::from(a) << 8 | usize::from(b));
+    (pair, 1u64 << len.min(63))
 }
 
 impl PairSet {
@@ -61,11 +67,14 @@ impl PairSet {
     fn build<'k>(keys: impl IntoIterator<Item = &'k str>, fold_case: bool) -> PairSet {
         let mut set = PairSet {
             bits: vec![0; 1024],
+            lens: 0,
             fold_case,
             any: false,
         };
         for key in keys {
-            match folded_pair(key.as_bytes(), fold_case) {
+            let (pair, len) = folded(key.as_bytes(), fold_case);
+            set.lens |= len;
+            match pair {
                 Some(p) => {
                     if let Some(w) = set.bits.get_mut(p >> 6) {
                         *w |= 1u64 << (p & 63);
@@ -82,7 +91,11 @@ impl PairSet {
         if self.any {
             return true;
         }
-        match folded_pair(word, self.fold_case) {
+        let (pair, len) = folded(word, self.fold_case);
+        if self.lens & len == 0 {
+            return false;
+        }
+        match pair {
             Some(p) => self
                 .bits
                 .get(p >> 6)
@@ -103,7 +116,7 @@ mod tests {
         for w in ["patients", "PATIENTS", "Pa_tients", "p-atient", "pat"] {
             assert!(set.may_hold(w.as_bytes()), "{w}");
         }
-        for w in ["api", "v2", "x", "", "fhir.example"] {
+        for w in ["api", "v2", "x", "", "fhir.example", "pa", "patientsx"] {
             assert!(!set.may_hold(w.as_bytes()), "{w}");
         }
         assert!(PairSet::of(["a"]).may_hold(b"zz"));
