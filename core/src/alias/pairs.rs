@@ -37,20 +37,18 @@ impl std::fmt::Debug for PairSet {
 /// skipped, ASCII lower case when `fold_case`; `None` when fewer than two
 /// remain) and the length bit of its folded length.
 fn folded(word: &[u8], fold_case: bool) -> (Option<usize>, u64) {
-    let mut kept = word
-        .iter()
-        .filter(|b| !matches!(b, b'_' | b'-' | b'.' | b' '))
-        .map(|b| {
-            if fold_case {
-                b.to_ascii_lowercase()
-            } else {
-                *b
-            }
-        });
-    let (a, b) = (kept.next(), kept.next());
-    let len = usize::from(a.is_some()) + usize::from(b.is_some()) + kept.count();
-    let pair = a.zip(b).map(|(a, b)| usize::from(a) << 8 | usize::from(b));
-    (pair, 1u64 << len.min(63))
+    let (mut len, mut pair) = (0usize, 0usize);
+    for &b in word {
+        if matches!(b, b'_' | b'-' | b'.' | b' ') {
+            continue;
+        }
+        if len < 2 {
+            let b = if fold_case { b.to_ascii_lowercase() } else { b };
+            pair = pair << 8 | usize::from(b);
+        }
+        len += 1;
+    }
+    ((len >= 2).then_some(pair), 1u64 << len.min(63))
 }
 
 impl PairSet {

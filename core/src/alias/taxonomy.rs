@@ -515,12 +515,16 @@ mod defaults {
 /// configuration, not from traffic.
 type Table<V> = HashMap<String, V, rustc_hash::FxBuildHasher>;
 
-/// The [`PairSet`]s of the tables the text patterns ask about.
+/// The [`PairSet`]s of the tables the text patterns ask about, and of those
+/// the response walker asks about every distinct key.
 #[derive(Debug, Clone)]
 struct WordPairs {
     path_segment: PairSet,
     resource_type: PairSet,
     fhir_prefix: PairSet,
+    /// Key roles and id fields (looked up together).
+    key: PairSet,
+    object_key: PairSet,
 }
 
 impl Default for WordPairs {
@@ -530,7 +534,9 @@ impl Default for WordPairs {
         WordPairs {
             path_segment: all.clone(),
             resource_type: all.clone(),
-            fhir_prefix: all,
+            fhir_prefix: all.clone(),
+            key: all.clone(),
+            object_key: all,
         }
     }
 }
@@ -546,6 +552,13 @@ impl WordPairs {
                     .chain(super::fhir::RESOURCE_TYPES.iter().copied()),
             ),
             fhir_prefix: PairSet::of_exact(t.fhir_prefix.keys().map(String::as_str)),
+            key: PairSet::of(
+                t.key_role
+                    .keys()
+                    .chain(t.id_field.keys())
+                    .map(String::as_str),
+            ),
+            object_key: PairSet::of(t.object_key.keys().map(String::as_str)),
         }
     }
 }
@@ -1128,6 +1141,9 @@ impl Taxonomy {
         with_norm(key, |k| self.id_field.get(k).copied()).flatten()
     }
     pub(crate) fn object_key_kind(&self, key: &str) -> Option<KindId> {
+        if !self.pairs.object_key.may_hold(key.as_bytes()) {
+            return None;
+        }
         with_norm(key, |k| self.object_key.get(k).copied()).flatten()
     }
     /// The kind of a key that names an id by its spelling, in any case or
@@ -1143,13 +1159,17 @@ impl Taxonomy {
     /// [`Self::key_role`] and [`Self::id_named_kind`] of one key, which is
     /// normalized once for both (the response walker asks both of every key).
     pub(crate) fn key_meaning(&self, key: &str) -> (Option<KeyRole>, Option<KindId>) {
-        let (role, field) = with_norm(key, |k| {
-            (
-                self.key_role.get(k).copied(),
-                self.id_field.get(k).copied(),
-            )
-        })
-        .unwrap_or((None, None));
+        let (role, field) = if self.pairs.key.may_hold(key.as_bytes()) {
+            with_norm(key, |k| {
+                (
+                    self.key_role.get(k).copied(),
+                    self.id_field.get(k).copied(),
+                )
+            })
+            .unwrap_or((None, None))
+        } else {
+            (None, None)
+        };
         (role, field.or_else(|| self.stem_kind(key)))
     }
     /// The kind of a key that names an id but no configured id field: the
