@@ -683,6 +683,12 @@ impl Resolver {
             .map_err(|e| crate::embed::EmbedError::Malformed(e.to_string()))?;
         let expected = Duration::from_micros(self.turn_embed_us.load(Ordering::Relaxed));
         if deadline.is_some_and(|d| tokio::time::Instant::now() + expected > d) {
+            // Nothing measures the embedder while no turn is sent: each turn
+            // held back lowers the estimate by an eighth, so that after a slow
+            // spell a turn is sent again and measures it afresh.
+            let _ = self
+                .turn_embed_us
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| Some(old - old / 8));
             return Err(RetrievalError::Late);
         }
         let (embedder, text, took_us) = (embedder.clone(), turn.to_owned(), self.turn_embed_us.clone());

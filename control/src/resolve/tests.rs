@@ -386,6 +386,32 @@ async fn a_turn_the_embedder_would_answer_too_late_is_not_sent_to_it() {
     assert!(embedder.is_cached(Side::Query, turn).await);
 }
 
+#[tokio::test]
+async fn after_a_slow_spell_turns_reach_the_embedder_again() {
+    let f = fixture().await;
+    let (prepared, _) = f.resolver.prepare(&f.tools).await.unwrap();
+    assert!(prepared.is_ready());
+    // A slow spell left an estimate far past the fixture's 2 s deadline, and
+    // no turn is sent that could measure the embedder anew: each turn held
+    // back lowers the estimate, until one is sent.
+    f.resolver.turn_embed_us.store(10_000_000, Ordering::Relaxed);
+    let mut lexical = 0;
+    let sent = loop {
+        let turn = format!("Order a lipid panel for patient {lexical}");
+        let answer = f.resolver.resolve(&request(&f, "spell", &turn, Phase::Planner)).await;
+        if answer.source == Source::Retrieval {
+            break turn;
+        }
+        assert_eq!(answer.source, Source::Lexical);
+        lexical += 1;
+        assert!(lexical < 40, "no turn reached the embedder after {lexical} turns");
+    };
+    assert!(lexical >= 5, "the first turns were held back ({lexical})");
+    assert!(f.resolver.indexer.embedder().is_cached(Side::Query, &sent).await);
+    // The embedder's real answer replaced the estimate.
+    assert!(f.resolver.turn_embed_us.load(Ordering::Relaxed) < 2_000_000);
+}
+
 // === recovery: the tool-search control tool ===
 
 /// `request` with the filter's control tool, and the model's query if any.
