@@ -421,6 +421,7 @@ async fn a_thousand_requests_across_control_crashes_never_exceed_the_budget() {
     }
     let total = statuses.len();
     assert!(total >= TOTAL, "{total} requests");
+    assert!(crashes >= 2, "control crashed {crashes} times during the run");
 
     let seen = stack.llm.seen();
     let over: Vec<usize> =

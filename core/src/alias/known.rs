@@ -203,11 +203,8 @@ impl<'v> KnownIds<'v> {
 
     /// Calls `f(range, value)` for each accepted match in `hay`, in order,
     /// without overlaps (leftmost, then longest).
-    pub(crate) fn for_each(&self, hay: &[u8], mut f: impl FnMut(Range<usize>, usize)) {
-        self.search(hay, &[], |r, v| {
-            f(r, v);
-            true
-        });
+    pub(crate) fn for_each(&self, hay: &[u8], f: impl FnMut(Range<usize>, usize)) {
+        self.for_each_outside(hay, &[], f);
     }
 
     /// [`Self::for_each`] for a caller that drops every match overlapping a
