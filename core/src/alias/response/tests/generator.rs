@@ -96,9 +96,11 @@ fn run_one(tax: &'static Taxonomy, seed: u64, c: &mut Counts) {
                 eprintln!("leak of {id} ({label})\n in: {body}\nout: {out}");
             }
         }
+        // A look-alike inside an id (`8-930` in a UUID) goes with the id.
+        let outside_ids = ids.iter().fold(body.clone(), |b, id| b.replace(id.as_str(), " "));
         for l in lookalikes {
             c.lookalikes += 1;
-            if body.matches(l).count() > out.matches(l).count() {
+            if outside_ids.matches(l).count() > out.matches(l).count() {
                 c.lost += 1;
                 eprintln!("look-alike {l} lost ({label})\n in: {body}\nout: {out}");
             }
