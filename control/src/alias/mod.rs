@@ -22,7 +22,7 @@
 //! `<prefix>:<session>:x`, no expiry) and are never drawn again, so an alias
 //! of an expired or reused session is refused, never resolved under the new
 //! map. When the store itself is lost the tombstones go with it; the new
-//! epoch is then random among 31⁴ − 23⁴ − 8⁴ ≈ 640,000 values, so an old alias
+//! epoch is then random among 23 · 31² · 8 = 176,824 values, so an old alias
 //! resolves under the new map only if the draw repeats the lost epoch *and*
 //! the new map has issued that number of that kind.
 //!
@@ -163,7 +163,7 @@ impl StoreConfig {
 fn fresh_epoch(used: &[String]) -> Epoch {
     let draw = || Epoch::from_seed(uuid::Uuid::new_v4().as_u64_pair().0);
     let mut e = draw();
-    // 640,000 epochs: a repeat draw is rare, 64 in a row impossible in practice.
+    // 176,824 epochs: a repeat draw is rare, 64 in a row impossible in practice.
     for _ in 0..64 {
         if !used.iter().any(|u| u == e.as_str()) {
             break;

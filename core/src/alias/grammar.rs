@@ -2,8 +2,9 @@
 //!
 //! The number is zero-padded to three digits and grows past 999
 //! (`patient-k7q2-1000`). The epoch is four characters of
-//! [`EPOCH_ALPHABET`] holding at least one letter and one digit; it names the
-//! session *map* that issued the alias. control draws a fresh random epoch
+//! [`EPOCH_ALPHABET`] holding at least one letter and one digit (a new one
+//! begins with a letter and ends with a digit, see [`Epoch::from_seed`]); it
+//! names the session *map* that issued the alias. control draws a fresh random epoch
 //! whenever it creates a session's map (first use, after expiry, after the
 //! store was lost) and never reuses one it has recorded for that session name,
 //! so an alias issued under an old map can never resolve under a new one: it
@@ -33,34 +34,28 @@ pub struct Epoch([u8; EPOCH_LEN]);
 
 impl Epoch {
     /// The epoch a random `seed` picks (the caller draws the seed: core reads
-    /// no RNG). Always well-formed: at least one letter and one digit.
+    /// no RNG): a letter, two characters of the alphabet, a digit.
+    ///
+    /// The letter first and the digit last keep an alias from holding a
+    /// shorter alias-shaped string where a known-id search would see one (a
+    /// class boundary on each side). With a digit first, `patient-364w-001`
+    /// held `patient-364`: an HMS value `patient-364` then made every body of
+    /// that session that showed it fail verification. With a letter last, a
+    /// two-letter prefix could be the epoch's tail (`ot-001` inside
+    /// `patient-k7ot-001`).
     pub fn from_seed(seed: u64) -> Epoch {
+        const LETTERS: u64 = 23;
+        const DIGITS: u64 = 8;
         let n = EPOCH_ALPHABET.len() as u64;
-        let mut out = [b'a'; EPOCH_LEN];
+        let at = |i: u64| EPOCH_ALPHABET.get(i as usize).copied().unwrap_or(b'a');
         let mut x = seed;
-        for slot in out.iter_mut() {
-            *slot = EPOCH_ALPHABET
-                .get((x % n) as usize)
-                .copied()
-                .unwrap_or(b'a');
-            x /= n;
-        }
-        // Force a letter first and a digit last when the draw lacks one; the
-        // alphabet's letters are its first 23 characters.
-        if !out.iter().any(u8::is_ascii_alphabetic) {
-            if let Some(c) = out.first_mut() {
-                *c = EPOCH_ALPHABET.get((x % 23) as usize).copied().unwrap_or(b'a');
-            }
-        }
-        if !out.iter().any(u8::is_ascii_digit) {
-            if let Some(c) = out.last_mut() {
-                *c = EPOCH_ALPHABET
-                    .get(23 + (x % 8) as usize)
-                    .copied()
-                    .unwrap_or(b'2');
-            }
-        }
-        Epoch(out)
+        let mut take = |range: u64, offset: u64| {
+            let c = at(offset + x % range);
+            x /= range;
+            c
+        };
+        // The alphabet's letters are its first 23 characters, digits the rest.
+        Epoch([take(LETTERS, 0), take(n, 0), take(n, 0), take(DIGITS, LETTERS)])
     }
 
     /// Parses an epoch; `None` unless it is [`EPOCH_LEN`] characters of
@@ -259,6 +254,10 @@ mod tests {
             assert!(t.parse_alias(&t.sentinel_in(p, Some(e)).unwrap()).unwrap().is_sentinel());
         }
         // Epochs differ from seed to seed, and words are never epochs.
+        for seed in 0..1000u64 {
+            let e = Epoch::from_seed(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)).as_str().as_bytes().to_vec();
+            assert!(e[0].is_ascii_lowercase() && e[3].is_ascii_digit(), "{e:?}");
+        }
         let distinct: std::collections::BTreeSet<Epoch> = (0..1000u64).map(|s| Epoch::from_seed(s * 7919)).collect();
         assert_eq!(distinct.len(), 1000);
         for not_epoch in ["appt", "item", "2024", "k7q", "k7q2x", "K7Q2", "k0q2", "kl12"] {
@@ -266,6 +265,31 @@ mod tests {
         }
         assert_eq!(t.parse_alias("patient-k7q2-001").unwrap().epoch, Epoch::parse("k7q2"));
         assert_eq!(t.parse_alias("patient-001").unwrap().epoch, None);
+    }
+
+    /// Every place a known-id search could start and end a match inside an
+    /// alias (class boundaries, see `known`): no such piece of an alias is
+    /// itself alias-shaped, for any kind, epoch draw or number.
+    #[test]
+    fn an_alias_holds_no_shorter_alias() {
+        use crate::alias::grammar::Epoch;
+        use crate::alias::known::{end_ok, start_ok};
+        let t = Taxonomy::default();
+        let kinds: Vec<_> = t.kinds().map(|(id, _)| id).collect();
+        for seed in (0..4000u64).map(|s| s.wrapping_mul(0x9E37_79B9_7F4A_7C15)) {
+            let e = Epoch::from_seed(seed);
+            for (k, n) in kinds.iter().zip([1u32, 7, 42, 364, 999, 1000, 12_345].iter().cycle()) {
+                let a = t.format_alias_in(*k, Some(e), *n).unwrap();
+                let b = a.as_bytes();
+                for i in (0..b.len()).filter(|&i| start_ok(b, i)) {
+                    for j in (i + 1..=b.len()).filter(|&j| end_ok(b, j)) {
+                        if (i, j) != (0, b.len()) {
+                            assert!(t.parse_alias(&a[i..j]).is_none(), "{} inside {a}", &a[i..j]);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -450,7 +450,7 @@ fn same_class(a: u8, b: u8) -> bool {
 }
 
 /// Boundary rule at the start of a match at `i` (see the module doc).
-fn start_ok(t: &[u8], i: usize) -> bool {
+pub(crate) fn start_ok(t: &[u8], i: usize) -> bool {
     let (Some(&first), Some(&before)) = (t.get(i), i.checked_sub(1).and_then(|b| t.get(b))) else {
         return true;
     };
@@ -465,7 +465,7 @@ fn start_ok(t: &[u8], i: usize) -> bool {
 }
 
 /// Boundary rule at the end `e` of a match (see the module doc).
-fn end_ok(t: &[u8], e: usize) -> bool {
+pub(crate) fn end_ok(t: &[u8], e: usize) -> bool {
     match (e.checked_sub(1).and_then(|l| t.get(l)), t.get(e)) {
         (Some(&last), Some(&after)) => !same_class(last, after),
         _ => true,
