@@ -191,10 +191,13 @@ pub const RESOURCE_TYPES: &[&str] = &[
 ];
 
 /// Whether `name` is a FHIR R4 or R5 resource type.
-pub fn is_resource_type(name: &str) -> bool {
+pub fn is_resource_type(name: impl AsRef<[u8]>) -> bool {
+    let name = name.as_ref();
     // Every type name starts upper case: most words are rejected unsearched.
-    name.as_bytes().first().is_some_and(u8::is_ascii_uppercase)
-        && RESOURCE_TYPES.binary_search(&name).is_ok()
+    name.first().is_some_and(u8::is_ascii_uppercase)
+        && RESOURCE_TYPES
+            .binary_search_by(|t| t.as_bytes().cmp(name))
+            .is_ok()
 }
 
 #[cfg(test)]

@@ -289,8 +289,10 @@ impl<'t> ResponseScan<'t> {
             }
         };
         let mut part = part;
+        // Occurrences of one range are of one value (the same bytes), so
+        // the order among equal keys does not matter.
         part.occs
-            .sort_by_key(|(r, _)| (r.start, usize::MAX - r.end));
+            .sort_unstable_by_key(|(r, v)| (r.start, usize::MAX - r.end, *v));
         // Keep the first (longest) of overlapping occurrences.
         let mut end = 0;
         part.occs.retain(|(r, _)| {

@@ -44,11 +44,17 @@ pub(crate) fn is_token_byte(b: u8) -> bool {
 
 /// Whether `s` is exactly a UUID (8-4-4-4-12 hex digits, any case).
 pub fn is_uuid(s: &[u8]) -> bool {
-    s.len() == 36
-        && s.iter().enumerate().all(|(i, b)| match i {
-            8 | 13 | 18 | 23 => *b == b'-',
-            _ => b.is_ascii_hexdigit(),
-        })
+    let Ok(s) = <&[u8; 36]>::try_from(s) else {
+        return false;
+    };
+    // The dashes first: they turn most candidates away.
+    let hex = |r: std::ops::Range<usize>| s.get(r).is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit));
+    [8, 13, 18, 23].iter().all(|&i| s.get(i) == Some(&b'-'))
+        && hex(0..8)
+        && hex(9..13)
+        && hex(14..18)
+        && hex(19..23)
+        && hex(24..36)
 }
 
 /// Whether `s` has the shape of a FHIR logical id with a letter prefix:
@@ -158,8 +164,11 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
     let mut next_uuid = 0;
     let mut i = 0;
     // Only word starts next to a `/` or `-` are tried (see `WordStarts`).
-    for w in WordStarts::new(text, marks) {
+    let mut starts = WordStarts::new(text, marks);
+    while let Some(w) = starts.next_outside(out.get(..uuids).unwrap_or_default()) {
         if w < i {
+            // Inside the last hit: its marks need not be read.
+            starts.skip_to(i);
             continue;
         }
         i = w;
@@ -174,6 +183,7 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
         if let Some(u) = out.get(next_uuid).filter(|_| next_uuid < uuids) {
             if u.range.contains(&i) {
                 i = u.range.end;
+                starts.skip_to(i);
                 continue;
             }
         }
@@ -186,10 +196,7 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
         if !after_slash && !matches!(next, Some(b'/' | b'-')) {
             continue;
         }
-        let word = text
-            .get(i..word_end)
-            .and_then(|w| std::str::from_utf8(w).ok())
-            .unwrap_or("");
+        let word = text.get(i..word_end).unwrap_or_default();
         let limit = out
             .get(next_uuid)
             .filter(|_| next_uuid < uuids)
@@ -203,10 +210,7 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
             i
         };
         if after_slash && text.get(seg_end) == Some(&b'/') {
-            let kind = text
-                .get(i..seg_end)
-                .and_then(|w| std::str::from_utf8(w).ok())
-                .and_then(|w| tax.path_segment_kind(w));
+            let kind = text.get(i..seg_end).and_then(|w| tax.path_segment_kind(w));
             if let Some(kind) = kind {
                 let start = seg_end + 1;
                 let end = start
@@ -236,7 +240,7 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
             }
         }
         if next == Some(b'/') {
-            if let Some(kinds) = tax.resource_type_kinds(word) {
+            if let Some((kinds, configured)) = tax.resource_type(word) {
                 let start = word_end + 1;
                 let mut end = start
                     + text.get(start..limit).map_or(0, |t| {
@@ -251,7 +255,7 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
                 }
                 // A type nobody configured needs a digit in the id: `Group/Team`
                 // in prose is not a reference.
-                let plausible = tax.resource_type_configured(word)
+                let plausible = configured
                     || text
                         .get(start..end)
                         .is_some_and(|t| t.iter().any(u8::is_ascii_digit));
@@ -328,7 +332,7 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
 /// The word starts (a letter after a byte that is not a token byte) where a
 /// pattern of [`find_in_text`] can begin, in order: every one of them follows
 /// a `/`, or its run of letters and digits ends at a `/` or `-`. They are
-/// found from the `/` and `-` bytes (`memchr`), so text between them is never
+/// found from the `/` and `-` bytes ([`Marks`]), so text between them is never
 /// looked at byte by byte.
 struct WordStarts<'a> {
     text: &'a [u8],
@@ -337,6 +341,8 @@ struct WordStarts<'a> {
     after: Option<usize>,
     /// The last start returned.
     last: Option<usize>,
+    /// How many of the UUIDs passed to [`Self::next_outside`] lie behind.
+    uuids_behind: usize,
 }
 
 impl<'a> WordStarts<'a> {
@@ -346,6 +352,7 @@ impl<'a> WordStarts<'a> {
             marks,
             after: None,
             last: None,
+            uuids_behind: 0,
         }
     }
 
@@ -353,17 +360,38 @@ impl<'a> WordStarts<'a> {
         self.text.get(w).is_some_and(u8::is_ascii_alphabetic)
             && (w == 0 || !self.text.get(w - 1).copied().is_some_and(is_token_byte))
     }
-}
 
-impl Iterator for WordStarts<'_> {
-    type Item = usize;
+    /// Drops the starts before `pos`, whose marks are not read (the rest of
+    /// an id matched).
+    fn skip_to(&mut self, pos: usize) {
+        self.marks.skip_to(pos);
+        if self.after.is_some_and(|a| a < pos) {
+            self.after = None;
+        }
+    }
 
-    fn next(&mut self) -> Option<usize> {
+    /// The next start. The dashes of `uuids` (the UUIDs of the text, in
+    /// order, the same on every call) are not read: a word that runs into a
+    /// UUID starts no pattern, as every pattern stops where the next UUID
+    /// starts.
+    fn next_outside(&mut self, uuids: &[TextHit<'_>]) -> Option<usize> {
         loop {
             let cand = match self.after.take() {
                 Some(w) => w,
                 None => {
                     let p = self.marks.next()?;
+                    while uuids
+                        .get(self.uuids_behind)
+                        .is_some_and(|u| u.range.end <= p)
+                    {
+                        self.uuids_behind += 1;
+                    }
+                    if let Some(u) = uuids.get(self.uuids_behind) {
+                        if u.range.contains(&p) {
+                            self.marks.skip_to(u.range.end);
+                            continue;
+                        }
+                    }
                     if self.text.get(p) == Some(&b'/') {
                         self.after = Some(p + 1);
                     }
@@ -405,6 +433,8 @@ struct Marks<'a> {
 }
 
 impl<'a> Marks<'a> {
+    /// The marks `x` and `y` of `text`; neither may be 0 (the last block is
+    /// padded with zeros).
     fn new(text: &'a [u8], x: u8, y: u8) -> Self {
         let mut marks = Marks {
             rest: text,
@@ -429,9 +459,15 @@ impl<'a> Marks<'a> {
             bits |= byte_mask(word, self.x, self.y) << at;
             at += 8;
         }
-        // The last bytes, one by one (fewer than eight).
-        for (i, b) in chunks.remainder().iter().enumerate() {
-            bits |= u64::from(*b == self.x || *b == self.y) << (at + i);
+        // The last bytes (fewer than eight), padded with zero bytes, which
+        // are never marks.
+        let tail = chunks.remainder();
+        if !tail.is_empty() {
+            let mut word = [0u8; 8];
+            for (w, b) in word.iter_mut().zip(tail) {
+                *w = *b;
+            }
+            bits |= byte_mask(u64::from_le_bytes(word), self.x, self.y) << at;
         }
         bits
     }
@@ -450,9 +486,25 @@ fn byte_mask(word: u64, x: u8, y: u8) -> u64 {
     (high >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56
 }
 
+impl Marks<'_> {
+    /// Drops the marks before `pos`.
+    fn skip_to(&mut self, pos: usize) {
+        while pos >= self.base + 64 && !self.rest.is_empty() {
+            self.base += 64;
+            self.bits = self.load();
+        }
+        if pos >= self.base + 64 {
+            self.bits = 0;
+        } else if pos > self.base {
+            self.bits &= u64::MAX << (pos - self.base);
+        }
+    }
+}
+
 impl Iterator for Marks<'_> {
     type Item = usize;
 
+    #[inline]
     fn next(&mut self) -> Option<usize> {
         while self.bits == 0 {
             if self.rest.is_empty() {

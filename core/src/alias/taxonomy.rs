@@ -510,13 +510,49 @@ mod defaults {
     }
 }
 
-/// A lookup table keyed by configured names. Fx hashing: fast on short keys and
-/// needs no random seed (wasm hosts may not offer one); the keys come from
-/// configuration, not from traffic.
-type Table<V> = HashMap<String, V, rustc_hash::FxBuildHasher>;
+/// A lookup table keyed by configured names, looked up by bytes: the text
+/// patterns ask about words of a body without reading them as UTF-8 first.
+/// Fx hashing: fast on short keys and needs no random seed (wasm hosts may not
+/// offer one); the keys come from configuration, not from traffic.
+#[derive(Clone)]
+struct Table<V>(HashMap<Box<[u8]>, V, rustc_hash::FxBuildHasher>);
+
+impl<V> Default for Table<V> {
+    fn default() -> Self {
+        Table(HashMap::default())
+    }
+}
+
+impl<V> FromIterator<(String, V)> for Table<V> {
+    fn from_iter<I: IntoIterator<Item = (String, V)>>(pairs: I) -> Self {
+        let mut t = Table::default();
+        for (k, v) in pairs {
+            t.insert(k, v);
+        }
+        t
+    }
+}
+
+impl<V> Table<V> {
+    fn get(&self, key: impl AsRef<[u8]>) -> Option<&V> {
+        self.0.get(key.as_ref())
+    }
+    fn insert(&mut self, key: String, value: V) -> Option<V> {
+        self.0.insert(key.into_bytes().into_boxed_slice(), value)
+    }
+    fn entry(&mut self, key: String) -> std::collections::hash_map::Entry<'_, Box<[u8]>, V> {
+        self.0.entry(key.into_bytes().into_boxed_slice())
+    }
+    /// The keys (inserted as `String`s, so always text).
+    fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.keys().filter_map(|k| std::str::from_utf8(k).ok())
+    }
+}
 
 /// The [`PairSet`]s of the tables the text patterns ask about, and of those
-/// the response walker asks about every distinct key.
+/// the response walker asks about every distinct key. The keys of path
+/// segments, key roles, id fields and object keys are normalized
+/// ([`norm_key`]), so a word is asked about normalized ([`with_norm`]).
 #[derive(Debug, Clone)]
 struct WordPairs {
     path_segment: PairSet,
@@ -544,21 +580,17 @@ impl Default for WordPairs {
 impl WordPairs {
     fn of(t: &Taxonomy) -> WordPairs {
         WordPairs {
-            path_segment: PairSet::of(t.path_segment.keys().map(String::as_str)),
-            resource_type: PairSet::of_exact(
+            path_segment: PairSet::of(t.path_segment.keys()),
+            resource_type: PairSet::of(
                 t.resource_type
                     .keys()
-                    .map(String::as_str)
                     .chain(super::fhir::RESOURCE_TYPES.iter().copied()),
             ),
-            fhir_prefix: PairSet::of_exact(t.fhir_prefix.keys().map(String::as_str)),
+            fhir_prefix: PairSet::of(t.fhir_prefix.keys()),
             key: PairSet::of(
-                t.key_role
-                    .keys()
-                    .chain(t.id_field.keys())
-                    .map(String::as_str),
+                t.key_role.keys().chain(t.id_field.keys()),
             ),
-            object_key: PairSet::of(t.object_key.keys().map(String::as_str)),
+            object_key: PairSet::of(t.object_key.keys()),
         }
     }
 }
@@ -637,36 +669,37 @@ fn err(field: impl Into<String>, message: impl Into<String>) -> TaxonomyError {
 /// A key as the lookup tables hold it: ASCII lowercase, without `_`, `-`,
 /// `.` and spaces (`patient_id`, `PatientID` and `patientId` are one key).
 pub(crate) fn norm_key(key: &str) -> String {
-    key.bytes()
+    // Dropping and lower-casing ASCII bytes keeps UTF-8 whole.
+    String::from_utf8(normalized(key.as_bytes()).collect()).unwrap_or_default()
+}
+
+/// The bytes of a normalized key (see [`norm_key`]).
+fn normalized(key: &[u8]) -> impl Iterator<Item = u8> + '_ {
+    key.iter()
         .filter(|b| !matches!(b, b'_' | b'-' | b'.' | b' '))
-        .map(|b| char::from(b.to_ascii_lowercase()))
-        .collect()
+        .map(u8::to_ascii_lowercase)
 }
 
 /// Calls `f` with the normalized `key` without allocating (keys up to 64
 /// bytes; longer keys are normalized on the heap).
-fn with_norm<R>(key: &str, f: impl FnOnce(&str) -> R) -> Option<R> {
+fn with_norm<R>(key: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
     // Most keys are normalized already (`patients`, `id`).
     if !key
-        .bytes()
+        .iter()
         .any(|b| b.is_ascii_uppercase() || matches!(b, b'_' | b'-' | b'.' | b' '))
     {
-        return Some(f(key));
+        return f(key);
     }
     let mut buf = [0u8; 64];
     let mut n = 0;
-    for b in key.bytes() {
-        if matches!(b, b'_' | b'-' | b'.' | b' ') {
-            continue;
-        }
+    for b in normalized(key) {
         match buf.get_mut(n) {
-            Some(slot) => *slot = b.to_ascii_lowercase(),
-            None => return Some(f(&norm_key(key))),
+            Some(slot) => *slot = b,
+            None => return f(&normalized(key).collect::<Vec<u8>>()),
         }
         n += 1;
     }
-    let s = std::str::from_utf8(buf.get(..n)?).ok()?;
-    Some(f(s))
+    f(buf.get(..n).unwrap_or_default())
 }
 
 /// `[a-z][a-z0-9]*`: one segment of a prefix, an infix or a FHIR prefix.
@@ -1110,41 +1143,44 @@ impl Taxonomy {
     }
     /// The length of the longest alias prefix (`appointment`: 11).
     pub(crate) fn longest_alias_prefix(&self) -> usize {
-        self.by_prefix.keys().map(String::len).max().unwrap_or(0)
+        self.by_prefix.keys().map(str::len).max().unwrap_or(0)
     }
-    pub(crate) fn fhir_prefix_kinds(&self, prefix: &str) -> Option<&[KindId]> {
-        if !self.pairs.fhir_prefix.may_hold(prefix.as_bytes()) {
+    // The text-pattern lookups take bytes: most words are turned away by
+    // the pair sets before they are read as text.
+    pub(crate) fn fhir_prefix_kinds(&self, prefix: impl AsRef<[u8]>) -> Option<&[KindId]> {
+        let prefix = prefix.as_ref();
+        if !self.pairs.fhir_prefix.may_hold(prefix) {
             return None;
         }
         self.fhir_prefix.get(prefix).map(Vec::as_slice)
     }
     /// The kinds of a FHIR resource type: the configured ones, else the
     /// fallback kind for any other FHIR R4/R5 type.
-    pub(crate) fn resource_type_kinds(&self, resource_type: &str) -> Option<&[KindId]> {
-        if !self.pairs.resource_type.may_hold(resource_type.as_bytes()) {
+    pub(crate) fn resource_type_kinds(&self, resource_type: impl AsRef<[u8]>) -> Option<&[KindId]> {
+        self.resource_type(resource_type).map(|(kinds, _)| kinds)
+    }
+    /// [`Self::resource_type_kinds`], and whether the taxonomy maps this
+    /// type to a kind itself.
+    pub(crate) fn resource_type(&self, resource_type: impl AsRef<[u8]>) -> Option<(&[KindId], bool)> {
+        let resource_type = resource_type.as_ref();
+        if !self.pairs.resource_type.may_hold(resource_type) {
             return None;
         }
         match self.resource_type.get(resource_type) {
-            Some(k) => Some(k.as_slice()),
+            Some(k) => Some((k.as_slice(), true)),
             None if super::fhir::is_resource_type(resource_type) => {
-                Some(self.fallback_only.as_slice())
+                Some((self.fallback_only.as_slice(), false))
             }
             None => None,
         }
     }
-    /// Whether the taxonomy maps this resource type to a kind itself.
-    pub(crate) fn resource_type_configured(&self, resource_type: &str) -> bool {
-        self.pairs.resource_type.may_hold(resource_type.as_bytes())
-            && self.resource_type.contains_key(resource_type)
-    }
     pub(crate) fn id_field_kind(&self, key: &str) -> Option<KindId> {
-        with_norm(key, |k| self.id_field.get(k).copied()).flatten()
+        with_norm(key.as_bytes(), |k| self.id_field.get(k).copied())
     }
     pub(crate) fn object_key_kind(&self, key: &str) -> Option<KindId> {
-        if !self.pairs.object_key.may_hold(key.as_bytes()) {
-            return None;
-        }
-        with_norm(key, |k| self.object_key.get(k).copied()).flatten()
+        with_norm(key.as_bytes(), |k| {
+            self.pairs.object_key.may_hold(k).then(|| self.object_key.get(k).copied())?
+        })
     }
     /// The kind of a key that names an id by its spelling, in any case or
     /// separator style (`id`, `ID`, `_id`, `patientId`, `patient_id`,
@@ -1159,17 +1195,13 @@ impl Taxonomy {
     /// [`Self::key_role`] and [`Self::id_named_kind`] of one key, which is
     /// normalized once for both (the response walker asks both of every key).
     pub(crate) fn key_meaning(&self, key: &str) -> (Option<KeyRole>, Option<KindId>) {
-        let (role, field) = if self.pairs.key.may_hold(key.as_bytes()) {
-            with_norm(key, |k| {
-                (
-                    self.key_role.get(k).copied(),
-                    self.id_field.get(k).copied(),
-                )
-            })
-            .unwrap_or((None, None))
-        } else {
-            (None, None)
-        };
+        let (role, field) = with_norm(key.as_bytes(), |k| {
+            if self.pairs.key.may_hold(k) {
+                (self.key_role.get(k).copied(), self.id_field.get(k).copied())
+            } else {
+                (None, None)
+            }
+        });
         (role, field.or_else(|| self.stem_kind(key)))
     }
     /// The kind of a key that names an id but no configured id field: the
@@ -1186,24 +1218,22 @@ impl Taxonomy {
             "session",
         ];
         let stem = id_stem(key)?;
-        with_norm(stem, |s| {
+        with_norm(stem.as_bytes(), |s| {
             let named = self.by_norm_name.get(s).or_else(|| self.object_key.get(s));
             match named {
                 Some(kind) => Some(*kind),
-                None if NOT_RECORDS.iter().any(|n| s.ends_with(n)) => None,
+                None if NOT_RECORDS.iter().any(|n| s.ends_with(n.as_bytes())) => None,
                 None => Some(self.fallback),
             }
         })
-        .unwrap_or(Some(self.fallback))
     }
-    pub(crate) fn path_segment_kind(&self, segment: &str) -> Option<KindId> {
-        if !self.pairs.path_segment.may_hold(segment.as_bytes()) {
-            return None;
-        }
-        with_norm(segment, |k| self.path_segment.get(k).copied()).flatten()
+    pub(crate) fn path_segment_kind(&self, segment: impl AsRef<[u8]>) -> Option<KindId> {
+        with_norm(segment.as_ref(), |k| {
+            self.pairs.path_segment.may_hold(k).then(|| self.path_segment.get(k).copied())?
+        })
     }
     pub(crate) fn key_role(&self, key: &str) -> Option<KeyRole> {
-        with_norm(key, |k| self.key_role.get(k).copied()).flatten()
+        with_norm(key.as_bytes(), |k| self.key_role.get(k).copied())
     }
     pub(crate) fn is_envelope_key(&self, key: &str) -> bool {
         self.envelope_keys.iter().any(|k| k == key)
