@@ -148,7 +148,9 @@ impl<'v> KnownIds<'v> {
             anchors: None,
         };
         let mut anchors = Some(Anchors::default());
-        for (i, v) in values.into_iter().enumerate() {
+        let values = values.into_iter();
+        k.table.reserve(values.size_hint().0);
+        for (i, v) in values.enumerate() {
             if !searchable(v) {
                 continue;
             }

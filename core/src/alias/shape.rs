@@ -39,7 +39,58 @@ impl Form {
 /// Bytes that continue a token: an id next to one of these is part of a longer
 /// word. `-` counts, so `appt-001` inside `patient-appt-001` is no match.
 pub(crate) fn is_token_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b == b'-' || b == b'_'
+    is(b, TOKEN)
+}
+
+/// Byte classes the patterns read runs of, one bit each ([`is`]): a table
+/// lookup per byte instead of a chain of range checks.
+const ALNUM: u8 = 1;
+/// [`is_token_byte`].
+const TOKEN: u8 = 2;
+/// [`is_fhir_id_byte`].
+const FHIR_ID: u8 = 4;
+/// A FHIR id byte, `_` or `~`: what a path segment id may hold.
+const SEGMENT_ID: u8 = 8;
+/// `[a-z0-9-]`: what an alias-shaped value may hold.
+const ALIAS: u8 = 16;
+
+static CLASSES: [u8; 256] = classes();
+
+// `i` runs below 256, so the index is in bounds (`get_mut` is not const).
+#[allow(clippy::indexing_slicing)]
+const fn classes() -> [u8; 256] {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        let b = i as u8;
+        let mut c = 0;
+        if b.is_ascii_alphanumeric() {
+            c |= ALNUM | TOKEN | FHIR_ID | SEGMENT_ID;
+        }
+        if b == b'-' {
+            c |= TOKEN | FHIR_ID | SEGMENT_ID | ALIAS;
+        }
+        if b == b'_' {
+            c |= TOKEN | SEGMENT_ID;
+        }
+        if b == b'.' {
+            c |= FHIR_ID | SEGMENT_ID;
+        }
+        if b == b'~' {
+            c |= SEGMENT_ID;
+        }
+        if b.is_ascii_lowercase() || b.is_ascii_digit() {
+            c |= ALIAS;
+        }
+        t[i] = c;
+        i += 1;
+    }
+    t
+}
+
+/// Whether `b` is of `class`.
+fn is(b: u8, class: u8) -> bool {
+    CLASSES.get(usize::from(b)).is_some_and(|c| c & class != 0)
 }
 
 /// Whether `s` is exactly a UUID (8-4-4-4-12 hex digits, any case).
@@ -101,7 +152,7 @@ pub(crate) fn is_identifier(value: &str, max_len: usize) -> bool {
 
 /// A FHIR id character (`[A-Za-z0-9.-]`).
 fn is_fhir_id_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b == b'-' || b == b'.'
+    is(b, FHIR_ID)
 }
 
 /// Longest alias-shaped run looked at in text.
@@ -188,7 +239,7 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
             }
         }
         let word_end = i + text.get(i..).map_or(0, |t| {
-            t.iter().take_while(|b| b.is_ascii_alphanumeric()).count()
+            t.iter().take_while(|&&b| is(b, ALNUM)).count()
         });
         let next = text.get(word_end).copied();
         let after_slash = i > 0 && text.get(i - 1) == Some(&b'/');
@@ -217,7 +268,7 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
                     + text.get(start..limit).map_or(0, |t| {
                         t.iter()
                             .take(FHIR_ID_MAX + 1)
-                            .take_while(|b| is_fhir_id_byte(**b) || **b == b'_' || **b == b'~')
+                            .take_while(|&&b| is(b, SEGMENT_ID))
                             .count()
                     });
                 let mut end = end;
@@ -293,7 +344,7 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
             let run = text.get(i..limit).map_or(0, |t| {
                 t.iter()
                     .take(ALIAS_MAX)
-                    .take_while(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || **b == b'-')
+                    .take_while(|&&b| is(b, ALIAS))
                     .count()
             });
             let mut end = i + run;
@@ -397,7 +448,7 @@ impl<'a> WordStarts<'a> {
                     }
                     // The run of letters and digits that ends at the mark.
                     let run = self.text.get(..p).map_or(0, |t| {
-                        t.iter().rev().take_while(|b| b.is_ascii_alphanumeric()).count()
+                        t.iter().rev().take_while(|&&b| is(b, ALNUM)).count()
                     });
                     if run == 0 {
                         continue;
@@ -769,6 +820,18 @@ mod tests {
         );
         // Not the grammar: too few digits, a word after, glued to a word.
         assert_eq!(hits("ward-7 ward-101a xward-101 clinic-wide"), vec![]);
+    }
+
+    #[test]
+    fn byte_classes_are_what_they_say() {
+        for b in 0..=255u8 {
+            let alnum = b.is_ascii_alphanumeric();
+            assert_eq!(is(b, ALNUM), alnum, "{b}");
+            assert_eq!(is(b, TOKEN), alnum || matches!(b, b'-' | b'_'), "{b}");
+            assert_eq!(is(b, FHIR_ID), alnum || matches!(b, b'-' | b'.'), "{b}");
+            assert_eq!(is(b, SEGMENT_ID), alnum || matches!(b, b'-' | b'.' | b'_' | b'~'), "{b}");
+            assert_eq!(is(b, ALIAS), b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-', "{b}");
+        }
     }
 
     #[test]
