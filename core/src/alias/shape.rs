@@ -53,6 +53,8 @@ const FHIR_ID: u8 = 4;
 const SEGMENT_ID: u8 = 8;
 /// `[a-z0-9-]`: what an alias-shaped value may hold.
 const ALIAS: u8 = 16;
+/// `[0-9A-Fa-f]`.
+const HEX: u8 = 32;
 
 static CLASSES: [u8; 256] = classes();
 
@@ -82,6 +84,9 @@ const fn classes() -> [u8; 256] {
         if b.is_ascii_lowercase() || b.is_ascii_digit() {
             c |= ALIAS;
         }
+        if b.is_ascii_hexdigit() {
+            c |= HEX;
+        }
         t[i] = c;
         i += 1;
     }
@@ -98,14 +103,12 @@ pub fn is_uuid(s: &[u8]) -> bool {
     let Ok(s) = <&[u8; 36]>::try_from(s) else {
         return false;
     };
-    // The dashes first: they turn most candidates away.
-    let hex = |r: std::ops::Range<usize>| s.get(r).is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit));
+    // The dashes first: they turn most candidates away. Then every other
+    // byte, without a branch per byte.
     [8, 13, 18, 23].iter().all(|&i| s.get(i) == Some(&b'-'))
-        && hex(0..8)
-        && hex(9..13)
-        && hex(14..18)
-        && hex(19..23)
-        && hex(24..36)
+        && s.iter()
+            .enumerate()
+            .fold(true, |ok, (i, &b)| ok & (is(b, HEX) | matches!(i, 8 | 13 | 18 | 23)))
 }
 
 /// Whether `s` has the shape of a FHIR logical id with a letter prefix:
@@ -831,6 +834,7 @@ mod tests {
             assert_eq!(is(b, FHIR_ID), alnum || matches!(b, b'-' | b'.'), "{b}");
             assert_eq!(is(b, SEGMENT_ID), alnum || matches!(b, b'-' | b'.' | b'_' | b'~'), "{b}");
             assert_eq!(is(b, ALIAS), b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-', "{b}");
+            assert_eq!(is(b, HEX), b.is_ascii_hexdigit(), "{b}");
         }
     }
 
