@@ -794,7 +794,8 @@ impl<'t> Rewriter<'_, 't> {
         // The check reads nothing but the text: a text that passed once
         // passes again, and a string that is one of this answer's aliases,
         // whole, is what the rewrite meant to write there.
-        let mut passed: std::collections::HashSet<&[u8], FixedState> = Default::default();
+        let mut passed: std::collections::HashSet<&[u8], FixedState> =
+            std::collections::HashSet::with_capacity_and_hasher(texts.len(), FixedState::default());
         for t in texts {
             match t {
                 Touched::Plain(r) => {
