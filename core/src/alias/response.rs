@@ -290,9 +290,11 @@ impl<'t> ResponseScan<'t> {
         };
         let mut part = part;
         // Occurrences of one range are of one value (the same bytes), so
-        // the order among equal keys does not matter.
-        part.occs
-            .sort_unstable_by_key(|(r, v)| (r.start, usize::MAX - r.end, *v));
+        // the order among equal keys does not matter. A JSON walk keeps them
+        // in order already ([`Walker::insert_occ`]).
+        if !part.occs.is_sorted_by_key(|(r, _)| occ_order(r)) {
+            part.occs.sort_unstable_by_key(|(r, v)| (occ_order(r), *v));
+        }
         // Keep the first (longest) of overlapping occurrences.
         let mut end = 0;
         part.occs.retain(|(r, _)| {
@@ -606,6 +608,11 @@ impl Part {
             escaped: Vec::new(),
         }
     }
+}
+
+/// The order of a part's occurrences: by start, the longest first.
+fn occ_order(r: &Range<usize>) -> (usize, usize) {
+    (r.start, usize::MAX - r.end)
 }
 
 /// Picks a kind: the context kind if the candidates allow it, else the first
@@ -1082,6 +1089,9 @@ struct Obj<'a> {
     cur_key: Option<KeyInfo>,
     /// Where the object's own ids start in [`Walker::members`].
     members_from: usize,
+    /// How many occurrences the part had when the object began (see
+    /// [`Walker::insert_occ`]).
+    occs_from: usize,
 }
 
 #[derive(Debug)]
@@ -1141,6 +1151,7 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
                         key,
                         primary,
                         members_from: self.members.len(),
+                        occs_from: self.part.occs.len(),
                         ..Obj::default()
                     }));
                 }
@@ -1234,6 +1245,9 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
     }
 
     /// Registers a literal and returns its text and location.
+    // Inlined: its result, returned through memory, was read back wider
+    // than it was written, and the load waited for the stores.
+    #[inline(always)]
     fn literal(&mut self, lit: &Lit) -> Result<(Cow<'a, str>, Loc), JsonError> {
         let text = text_of(self.src, lit)?;
         if lit.escaped {
@@ -1258,6 +1272,21 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
             });
             Ok((text, Loc::Raw(inner)))
         }
+    }
+
+    /// Inserts an occurrence found late (an object's own id, known when the
+    /// object ends) among those since the object began (`from`), where its
+    /// range puts it: the part's occurrences stay in order, and the sort
+    /// after the walk finds nothing to do.
+    fn insert_occ(&mut self, from: usize, range: Range<usize>, value: usize) {
+        let occs = &mut self.part.occs;
+        let from = from.min(occs.len());
+        let key = occ_order(&range);
+        let at = from
+            + occs
+                .get(from..)
+                .map_or(0, |tail| tail.partition_point(|(r, _)| occ_order(r) <= key));
+        occs.insert(at, (range, value));
     }
 
     fn push_occ(&mut self, loc: &Loc, sub: Range<usize>, value: usize) {
@@ -1515,7 +1544,7 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
             };
             let v = self.scan.value(&m.value, member_kind, form);
             match &m.loc {
-                Loc::Raw(r) => self.part.occs.push((r.clone(), v)),
+                Loc::Raw(r) => self.insert_occ(obj.occs_from, r.clone(), v),
                 Loc::Esc { lit, range } => {
                     if let Some(e) = self.part.escaped.get_mut(*lit) {
                         e.occs.push((range.clone(), v));

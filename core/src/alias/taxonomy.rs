@@ -676,8 +676,13 @@ pub(crate) fn norm_key(key: &str) -> String {
 /// The bytes of a normalized key (see [`norm_key`]).
 fn normalized(key: &[u8]) -> impl Iterator<Item = u8> + '_ {
     key.iter()
-        .filter(|b| !matches!(b, b'_' | b'-' | b'.' | b' '))
+        .filter(|&&b| !is_key_separator(b))
         .map(u8::to_ascii_lowercase)
+}
+
+/// The bytes a normalized key leaves out.
+fn is_key_separator(b: u8) -> bool {
+    matches!(b, b'_' | b'-' | b'.' | b' ')
 }
 
 /// Calls `f` with the normalized `key` without allocating (keys up to 64
@@ -686,7 +691,7 @@ fn with_norm<R>(key: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
     // Most keys are normalized already (`patients`, `id`).
     if !key
         .iter()
-        .any(|b| b.is_ascii_uppercase() || matches!(b, b'_' | b'-' | b'.' | b' '))
+        .any(|&b| b.is_ascii_uppercase() || is_key_separator(b))
     {
         return f(key);
     }
@@ -1145,8 +1150,7 @@ impl Taxonomy {
     pub(crate) fn longest_alias_prefix(&self) -> usize {
         self.by_prefix.keys().map(str::len).max().unwrap_or(0)
     }
-    // The text-pattern lookups take bytes: most words are turned away by
-    // the pair sets before they are read as text.
+    // The text-pattern lookups take a word as bytes, as the patterns read it.
     pub(crate) fn fhir_prefix_kinds(&self, prefix: impl AsRef<[u8]>) -> Option<&[KindId]> {
         let prefix = prefix.as_ref();
         if !self.pairs.fhir_prefix.may_hold(prefix) {
