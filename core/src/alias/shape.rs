@@ -219,7 +219,7 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
     let mut i = 0;
     // Only word starts next to a `/` or `-` are tried (see `WordStarts`).
     let mut starts = WordStarts::new(text, marks);
-    while let Some(w) = starts.next_outside(out.get(..uuids).unwrap_or_default()) {
+    while let Some((w, word_end)) = starts.next_outside(out.get(..uuids).unwrap_or_default()) {
         if w < i {
             // Inside the last hit: its marks need not be read.
             starts.skip_to(i);
@@ -241,9 +241,6 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
                 continue;
             }
         }
-        let word_end = i + text.get(i..).map_or(0, |t| {
-            t.iter().take_while(|&&b| is(b, ALNUM)).count()
-        });
         let next = text.get(word_end).copied();
         let after_slash = i > 0 && text.get(i - 1) == Some(&b'/');
         // Every pattern below follows a `/` or runs up to a `/` or `-`.
@@ -393,8 +390,8 @@ struct WordStarts<'a> {
     marks: Marks<'a>,
     /// The start after the last mark's `/`, not yet returned.
     after: Option<usize>,
-    /// The last start returned.
-    last: Option<usize>,
+    /// The last word returned (start and end).
+    last: Option<(usize, usize)>,
     /// How many of the UUIDs passed to [`Self::next_outside`] lie behind.
     uuids_behind: usize,
 }
@@ -424,14 +421,14 @@ impl<'a> WordStarts<'a> {
         }
     }
 
-    /// The next start. The dashes of `uuids` (the UUIDs of the text, in
-    /// order, the same on every call) are not read: a word that runs into a
-    /// UUID starts no pattern, as every pattern stops where the next UUID
-    /// starts.
-    fn next_outside(&mut self, uuids: &[TextHit<'_>]) -> Option<usize> {
+    /// The next word: its start, and the end of its run of letters and
+    /// digits. The dashes of `uuids` (the UUIDs of the text, in order, the
+    /// same on every call) are not read: a word that runs into a UUID starts
+    /// no pattern, as every pattern stops where the next UUID starts.
+    fn next_outside(&mut self, uuids: &[TextHit<'_>]) -> Option<(usize, usize)> {
         loop {
-            let cand = match self.after.take() {
-                Some(w) => w,
+            let (cand, end) = match self.after.take() {
+                Some(w) => (w, None),
                 None => {
                     let p = self.marks.next()?;
                     while uuids
@@ -449,6 +446,11 @@ impl<'a> WordStarts<'a> {
                     if self.text.get(p) == Some(&b'/') {
                         self.after = Some(p + 1);
                     }
+                    // The word before the mark was returned already (after a
+                    // `/`): its run ends here.
+                    if self.last.is_some_and(|(_, e)| e == p) {
+                        continue;
+                    }
                     // The run of letters and digits that ends at the mark.
                     let run = self.text.get(..p).map_or(0, |t| {
                         t.iter().rev().take_while(|&&b| is(b, ALNUM)).count()
@@ -456,16 +458,21 @@ impl<'a> WordStarts<'a> {
                     if run == 0 {
                         continue;
                     }
-                    p - run
+                    (p - run, Some(p))
                 }
             };
             // Starts come in order; one may be found twice (after a `/`, and
             // before the next mark).
-            if self.last.is_some_and(|l| cand <= l) || !self.is_start(cand) {
+            if self.last.is_some_and(|(l, _)| cand <= l) || !self.is_start(cand) {
                 continue;
             }
-            self.last = Some(cand);
-            return Some(cand);
+            let end = end.unwrap_or_else(|| {
+                cand + self.text.get(cand..).map_or(0, |t| {
+                    t.iter().take_while(|&&b| is(b, ALNUM)).count()
+                })
+            });
+            self.last = Some((cand, end));
+            return Some((cand, end));
         }
     }
 }
