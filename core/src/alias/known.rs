@@ -44,8 +44,9 @@ pub(crate) struct KnownIds<'v> {
     /// Bytes a value may start / end with (both letter cases).
     first: [bool; 256],
     last: [bool; 256],
-    /// Lower-cased first two bytes of the values, as a 64 Kbit set: most
-    /// candidate starts end here, before any length is tried.
+    /// Lower-cased first two bytes of the values, as a 4 Kbit set (see
+    /// [`pair_bit`]): most candidate starts end here, before any length is
+    /// tried.
     pairs: Vec<u64>,
     /// Per lower-cased first two bytes: the lengths (below 64) of the values
     /// that start so, as bits; only these lengths are tried at a position.
@@ -103,8 +104,11 @@ fn has(set: &[bool; 256], b: u8) -> bool {
     set.get(usize::from(b)).copied().unwrap_or(false)
 }
 
+/// The word and bit of a value's first two bytes in [`KnownIds::pairs`]:
+/// 4096 bits, so the set is cheap to clear for every answer; two pairs may
+/// share a bit, and the exact lookup after it tells them apart.
 fn pair_bit(a: u8, b: u8) -> (usize, u64) {
-    let p = usize::from(a.to_ascii_lowercase()) << 8 | usize::from(b.to_ascii_lowercase());
+    let p = (usize::from(a.to_ascii_lowercase()) << 6 ^ usize::from(b.to_ascii_lowercase())) & 4095;
     (p >> 6, 1u64 << (p & 63))
 }
 
@@ -141,7 +145,7 @@ impl<'v> KnownIds<'v> {
             lens: Vec::new(),
             first: [false; 256],
             last: [false; 256],
-            pairs: vec![0; 1024],
+            pairs: vec![0; 64],
             pair_lens: HashMap::default(),
             long_lens: Vec::new(),
             dash: false,

@@ -71,11 +71,19 @@ impl PairSet {
     pub(crate) fn may_hold(&self, word: &[u8]) -> bool {
         self.any
             || (self.lens & len_bit(word.len()) != 0
-                && pair(word).is_some_and(|p| {
-                    self.bits
-                        .get(p >> 6)
-                        .is_some_and(|w| w & (1u64 << (p & 63)) != 0)
-                }))
+                && pair(word).is_some_and(|p| self.has_pair(p)))
+    }
+
+    /// Whether some key may start with the bytes `a`, `b` (`false`:
+    /// certainly none).
+    pub(crate) fn may_start(&self, a: u8, b: u8) -> bool {
+        self.any || self.has_pair(usize::from(a) << 8 | usize::from(b))
+    }
+
+    fn has_pair(&self, p: usize) -> bool {
+        self.bits
+            .get(p >> 6)
+            .is_some_and(|w| w & (1u64 << (p & 63)) != 0)
     }
 }
 
@@ -94,6 +102,8 @@ mod tests {
             assert!(!set.may_hold(w.as_bytes()), "{w}");
         }
         assert!(PairSet::of(["a"]).may_hold(b"zz"));
+        assert!(set.may_start(b'p', b'a') && set.may_start(b'P', b'a'));
+        assert!(!set.may_start(b'a', b'p'));
     }
 
     proptest! {

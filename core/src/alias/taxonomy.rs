@@ -685,6 +685,18 @@ fn is_key_separator(b: u8) -> bool {
     matches!(b, b'_' | b'-' | b'.' | b' ')
 }
 
+/// Whether `set` (of normalized keys) may hold `key` once normalized, judged
+/// by its first two bytes when neither is dropped by normalizing (most keys):
+/// a cheap "certainly not" before [`with_norm`] reads the whole key.
+fn may_hold_normalized(set: &PairSet, key: &[u8]) -> bool {
+    match *key {
+        [a, b, ..] if !is_key_separator(a) && !is_key_separator(b) => {
+            set.may_start(a.to_ascii_lowercase(), b.to_ascii_lowercase())
+        }
+        _ => true,
+    }
+}
+
 /// Calls `f` with the normalized `key` without allocating (keys up to 64
 /// bytes; longer keys are normalized on the heap).
 fn with_norm<R>(key: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
@@ -727,6 +739,10 @@ fn valid_prefix(s: &str) -> bool {
 /// `paid`, `VALID`, `grid`, `squid`.
 fn id_stem(key: &str) -> Option<&str> {
     const WORDS: [&str; 6] = ["uuids", "guids", "uuid", "guid", "ids", "id"];
+    // Every word ends in `d` or `s`: most keys are turned away here.
+    if !key.bytes().last().is_some_and(|b| matches!(b, b'd' | b'D' | b's' | b'S')) {
+        return None;
+    }
     for word in WORDS {
         let Some(split) = key.len().checked_sub(word.len()) else {
             continue;
@@ -1182,6 +1198,9 @@ impl Taxonomy {
         with_norm(key.as_bytes(), |k| self.id_field.get(k).copied())
     }
     pub(crate) fn object_key_kind(&self, key: &str) -> Option<KindId> {
+        if !may_hold_normalized(&self.pairs.object_key, key.as_bytes()) {
+            return None;
+        }
         with_norm(key.as_bytes(), |k| {
             self.pairs.object_key.may_hold(k).then(|| self.object_key.get(k).copied())?
         })
@@ -1199,13 +1218,17 @@ impl Taxonomy {
     /// [`Self::key_role`] and [`Self::id_named_kind`] of one key, which is
     /// normalized once for both (the response walker asks both of every key).
     pub(crate) fn key_meaning(&self, key: &str) -> (Option<KeyRole>, Option<KindId>) {
-        let (role, field) = with_norm(key.as_bytes(), |k| {
-            if self.pairs.key.may_hold(k) {
-                (self.key_role.get(k).copied(), self.id_field.get(k).copied())
-            } else {
-                (None, None)
-            }
-        });
+        let (role, field) = if may_hold_normalized(&self.pairs.key, key.as_bytes()) {
+            with_norm(key.as_bytes(), |k| {
+                if self.pairs.key.may_hold(k) {
+                    (self.key_role.get(k).copied(), self.id_field.get(k).copied())
+                } else {
+                    (None, None)
+                }
+            })
+        } else {
+            (None, None)
+        };
         (role, field.or_else(|| self.stem_kind(key)))
     }
     /// The kind of a key that names an id but no configured id field: the
@@ -1232,7 +1255,11 @@ impl Taxonomy {
         })
     }
     pub(crate) fn path_segment_kind(&self, segment: impl AsRef<[u8]>) -> Option<KindId> {
-        with_norm(segment.as_ref(), |k| {
+        let segment = segment.as_ref();
+        if !may_hold_normalized(&self.pairs.path_segment, segment) {
+            return None;
+        }
+        with_norm(segment, |k| {
             self.pairs.path_segment.may_hold(k).then(|| self.path_segment.get(k).copied())?
         })
     }
