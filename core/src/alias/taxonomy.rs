@@ -1499,4 +1499,51 @@ mod tests {
             assert!(e.to_string().starts_with(field), "{e}");
         }
     }
+
+    proptest::proptest! {
+        /// A table key spelled in any case, with separators anywhere, finds
+        /// what the key finds: the quick "certainly not"s in front of the
+        /// tables (first two bytes, then the pair sets) turn no key away.
+        #[test]
+        fn table_keys_are_found_in_any_spelling(
+            pick in proptest::prelude::any::<proptest::sample::Index>(),
+            upper in proptest::prelude::any::<u64>(),
+            seps in proptest::collection::vec(
+                (proptest::prelude::any::<proptest::sample::Index>(), proptest::sample::select(vec!['_', '-', '.', ' '])),
+                0..3,
+            ),
+        ) {
+            let t = Taxonomy::default();
+            let keys: Vec<(u8, &str)> = t.path_segment.keys().map(|k| (0, k))
+                .chain(t.object_key.keys().map(|k| (1, k)))
+                .chain(t.key_role.keys().chain(t.id_field.keys()).map(|k| (2, k)))
+                .collect();
+            let (table, key) = keys[pick.index(keys.len())];
+            let mut variant: String = key
+                .chars()
+                .enumerate()
+                .map(|(i, c)| if upper >> (i % 64) & 1 == 1 { c.to_ascii_uppercase() } else { c })
+                .collect();
+            for (at, sep) in seps {
+                variant.insert(at.index(variant.len() + 1), sep);
+            }
+            match table {
+                0 => {
+                    proptest::prop_assert!(t.path_segment_kind(key).is_some());
+                    proptest::prop_assert_eq!(t.path_segment_kind(&variant), t.path_segment_kind(key), "{}", variant);
+                }
+                1 => {
+                    proptest::prop_assert!(t.object_key_kind(key).is_some());
+                    proptest::prop_assert_eq!(t.object_key_kind(&variant), t.object_key_kind(key), "{}", variant);
+                }
+                _ => {
+                    let (role, field) = t.key_meaning(&variant);
+                    proptest::prop_assert_eq!(role, t.key_role(key), "{}", variant);
+                    if let Some(k) = t.id_field_kind(key) {
+                        proptest::prop_assert_eq!(field, Some(k), "{}", variant);
+                    }
+                }
+            }
+        }
+    }
 }
