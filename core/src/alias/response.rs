@@ -329,7 +329,7 @@ impl<'t> ResponseScan<'t> {
             hits: Vec::new(),
             members: Vec::new(),
             part,
-            keys: HashMap::default(),
+            keys: HashMap::with_capacity_and_hasher(32, FixedState::default()),
         };
         w.run()?;
         Ok(w.part)
@@ -1233,11 +1233,11 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
 
     fn key_info(&self, key: &str, clean: bool) -> KeyInfo {
         let tax = self.scan.tax;
-        let (role, field_kind) = tax.key_meaning(key);
+        let meaning = tax.key_meaning(key);
         KeyInfo {
-            role,
-            field_kind,
-            object_kind: tax.object_key_kind(key),
+            role: meaning.role,
+            field_kind: meaning.id_kind,
+            object_kind: meaning.object_kind,
             envelope: tax.is_envelope_key(key),
             resource_type: key == "resourceType",
             clean,

@@ -212,8 +212,10 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
     if marks.clone().next().is_none() {
         return;
     }
-    find_uuids(text, marks.clone(), out);
-    out.sort_by_key(|h| h.range.start);
+    if text.len() >= 36 {
+        find_uuids(text, marks.clone(), out);
+        out.sort_by_key(|h| h.range.start);
+    }
     let uuids = out.len();
     let mut next_uuid = 0;
     let mut i = 0;

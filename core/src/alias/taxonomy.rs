@@ -549,6 +549,17 @@ impl<V> Table<V> {
     }
 }
 
+/// What a JSON key says ([`Taxonomy::key_meaning`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KeyMeaning {
+    /// [`Taxonomy::key_role`].
+    pub role: Option<KeyRole>,
+    /// [`Taxonomy::id_named_kind`].
+    pub id_kind: Option<KindId>,
+    /// [`Taxonomy::object_key_kind`].
+    pub object_kind: Option<KindId>,
+}
+
 /// The [`PairSet`]s of the tables the text patterns ask about, and of those
 /// the response walker asks about every distinct key. The keys of path
 /// segments, key roles, id fields and object keys are normalized
@@ -1215,21 +1226,31 @@ impl Taxonomy {
     pub(crate) fn id_named_kind(&self, key: &str) -> Option<KindId> {
         self.id_field_kind(key).or_else(|| self.stem_kind(key))
     }
-    /// [`Self::key_role`] and [`Self::id_named_kind`] of one key, which is
-    /// normalized once for both (the response walker asks both of every key).
-    pub(crate) fn key_meaning(&self, key: &str) -> (Option<KeyRole>, Option<KindId>) {
-        let (role, field) = if may_hold_normalized(&self.pairs.key, key.as_bytes()) {
-            with_norm(key.as_bytes(), |k| {
-                if self.pairs.key.may_hold(k) {
+    /// [`Self::key_role`], [`Self::id_named_kind`] and
+    /// [`Self::object_key_kind`] of one key, which is normalized once for all
+    /// three (the response walker asks them of every distinct key).
+    pub(crate) fn key_meaning(&self, key: &str) -> KeyMeaning {
+        let b = key.as_bytes();
+        let as_key = may_hold_normalized(&self.pairs.key, b);
+        let as_object = may_hold_normalized(&self.pairs.object_key, b);
+        let (role, field, object_kind) = if as_key || as_object {
+            with_norm(b, |k| {
+                let (role, field) = if as_key && self.pairs.key.may_hold(k) {
                     (self.key_role.get(k).copied(), self.id_field.get(k).copied())
                 } else {
                     (None, None)
-                }
+                };
+                let object = as_object && self.pairs.object_key.may_hold(k);
+                (role, field, object.then(|| self.object_key.get(k).copied()).flatten())
             })
         } else {
-            (None, None)
+            (None, None, None)
         };
-        (role, field.or_else(|| self.stem_kind(key)))
+        KeyMeaning {
+            role,
+            id_kind: field.or_else(|| self.stem_kind(key)),
+            object_kind,
+        }
     }
     /// The kind of a key that names an id but no configured id field: the
     /// kind its stem names, else none for an id of a request, else the
@@ -1535,12 +1556,13 @@ mod tests {
                 1 => {
                     proptest::prop_assert!(t.object_key_kind(key).is_some());
                     proptest::prop_assert_eq!(t.object_key_kind(&variant), t.object_key_kind(key), "{}", variant);
+                    proptest::prop_assert_eq!(t.key_meaning(&variant).object_kind, t.object_key_kind(key), "{}", variant);
                 }
                 _ => {
-                    let (role, field) = t.key_meaning(&variant);
-                    proptest::prop_assert_eq!(role, t.key_role(key), "{}", variant);
+                    let m = t.key_meaning(&variant);
+                    proptest::prop_assert_eq!(m.role, t.key_role(key), "{}", variant);
                     if let Some(k) = t.id_field_kind(key) {
-                        proptest::prop_assert_eq!(field, Some(k), "{}", variant);
+                        proptest::prop_assert_eq!(m.id_kind, Some(k), "{}", variant);
                     }
                 }
             }
