@@ -71,14 +71,15 @@ pub fn lookalikes_in(body: &str) -> Vec<&'static str> {
 }
 
 /// Whether `id` stands in `out`: as written, with character references and
-/// percent-escapes decoded, or JSON-unescaped; a digit-only id inside a longer
-/// number is another number.
+/// percent-escapes decoded, JSON-unescaped, or inside base64 (a cursor); a
+/// digit-only id inside a longer number is another number.
 pub fn leaked(out: &str, id: &str) -> bool {
     let hay = out.to_ascii_lowercase();
     let id = id.to_ascii_lowercase();
     let decoded = crate::alias::known::decoded_view(hay.as_bytes()).unwrap_or_default();
     let unescaped = hay.replace("\\\"", "\"");
-    [hay.as_str(), decoded.as_str(), unescaped.as_str()]
+    let base64 = base64_decoded(out).to_ascii_lowercase();
+    [hay.as_str(), decoded.as_str(), unescaped.as_str(), base64.as_str()]
         .iter()
         .any(|h| {
             h.match_indices(&id).any(|(at, _)| {
@@ -90,6 +91,47 @@ pub fn leaked(out: &str, id: &str) -> bool {
                         || after.is_some_and(|b| b.is_ascii_digit())))
             })
         })
+}
+
+/// Every run of base64 or base64url characters in `out` long enough to
+/// carry an id, decoded from each of its token starts and at each of the four
+/// alignments, the pieces joined by newlines: wherever a cursor stands, what
+/// it carries is in the result (much else is noise, which holds no id).
+fn base64_decoded(out: &str) -> String {
+    let is_b64 = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'-' | b'_');
+    let mut text = String::new();
+    for run in out.as_bytes().split(|c| !is_b64(*c)).filter(|r| r.len() >= 12) {
+        for start in 0..run.len() {
+            let at_token = start == 0 || matches!(run[start - 1], b'/' | b'-' | b'_' | b'+');
+            if !at_token {
+                continue;
+            }
+            for shift in 0..4 {
+                let Some(piece) = run.get(start + shift..) else { break };
+                let mut acc: u32 = 0;
+                let mut bits = 0;
+                let mut bytes = Vec::new();
+                for &c in piece {
+                    let v = match c {
+                        b'A'..=b'Z' => c - b'A',
+                        b'a'..=b'z' => c - b'a' + 26,
+                        b'0'..=b'9' => c - b'0' + 52,
+                        b'+' | b'-' => 62,
+                        _ => 63,
+                    };
+                    acc = (acc << 6) | u32::from(v);
+                    bits += 6;
+                    if bits >= 8 {
+                        bits -= 8;
+                        bytes.push(((acc >> bits) & 0xff) as u8);
+                    }
+                }
+                text.push_str(&String::from_utf8_lossy(&bytes));
+                text.push('\n');
+            }
+        }
+    }
+    text
 }
 
 /// xorshift64*: deterministic, no dependency.
@@ -235,7 +277,7 @@ fn jv(id: &str) -> String {
 
 /// Prose that mentions `id` in one of many ways, with look-alikes around.
 fn mention(rng: &mut Rng, id: &str, la: &str) -> String {
-    match rng.below(9) {
+    match rng.below(10) {
         0 => format!("Seen {id} on {la}."),
         1 => format!("Arztbrief_{id}_2025.pdf ({la})"),
         2 => format!("{id}-v7"),
@@ -247,6 +289,10 @@ fn mention(rng: &mut Rng, id: &str, la: &str) -> String {
         5 => format!("see /api/v2/patients/{id}/visits; {la}"),
         6 => format!("Bezug: {id}; Status {la}"),
         7 => format!("{}{id}", "ref:"),
+        8 => format!(
+            "/api/v2/patients?cursor={}&limit=20 ({la})",
+            b64(&format!(r#"{{"after":"{id}"}}"#))
+        ),
         _ => format!("{la} / {id}"),
     }
 }

@@ -506,6 +506,7 @@ impl<'t> ResponseScan<'t> {
                 Form::Fhir,
             ),
             Pattern::AliasShaped(kind) => (kind, Form::Slug),
+            Pattern::Cursor => (tax.fallback_kind(), Form::Slug),
             Pattern::Segment(kind) => {
                 let form = text
                     .get(h.range.clone())
@@ -1407,13 +1408,9 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
             self.push_occ(&loc, 0..text.len(), v);
             return;
         }
-        if shape::is_id_cursor(&text) {
-            // An opaque cursor that carries an id is an id itself: the model
-            // gets an alias, and the request side decodes it back.
-            let v = self.scan.value(&text, tax.fallback_kind(), Form::Slug);
-            self.push_occ(&loc, 0..text.len(), v);
-            return;
-        }
+        // An opaque cursor that carries an id, whole or in a link, is an id
+        // itself (`shape::Pattern::Cursor`): the model gets an alias, and the
+        // request side decodes it back.
         self.scan_text(&text, &loc, field_kind);
     }
 

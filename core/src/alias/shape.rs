@@ -55,6 +55,8 @@ const SEGMENT_ID: u8 = 8;
 const ALIAS: u8 = 16;
 /// `[0-9A-Fa-f]`.
 const HEX: u8 = 32;
+/// `[A-Za-z0-9+/_-]`: base64 and base64url.
+const BASE64: u8 = 64;
 
 static CLASSES: [u8; 256] = classes();
 
@@ -86,6 +88,9 @@ const fn classes() -> [u8; 256] {
         }
         if b.is_ascii_hexdigit() {
             c |= HEX;
+        }
+        if b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'-' | b'_') {
+            c |= BASE64;
         }
         t[i] = c;
         i += 1;
@@ -190,6 +195,11 @@ pub(crate) enum Pattern<'t> {
     /// A URL path segment after a segment that names a kind
     /// (`/patients/482913`).
     Segment(KindId),
+    /// An opaque cursor that carries an id: base64 or base64url whose bytes
+    /// are printable text holding a digit ([`decodes_to_id_text`]), whole or
+    /// in a query string or prose (`eyJhZnRlciI6InBhdC0wMDAxMjMifQ` is
+    /// `{"after":"pat-000123"}`).
+    Cursor,
 }
 
 /// One id found inside text.
@@ -206,15 +216,24 @@ pub(crate) struct TextHit<'t> {
 pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<TextHit<'t>>) {
     out.clear();
     find_hex32(text, out);
-    // Every other pattern holds a `-` (UUIDs, FHIR ids) or a `/` (references,
-    // path segments).
+    // Every pattern below but cursors holds a `-` (UUIDs, FHIR ids) or a `/`
+    // (references, path segments).
     let marks = Marks::new(text, b'-', b'/');
-    if marks.clone().next().is_none() {
-        return;
-    }
-    if text.len() >= 36 {
+    let marked = marks.clone().next().is_some();
+    if marked && text.len() >= 36 {
         find_uuids(text, marks.clone(), out);
+    }
+    if text.len() >= CURSOR_MIN {
+        if out.len() > 1 {
+            out.sort_by_key(|h| h.range.start);
+        }
+        find_cursors(text, out);
+    }
+    if out.len() > 1 {
         out.sort_by_key(|h| h.range.start);
+    }
+    if !marked {
+        return;
     }
     let uuids = out.len();
     let mut next_uuid = 0;
@@ -658,27 +677,23 @@ fn find_hex32(text: &[u8], out: &mut Vec<TextHit<'_>>) {
     }
 }
 
-/// Whether a whole string is an opaque cursor that carries an id: base64 or
-/// base64url (16 to 512 characters) whose decoded bytes are printable text
-/// holding a digit (`eyJhZnRlciI6InBhdC0wMDAxMjMifQ` is `{"after":"pat-000123"}`).
-pub(crate) fn is_id_cursor(s: &str) -> bool {
-    let b = s.as_bytes();
-    if !(16..=512).contains(&b.len()) {
+/// The shortest cursor, in base64 characters (its `=` padding not counted).
+const CURSOR_MIN: usize = 16;
+/// The longest, with its padding.
+const CURSOR_MAX: usize = 512;
+
+/// Whether base64 characters (either alphabet, no padding) decode to printable
+/// text of eight bytes or more holding a digit and a byte that is neither a
+/// letter nor a digit. The decoded bytes are looked at one by one, not kept:
+/// most words and paths fail on their first bytes.
+fn decodes_to_id_text(chars: &[u8]) -> bool {
+    if chars.len() % 4 == 1 {
         return false;
     }
-    let body = s.trim_end_matches('=');
-    if body.len() % 4 == 1
-        || !body
-            .bytes()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'-' | b'_'))
-    {
-        return false;
-    }
-    // The decoded bytes are looked at one by one, not kept.
-    let (mut count, mut printable, mut digit, mut other) = (0usize, true, false, false);
+    let (mut count, mut digit, mut other) = (0usize, false, false);
     let mut acc: u32 = 0;
     let mut bits = 0;
-    for c in body.bytes() {
+    for &c in chars {
         let v = match c {
             b'A'..=b'Z' => c - b'A',
             b'a'..=b'z' => c - b'a' + 26,
@@ -691,16 +706,89 @@ pub(crate) fn is_id_cursor(s: &str) -> bool {
         if bits >= 8 {
             bits -= 8;
             let byte = ((acc >> bits) & 0xff) as u8;
-            count += 1;
-            printable &= (0x20..0x7f).contains(&byte);
-            digit |= byte.is_ascii_digit();
-            other |= !byte.is_ascii_alphanumeric();
-            if !printable {
+            if !(0x20..0x7f).contains(&byte) {
                 return false;
             }
+            count += 1;
+            digit |= byte.is_ascii_digit();
+            other |= !byte.is_ascii_alphanumeric();
         }
     }
-    count >= 8 && printable && digit && other
+    count >= 8 && digit && other
+}
+
+/// Finds the opaque cursors inside `text` that carry an id: a run of base64
+/// characters bounded by other bytes (`?cursor=…&limit=20`), or the part of
+/// such a run after its last `/` (`/pages/<cursor>`), with its `=` padding.
+/// The hits already in `out` (UUIDs), sorted, are not looked into; a run
+/// ends where one begins.
+fn find_cursors(text: &[u8], out: &mut Vec<TextHit<'_>>) {
+    let found_before = out.len();
+    let mut next_hit = 0;
+    // Every run that could hold a cursor starts at or after `k`, so one is
+    // only there if the byte `CURSOR_MIN - 1` after `k` is base64, and every
+    // byte back to `k`: a break found walking back moves `k` past it (most
+    // words are read only in part).
+    let mut k = 0;
+    loop {
+        while out.get(next_hit).is_some_and(|h| next_hit < found_before && h.range.end <= k) {
+            next_hit += 1;
+        }
+        let limit = out
+            .get(next_hit)
+            .filter(|_| next_hit < found_before)
+            .map_or(text.len(), |h| h.range.start);
+        if k + CURSOR_MIN > limit {
+            match out.get(next_hit).filter(|_| next_hit < found_before) {
+                Some(h) => {
+                    k = h.range.end;
+                    continue;
+                }
+                None => break,
+            }
+        }
+        let b64 = |i: usize| i < limit && text.get(i).is_some_and(|b| is(*b, BASE64));
+        if !b64(k + CURSOR_MIN - 1) {
+            k += CURSOR_MIN;
+            continue;
+        }
+        let mut start = k + CURSOR_MIN - 1;
+        while start > k && b64(start - 1) {
+            start -= 1;
+        }
+        if start > k {
+            k = start;
+            continue;
+        }
+        let mut end = k + CURSOR_MIN;
+        while b64(end) {
+            end += 1;
+        }
+        let padding = text.get(end..limit).map_or(0, |t| t.iter().take(2).take_while(|b| **b == b'=').count());
+        let padded = end + padding;
+        let is_cursor = |from: usize| {
+            end - from >= CURSOR_MIN
+                && padded - from <= CURSOR_MAX
+                && text.get(from..end).is_some_and(decodes_to_id_text)
+        };
+        // The run itself (`?cursor=…&`), else what follows its last `/`
+        // (`/pages/<cursor>`: a `/` inside a path segment would be escaped).
+        let found = if is_cursor(start) {
+            Some(start)
+        } else {
+            text.get(start..end)
+                .and_then(|run| run.iter().rposition(|b| *b == b'/'))
+                .map(|at| start + at + 1)
+                .filter(|&from| is_cursor(from))
+        };
+        if let Some(from) = found {
+            out.push(TextHit {
+                range: from..padded,
+                pattern: Pattern::Cursor,
+            });
+        }
+        k = end + 1;
+    }
 }
 
 /// Appends every UUID in `text` (no boundary required: a UUID glued to other
@@ -771,10 +859,38 @@ mod tests {
                     Pattern::FhirId(_) => "fhir",
                     Pattern::Segment(_) => "seg",
                     Pattern::AliasShaped(_) => "alias",
+                    Pattern::Cursor => "cursor",
                 };
                 (text[h.range.clone()].to_owned(), p)
             })
             .collect()
+    }
+
+    #[test]
+    fn cursors_in_text_are_found_whole() {
+        // {"after":"pat-000123"}, base64url and standard with padding.
+        let c = "eyJhZnRlciI6InBhdC0wMDAxMjMifQ";
+        let padded = "eyJhZnRlciI6InBhdC0wMDAxMjMifQ==";
+        assert_eq!(
+            hits(&format!("/api/v2/patients?cursor={c}&limit=20")),
+            [(c.to_owned(), "cursor")]
+        );
+        assert_eq!(hits(&format!("next page: {padded}.")), [(padded.to_owned(), "cursor")]);
+        // After a `/` of its run: the path before it is not part of it.
+        assert_eq!(hits(&format!("/pages/{c}")), [(c.to_owned(), "cursor")]);
+        // Not cursors: long words, a path, an alias, ids of other shapes.
+        for text in [
+            "Oberschenkelhalsfraktur links, Verlaufskontrolle",
+            "/api/v2/patients/visits/appointments",
+            "patient-k7q2-001 and medicationrequest-x9m3-042",
+            "QmVmdW5kIHVuYXVmZsOkbGxpZw", // decodes to non-ASCII text, no digit
+        ] {
+            assert!(hits(text).iter().all(|(_, p)| *p != "cursor"), "{text}");
+        }
+        assert_eq!(
+            hits("ref 9f1c2e7a4b3d4e5f8a9b0c1d2e3f4a5b"),
+            [("9f1c2e7a4b3d4e5f8a9b0c1d2e3f4a5b".to_owned(), "uuid")]
+        );
     }
 
     #[test]
@@ -851,6 +967,7 @@ mod tests {
             assert_eq!(is(b, SEGMENT_ID), alnum || matches!(b, b'-' | b'.' | b'_' | b'~'), "{b}");
             assert_eq!(is(b, ALIAS), b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-', "{b}");
             assert_eq!(is(b, HEX), b.is_ascii_hexdigit(), "{b}");
+            assert_eq!(is(b, BASE64), alnum || matches!(b, b'+' | b'/' | b'-' | b'_'), "{b}");
         }
     }
 

@@ -178,6 +178,39 @@ fn rewritten(tax: &Taxonomy, body: &str, kind: BodyKind) -> String {
     String::from_utf8(run(tax, body.as_bytes(), kind, Some("patient")).0).unwrap()
 }
 
+/// Ids whose only sighting is in prose or a link, found by their shape: a
+/// path segment after a kind, a UUID without dashes, a reference inside a
+/// percent-encoded query value, a reference to a resource type nobody
+/// configured, and a cursor in a query string.
+#[test]
+fn ids_seen_only_in_text_are_found_by_their_shape() {
+    let tax = Taxonomy::default();
+    let cursor = "eyJhZnRlciI6InBhdC0wMDAxMjMifQ"; // {"after":"pat-000123"}
+    let raw = [
+        "482913",
+        "9f1c2e7a4b3d4e5f8a9b0c1d2e3f4a5b",
+        "pat-000123",
+        "cns-55821",
+        cursor,
+    ];
+    let body = format!(
+        r#"{{"note":"see /api/v2/patients/482913/visits on 2025-03-25","legacy":"ref 9f1c2e7a4b3d4e5f8a9b0c1d2e3f4a5b (E11.65)","link":"https://hms.example/fhir?subject=Patient%2Fpat-000123&code=1-0-1-0","consent":"signed Consent/cns-55821, in-progress","next":"/api/v2/patients?cursor={cursor}&limit=20"}}"#
+    );
+    for kind in [BodyKind::Json, BodyKind::Text] {
+        let out = rewritten(&tax, &body, kind);
+        for id in raw {
+            assert!(!out.contains(id), "{id} leaked ({kind:?}): {out}");
+        }
+        for kept in ["2025-03-25", "E11.65", "1-0-1-0", "in-progress", "&limit=20", "?cursor="] {
+            assert!(out.contains(kept), "{kept} lost ({kind:?}): {out}");
+        }
+    }
+    let out = rewritten(&tax, &body, BodyKind::Json);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["note"], "see /api/v2/patients/patient-001/visits on 2025-03-25");
+    assert_eq!(v["link"], "https://hms.example/fhir?subject=Patient%2Fpatient-002&code=1-0-1-0");
+}
+
 #[test]
 fn json_under_text_plain_or_no_content_type_keeps_its_structure() {
     let tax = Taxonomy::default();
