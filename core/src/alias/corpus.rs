@@ -108,24 +108,7 @@ fn base64_decoded(out: &str) -> String {
             }
             for shift in 0..4 {
                 let Some(piece) = run.get(start + shift..) else { break };
-                let mut acc: u32 = 0;
-                let mut bits = 0;
-                let mut bytes = Vec::new();
-                for &c in piece {
-                    let v = match c {
-                        b'A'..=b'Z' => c - b'A',
-                        b'a'..=b'z' => c - b'a' + 26,
-                        b'0'..=b'9' => c - b'0' + 52,
-                        b'+' | b'-' => 62,
-                        _ => 63,
-                    };
-                    acc = (acc << 6) | u32::from(v);
-                    bits += 6;
-                    if bits >= 8 {
-                        bits -= 8;
-                        bytes.push(((acc >> bits) & 0xff) as u8);
-                    }
-                }
+                let bytes: Vec<u8> = crate::alias::shape::base64_bytes(piece).collect();
                 text.push_str(&String::from_utf8_lossy(&bytes));
                 text.push('\n');
             }

@@ -691,9 +691,23 @@ fn decodes_to_id_text(chars: &[u8]) -> bool {
         return false;
     }
     let (mut count, mut digit, mut other) = (0usize, false, false);
+    for byte in base64_bytes(chars) {
+        if !(0x20..0x7f).contains(&byte) {
+            return false;
+        }
+        count += 1;
+        digit |= byte.is_ascii_digit();
+        other |= !byte.is_ascii_alphanumeric();
+    }
+    count >= 8 && digit && other
+}
+
+/// The bytes base64 characters (either alphabet, no padding) decode to, one
+/// by one as they are asked for; a trailing partial byte is dropped.
+pub(crate) fn base64_bytes(chars: &[u8]) -> impl Iterator<Item = u8> + '_ {
     let mut acc: u32 = 0;
     let mut bits = 0;
-    for &c in chars {
+    chars.iter().filter_map(move |&c| {
         let v = match c {
             b'A'..=b'Z' => c - b'A',
             b'a'..=b'z' => c - b'a' + 26,
@@ -703,18 +717,11 @@ fn decodes_to_id_text(chars: &[u8]) -> bool {
         };
         acc = (acc << 6) | u32::from(v);
         bits += 6;
-        if bits >= 8 {
+        (bits >= 8).then(|| {
             bits -= 8;
-            let byte = ((acc >> bits) & 0xff) as u8;
-            if !(0x20..0x7f).contains(&byte) {
-                return false;
-            }
-            count += 1;
-            digit |= byte.is_ascii_digit();
-            other |= !byte.is_ascii_alphanumeric();
-        }
-    }
-    count >= 8 && digit && other
+            ((acc >> bits) & 0xff) as u8
+        })
+    })
 }
 
 /// Finds the opaque cursors inside `text` that carry an id: a run of base64
