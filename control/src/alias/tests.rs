@@ -131,6 +131,106 @@ async fn conformance(store: &dyn AliasStore, session: &dyn Fn(&str) -> String) {
     ));
 }
 
+/// One record's sightings merged in a session by [`merged_sightings`].
+struct Merged {
+    session: String,
+    uuid: String,
+    fhir_id: String,
+    /// The aliases of the two sightings, in the order they were issued.
+    earlier: [String; 2],
+    /// The entity's one alias after the merge.
+    alias: String,
+}
+
+impl Merged {
+    /// The UUID as prose gives it (no kind), and the FHIR id alone.
+    fn sightings(&self) -> [IdInput; 2] {
+        [IdInput { value: self.uuid.clone(), kind: None, form: None, group: None }, id(&self.fhir_id, "patient", Some(Form::Fhir), None)]
+    }
+
+    /// Both in one `{id, fhirId}` detail.
+    fn detail(&self) -> [IdInput; 2] {
+        [id(&self.uuid, "patient", None, Some(1)), id(&self.fhir_id, "patient", Some(Form::Fhir), Some(1))]
+    }
+}
+
+/// Sightings of one record merge on the store as in `SessionMap`
+/// (`sightings_of_one_entity_merge_and_both_aliases_keep_decoding`), in both
+/// orders: a UUID seen in prose and its FHIR id seen alone get two aliases;
+/// both in one `{id, fhirId}` detail are one entity, not a conflict, and take
+/// the older alias; both earlier aliases keep decoding to the one record on
+/// `store` and on `replica` (the same store, or another replica of it, which
+/// read the session before the merge); see [`merged_hold`].
+async fn merged_sightings(store: &dyn AliasStore, replica: &dyn AliasStore, session: &dyn Fn(&str) -> String) -> Vec<Merged> {
+    let mut out = Vec::new();
+    for reverse in [false, true] {
+        let mut m = Merged {
+            session: session(&format!("merge-{reverse}")),
+            uuid: uuid_of(0x51),
+            fhir_id: "pat-000051".into(),
+            earlier: [String::new(), String::new()],
+            alias: String::new(),
+        };
+        let [prose, fhir] = m.sightings();
+        let (first, second) = if reverse { (fhir, prose) } else { (prose, fhir) };
+        let a1 = store.encode(&m.session, &[first]).await.unwrap();
+        let a2 = store.encode(&m.session, &[second]).await.unwrap();
+        assert_ne!(a1, a2, "two sightings, two entities so far");
+        // The UUID alone is of the fallback kind, the FHIR id a patient's.
+        let mut kinds = [plain(&a1), plain(&a2)].concat();
+        kinds.sort();
+        assert_eq!(kinds, ["patient-001", "ref-001"]);
+        m.earlier = [a1[0].clone(), a2[0].clone()];
+        // The replica reads the session as it is before the merge.
+        let d = replica.decode(&m.session, &m.earlier).await.unwrap();
+        assert!(d.iter().all(|d| d.as_ref().is_some_and(|d| d.ids.values().count() == 1)), "{d:?}");
+
+        let merged = store.encode(&m.session, &m.detail()).await.unwrap_or_else(|e| panic!("the merge was refused: {e}"));
+        assert_eq!(merged[0], merged[1], "both members, one alias");
+        assert_eq!(merged[0], m.earlier[0], "the older alias stays the entity's");
+        m.alias = merged[0].clone();
+        for s in [store, replica] {
+            merged_hold(s, &m).await;
+        }
+        out.push(m);
+    }
+    out
+}
+
+/// What a merge leaves on a store: both earlier aliases decode to the one
+/// record (kind patient, both ids, the one alias); the detail and each sighting
+/// alone keep the one alias; `known` lists both values, each once, with it.
+async fn merged_hold(store: &dyn AliasStore, m: &Merged) {
+    let d = store.decode(&m.session, &m.earlier).await.unwrap();
+    for (alias, d) in m.earlier.iter().zip(&d) {
+        let d = d.as_ref().unwrap_or_else(|| panic!("{alias} no longer decodes"));
+        assert_eq!((d.ids.uuid.as_deref(), d.ids.fhir_id.as_deref()), (Some(m.uuid.as_str()), Some(m.fhir_id.as_str())), "{alias}");
+        assert_eq!((d.kind.as_str(), d.alias.as_str()), ("patient", m.alias.as_str()), "{alias}");
+    }
+    assert_eq!(store.encode(&m.session, &m.detail()).await.unwrap(), [m.alias.clone(), m.alias.clone()]);
+    for sighting in m.sightings() {
+        assert_eq!(store.encode(&m.session, &[sighting]).await.unwrap(), [m.alias.clone()], "a later sighting keeps the one alias");
+    }
+    let known: BTreeSet<(String, String)> = store.known(&m.session).await.unwrap().into_iter().map(|k| (k.value, k.alias)).collect();
+    let expected = BTreeSet::from([(m.uuid.clone(), m.alias.clone()), (m.fhir_id.clone(), m.alias.clone())]);
+    assert_eq!(known, expected, "known: both values, with the one alias");
+    assert_eq!(store.known(&m.session).await.unwrap().len(), 2, "each value once");
+}
+
+/// After [`merged_hold`] on a store that reloaded the session (reopened,
+/// another replica): a new entity never gets a number a merged alias holds,
+/// in either kind.
+async fn merged_numbers_stay_issued(store: &dyn AliasStore, m: &Merged) {
+    merged_hold(store, m).await;
+    let patient = store.encode(&m.session, &[id(&uuid_of(0x52), "patient", None, None)]).await.unwrap();
+    let record = store.encode(&m.session, &[IdInput { value: uuid_of(0x53), kind: None, form: None, group: None }]).await.unwrap();
+    assert_eq!([plain(&patient), plain(&record)].concat(), ["patient-002", "ref-002"]);
+    for a in patient.iter().chain(&record) {
+        assert!(!m.earlier.contains(a), "{a} was a merged alias");
+        assert_eq!(epoch_of(a), epoch_of(&m.alias), "the same map");
+    }
+}
+
 /// Many tasks encoding overlapping entities into one session.
 async fn concurrent_encoders(stores: Vec<Arc<dyn AliasStore>>, session: &str) {
     let mut tasks = Vec::new();
@@ -263,6 +363,22 @@ async fn redb_store_lost_never_decodes_old_aliases_to_new_entities() {
     assert!(store.decode("s", &old).await.unwrap()[0].is_none(), "the old alias never reaches the new patient");
 }
 
+/// Merged sightings on redb (see [`merged_sightings`]), and after the store
+/// is dropped and reopened from its directory.
+#[tokio::test]
+async fn redb_merges_sightings_of_one_entity_and_keeps_them_merged() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(Duration::from_secs(3600));
+    let merged = {
+        let store = RedbStore::open(dir.path(), cfg.clone()).unwrap();
+        merged_sightings(&store, &store, &|s| format!("redb-{s}")).await
+    };
+    let store = RedbStore::open(dir.path(), cfg).unwrap();
+    for m in &merged {
+        merged_numbers_stay_issued(&store, m).await;
+    }
+}
+
 /// Runs this test binary again as a child that executes one ignored test.
 fn child(test: &str, env: &[(&str, String)]) -> Child {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
@@ -372,6 +488,24 @@ async fn redis_conformance() {
     assert_eq!(plain(&appt), ["patient-appt-001"]);
     let d = replica.decode("redis-a", &appt).await.unwrap();
     assert_eq!(d[0].as_ref().unwrap().ids.fhir_id.as_deref(), Some("appt-0009812"));
+}
+
+/// Merged sightings on Redis (see [`merged_sightings`]): merged on one
+/// replica, read before and after by another in the same process, which then
+/// mints without reusing a merged alias's number.
+#[tokio::test]
+async fn redis_merges_sightings_of_one_entity_across_replicas() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url(), "kh", config(Duration::from_secs(3600))).await.unwrap();
+    let replica = RedisStore::connect(&server.url(), "kh", config(Duration::from_secs(3600))).await.unwrap();
+    let merged = merged_sightings(&store, &replica, &|s| format!("redis-{s}")).await;
+    for m in &merged {
+        merged_numbers_stay_issued(&replica, m).await;
+        // The first replica sees what the other minted.
+        let d = store.decode(&m.session, &[at(&m.alias, "patient-002"), at(&m.alias, "ref-002")]).await.unwrap();
+        assert_eq!(d[0].as_ref().and_then(|d| d.ids.uuid.clone()), Some(uuid_of(0x52)));
+        assert_eq!(d[1].as_ref().and_then(|d| d.ids.uuid.clone()), Some(uuid_of(0x53)));
+    }
 }
 
 #[tokio::test]
