@@ -791,9 +791,6 @@ impl<'t> Rewriter<'_, 't> {
         if !p.kind.is_json() || !self.plain_aliases {
             return self.verify_whole(out, p.kind);
         }
-        let Some(texts) = touched_texts(p, applied) else {
-            return self.verify_whole(out, p.kind);
-        };
         let allowed = |v: &[u8]| self.allowed.contains(v);
         if let Some(r) = self.known.first_except(out, allowed) {
             return Err(RewriteError::Leak { at: r.start });
@@ -803,28 +800,34 @@ impl<'t> Rewriter<'_, 't> {
         // passes again, and a string that is one of this answer's aliases,
         // whole, is what the rewrite meant to write there.
         let mut passed: std::collections::HashSet<&[u8], FixedState> =
-            std::collections::HashSet::with_capacity_and_hasher(texts.len(), FixedState::default());
-        for t in texts {
-            match t {
-                Touched::Plain(r) => {
-                    let text = out.get(r.clone()).unwrap_or_default();
-                    if !allowed(text) && passed.insert(text) {
-                        self.check_text(text, r.start, &mut hits)?;
-                    }
+            std::collections::HashSet::with_capacity_and_hasher(
+                p.occs.len().min(p.lits.len()),
+                FixedState::default(),
+            );
+        let kept = visit_touched(p, applied, |t| match t {
+            Touched::Plain(r) => {
+                let text = out.get(r.clone()).unwrap_or_default();
+                if !allowed(text) && passed.insert(text) {
+                    self.check_text(text, r.start, &mut hits)?;
                 }
-                Touched::Escaped(span) => {
-                    // Only this literal is read as text: the rest of the
-                    // output is the scanned body's UTF-8 with aliases spliced
-                    // in at character boundaries.
-                    let lit = out
-                        .get(span.clone())
-                        .and_then(|b| std::str::from_utf8(b).ok())
-                        .ok_or(JsonError::NotUtf8)?;
-                    self.check_escaped(lit, 0..lit.len(), span.start, &mut hits)?;
-                }
+                Ok(())
             }
+            Touched::Escaped(span) => {
+                // Only this literal is read as text: the rest of the
+                // output is the scanned body's UTF-8 with aliases spliced
+                // in at character boundaries.
+                let lit = out
+                    .get(span.clone())
+                    .and_then(|b| std::str::from_utf8(b).ok())
+                    .ok_or(JsonError::NotUtf8)?;
+                self.check_escaped(lit, 0..lit.len(), span.start, &mut hits)
+            }
+        })?;
+        match kept {
+            Structure::Kept => Ok(()),
+            // What was checked so far passed; the rest is read whole.
+            Structure::Changed => self.verify_whole(out, p.kind),
         }
-        Ok(())
     }
 
     /// Scans `out` again: no known id may remain anywhere in its bytes (nor in
@@ -956,16 +959,28 @@ enum Touched {
     Escaped(Range<usize>),
 }
 
-/// The strings of the output of JSON part `p` that verification must read:
-/// those an edit touched or wrote, the escaped ones, and those the scan did
-/// not prove clean. `None` when an edit does not keep the part's structure
-/// (then the output is re-read whole).
-fn touched_texts(p: &Part, applied: &[Edit]) -> Option<Vec<Touched>> {
+/// Whether the edits of a JSON part kept the structure the scan lexed.
+enum Structure {
+    Kept,
+    Changed,
+}
+
+/// Hands `check` the strings of the output of JSON part `p` that
+/// verification must read, in order: those an edit touched or wrote, the
+/// escaped ones, and those the scan did not prove clean. Stops at
+/// [`Structure::Changed`] when an edit does not keep the part's structure
+/// (then the output must be re-read whole), or at the first error of
+/// `check`. Nothing is collected: a 1 MB body touches tens of thousands of
+/// strings.
+fn visit_touched(
+    p: &Part,
+    applied: &[Edit],
+    mut check: impl FnMut(Touched) -> Result<(), RewriteError>,
+) -> Result<Structure, RewriteError> {
     let mut touched = vec![false; p.lits.len()];
-    let mut out = Vec::new();
     for (r, o) in applied {
         if r.is_empty() {
-            return None;
+            return Ok(Structure::Changed);
         }
         let number = p
             .numbers
@@ -974,9 +989,9 @@ fn touched_texts(p: &Part, applied: &[Edit]) -> Option<Vec<Touched>> {
         if number {
             // Written back as a string: `"<alias>"`.
             if o.len() < 2 {
-                return None;
+                return Ok(Structure::Changed);
             }
-            out.push(Touched::Plain(o.start + 1..o.end - 1));
+            check(Touched::Plain(o.start + 1..o.end - 1))?;
             continue;
         }
         let e = p.escaped.partition_point(|e| e.span.start < r.start);
@@ -987,7 +1002,7 @@ fn touched_texts(p: &Part, applied: &[Edit]) -> Option<Vec<Touched>> {
         let l = p.lits.partition_point(|l| l.range.end < r.end);
         match (p.lits.get(l), touched.get_mut(l)) {
             (Some(lit), Some(t)) if lit.range.start <= r.start => *t = true,
-            _ => return None,
+            _ => return Ok(Structure::Changed),
         }
     }
     let mut shift = Shift {
@@ -1004,19 +1019,26 @@ fn touched_texts(p: &Part, applied: &[Edit]) -> Option<Vec<Touched>> {
             (Some(_), None) => true,
             (None, Some(_)) => false,
         };
-        if plain_first {
-            let (l, touched) = lits.next()?;
-            if touched || !l.clean {
-                let range = shift.at(l.range.start)?..shift.at(l.range.end)?;
-                out.push(Touched::Plain(range));
+        let (range, t) = if plain_first {
+            let Some((l, touched)) = lits.next() else {
+                break;
+            };
+            if !touched && l.clean {
+                continue;
             }
+            (l.range.clone(), Touched::Plain as fn(Range<usize>) -> Touched)
         } else {
-            let e = escaped.next()?;
-            let span = shift.at(e.span.start)?..shift.at(e.span.end)?;
-            out.push(Touched::Escaped(span));
-        }
+            let Some(e) = escaped.next() else {
+                break;
+            };
+            (e.span.clone(), Touched::Escaped as fn(Range<usize>) -> Touched)
+        };
+        let (Some(start), Some(end)) = (shift.at(range.start), shift.at(range.end)) else {
+            return Ok(Structure::Changed);
+        };
+        check(t(start..end))?;
     }
-    Some(out)
+    Ok(Structure::Kept)
 }
 
 /// Maps body offsets to output offsets, for offsets asked in order and never
@@ -1050,7 +1072,12 @@ fn splice_mapped(
     src: &[u8],
     mut edits: Vec<(Range<usize>, Cow<'_, str>)>,
 ) -> (Vec<u8>, Vec<Edit>) {
-    edits.sort_by_key(|(r, _)| r.start);
+    // Stable: of two edits at one start, the first given wins. Edits mostly
+    // come in order (a scan's occurrences are), and the sort's scratch
+    // buffer is as large as the edits.
+    if !edits.is_sorted_by_key(|(r, _)| r.start) {
+        edits.sort_by_key(|(r, _)| r.start);
+    }
     let mut out = Vec::with_capacity(src.len() + edits.len() * 8);
     let mut applied = Vec::with_capacity(edits.len());
     let mut at = 0;
