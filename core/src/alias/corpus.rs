@@ -168,6 +168,9 @@ pub const LOOKALIKES: &[&str] = &[
     "Anna-Lena",
     "COVID-19",
     "HbA1c",
+    "http://terminology.hl7.org/CodeSystem/v3-ActCode",
+    "http://terminology.hl7.org/CodeSystem/v2-0203",
+    "ValueSet/c80-doc-typecodes",
 ];
 
 const FHIR_TYPES: &[&str] = &[

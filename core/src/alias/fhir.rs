@@ -3,6 +3,9 @@
 //! A reference `Type/id` to any of these is an id, whether or not the
 //! taxonomy maps the type to a kind (unmapped types take the fallback kind):
 //! an HMS that returns a resource type nobody configured must not leak it.
+//! The exception is [`DEFINITION_TYPES`]: a terminology or conformance
+//! definition (`CodeSystem/v3-ActCode`) is no record, unless the taxonomy
+//! maps its type to a kind.
 
 /// The resource type names, sorted (binary search).
 pub const RESOURCE_TYPES: &[&str] = &[
@@ -200,9 +203,50 @@ pub fn is_resource_type(name: impl AsRef<[u8]>) -> bool {
             .is_ok()
 }
 
+/// The canonical resource types of FHIR's terminology and conformance
+/// modules, sorted: a reference to one in text names a definition shared
+/// across servers (`http://terminology.hl7.org/CodeSystem/v3-ActCode`, the
+/// system of every `Encounter.class`), not a record. Unless the taxonomy maps
+/// the type to a kind, its references in text are not ids.
+pub const DEFINITION_TYPES: &[&str] = &[
+    "CapabilityStatement",
+    "CodeSystem",
+    "CompartmentDefinition",
+    "ConceptMap",
+    "ExampleScenario",
+    "GraphDefinition",
+    "ImplementationGuide",
+    "MessageDefinition",
+    "NamingSystem",
+    "OperationDefinition",
+    "SearchParameter",
+    "StructureDefinition",
+    "StructureMap",
+    "TerminologyCapabilities",
+    "ValueSet",
+];
+
+/// Whether `name` is one of [`DEFINITION_TYPES`].
+pub fn is_definition_type(name: impl AsRef<[u8]>) -> bool {
+    let name = name.as_ref();
+    DEFINITION_TYPES
+        .binary_search_by(|t| t.as_bytes().cmp(name))
+        .is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn definition_types_are_sorted_resource_types() {
+        assert!(DEFINITION_TYPES.windows(2).all(|w| w[0] < w[1]));
+        assert!(DEFINITION_TYPES.iter().all(is_resource_type));
+        assert!(is_definition_type("CodeSystem") && is_definition_type("ValueSet"));
+        for t in ["Patient", "Encounter", "Questionnaire", "PlanDefinition", "codesystem"] {
+            assert!(!is_definition_type(t), "{t}");
+        }
+    }
 
     #[test]
     fn sorted_and_complete_enough() {

@@ -19,7 +19,9 @@
 //!   prefix, the key the object sits under, or (for the primary record of a
 //!   response) the request path;
 //! - values of id fields (`patientId`, `clinic`, `slotId`, …) of the taxonomy;
-//! - inside any string or key: UUIDs anywhere, FHIR references `Type/id`,
+//! - inside any string or key: UUIDs anywhere, FHIR references `Type/id`
+//!   (not to a terminology or conformance definition nobody configured:
+//!   `http://terminology.hl7.org/CodeSystem/v3-ActCode` names no record),
 //!   prefixed FHIR ids (`prac-00042`) and values shaped like an alias
 //!   (`ward-101`: an HMS value the model could not tell from an alias);
 //! - anywhere in any string: a raw value found by the rules above elsewhere in

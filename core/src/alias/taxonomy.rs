@@ -1265,12 +1265,16 @@ impl Taxonomy {
             "idempotency",
             "session",
         ];
+        // A version of the record the object is (FHIR `meta.versionId`: a
+        // counter, `"3"`), not a record: the key alone, not `documentVersionId`.
+        const VERSION: &[u8] = b"version";
         let stem = id_stem(key)?;
         with_norm(stem.as_bytes(), |s| {
             let named = self.by_norm_name.get(s).or_else(|| self.object_key.get(s));
             match named {
                 Some(kind) => Some(*kind),
                 None if NOT_RECORDS.iter().any(|n| s.ends_with(n.as_bytes())) => None,
+                None if s == VERSION => None,
                 None => Some(self.fallback),
             }
         })
@@ -1486,8 +1490,13 @@ mod tests {
         for key in [
             "paid", "PAID", "valid", "VALID", "grid", "squid", "Guidance", "idle", "",
             "requestId", "x-request-id", "X-Correlation-ID", "traceId", "parentSpanId", "session_id",
+            "versionId", "version_id", "VersionID",
         ] {
             assert_eq!(name(key), None, "{key}");
+        }
+        // A version of something else is an id of the fallback kind.
+        for key in ["documentVersionId", "reportVersion_id"] {
+            assert_eq!(name(key).as_deref(), Some("record"), "{key}");
         }
     }
 

@@ -211,6 +211,40 @@ fn ids_seen_only_in_text_are_found_by_their_shape() {
     assert_eq!(v["link"], "https://hms.example/fhir?subject=Patient%2Fpatient-002&code=1-0-1-0");
 }
 
+/// FHIR's terminology and conformance definitions are not records: their
+/// canonical URLs (the `system` of every `Encounter.class`) and a resource's
+/// `meta.versionId` pass as they are, while ids beside them, a configured
+/// prefix after a definition type, and a UUID after one are still ids.
+#[test]
+fn canonical_urls_and_version_ids_are_not_records() {
+    let tax = Taxonomy::default();
+    let body = r#"{"resourceType":"Encounter","id":"enc-000451","meta":{"versionId":"3"},"class":{"system":"http://terminology.hl7.org/CodeSystem/v3-ActCode","code":"IMP"},"identifier":[{"type":{"coding":[{"system":"http://terminology.hl7.org/CodeSystem/v2-0203","code":"VN"}]}}],"meta2":"profile http://hl7.org/fhir/StructureDefinition/c80-practice-codes, bound to ValueSet/c80-doc-typecodes","subject":{"reference":"Patient/pat-000123"},"note":"see CodeSystem/pat-000124 and ValueSet/5d0c7e2a-41b3-4f6e-9a8d-2c7b1e0f3a94"}"#;
+    for kind in [BodyKind::Json, BodyKind::Text] {
+        let out = rewritten(&tax, body, kind);
+        for kept in [
+            "http://terminology.hl7.org/CodeSystem/v3-ActCode",
+            "http://terminology.hl7.org/CodeSystem/v2-0203",
+            "http://hl7.org/fhir/StructureDefinition/c80-practice-codes",
+            "ValueSet/c80-doc-typecodes",
+        ] {
+            assert!(out.contains(kept), "{kept} lost ({kind:?}): {out}");
+        }
+        for id in ["enc-000451", "pat-000123", "pat-000124", "5d0c7e2a-41b3-4f6e-9a8d-2c7b1e0f3a94"] {
+            assert!(!out.contains(id), "{id} leaked ({kind:?}): {out}");
+        }
+    }
+    let out = rewritten(&tax, body, BodyKind::Json);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["meta"]["versionId"], "3", "{out}");
+    // A definition type the taxonomy maps to a kind is a record type there.
+    let mapped = Taxonomy::from_json(
+        br#"{"kinds":[{"name":"codesystem","prefix":"codesystem","resourceTypes":["CodeSystem"]}]}"#,
+    )
+    .unwrap();
+    let out = rewritten(&mapped, r#"{"system":"http://terminology.hl7.org/CodeSystem/v3-ActCode"}"#, BodyKind::Json);
+    assert!(!out.contains("v3-ActCode"), "{out}");
+}
+
 #[test]
 fn json_under_text_plain_or_no_content_type_keeps_its_structure() {
     let tax = Taxonomy::default();
