@@ -17,6 +17,7 @@
 //! - [`embedder`]: a local bag-of-words embedder for tests not about the embedder.
 //! - [`adversary`]: adversarial LLM requests with ground truth, and a tool-definition oracle.
 //! - [`h2`]: an h2c client that can send request trailers.
+//! - [`hms_client`]: one request through the HMS listener, its answer as the client saw it.
 //! - [`qdrant`]: the shared Qdrant server and private ones for fault tests.
 
 pub mod adversary;
@@ -26,6 +27,7 @@ pub mod embedder;
 pub mod envoy;
 pub mod fake_control;
 pub mod h2;
+pub mod hms_client;
 pub mod paths;
 pub mod qdrant;
 pub mod upstream;

@@ -3,6 +3,7 @@
 //! recording HMS upstream. These tests try to make a raw id reach the client,
 //! or an alias this session did not issue reach HMS.
 
+use keyhole_e2e::hms_client::{send, Reply, SESSION_HEADER};
 use keyhole_e2e::upstream::{Canned, Recorded};
 use keyhole_e2e::{control, envoy, paths, Stack, StackOptions};
 use regex::Regex;
@@ -12,7 +13,6 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const SESSION_HEADER: &str = "x-keyhole-session";
 
 /// The HMS filter configuration of most tests here: they fetch the samples at
 /// their HMS paths, which hold raw ids (`/api/v2/patients/<uuid>`), so raw ids
@@ -138,71 +138,6 @@ fn skeleton(v: &Value) -> Value {
             Value::Object(o.iter().map(|(k, x)| (k.clone(), skeleton(x))).collect())
         }
         other => other.clone(),
-    }
-}
-
-/// A response as the client saw it.
-struct Reply {
-    status: u16,
-    headers: reqwest::header::HeaderMap,
-    body: Vec<u8>,
-}
-
-impl Reply {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
-    }
-
-    fn header(&self, name: &str) -> Option<String> {
-        self.headers
-            .get(name)
-            .map(|v| v.to_str().unwrap().to_owned())
-    }
-
-    /// Every header as `name: value` lines.
-    fn header_text(&self) -> String {
-        self.headers
-            .iter()
-            .map(|(k, v)| format!("{k}: {}\n", v.to_str().unwrap_or("?")))
-            .collect()
-    }
-}
-
-async fn send(
-    base: &str,
-    method: &str,
-    path: &str,
-    session: Option<&str>,
-    body: Option<Vec<u8>>,
-) -> Reply {
-    let client = reqwest::Client::new();
-    let mut req = client.request(method.parse().unwrap(), format!("{base}{path}"));
-    if let Some(s) = session {
-        req = req.header(SESSION_HEADER, s);
-    }
-    if let Some(b) = body {
-        req = req.header("content-type", "application/json").body(b);
-    }
-    let resp = req.send().await.expect("request through envoy");
-    let status = resp.status().as_u16();
-    let headers = resp.headers().clone();
-    let body = resp.bytes().await.expect("body").to_vec();
-    if let Some(len) = headers.get("content-length") {
-        assert_eq!(
-            len.to_str().unwrap().parse::<usize>().unwrap(),
-            body.len(),
-            "content-length is the body's"
-        );
-    }
-    Reply {
-        status,
-        headers,
-        body,
     }
 }
 
@@ -1484,11 +1419,7 @@ async fn aliases_in_request_headers_are_decoded_and_unknown_ones_never_reach_hms
         for (method, body) in [("GET", false), ("POST", true)] {
             stack.hms.clear();
             let r = request(method, session, &[header.clone()], body).await.unwrap();
-            let reply = Reply {
-                status: r.status().as_u16(),
-                headers: r.headers().clone(),
-                body: r.bytes().await.unwrap().to_vec(),
-            };
+            let reply = Reply::read(r).await;
             assert_refused(&stack, &reply, 404, &alias, &format!("{case} ({method})"));
         }
     }

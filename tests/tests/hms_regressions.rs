@@ -15,58 +15,20 @@
 //!   that alias' record; near misses of a number the session never issued are
 //!   refused with a 404 naming the alias as written, and nothing reaches HMS.
 
+use keyhole_e2e::hms_client::{self, Reply};
 use keyhole_e2e::upstream::Canned;
 use keyhole_e2e::{Stack, StackOptions};
 use regex::Regex;
 use serde_json::Value;
 
-const SESSION_HEADER: &str = "x-keyhole-session";
 
 /// Anna's HMS UUID and FHIR id (as in the catalog's samples).
 const ANNA_UUID: &str = "039b70b8-92f7-44b7-9c91-4e3f0e900c71";
 const ANNA_FHIR: &str = "pat-000123";
 
-/// A response as the client saw it.
-struct Reply {
-    status: u16,
-    headers: reqwest::header::HeaderMap,
-    body: Vec<u8>,
-}
-
-impl Reply {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
-    }
-
-    fn header(&self, name: &str) -> Option<String> {
-        self.headers.get(name).map(|v| v.to_str().unwrap().to_owned())
-    }
-
-    /// Every header as `name: value` lines.
-    fn header_text(&self) -> String {
-        self.headers
-            .iter()
-            .map(|(k, v)| format!("{k}: {}\n", v.to_str().unwrap_or("?")))
-            .collect()
-    }
-}
-
 async fn send(stack: &Stack, session: &str, method: &str, path: &str, body: Option<Value>) -> Reply {
-    let mut req = reqwest::Client::new()
-        .request(method.parse().unwrap(), format!("{}{path}", stack.envoy.hms_url()))
-        .header(SESSION_HEADER, session);
-    if let Some(b) = body {
-        req = req.header("content-type", "application/json").body(serde_json::to_vec(&b).unwrap());
-    }
-    let resp = req.send().await.expect("request through envoy");
-    let status = resp.status().as_u16();
-    let headers = resp.headers().clone();
-    let body = resp.bytes().await.expect("body").to_vec();
-    Reply { status, headers, body }
+    let body = body.map(|b| serde_json::to_vec(&b).unwrap());
+    hms_client::send(&stack.envoy.hms_url(), method, path, Some(session), body).await
 }
 
 async fn get(stack: &Stack, session: &str, path: &str) -> Reply {
