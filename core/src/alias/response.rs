@@ -207,12 +207,17 @@ struct Part {
     escaped: Vec<EscLit>,
 }
 
-/// An entity seen in one object.
+/// An entity seen in one object: its values, at most one per form, sorted
+/// and then `None` — ordered as the sorted list of its values would be, and
+/// held inline (a list body has an entity per item).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct Group {
     kind: KindId,
-    members: Vec<(usize, Form)>,
+    members: [Option<(usize, Form)>; FORMS],
 }
+
+/// How many forms an id can have ([`Form`]): the most members of a [`Group`].
+const FORMS: usize = 3;
 
 /// The raw ids of one response (one or more parts).
 #[derive(Debug, Clone)]
@@ -547,7 +552,7 @@ impl<'t> ResponseScan<'t> {
         let mut id_of_value = vec![usize::MAX; self.values.len()];
         for (g, group) in self.groups.iter().enumerate() {
             let g = u32::try_from(g).unwrap_or(u32::MAX);
-            for (v, form) in &group.members {
+            for (v, form) in group.members.iter().flatten() {
                 let (Some(value), Some(slot)) =
                     (self.values.get_index(*v), id_of_value.get_mut(*v))
                 else {
@@ -1537,7 +1542,8 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
         let root = if obj.primary { self.root_kind } else { None };
         let kind = choose(candidates, parent, root).unwrap_or(tax.fallback_kind());
 
-        let mut group: Vec<(usize, Form)> = Vec::new();
+        let mut group: [Option<(usize, Form)>; FORMS] = [None; FORMS];
+        let mut forms = 0;
         for m in members {
             let (member_kind, form, joins) = match m.role {
                 Some(KeyRole::Id) => {
@@ -1577,17 +1583,22 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
                     }
                 }
             }
-            if !joins || group.iter().any(|(g, _)| *g == v) {
+            if !joins || group.iter().flatten().any(|(g, _)| *g == v) {
                 continue;
             }
             // One value per form: a second, different value of a form stays an
             // entity of its own rather than a self-inflicted conflict.
-            if group.iter().all(|(_, f)| *f != form) {
-                group.push((v, form));
+            if group.iter().flatten().all(|(_, f)| *f != form) {
+                if let Some(slot) = group.get_mut(forms) {
+                    *slot = Some((v, form));
+                    forms += 1;
+                }
             }
         }
-        if group.len() > 1 {
-            group.sort();
+        if forms > 1 {
+            if let Some(found) = group.get_mut(..forms) {
+                found.sort();
+            }
             self.scan.groups.push(Group {
                 kind,
                 members: group,
