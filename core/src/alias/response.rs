@@ -966,6 +966,16 @@ enum Touched {
     Escaped(Range<usize>),
 }
 
+impl Touched {
+    /// The same string at its place in the output (`None`: inside an edit).
+    fn shifted(self, shift: &mut Shift<'_>) -> Option<Touched> {
+        Some(match self {
+            Touched::Plain(r) => Touched::Plain(shift.at(r.start)?..shift.at(r.end)?),
+            Touched::Escaped(r) => Touched::Escaped(shift.at(r.start)?..shift.at(r.end)?),
+        })
+    }
+}
+
 /// Whether the edits of a JSON part kept the structure the scan lexed.
 enum Structure {
     Kept,
@@ -1026,24 +1036,24 @@ fn visit_touched(
             (Some(_), None) => true,
             (None, Some(_)) => false,
         };
-        let (range, t) = if plain_first {
+        let in_body = if plain_first {
             let Some((l, touched)) = lits.next() else {
                 break;
             };
             if !touched && l.clean {
                 continue;
             }
-            (l.range.clone(), Touched::Plain as fn(Range<usize>) -> Touched)
+            Touched::Plain(l.range.clone())
         } else {
             let Some(e) = escaped.next() else {
                 break;
             };
-            (e.span.clone(), Touched::Escaped as fn(Range<usize>) -> Touched)
+            Touched::Escaped(e.span.clone())
         };
-        let (Some(start), Some(end)) = (shift.at(range.start), shift.at(range.end)) else {
+        let Some(in_output) = in_body.shifted(&mut shift) else {
             return Ok(Structure::Changed);
         };
-        check(t(start..end))?;
+        check(in_output)?;
     }
     Ok(Structure::Kept)
 }
