@@ -632,9 +632,19 @@ fn unreadable_body(
             (b, Some("text/csv"), WithholdReason::Compressed)
         }
         3 => {
-            // Brotli has no magic number: high bytes around the ids.
+            // Brotli has no magic number: high bytes around the ids. Each run
+            // starts with a continuation byte after ASCII, so it is never
+            // UTF-8 by chance (eight random high bytes sometimes are:
+            // `ʽӻ𬴿`, generator seed 123456789).
             for id in ids {
-                b.extend((0..8).map(|_| 0x80 + rng.below(0x7f) as u8));
+                b.extend((0..8).map(|j| {
+                    let high = 0x80 + rng.below(0x7f) as u8;
+                    if j == 0 {
+                        high & 0xbf
+                    } else {
+                        high
+                    }
+                }));
                 b.extend_from_slice(id.as_bytes());
             }
             (b, Some("text/plain"), WithholdReason::Binary)
