@@ -207,7 +207,8 @@ pub fn is_resource_type(name: impl AsRef<[u8]>) -> bool {
 /// modules, sorted: a reference to one in text names a definition shared
 /// across servers (`http://terminology.hl7.org/CodeSystem/v3-ActCode`, the
 /// system of every `Encounter.class`), not a record. Unless the taxonomy maps
-/// the type to a kind, its references in text are not ids.
+/// the type to a kind, it is no record type (`Taxonomy::resource_type`), so
+/// its references are not ids.
 pub const DEFINITION_TYPES: &[&str] = &[
     "CapabilityStatement",
     "CodeSystem",

@@ -312,11 +312,7 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
             }
         }
         if next == Some(b'/') {
-            // A definition nobody configured (`CodeSystem/v3-ActCode`) is no record.
-            let record = tax
-                .resource_type(word)
-                .filter(|(_, configured)| *configured || !super::fhir::is_definition_type(word));
-            if let Some((kinds, configured)) = record {
+            if let Some((kinds, configured)) = tax.resource_type(word) {
                 let start = word_end + 1;
                 let mut end = start
                     + text.get(start..limit).map_or(0, |t| {

@@ -1186,7 +1186,8 @@ impl Taxonomy {
         self.fhir_prefix.get(prefix).map(Vec::as_slice)
     }
     /// The kinds of a FHIR resource type: the configured ones, else the
-    /// fallback kind for any other FHIR R4/R5 type.
+    /// fallback kind for any other FHIR R4/R5 type but a definition
+    /// ([`super::fhir::DEFINITION_TYPES`]).
     pub(crate) fn resource_type_kinds(&self, resource_type: impl AsRef<[u8]>) -> Option<&[KindId]> {
         self.resource_type(resource_type).map(|(kinds, _)| kinds)
     }
@@ -1199,7 +1200,11 @@ impl Taxonomy {
         }
         match self.resource_type.get(resource_type) {
             Some(k) => Some((k.as_slice(), true)),
-            None if super::fhir::is_resource_type(resource_type) => {
+            // A terminology or conformance definition (`CodeSystem`) is no
+            // record type unless a kind names it.
+            None if super::fhir::is_resource_type(resource_type)
+                && !super::fhir::is_definition_type(resource_type) =>
+            {
                 Some((self.fallback_only.as_slice(), false))
             }
             None => None,
