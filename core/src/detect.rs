@@ -18,19 +18,36 @@
 //! - a definition key: `description`, `parameters`, `parametersJsonSchema`,
 //!   `input_schema`, `inputJsonSchema`, `schema` (every format, legacy
 //!   `functions` included); or
+//! - a `type` of `function` or `custom`, wherever it stands: a definition
+//!   needs nothing but a name (a Responses tool, a tool loaded by OpenAI's
+//!   tool search in a `tool_search_output` item, a Realtime session's tools);
+//!   or
 //! - it is the value of a `function` or `custom` key of an array element and
 //!   carries no call payload (`arguments`, `input`, `args`): a Chat
 //!   Completions definition, which needs nothing but a name (a `tool_choice`
 //!   naming a function is not an array element); or
+//! - it is an element of a `tools` array and has no `type`, or one of
+//!   `function` / `custom` (a provider built-in names its own `type`); or
 //! - it is an element of a `functionDeclarations` or `functions` array.
 //!
+//! # What does not count
+//! A *reference* names a tool without defining it. Inside the value of a
+//! `tool_choice`, `toolConfig`, `allowed_tools` or `allowedFunctionNames`
+//! member (any spelling), only an object with a definition key counts: the
+//! name-only rules above do not apply there, so `{"type": "allowed_tools",
+//! "tools": [{"type": "function", "name": "a"}]}` counts nothing. This is the
+//! detector's own short list of reference positions; it shares nothing with
+//! the request parser's.
+//!
 //! Tool *calls* in a conversation history (`{"name", "arguments"}`,
-//! `{"type":"tool_use","name","input"}`, `{"functionCall":{"name","args"}}`)
-//! carry no definition key and are not counted; neither are provider built-in
-//! tools (`{"type":"web_search_20250305","name":"web_search"}`), which carry no
-//! schema. JSON Schema properties named `name` are objects, not strings, and
-//! are not counted. The count errs on the side of counting: a false positive
-//! refuses a request, a false negative could forward a registry.
+//! `{"type":"tool_use","name","input"}`, `{"functionCall":{"name","args"}}`,
+//! `{"type":"function_call",…}`) carry no definition key and are not counted;
+//! neither are provider built-in tools (`{"type":"web_search_20250305",
+//! "name":"web_search"}`), which carry no schema. JSON Schema properties
+//! named `name` are objects, not strings, and are not counted. The count
+//! errs on the side of counting: a structured-output schema (`{"name",
+//! "schema"}`) counts as one, and the filter leaves room for it
+//! ([`crate::surface`]); a false negative could forward a registry.
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::borrow::Cow;
@@ -62,7 +79,8 @@ pub fn count_tool_shaped(body: &[u8]) -> Result<usize, DetectError> {
     }
     let count = Cell::new(0usize);
     let mut de = serde_json::Deserializer::from_slice(body);
-    let result = Node { at: Position::Plain, count: &count }.deserialize(&mut de).and_then(|_| de.end());
+    let root = Node { at: Position::Plain, reference: false, count: &count };
+    let result = root.deserialize(&mut de).and_then(|_| de.end());
     match result {
         Ok(()) => Ok(count.get()),
         Err(e) => Err(DetectError::Json { line: e.line(), column: e.column() }),
@@ -82,12 +100,18 @@ enum Position {
     DeclarationList,
     /// An element of such an array.
     Declaration,
+    /// A `tools` array.
+    ToolsList,
+    /// An element of a `tools` array.
+    ToolsElement,
 }
 
 /// What a visited value was, as its parent needs to know.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
     String,
+    /// A string that folds to `function` or `custom`.
+    FunctionWord,
     Other,
 }
 
@@ -99,11 +123,15 @@ enum Key {
     CallPayload,
     Wrapper,
     DeclarationList,
+    ToolsList,
+    Type,
+    /// A member whose value only names tools ([the module docs](self)).
+    Reference,
     Other,
 }
 
 /// Keys that mean something to the detector, folded.
-const TABLE: [(&str, Key); 14] = [
+const TABLE: [(&str, Key); 20] = [
     ("name", Key::Name),
     ("description", Key::Definition),
     ("parameters", Key::Definition),
@@ -118,7 +146,19 @@ const TABLE: [(&str, Key); 14] = [
     ("custom", Key::Wrapper),
     ("functiondeclarations", Key::DeclarationList),
     ("functions", Key::DeclarationList),
+    ("tools", Key::ToolsList),
+    ("type", Key::Type),
+    ("toolchoice", Key::Reference),
+    ("toolconfig", Key::Reference),
+    ("allowedtools", Key::Reference),
+    ("allowedfunctionnames", Key::Reference),
 ];
+
+/// Whether a string value folds to `function` or `custom` (the `type` of a
+/// client-defined tool), without allocating: most strings are not.
+fn is_function_word(value: &str) -> bool {
+    value.len() <= 16 && (folds_to(value, "function") || folds_to(value, "custom"))
+}
 
 fn classify(key: &str) -> Key {
     // Folding never lengthens an ASCII key by more than the removed
@@ -171,6 +211,8 @@ fn folds_to(key: &str, target: &str) -> bool {
 /// Visits one value, counting the tool-shaped objects in it.
 struct Node<'c> {
     at: Position,
+    /// Inside a reference member: name-only rules do not apply.
+    reference: bool,
     count: &'c Cell<usize>,
 }
 
@@ -189,8 +231,8 @@ impl<'de> Visitor<'de> for Node<'_> {
         f.write_str("any JSON value")
     }
 
-    fn visit_str<E>(self, _: &str) -> Result<Kind, E> {
-        Ok(Kind::String)
+    fn visit_str<E>(self, value: &str) -> Result<Kind, E> {
+        Ok(if is_function_word(value) { Kind::FunctionWord } else { Kind::String })
     }
 
     fn visit_bool<E>(self, _: bool) -> Result<Kind, E> {
@@ -214,32 +256,46 @@ impl<'de> Visitor<'de> for Node<'_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Kind, A::Error> {
-        let at = if self.at == Position::DeclarationList { Position::Declaration } else { Position::Element };
-        while seq.next_element_seed(Node { at, count: self.count })?.is_some() {}
+        let at = match self.at {
+            Position::DeclarationList => Position::Declaration,
+            Position::ToolsList => Position::ToolsElement,
+            _ => Position::Element,
+        };
+        while seq.next_element_seed(Node { at, reference: self.reference, count: self.count })?.is_some() {}
         Ok(Kind::Other)
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Kind, A::Error> {
         let (mut named, mut defines, mut calls) = (false, false, false);
+        // `type`: absent, `function` / `custom`, or anything else.
+        let (mut typed_function, mut typed_other) = (false, false);
+        let element = matches!(self.at, Position::Element | Position::Declaration | Position::ToolsElement);
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             let key = classify(&key);
             let at = match key {
-                Key::Wrapper if matches!(self.at, Position::Element | Position::Declaration) => Position::Wrapped,
+                Key::Wrapper if element => Position::Wrapped,
                 Key::DeclarationList => Position::DeclarationList,
+                Key::ToolsList => Position::ToolsList,
                 _ => Position::Plain,
             };
-            let kind = map.next_value_seed(Node { at, count: self.count })?;
+            let reference = self.reference || key == Key::Reference;
+            let kind = map.next_value_seed(Node { at, reference, count: self.count })?;
             match key {
-                Key::Name => named |= kind == Kind::String,
+                Key::Name => named |= matches!(kind, Kind::String | Kind::FunctionWord),
                 Key::Definition => defines = true,
                 Key::CallPayload => calls = true,
-                Key::Wrapper | Key::DeclarationList | Key::Other => {}
+                Key::Type => match kind {
+                    Kind::FunctionWord => typed_function = true,
+                    Kind::String | Kind::Other => typed_other = true,
+                },
+                Key::Wrapper | Key::DeclarationList | Key::ToolsList | Key::Reference | Key::Other => {}
             }
         }
-        let shaped = named
-            && (defines
-                || self.at == Position::Declaration
-                || (self.at == Position::Wrapped && !calls));
+        let by_name_only = !self.reference
+            && (typed_function
+                || (self.at == Position::Wrapped && !calls)
+                || (self.at == Position::ToolsElement && !typed_other));
+        let shaped = named && (defines || self.at == Position::Declaration || by_name_only);
         if shaped {
             self.count.set(self.count.get().saturating_add(1));
         }

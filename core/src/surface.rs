@@ -116,10 +116,27 @@ pub enum Read<'a> {
 
 /// Reads a complete request body arriving at `path` in `phase`; tools
 /// arrays read before are recalled from `memo` ([`format::Memo`]).
+///
+/// Headroom, not refusal: what the body holds besides the function tools
+/// keyhole chooses from (the detector's count of the body without them, and
+/// the places of MCP servers the provider reads itself) takes places of the
+/// budget; the set is chosen in the places left ([`finish_with`]). Only a
+/// body whose rest alone is over the budget is refused.
 pub fn read<'a>(path: &str, body: &'a [u8], phase: Phase, builtins: &BuiltinTools, memo: &mut format::Memo) -> Read<'a> {
     match format::parse_memo(path, body, builtins, memo) {
-        Ok(Some(parsed)) if !parsed.tools.is_empty() => Read::Resolve(parsed),
-        Ok(_) => match seal(body, phase) {
+        Ok(Some(mut parsed)) if !parsed.tools.is_empty() => match rest_of(&parsed, body) {
+            Ok(rest) => {
+                parsed.rest = Some(rest);
+                let taken = rest.saturating_add(parsed.sourced);
+                let budget = phase.budget().max;
+                if taken > budget {
+                    return Read::Refuse(Refusal::OverBudget { found: taken, budget }, reply::too_many_tools(taken, budget, phase));
+                }
+                Read::Resolve(parsed)
+            }
+            Err(refused) => Read::Refuse(refused.0, refused.1),
+        },
+        Ok(parsed) => match seal_with(body, phase, parsed.map_or(0, |p| p.sourced)) {
             Ok(()) => Read::Pass,
             Err((refusal, reply)) => Read::Refuse(refusal, reply),
         },
@@ -128,18 +145,36 @@ pub fn read<'a>(path: &str, body: &'a [u8], phase: Phase, builtins: &BuiltinTool
     }
 }
 
+/// The detector's count of `body` without any of `req`'s function tools.
+fn rest_of(req: &ParsedRequest<'_>, body: &[u8]) -> Result<usize, (Refusal, LocalReply)> {
+    if let Some(rest) = req.rest {
+        return Ok(rest);
+    }
+    detect::count_tool_shaped(&req.rewrite(body, &[])).map_err(unreadable)
+}
+
+fn unreadable(e: detect::DetectError) -> (Refusal, LocalReply) {
+    (Refusal::Unreadable, reply::error(ErrorKind::InvalidRequest, &format!("keyhole cannot read this request: {e}")))
+}
+
 /// The last word before a body leaves: the independent detector counts tool
 /// definitions in `body`, whatever format it was read as; more than the
 /// phase's budget, or a body it cannot read, is refused.
 pub fn seal(body: &[u8], phase: Phase) -> Result<(), (Refusal, LocalReply)> {
+    seal_with(body, phase, 0)
+}
+
+/// [`seal`], with `sourced` places taken by tools the provider loads itself
+/// ([`ParsedRequest::sourced`]).
+fn seal_with(body: &[u8], phase: Phase, sourced: usize) -> Result<(), (Refusal, LocalReply)> {
     let budget = phase.budget().max;
     match detect::count_tool_shaped(body) {
-        Ok(found) if found <= budget => Ok(()),
-        Ok(found) => Err((Refusal::OverBudget { found, budget }, reply::too_many_tools(found, budget, phase))),
-        Err(e) => Err((
-            Refusal::Unreadable,
-            reply::error(ErrorKind::InvalidRequest, &format!("keyhole cannot read this request: {e}")),
-        )),
+        Ok(found) if found.saturating_add(sourced) <= budget => Ok(()),
+        Ok(found) => {
+            let found = found.saturating_add(sourced);
+            Err((Refusal::OverBudget { found, budget }, reply::too_many_tools(found, budget, phase)))
+        }
+        Err(e) => Err(unreadable(e)),
     }
 }
 
@@ -200,16 +235,33 @@ pub fn finish_with(
     on_outage: OnOutage,
     search_tool: bool,
 ) -> Finished {
-    match decide_with(req, phase, answer, prior, on_outage, search_tool) {
+    let taken = match rest_of(req, body) {
+        Ok(rest) => rest.saturating_add(req.sourced),
+        Err((refusal, reply)) => return Finished::Refuse(refusal, reply),
+    };
+    // The control tool only where a place is left for it.
+    let search_tool = search_tool && taken < phase.budget().max;
+    match decide_in(req, phase, answer, prior, on_outage, search_tool, taken) {
         Decision::Reject => Finished::Refuse(Refusal::Unavailable, reply::unavailable()),
-        Decision::Forward { keep, surfaced, source, clamped, search_tool } => {
+        Decision::Forward { mut keep, mut surfaced, source, mut clamped, search_tool } => loop {
             let rewritten =
                 if search_tool { req.rewrite_with_search_tool(body, &keep) } else { req.rewrite(body, &keep) };
-            match seal(&rewritten, phase) {
-                Ok(()) => Finished::Forward { body: rewritten, keep, surfaced, source, clamped, search_tool },
-                Err((refusal, reply)) => Finished::Refuse(refusal, reply),
+            match seal_with(&rewritten, phase, req.sourced) {
+                Ok(()) => return Finished::Forward { body: rewritten, keep, surfaced, source, clamped, search_tool },
+                // A kept tool can count as more than one (its schema holds
+                // an object with a name and a description, or its namespace
+                // counts): the last chosen tool that is not forced gives its
+                // place, until the body fits. A forced one never does.
+                Err(refused) => match surfaced.iter().rposition(|t| t.reason != Reason::ToolChoice) {
+                    Some(last) if last < keep.len() => {
+                        keep.remove(last);
+                        surfaced.remove(last);
+                        clamped = true;
+                    }
+                    _ => return Finished::Refuse(refused.0, refused.1),
+                },
             }
-        }
+        },
     }
 }
 
@@ -250,7 +302,21 @@ pub fn decide_with(
     on_outage: OnOutage,
     search_tool: bool,
 ) -> Decision {
-    let reserved = usize::from(search_tool);
+    decide_in(req, phase, answer, prior, on_outage, search_tool, req.rest.unwrap_or(0).saturating_add(req.sourced))
+}
+
+/// [`decide_with`], with `taken` places of the budget taken by what the body
+/// holds besides the function tools keyhole chooses from.
+fn decide_in(
+    req: &ParsedRequest<'_>,
+    phase: Phase,
+    answer: Result<&ResolveResponse, Outage>,
+    prior: &[SurfacedTool],
+    on_outage: OnOutage,
+    search_tool: bool,
+    taken: usize,
+) -> Decision {
+    let reserved = usize::from(search_tool).saturating_add(taken);
     let max = phase.registry_budget(reserved);
     let rules = Rules::reserving(phase, reserved);
     let mut set = Set { req, prior, rules, keep: Vec::with_capacity(max), surfaced: Vec::with_capacity(max) };

@@ -119,3 +119,45 @@ proptest::proptest! {
         proptest::prop_assert!(super::classify(&key) == super::classify_folding(&key), "{}", key);
     }
 }
+
+#[test]
+fn name_only_definitions_count_wherever_they_stand() {
+    // OpenAI's tool search loads tools into the context from an input item.
+    let loaded: Vec<String> = (0..5).map(|i| format!(r#"{{"type":"function","name":"t{i}"}}"#)).collect();
+    let body = format!(
+        r#"{{"input":[{{"type":"tool_search_output","tools":[{}]}}],"tools":[{{"type":"function","name":"a"}}]}}"#,
+        loaded.join(",")
+    );
+    assert_eq!(count(&body), 6);
+    // A Realtime session's tools; custom tools with a grammar format; any case.
+    assert_eq!(count(r#"{"session":{"type":"realtime","tools":[{"type":"function","name":"a"},{"type":"custom","name":"b","format":{"type":"grammar"}}]}}"#), 2);
+    assert_eq!(count(r#"{"x":{"TYPE":"Function","Name":"a"}}"#), 1);
+    // An element of a tools array with a name and no type of its own.
+    assert_eq!(count(r#"{"session":{"tools":[{"name":"a"},{"name":"b"}]}}"#), 2);
+    // A built-in names its own type: not a definition.
+    assert_eq!(count(r#"{"tools":[{"type":"web_search_20260209","name":"web_search"},{"type":"computer_20251124","name":"computer","display_width_px":1024}]}"#), 0);
+}
+
+#[test]
+fn references_name_tools_without_defining_them() {
+    // Chat and Responses allowed_tools, Gemini toolConfig, Anthropic's forced tool.
+    let chat = r#"{"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"auto","tools":[{"type":"function","function":{"name":"a"}},{"type":"function","function":{"name":"b"}}]}}}"#;
+    assert_eq!(count(chat), 0);
+    let responses = r#"{"tool_choice":{"type":"allowed_tools","mode":"required","tools":[{"type":"function","name":"a"},{"type":"mcp","server_label":"x"}]}}"#;
+    assert_eq!(count(responses), 0);
+    assert_eq!(count(r#"{"tool_choice":{"type":"function","name":"a"}}"#), 0);
+    assert_eq!(count(r#"{"toolConfig":{"functionCallingConfig":{"mode":"ANY","allowedFunctionNames":["a","b"]}}}"#), 0);
+    assert_eq!(count(r#"{"tool_choice":{"type":"tool","name":"a"}}"#), 0);
+    // A definition key still counts there: a reference needs none.
+    assert_eq!(count(r#"{"tool_choice":{"type":"function","name":"a","parameters":{}}}"#), 1);
+}
+
+#[test]
+fn structured_outputs_and_listings_count_as_what_they_are() {
+    // A structured-output schema has a name and a schema: one place.
+    assert_eq!(count(r#"{"response_format":{"type":"json_schema","json_schema":{"name":"r","schema":{},"strict":true}}}"#), 1);
+    assert_eq!(count(r#"{"text":{"format":{"type":"json_schema","name":"r","schema":{},"strict":true}}}"#), 1);
+    // A replayed MCP listing: each listed tool is in the model's context.
+    let listing = r#"{"input":[{"type":"mcp_list_tools","server_label":"s","tools":[{"name":"a","input_schema":{}},{"name":"b","description":"d","input_schema":{}}]}]}"#;
+    assert_eq!(count(listing), 2);
+}

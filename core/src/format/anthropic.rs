@@ -35,7 +35,12 @@ pub(super) const DIALECT: Dialect = Dialect {
     builtins: BUILTINS,
     builtins_by_key: false,
     builtins_named: true,
-    by_top: |top| top.messages.is_some() && top.system.is_some(),
+    // Anthropic's own members: `anthropic_version` (Vertex AI and Bedrock
+    // bodies, on paths of their own), `mcp_servers`, or `system` beside
+    // `messages`.
+    by_top: |top| {
+        top.anthropic_version.is_some() || top.mcp_servers.is_some() || (top.messages.is_some() && top.system.is_some())
+    },
     sniff_rank: 2,
     by_element: |e| e.input_schema.is_some(),
     read_request: parse,
@@ -44,24 +49,20 @@ pub(super) const DIALECT: Dialect = Dialect {
     search_tool,
 };
 
-/// Server-tool types kept untouched (see [`super::BuiltinTools`]).
+/// Server-tool types kept untouched (see [`super::BuiltinTools`]): every
+/// date version of each family on Anthropic's tool reference.
+/// `mcp_toolset` is not here: it brings an MCP server's tools, and is read
+/// as a tool source ([`super::sources`]).
 pub(super) const BUILTINS: &[&str] = &[
-    "web_search_20250305",
-    "web_fetch_20250910",
-    "code_execution_20250522",
-    "code_execution_20250825",
-    "bash_20241022",
-    "bash_20250124",
-    "text_editor_20241022",
-    "text_editor_20250124",
-    "text_editor_20250429",
-    "text_editor_20250728",
-    "computer_20241022",
-    "computer_20250124",
-    "memory_20250818",
-    "tool_search_tool_regex_20251119",
-    "tool_search_tool_bm25_20251119",
-    "mcp_toolset",
+    "web_search_*",
+    "web_fetch_*",
+    "code_execution_*",
+    "bash_*",
+    "text_editor_*",
+    "computer_*",
+    "memory_*",
+    "tool_search_tool_regex_*",
+    "tool_search_tool_bm25_*",
 ];
 
 /// Reads the tools and the forcing `tool_choice`; returns the turn.
@@ -73,6 +74,7 @@ pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String
             match (tool.kind.as_deref(), tool.name) {
                 (None | Some("custom"), Some(name)) => Ok(b.function(name, tool.description)),
                 (None | Some("custom"), None) => Err(b.tool_error(at(), "a client tool without a name")),
+                (Some("mcp_toolset"), _) => b.anthropic_toolset(raw, at),
                 (Some(kind), _) => b.builtin(&keys, Some(kind), at),
             }
         })?;

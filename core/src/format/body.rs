@@ -28,6 +28,11 @@ pub(super) struct Top<'a> {
     pub input: Option<Raw<'a>>,
     pub contents: Option<Raw<'a>>,
     pub system: Option<Raw<'a>>,
+    /// Anthropic's `mcp_servers` (MCP servers the provider reads itself).
+    pub mcp_servers: Option<Raw<'a>>,
+    /// Anthropic's `anthropic_version` (bodies sent through Vertex AI and
+    /// Bedrock carry it, on paths that name no format).
+    pub anthropic_version: Option<Raw<'a>>,
     /// The first key problem met; reported after the whole body parsed, so a
     /// syntax error later in the body is not masked by it.
     problem: Option<FormatError>,
@@ -38,7 +43,7 @@ pub(super) struct Top<'a> {
 
 /// Keys read, with their slot. The first five carry or force tools: they are
 /// checked for duplicates and case variants.
-const KEYS: [(&str, Slot); 10] = [
+const KEYS: [(&str, Slot); 12] = [
     ("tools", Slot::Tools),
     ("functions", Slot::Functions),
     ("tool_choice", Slot::ToolChoice),
@@ -49,6 +54,8 @@ const KEYS: [(&str, Slot); 10] = [
     ("input", Slot::Input),
     ("contents", Slot::Contents),
     ("system", Slot::System),
+    ("mcp_servers", Slot::McpServers),
+    ("anthropic_version", Slot::AnthropicVersion),
 ];
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -62,11 +69,13 @@ enum Slot {
     Input,
     Contents,
     System,
+    McpServers,
+    AnthropicVersion,
 }
 
 impl Slot {
     fn guarded(self) -> bool {
-        matches!(self, Slot::Tools | Slot::Functions | Slot::ToolChoice | Slot::FunctionCall | Slot::ToolConfig)
+        matches!(self, Slot::Tools | Slot::Functions | Slot::ToolChoice | Slot::FunctionCall | Slot::ToolConfig | Slot::McpServers)
     }
 }
 
@@ -189,6 +198,8 @@ impl<'a> Top<'a> {
             Slot::Input => &mut self.input,
             Slot::Contents => &mut self.contents,
             Slot::System => &mut self.system,
+            Slot::McpServers => &mut self.mcp_servers,
+            Slot::AnthropicVersion => &mut self.anthropic_version,
         };
         *target = value.or(*target);
     }
@@ -202,14 +213,15 @@ impl<'a> Top<'a> {
             .any(|raw| memchr::memmem::find(raw.get().as_bytes(), text.as_bytes()).is_some())
     }
 
-    /// Whether the body has a tools array to read (`tools` or `functions`).
+    /// Whether the body has tools to read: a `tools` or `functions` array,
+    /// or MCP servers the provider reads itself (`mcp_servers`).
     pub fn carries_tools(&self) -> bool {
-        self.tools.is_some() || self.functions.is_some()
+        self.tools.is_some() || self.functions.is_some() || self.mcp_servers.is_some()
     }
 
     /// Whether the only tools value is an empty array.
     pub fn tools_are_empty(&self) -> bool {
-        self.functions.is_none() && self.tools.is_some_and(|t| t.get().trim() == "[]")
+        self.functions.is_none() && self.mcp_servers.is_none() && self.tools.is_some_and(|t| t.get().trim() == "[]")
     }
 
     /// The format the body's shape names, if any (see [`super::parse`]).
@@ -236,7 +248,13 @@ impl<'a> Top<'a> {
         let all_builtin = |format: Format| {
             !elements.is_empty() && elements.iter().all(|e| e.builtin_of(format, builtins))
         };
-        Format::ALL.into_iter().find(|f| all_builtin(*f))
+        if let Some(format) = Format::ALL.into_iter().find(|f| all_builtin(*f)) {
+            return Some(format);
+        }
+        // `messages` alone is the weakest sign: Chat and Anthropic both
+        // have it, so the tools decide first (an Anthropic body sent
+        // through a gateway path without `system`).
+        self.messages.is_some().then_some(Format::OpenAiChat)
     }
 
     /// Whether `tool_choice` names a `function` object (Chat's shape).
@@ -308,7 +326,11 @@ impl ElementShape<'_> {
         if format.dialect().builtins_by_key {
             !self.keys.is_empty() && self.keys.keys().all(|k| builtins.allows(format, k))
         } else {
-            self.kind.as_deref().is_some_and(|k| builtins.allows(format, k))
+            // A named built-in (`{"type": "web_search_20250305", "name":
+            // "web_search"}`) is one only where the format's built-ins carry
+            // names.
+            (self.name.is_none() || format.dialect().builtins_named)
+                && self.kind.as_deref().is_some_and(|k| builtins.allows(format, k))
         }
     }
 }

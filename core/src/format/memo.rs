@@ -186,6 +186,7 @@ impl ToolArray {
                     item: match &e.item {
                         Item::Function(i) => Item::Function(tool(*i)),
                         Item::Other => Item::Other,
+                        Item::Source(source) => Item::Source(source.clone()),
                         Item::Group { inner, only_key } => Item::Group { inner: inner.moved(span, tool), only_key: *only_key },
                     },
                 })

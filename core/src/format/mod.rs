@@ -49,10 +49,12 @@ mod gemini;
 mod memo;
 mod openai;
 mod responses;
+mod sources;
 mod stream;
 mod tools;
 
 pub use memo::Memo;
+pub use sources::PASS_SETTING;
 pub use stream::{ScanLimits, ScanStats, StreamScanner};
 pub use tools::BuiltinTools;
 
@@ -255,6 +257,17 @@ pub enum FormatError {
         /// The key it resembles.
         key: &'static str,
     },
+    /// A tool source (an MCP server the provider reads itself) that nothing
+    /// bounds: keyhole cannot know how many tools it brings.
+    #[error("{at} lets the provider load every tool of an MCP server, which keyhole cannot count: name the tools in `{member}`, or set `{setting}` on this listener to pass such servers knowingly")]
+    UnboundedToolSource {
+        /// The element (`tools[2]`, `mcp_servers[0]`).
+        at: String,
+        /// The member that would bound it.
+        member: &'static str,
+        /// The listener setting that passes it.
+        setting: &'static str,
+    },
     /// The body carries tools but matches none of the known formats. The filter
     /// must reject it: forwarding it could forward the whole registry.
     #[error("request body carries tools in an unknown format")]
@@ -306,6 +319,14 @@ pub struct ParsedRequest<'a> {
     /// ([`crate::recovery`]) after the latest user message with text, if it
     /// made one.
     pub search_call: Option<SearchCall>,
+    /// Places of the budget taken by tools the provider loads itself from
+    /// the MCP servers the request names ([`sources`]).
+    pub sourced: usize,
+    /// Tool definitions the independent detector counts in the body
+    /// without any of the function tools keyhole chooses from (a
+    /// structured-output schema, a replayed tool listing), once
+    /// [`crate::surface::read`] counted them.
+    pub(crate) rest: Option<usize>,
     /// The arrays that hold tools, with each element's span, in body order.
     arrays: Vec<ToolArray>,
     /// The registry digest, when a [`Memo`] knew or learned it.
@@ -378,6 +399,9 @@ enum Item {
     Function(usize),
     /// A non-function tool: always kept.
     Other,
+    /// A tool source (an MCP server): always kept, and its places counted
+    /// ([`sources`]).
+    Source(sources::Source),
     /// An object holding an array of function tools (a Gemini tools entry):
     /// the inner array is rewritten in place. When `only_key` (the entry holds
     /// nothing but that array) and none of its functions is kept, the entry is
@@ -463,6 +487,7 @@ fn read<'a>(
     };
     let turn = (format.dialect().read_request)(&mut b, &top)?;
     b.legacy(&top)?;
+    let sourced = b.source_places(&top)?;
     // The history is read only when the control tool's name appears in it at
     // all: most requests never called it. (A name written with escapes is not
     // found: that only forgoes a search, it never widens a set.)
@@ -471,7 +496,7 @@ fn read<'a>(
     } else {
         None
     };
-    Ok(Some(b.finish(turn, search_call)))
+    Ok(Some(b.finish(turn, search_call, sourced)))
 }
 
 impl ParsedRequest<'_> {
@@ -493,6 +518,8 @@ impl ParsedRequest<'_> {
             tool_choice: self.tool_choice,
             forced: self.forced,
             search_call: self.search_call,
+            sourced: self.sourced,
+            rest: self.rest,
             arrays: self.arrays,
             digest: self.digest,
         }
@@ -711,7 +738,7 @@ impl ToolArray {
     fn keeps_any(&self, keep: &[usize]) -> bool {
         self.elements.iter().any(|e| match &e.item {
             Item::Function(i) => keep.contains(i),
-            Item::Other => false,
+            Item::Other | Item::Source(_) => false,
             Item::Group { inner, .. } => inner.keeps_any(keep),
         })
     }
@@ -724,7 +751,7 @@ impl Element {
     fn emitted(&self, keep: &[usize]) -> bool {
         match &self.item {
             Item::Function(i) => keep.contains(i),
-            Item::Other => true,
+            Item::Other | Item::Source(_) => true,
             Item::Group { inner, only_key } => !only_key || inner.keeps_any(keep),
         }
     }
@@ -738,7 +765,7 @@ impl Element {
                 inner.write(body, keep, out, add);
                 out.extend_from_slice(body.get(inner.span.end..self.span.end).unwrap_or_default());
             }
-            Item::Function(_) | Item::Other => {
+            Item::Function(_) | Item::Other | Item::Source(_) => {
                 out.extend_from_slice(body.get(self.span.clone()).unwrap_or_default());
             }
         }
@@ -852,7 +879,7 @@ impl<'a> Builder<'a, '_> {
     }
 
     /// The finished request.
-    fn finish(self, turn: String, search_call: Option<SearchCall>) -> ParsedRequest<'a> {
+    fn finish(self, turn: String, search_call: Option<SearchCall>, sourced: usize) -> ParsedRequest<'a> {
         let mut arrays = self.arrays;
         arrays.sort_by_key(|a| a.span.start);
         let mut unique: Vec<String> = Vec::with_capacity(self.forced.len());
@@ -874,6 +901,8 @@ impl<'a> Builder<'a, '_> {
             tool_choice: unique.first().cloned(),
             forced: unique,
             search_call,
+            sourced,
+            rest: None,
             arrays,
             digest,
         }
@@ -1029,3 +1058,6 @@ fn latest_user_text(raw: Option<Raw<'_>>, is_user: impl Fn(Option<&str>) -> bool
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod compat_tests;

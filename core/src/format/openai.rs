@@ -26,8 +26,9 @@ struct Tool<'a> {
     custom: Option<Named<'a>>,
 }
 
-/// `"auto"`, `"none"`, `"required"`, `{"type":"function","function":{"name":..}}`
-/// or `{"type":"custom","custom":{"name":..}}`.
+/// `"auto"`, `"none"`, `"required"`, `{"type":"function","function":{"name":..}}`,
+/// `{"type":"custom","custom":{"name":..}}`, or `{"type":"allowed_tools",
+/// "allowed_tools":{"mode":..,"tools":[{"type":"function","function":{"name":..}}, …]}}`.
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum ToolChoice<'a> {
@@ -39,7 +40,27 @@ enum ToolChoice<'a> {
         #[serde(borrow)]
         custom: Named<'a>,
     },
+    Allowed {
+        #[serde(borrow)]
+        allowed_tools: AllowedTools<'a>,
+    },
     Other(serde::de::IgnoredAny),
+}
+
+/// The tools an `allowed_tools` choice restricts the model to.
+#[derive(Deserialize)]
+struct AllowedTools<'a> {
+    #[serde(borrow, default)]
+    tools: Vec<ToolRef<'a>>,
+}
+
+/// One tool an `allowed_tools` choice names.
+#[derive(Deserialize)]
+struct ToolRef<'a> {
+    #[serde(borrow, default)]
+    function: Option<Named<'a>>,
+    #[serde(borrow, default)]
+    custom: Option<Named<'a>>,
 }
 
 /// OpenAI Chat Completions, for [`super::Format::OpenAiChat`].
@@ -49,9 +70,10 @@ pub(super) const DIALECT: Dialect = Dialect {
     builtins: BUILTINS,
     builtins_by_key: false,
     builtins_named: false,
-    // `messages` (without Anthropic's `system`), legacy `functions`, or a
-    // `tool_choice` naming a `function` object.
-    by_top: |top| top.messages.is_some() || top.functions.is_some() || top.tool_choice_names_function(),
+    // Legacy `functions`, or a `tool_choice` naming a `function` object;
+    // a body with `messages` and nothing that names another format is read
+    // as Chat too, after its tools had their say (`Top::shape`).
+    by_top: |top| top.functions.is_some() || top.tool_choice_names_function(),
     sniff_rank: 3,
     by_element: |e| e.function.is_some(),
     read_request: parse,
@@ -88,6 +110,11 @@ pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String
         match b.read::<ToolChoice<'_>>(raw, &|| "tool_choice".to_owned())? {
             ToolChoice::Function { function: Named { name: Some(name), .. } }
             | ToolChoice::Custom { custom: Named { name: Some(name), .. } } => b.forced.push(name.into_owned()),
+            ToolChoice::Allowed { allowed_tools } => {
+                // Every tool the model may call is kept, as a named one is.
+                let named = allowed_tools.tools.into_iter().filter_map(|t| t.function.or(t.custom));
+                b.forced.extend(named.filter_map(|n| n.name.map(Cow::into_owned)));
+            }
             ToolChoice::Function { .. } | ToolChoice::Custom { .. } | ToolChoice::Other(_) => {}
         }
     }

@@ -11,7 +11,7 @@
 use super::body::Top;
 use super::{
     has_text, history, latest_user_text, search_event, search_parameters, ArrayRole, Builder, Dialect, FormatError,
-    TypedName,
+    Item, TypedName,
 };
 use crate::recovery::{self, HistoryEvent};
 use crate::shallow::{self, Raw};
@@ -44,21 +44,25 @@ pub(super) const DIALECT: Dialect = Dialect {
     search_tool,
 };
 
-/// Built-in types kept untouched (see [`super::BuiltinTools`]).
+/// Built-in types kept untouched (see [`super::BuiltinTools`]). `mcp` is
+/// not here: it brings an MCP server's tools, and is read as a tool source
+/// ([`super::sources`]); `namespace` holds function tools, and is read as a
+/// group of them.
 pub(super) const BUILTINS: &[&str] = &[
     "web_search",
+    "web_search_*",
     "web_search_preview",
-    "web_search_preview_2025_03_11",
-    "web_search_2025_08_26",
+    "web_search_preview_*",
     "file_search",
     "code_interpreter",
-    "computer_use_preview",
+    "computer",
     "computer_use",
+    "computer_use_preview",
     "image_generation",
-    "mcp",
     "local_shell",
     "shell",
     "apply_patch",
+    "tool_search",
 ];
 
 /// Reads the tools and the forcing `tool_choice`; returns the turn.
@@ -70,6 +74,8 @@ pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String
             match (tool.kind.as_deref(), tool.name) {
                 (None | Some("function" | "custom"), Some(name)) => Ok(b.function(name, tool.description)),
                 (None | Some("function" | "custom"), None) => Err(b.tool_error(at(), "a function tool without a name")),
+                (Some("mcp"), _) => b.responses_mcp(raw, at),
+                (Some("namespace"), _) => namespace(b, raw, at),
                 (Some(kind), _) => b.builtin(&keys, Some(kind), at),
             }
         })?;
@@ -77,9 +83,7 @@ pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String
     }
 
     if let Some(raw) = top.tool_choice {
-        if let Some(name) = named_choice(raw) {
-            b.forced.push(name);
-        }
+        b.forced.extend(chosen(raw));
     }
     Ok(match top.input {
         Some(raw) => match shallow::from_str::<Cow<'_, str>>(raw.get()) {
@@ -90,13 +94,60 @@ pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String
     })
 }
 
-/// `{"type": "function" | "custom", "name": …}`; anything else names nothing.
-fn named_choice(raw: Raw<'_>) -> Option<String> {
-    let tool: Tool<'_> = shallow::from_str(raw.get()).ok()?;
-    match tool.kind.as_deref() {
-        Some("function" | "custom") => tool.name.map(Cow::into_owned),
-        _ => None,
+/// The functions a `tool_choice` forces: `{"type": "function" | "custom",
+/// "name": …}` names one; `{"type": "allowed_tools", "mode": …, "tools":
+/// [{"type": "function", "name": …}, …]}` restricts the model to those it
+/// lists, so every one is kept. Anything else names nothing.
+fn chosen(raw: Raw<'_>) -> Vec<String> {
+    #[derive(Deserialize)]
+    struct Choice<'a> {
+        #[serde(borrow, default, rename = "type")]
+        kind: Option<Cow<'a, str>>,
+        #[serde(borrow, default)]
+        name: Option<Cow<'a, str>>,
+        #[serde(borrow, default)]
+        tools: Option<Vec<Tool<'a>>>,
     }
+    let Ok(choice) = shallow::from_str::<Choice<'_>>(raw.get()) else {
+        return Vec::new();
+    };
+    let function = |kind: Option<&str>| matches!(kind, Some("function" | "custom"));
+    match choice.kind.as_deref() {
+        kind if function(kind) => choice.name.map(Cow::into_owned).into_iter().collect(),
+        Some("allowed_tools") => choice
+            .tools
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|t| function(t.kind.as_deref()))
+            .filter_map(|t| t.name.map(Cow::into_owned))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A `{"type": "namespace", "name", "description", "tools": [...]}` tool: a
+/// group of function (and custom) tools, each ranked and bounded like any
+/// other; a namespace left with none of them is dropped whole.
+fn namespace<'a>(b: &mut Builder<'a, '_>, raw: Raw<'a>, at: &dyn Fn() -> String) -> Result<Item, FormatError> {
+    #[derive(Deserialize)]
+    struct Namespace<'a> {
+        #[serde(borrow, default)]
+        tools: Option<Raw<'a>>,
+    }
+    let group: Namespace<'_> = b.read(raw, at)?;
+    let Some(tools) = group.tools else {
+        return Err(b.tool_error(at(), "a namespace without tools"));
+    };
+    let path = format!("{}.tools", at());
+    let inner = b.array(tools, &path, ArrayRole::Declarations, |b, at, raw| {
+        b.spelling(raw, at)?;
+        let tool: Tool<'_> = b.read(raw, at)?;
+        match (tool.kind.as_deref(), tool.name) {
+            (None | Some("function" | "custom"), Some(name)) => Ok(b.function(name, tool.description)),
+            _ => Err(b.tool_error(at(), "a namespace may hold only function and custom tools")),
+        }
+    })?;
+    Ok(Item::Group { inner, only_key: true })
 }
 
 // === the tool-search control tool ===

@@ -25,16 +25,35 @@ use std::sync::LazyLock;
 /// are tools entries keyed by the tool (`{"googleSearch": {}}`), so Gemini's
 /// list names keys (matched in lowerCamelCase or snake_case). The defaults are
 /// each dialect's `BUILTINS`.
+///
+/// # Versioned families
+/// Providers version their built-ins by date (`web_search_20250305`,
+/// `web_search_20260209`, `web_search_preview_2025_03_11`) and ship a new
+/// version every few months. An entry ending in `_*` names a family: it
+/// allows its stem followed by `_` and a date version, eight digits
+/// (`YYYYMMDD`) or `YYYY_MM_DD`, so next month's version is not refused.
+/// Nothing else matches a family: `web_search_x` or `web_search_2025` is no
+/// version, and stays refused as an unknown type.
+///
+/// # Adding a built-in
+/// A new built-in type (not a new version of a family) goes into its
+/// format's `BUILTINS` in `format/<dialect>.rs`, after checking in the
+/// provider's API reference that it defines no client function (a type that
+/// carries functions, like Responses' `namespace`, is read by the dialect
+/// instead). An operator can replace a format's list (`builtin_tools` in the
+/// filter configuration), in the same syntax.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BuiltinTools {
     /// Each format's list, in [`Format::ALL`] order.
     lists: Vec<(Format, Vec<String>)>,
+    /// Pass tool sources nothing bounds ([`super::sources`]).
+    pub(super) pass_sources: bool,
 }
 
 impl Default for BuiltinTools {
     fn default() -> Self {
         let own = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect();
-        BuiltinTools { lists: Format::ALL.into_iter().map(|f| (f, own(f.dialect().builtins))).collect() }
+        BuiltinTools { lists: Format::ALL.into_iter().map(|f| (f, own(f.dialect().builtins))).collect(), pass_sources: false }
     }
 }
 
@@ -52,13 +71,34 @@ impl BuiltinTools {
         }
     }
 
-    /// Whether `name` (a `type`, or a key) is a built-in of `format`.
+    /// Whether `name` (a `type`, or a key) is a built-in of `format`: an
+    /// entry of its list, or a version of a family the list names.
     pub fn allows(&self, format: Format, name: &str) -> bool {
         if format.dialect().builtins_by_key {
             self.of(format).iter().any(|k| k == name || snake_case(k) == name)
         } else {
-            self.of(format).iter().any(|t| t == name)
+            self.of(format).iter().any(|t| t == name || in_family(t, name))
         }
+    }
+}
+
+/// Whether `name` is a version of the family `entry` (`stem_*`): the stem,
+/// `_`, and a date version (`YYYYMMDD` or `YYYY_MM_DD`).
+fn in_family(entry: &str, name: &str) -> bool {
+    let Some(stem) = entry.strip_suffix("_*") else {
+        return false;
+    };
+    let Some(version) = name.strip_prefix(stem).and_then(|rest| rest.strip_prefix('_')) else {
+        return false;
+    };
+    let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
+    match version.len() {
+        8 => digits(version, 8),
+        10 => {
+            let mut parts = version.split('_');
+            matches!((parts.next(), parts.next(), parts.next(), parts.next()), (Some(y), Some(m), Some(d), None) if digits(y, 4) && digits(m, 2) && digits(d, 2))
+        }
+        _ => false,
     }
 }
 
@@ -213,4 +253,22 @@ fn snake_case(key: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod family_tests {
+    use super::in_family;
+
+    #[test]
+    fn a_family_takes_every_date_version_and_nothing_else() {
+        for name in ["web_search_20250305", "web_search_20260209", "web_search_20991231"] {
+            assert!(in_family("web_search_*", name), "{name}");
+        }
+        assert!(in_family("web_search_preview_*", "web_search_preview_2025_03_11"));
+        assert!(in_family("web_search_*", "web_search_2025_08_26"));
+        for name in ["web_search", "web_search_", "web_search_2025", "web_search_x0250305", "web_search_202503051", "web_fetch_20250910", "web_search_2025_0311", "xweb_search_20250305"] {
+            assert!(!in_family("web_search_*", name), "{name}");
+        }
+        assert!(!in_family("web_search", "web_search_20250305"), "an exact entry is no family");
+    }
 }
