@@ -22,6 +22,7 @@ pub struct Metrics {
     requests: Mutex<BTreeMap<(String, u16), (u64, f64)>>,
     resolves_retrieval: AtomicU64,
     resolves_lexical: AtomicU64,
+    resolves_no_turn: AtomicU64,
     resolves_fallback: AtomicU64,
     tools_in: AtomicU64,
     tools_out: AtomicU64,
@@ -50,6 +51,7 @@ impl Metrics {
         let counter = match source {
             Source::Retrieval => &self.resolves_retrieval,
             Source::Lexical => &self.resolves_lexical,
+            Source::NoTurn => &self.resolves_no_turn,
             Source::ControlFallback | Source::FilterFallback => &self.resolves_fallback,
         };
         counter.fetch_add(1, Ordering::Relaxed);
@@ -88,6 +90,7 @@ impl Metrics {
         let _ = writeln!(out, "keyhole_control_resolves_total{{source=\"retrieval\"}} {}", self.resolves_retrieval.load(Ordering::Relaxed));
         let _ = writeln!(out, "keyhole_control_resolves_total{{source=\"lexical\"}} {}", self.resolves_lexical.load(Ordering::Relaxed));
         let _ = writeln!(out, "keyhole_control_resolves_total{{source=\"fallback\"}} {}", self.resolves_fallback.load(Ordering::Relaxed));
+        let _ = writeln!(out, "keyhole_control_resolves_total{{source=\"no-turn\"}} {}", self.resolves_no_turn.load(Ordering::Relaxed));
         out.push_str("# HELP keyhole_control_tools_total Function tools received and surfaced by resolves.\n");
         out.push_str("# TYPE keyhole_control_tools_total counter\n");
         let _ = writeln!(out, "keyhole_control_tools_total{{direction=\"in\"}} {}", self.tools_in.load(Ordering::Relaxed));

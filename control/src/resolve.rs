@@ -512,7 +512,10 @@ impl Resolver {
             }
         }
         let mut timings = Timings::default();
-        let retrieval = if prepared.is_ready() {
+        let retrieval = if req.turn.trim().is_empty() {
+            // Nothing to embed: the ranking keeps the session's prior set.
+            Ok(Vec::new())
+        } else if prepared.is_ready() {
             match tokio::time::timeout_at(deadline, self.cosine(&prepared, &req.turn, Some(deadline), &mut timings)).await {
                 Ok(Ok(Some(hits))) => Ok(hits),
                 Ok(Ok(None)) => {

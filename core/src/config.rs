@@ -92,6 +92,20 @@ pub enum SearchTool {
     On,
 }
 
+/// What the filter does with an MCP server the provider reads itself when
+/// nothing in the request bounds the tools it brings (no `allowed_tools`, no
+/// replayed listing; see `format/sources.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolSources {
+    /// Refuse the request (400, naming the member that would bound it): the
+    /// provider could load a whole registry keyhole never sees.
+    Refuse,
+    /// Pass it, taking no place of the budget: the operator knows what the
+    /// server serves.
+    Pass,
+}
+
 /// The configuration as written by the operator: one JSON object whose `mode`
 /// says which listener it configures and which fields it may carry.
 ///
@@ -153,6 +167,10 @@ pub struct LlmFilterConfig {
     /// default): the model's way to ask for a tool retrieval missed.
     #[serde(default = "defaults::tool_search")]
     pub tool_search: SearchTool,
+    /// MCP servers the provider reads itself with nothing bounding their
+    /// tools: `refuse` (the default) or `pass` ([`ToolSources`]).
+    #[serde(default = "defaults::unbounded_tool_sources")]
+    pub unbounded_tool_sources: ToolSources,
 }
 
 /// Allow-lists of built-in tool types per format, as the operator writes them:
@@ -217,7 +235,7 @@ pub struct HmsFilterConfig {
 /// The fields each mode accepts (besides `mode`); a field in the other list
 /// is reported as belonging to the other mode. A test checks these lists are
 /// exactly the fields of [`LlmFilterConfig`] and [`HmsFilterConfig`].
-pub const LLM_FIELDS: [&str; 12] = [
+pub const LLM_FIELDS: [&str; 13] = [
     "control_cluster",
     "control_authority",
     "timeout_ms",
@@ -230,6 +248,7 @@ pub const LLM_FIELDS: [&str; 12] = [
     "taxonomy",
     "aliases",
     "tool_search",
+    "unbounded_tool_sources",
 ];
 /// See [`LLM_FIELDS`].
 pub const HMS_FIELDS: [&str; 7] =
@@ -266,6 +285,9 @@ mod defaults {
     }
     pub fn aliases() -> super::Aliases {
         super::Aliases::On
+    }
+    pub fn unbounded_tool_sources() -> super::ToolSources {
+        super::ToolSources::Refuse
     }
     pub fn tool_search() -> super::SearchTool {
         super::SearchTool::On
@@ -487,7 +509,11 @@ impl TryFrom<FilterConfig> for Config {
                 max_body_bytes: max_body_bytes(raw.max_body_bytes)?,
                 on_outage: raw.on_outage,
                 off_surface: raw.off_surface,
-                builtin_tools: raw.builtin_tools.validate()?,
+                builtin_tools: {
+                    let mut tools = raw.builtin_tools.validate()?;
+                    tools.set_pass_unbounded_sources(raw.unbounded_tool_sources == ToolSources::Pass);
+                    tools
+                },
                 taxonomy: taxonomy(raw.taxonomy)?,
                 aliases: raw.aliases,
                 tool_search: raw.tool_search,
@@ -517,6 +543,9 @@ mod tests {
         assert_eq!(c.tool_search, SearchTool::On);
         let Config::Llm(c) = Config::from_json(br#"{"mode":"llm","tool_search":"off"}"#).unwrap() else { panic!("llm") };
         assert_eq!(c.tool_search, SearchTool::Off);
+        assert!(!c.builtin_tools.pass_unbounded_sources(), "unbounded MCP servers are refused by default");
+        let Config::Llm(c) = Config::from_json(br#"{"mode":"llm","unbounded_tool_sources":"pass"}"#).unwrap() else { panic!("llm") };
+        assert!(c.builtin_tools.pass_unbounded_sources());
         let Config::Llm(c) = Config::from_json(br#"{"mode":"llm","aliases":"off"}"#).unwrap() else { panic!("llm") };
         assert_eq!(c.aliases, Aliases::Off);
         let Config::Hms(c) = Config::from_json(br#"{"mode":"hms"}"#).unwrap() else { panic!("hms") };
@@ -526,8 +555,9 @@ mod tests {
 
     #[test]
     fn errors_name_the_field() {
-        let cases: [(&[u8], &str); 22] = [
+        let cases: [(&[u8], &str); 23] = [
             (br#"{"mode":"llm","tool_search":"maybe"}"#, "tool_search"),
+            (br#"{"mode":"llm","unbounded_tool_sources":"allow"}"#, "unbounded_tool_sources"),
             (br#"{"mode":"hms","tool_search":"off"}"#, "tool_search"),
             (br#"{"mode":"llm","aliases":"maybe"}"#, "aliases"),
             (br#"{"mode":"llm","aliases":true}"#, "aliases"),

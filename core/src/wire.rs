@@ -87,6 +87,11 @@ pub enum Reason {
     /// its tool-search call ([`crate::recovery`]) found it.
     #[serde(rename = "recovery")]
     Recovery,
+    /// The turn has no text (a tool result only, an image, an empty
+    /// message) and the session no prior set: one of the phase minimum of
+    /// tools that change nothing.
+    #[serde(rename = "no-turn")]
+    NoTurn,
 }
 
 impl Reason {
@@ -100,6 +105,7 @@ impl Reason {
             Reason::ToolChoice => "tool-choice",
             Reason::PriorSet => "prior-set",
             Reason::Recovery => "recovery",
+            Reason::NoTurn => "no-turn",
         }
     }
 }
@@ -146,6 +152,11 @@ pub enum Source {
     /// turn's deadline passed before its embedding and search did. Never
     /// silent: the filter sets `x-keyhole-source: lexical`.
     Lexical,
+    /// The turn had no text to rank: the session's prior set, or with none
+    /// the phase minimum of tools that change nothing. Never a fixed set of
+    /// the whole registry's first tools, and never recorded as the session's
+    /// prior set.
+    NoTurn,
 }
 
 impl Source {
@@ -156,6 +167,7 @@ impl Source {
             Source::ControlFallback => "control-fallback",
             Source::FilterFallback => "filter-fallback",
             Source::Lexical => "lexical",
+            Source::NoTurn => "no-turn",
         }
     }
 }
@@ -241,6 +253,7 @@ mod tests {
             Reason::ToolChoice,
             Reason::PriorSet,
             Reason::Recovery,
+            Reason::NoTurn,
         ] {
             let json = serde_json::to_string(&r).unwrap();
             assert_eq!(json, format!("\"{}\"", r.as_str()));
@@ -250,7 +263,7 @@ mod tests {
 
     #[test]
     fn sources_serialise_as_their_header_values() {
-        for s in [Source::Retrieval, Source::ControlFallback, Source::FilterFallback, Source::Lexical] {
+        for s in [Source::Retrieval, Source::ControlFallback, Source::FilterFallback, Source::Lexical, Source::NoTurn] {
             let json = serde_json::to_string(&s).unwrap();
             assert_eq!(json, format!("\"{}\"", s.as_str()));
             assert_eq!(serde_json::from_str::<Source>(&json).unwrap(), s);

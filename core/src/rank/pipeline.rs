@@ -313,6 +313,9 @@ pub fn resolve(registry: &Registry, config: &RankConfig, turn: &Turn<'_>) -> Res
 /// ([`interleave`](super::clauses::interleave)), under the same budget.
 /// With fewer than two clauses, or on outage, it is [`resolve`].
 pub fn resolve_clauses(registry: &Registry, config: &RankConfig, turn: &Turn<'_>, clauses: &[Clause<'_>]) -> Resolution {
+    if turn.text.trim().is_empty() {
+        return without_text(registry, turn);
+    }
     let folded = fold(turn.text);
     let floors_cfg = config.floors();
     let mut trace = Trace { budget_max: turn.phase.budget().max, ..Trace::default() };
@@ -384,6 +387,35 @@ pub fn resolve_clauses(registry: &Registry, config: &RankConfig, turn: &Turn<'_>
     }
     let mutating = candidates.iter().filter(|c| registry.mutating().contains(&c.name)).map(|c| c.name.clone()).collect();
     Resolution { candidates, source, trace, mutating }
+}
+
+/// A turn with no text to rank (a tool result only, an image, an empty user
+/// message): nothing says which tools it needs, so it keeps what the session
+/// was shown last — the prior set, reason `prior-set` — and with none, the
+/// phase minimum of tools that change nothing, in registry order, reason
+/// `no-turn`. Never a set that changes records by default. A forced tool is
+/// kept as always; the phase rules and budget hold.
+fn without_text(registry: &Registry, turn: &Turn<'_>) -> Resolution {
+    let candidate = |name: &str, reason| Candidate { name: name.to_owned(), reason, score: 0.0 };
+    let floors: Vec<Candidate> = if turn.prior.is_empty() {
+        let read_only = registry.tools().iter().filter(|t| !t.mutates());
+        read_only.take(turn.phase.budget().min).map(|t| candidate(&t.name, Reason::NoTurn)).collect()
+    } else {
+        Vec::new()
+    };
+    let inputs = SetInputs {
+        phase: turn.phase,
+        registry: registry.names(),
+        mutating: registry.mutating(),
+        tool_choice: turn.tool_choice,
+        floors: &floors,
+        hits: Some(&[]),
+        prior: turn.prior,
+    };
+    let candidates = bounded(&inputs);
+    let mutating = candidates.iter().filter(|c| registry.mutating().contains(&c.name)).map(|c| c.name.clone()).collect();
+    let trace = Trace { budget_max: turn.phase.budget().max, ..Trace::default() };
+    Resolution { candidates, source: Source::NoTurn, trace, mutating }
 }
 
 /// The discovery search ("is there a tool for X?"): the ranking pipeline —

@@ -348,3 +348,21 @@ proptest! {
         prop_assert_eq!(a, b);
     }
 }
+
+#[test]
+fn a_turn_without_text_keeps_the_prior_set_or_the_read_only_minimum() {
+    let (registry, config) = (registry(), config());
+    for text in ["", "  \n"] {
+        // No prior set: the phase minimum, none of them changes a record.
+        let none = resolve(&registry, &config, &Turn { text, phase: Phase::Planner, prior: &[], tool_choice: None, cosine: Some(&[]) });
+        assert_eq!(none.source, Source::NoTurn);
+        assert_eq!(none.candidates.len(), Phase::Planner.budget().min);
+        assert!(none.candidates.iter().all(|c| c.reason == Reason::NoTurn && !registry.mutating().contains(&c.name)));
+        // A prior set: exactly it, whatever retrieval would say.
+        let prior: Vec<String> = registry.tools().iter().rev().take(4).map(|t| t.name.clone()).collect();
+        let kept = resolve(&registry, &config, &Turn { text, phase: Phase::Planner, prior: &prior, tool_choice: None, cosine: None });
+        let names: Vec<&str> = kept.candidates.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, prior.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(kept.candidates.iter().all(|c| c.reason == Reason::PriorSet));
+    }
+}
