@@ -44,6 +44,31 @@ use std::ops::Range;
 /// lowercase, `_` and `-` dropped).
 const TOOL_MEMBERS: [&str; 2] = ["tools", "functions"];
 
+/// Top-level members that never reach the model, in any of the four
+/// formats, folded likewise: request bookkeeping the provider keeps for the
+/// caller (Chat and Responses `metadata`, `user`, `safety_identifier`,
+/// `prompt_cache_key`, `previous_response_id`, `conversation`,
+/// `service_tier`; Anthropic `metadata.user_id`, `container`,
+/// `mcp_servers`; Gemini `cachedContent`, Vertex AI `labels`). Their values
+/// are left byte-identical: rewriting them would break the provider's prompt
+/// caching and the caller's own correlation, and hide nothing from the model.
+/// Everything else (messages, system, instructions, input, contents, tool
+/// results, prompt variables, …) is read, so a member a provider adds
+/// tomorrow is aliased until it is listed here.
+const HIDDEN_MEMBERS: [&str; 11] = [
+    "metadata",
+    "user",
+    "safetyidentifier",
+    "promptcachekey",
+    "previousresponseid",
+    "conversation",
+    "servicetier",
+    "container",
+    "mcpservers",
+    "cachedcontent",
+    "labels",
+];
+
 /// Members whose object or array value is data a tool produced or takes
 /// (Gemini `functionResponse.response` and `functionCall.args`, Anthropic
 /// `tool_use.input`, tool outputs), folded likewise. Never a top-level member:
@@ -71,7 +96,8 @@ struct Scanned {
 /// What a key says of its value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Member {
-    /// Tool definitions (a top-level `tools` or `functions`): not read.
+    /// Tool definitions (a top-level `tools` or `functions`), or a member
+    /// that never reaches the model ([`HIDDEN_MEMBERS`]): not read.
     Tools,
     /// Data a tool produced or takes (`response`, `args`, `input`, …): an
     /// object or array is read as one JSON document, by the JSON rules.
@@ -83,7 +109,7 @@ enum Member {
 impl Member {
     fn of(key: &str, depth: usize) -> Member {
         let key = fold(key);
-        if depth == 1 && TOOL_MEMBERS.contains(&key.as_str()) {
+        if depth == 1 && (TOOL_MEMBERS.contains(&key.as_str()) || HIDDEN_MEMBERS.contains(&key.as_str())) {
             Member::Tools
         } else if depth > 1 && DATA_MEMBERS.contains(&key.as_str()) {
             Member::Data

@@ -243,6 +243,26 @@ fn tool_definitions_stay_byte_identical_even_with_ids_in_them() {
 }
 
 #[test]
+fn request_bookkeeping_never_reaches_the_model_and_is_left_as_sent() {
+    let tax = Taxonomy::default();
+    let id = "039b70b8-92f7-44b7-9c91-4e3f0e900c71";
+    let hidden = format!(
+        r#""metadata":{{"user_id":"{id}","trace":"{id}"}},"user":"{id}","safety_identifier":"{id}","prompt_cache_key":"{id}","previous_response_id":"resp_{id}""#
+    );
+    let body = format!(r#"{{{hidden},"messages":[{{"role":"user","content":"open {id}"}}]}}"#);
+    let scan = PromptScan::new(&tax, body.as_bytes()).expect("scan");
+    let aliases = SessionMap::new().encode(&tax, scan.ids()).expect("encode").aliases;
+    let known = [KnownAlias { value: id.into(), alias: "ref-001".into() }];
+    let out = String::from_utf8(scan.rewrite(body.as_bytes(), &aliases, &known).expect("rewrite")).expect("utf8");
+    assert!(out.starts_with(&format!("{{{hidden},")), "bookkeeping untouched: {out}");
+    assert!(out.ends_with(r#""content":"open ref-001"}]}"#), "the message is aliased: {out}");
+    // Only at the top level: a `metadata` inside a message is what the model reads.
+    let nested = format!(r#"{{"messages":[{{"role":"user","content":[{{"type":"text","text":"x","metadata":"{id}"}}]}}]}}"#);
+    let scan = PromptScan::new(&tax, nested.as_bytes()).expect("scan");
+    assert_eq!(scan.ids().len(), 1);
+}
+
+#[test]
 fn ids_the_session_learned_before_are_replaced_in_prompts() {
     let tax = Taxonomy::default();
     let body = br#"{"messages":[{"role":"system","content":"Clinic: berlin-mitte-ambulanz. Ward 7b."}]}"#;
