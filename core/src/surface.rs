@@ -243,6 +243,14 @@ pub fn finish_with(
     let search_tool = search_tool && taken < phase.budget().max;
     match decide_in(req, phase, answer, prior, on_outage, search_tool, taken) {
         Decision::Reject => Finished::Refuse(Refusal::Unavailable, reply::unavailable()),
+        // The places the rest of the body takes pushed out a tool the
+        // request forces, which the budget alone would have kept: forwarding
+        // without it would change what the client asked the model to call.
+        Decision::Forward { ref surfaced, .. } if forced_kept(surfaced) < forced_fitting(req, phase) => {
+            let found = taken.saturating_add(forced_fitting(req, phase));
+            let budget = phase.budget().max;
+            Finished::Refuse(Refusal::OverBudget { found, budget }, reply::too_many_tools(found, budget, phase))
+        }
         Decision::Forward { mut keep, mut surfaced, source, mut clamped, search_tool } => loop {
             let rewritten =
                 if search_tool { req.rewrite_with_search_tool(body, &keep) } else { req.rewrite(body, &keep) };
@@ -263,6 +271,17 @@ pub fn finish_with(
             }
         },
     }
+}
+
+/// How many tools of `surfaced` are there because the request forces them.
+fn forced_kept(surfaced: &[SurfacedTool]) -> usize {
+    surfaced.iter().filter(|t| t.reason == Reason::ToolChoice).count()
+}
+
+/// How many forced tools the phase's budget alone keeps: those the request
+/// carries, at most the budget.
+fn forced_fitting(req: &ParsedRequest<'_>, phase: Phase) -> usize {
+    req.forced.iter().filter(|name| req.carries(name)).count().min(phase.budget().max)
 }
 
 /// Decides the function tools to forward.

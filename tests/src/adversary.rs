@@ -247,6 +247,18 @@ pub fn generate(rng: &mut Rng) -> Request {
         if rng.chance(10) {
             top.push(r#""Tools":[]"#.into());
         }
+        if rng.chance(15) {
+            // Name-only definitions the provider loads into the context:
+            // OpenAI's tool search output, a Realtime session's tools.
+            let n = 1 + rng.below(108);
+            let loaded: Vec<String> = (0..n).map(|i| format!(r#"{{"type":"function","name":"loaded_{i}"}}"#)).collect();
+            placed += n;
+            if rng.chance(50) {
+                top.push(format!(r#""extra_input":[{{"type":"tool_search_output","tools":[{}]}}]"#, loaded.join(",")));
+            } else {
+                top.push(format!(r#""session":{{"type":"realtime","tools":[{}]}}"#, loaded.join(",")));
+            }
+        }
     }
     let body = format!("{{{}}}", top.join(",")).into_bytes();
 
@@ -282,22 +294,53 @@ fn builtin_of(dialect: Dialect) -> &'static str {
 }
 
 /// The oracle: tool definitions anywhere in `body`, counted on a DOM by rules
-/// written here, without any of keyhole's code. A body that is not JSON
+/// written here, without any of keyhole's code. A body that is not JSON, or
+/// that names an MCP server the provider would read whole ([`unbounded_source`]),
 /// counts as unbounded (`usize::MAX`).
 ///
 /// A definition is an object with a string `name` (any letter case or
-/// separators) and a description or schema key, or one that sits where only
-/// definitions sit: under `function` / `custom` without call arguments, or in
-/// a `functions` / `functionDeclarations` array (a `tool_choice` naming a
-/// function is not an array element, and not a definition).
+/// separators) and a description or schema key; or a `type` of `function` /
+/// `custom`; or one that sits where only definitions sit: under `function` /
+/// `custom` without call arguments, in a `functions` / `functionDeclarations`
+/// array, or in a `tools` array without a `type` of its own. Inside a
+/// `tool_choice`, `toolConfig` or `allowed_tools` member only the first rule
+/// holds: a reference names a tool, it defines none.
 pub fn tool_definitions(body: &[u8]) -> usize {
     if body.iter().all(u8::is_ascii_whitespace) {
         return 0;
     }
     match serde_json::from_slice::<Value>(body) {
-        Ok(v) => count(&v, Place::Other),
+        Ok(v) if unbounded_source(&v) => usize::MAX,
+        Ok(v) => count(&v, Place::Other, false),
         Err(_) => usize::MAX,
     }
+}
+
+/// Whether `v` names an MCP server whose tools nothing bounds: a Responses
+/// `mcp` tool without `allowed_tools` (and no replayed `mcp_list_tools` of
+/// its label), an Anthropic `mcp_toolset` enabled by default, or an
+/// `mcp_servers` entry with neither a toolset nor `allowed_tools`.
+pub fn unbounded_source(v: &Value) -> bool {
+    let tools = v.get("tools").and_then(Value::as_array).cloned().unwrap_or_default();
+    let responses_mcp = tools.iter().any(|t| {
+        t.get("type").and_then(Value::as_str) == Some("mcp")
+            && t.get("allowed_tools").is_none()
+            && !v.get("input").and_then(Value::as_array).is_some_and(|items| {
+                items.iter().any(|i| i.get("type").and_then(Value::as_str) == Some("mcp_list_tools") && i.get("server_label") == t.get("server_label"))
+            })
+    });
+    let toolset_on = |t: &Value| {
+        t.get("type").and_then(Value::as_str) == Some("mcp_toolset")
+            && t.pointer("/default_config/enabled").and_then(Value::as_bool) != Some(false)
+    };
+    let servers = v.get("mcp_servers").and_then(Value::as_array).cloned().unwrap_or_default();
+    let bare_server = servers.iter().any(|s| {
+        let named = |t: &Value| t.get("mcp_server_name") == s.get("name");
+        s.pointer("/tool_configuration/allowed_tools").is_none()
+            && s.pointer("/tool_configuration/enabled").and_then(Value::as_bool) != Some(false)
+            && !tools.iter().any(named)
+    });
+    responses_mcp || tools.iter().any(toolset_on) || bare_server
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -307,40 +350,55 @@ enum Place {
     Wrapper,
     List,
     InList,
+    ToolsList,
+    InToolsList,
 }
 
 fn squash(key: &str) -> String {
     key.chars().filter(|c| !matches!(c, '_' | '-')).flat_map(char::to_lowercase).collect::<String>().replace('ſ', "s")
 }
 
-fn count(v: &Value, place: Place) -> usize {
+fn count(v: &Value, place: Place, reference: bool) -> usize {
     match v {
         Value::Array(items) => {
-            let inner = if place == Place::List { Place::InList } else { Place::Element };
-            items.iter().map(|i| count(i, inner)).sum()
+            let inner = match place {
+                Place::List => Place::InList,
+                Place::ToolsList => Place::InToolsList,
+                _ => Place::Element,
+            };
+            items.iter().map(|i| count(i, inner, reference)).sum()
         }
         Value::Object(map) => {
             let mut n = 0;
             let mut named = false;
             let mut defines = false;
             let mut call = false;
+            let mut typed = None;
             for (k, v) in map {
                 let k = squash(k);
-                let in_array = matches!(place, Place::Element | Place::InList);
+                let in_array = matches!(place, Place::Element | Place::InList | Place::InToolsList);
                 let child = match k.as_str() {
                     "function" | "custom" if in_array => Place::Wrapper,
                     "functions" | "functiondeclarations" => Place::List,
+                    "tools" => Place::ToolsList,
                     _ => Place::Other,
                 };
-                n += count(v, child);
+                let inner_reference = reference || matches!(k.as_str(), "toolchoice" | "toolconfig" | "allowedtools");
+                n += count(v, child, inner_reference);
                 match k.as_str() {
                     "name" => named |= v.is_string(),
-                    "description" | "parameters" | "inputschema" | "parametersjsonschema" => defines = true,
+                    "description" | "parameters" | "inputschema" | "parametersjsonschema" | "schema" | "inputjsonschema" => defines = true,
                     "arguments" | "input" | "args" => call = true,
+                    "type" => typed = Some(v.as_str().map(|t| squash(t)).unwrap_or_default()),
                     _ => {}
                 }
             }
-            let definition = named && (defines || place == Place::InList || (place == Place::Wrapper && !call));
+            let function_typed = matches!(typed.as_deref(), Some("function" | "custom"));
+            let by_name = !reference
+                && (function_typed
+                    || (place == Place::Wrapper && !call)
+                    || (place == Place::InToolsList && (typed.is_none() || function_typed)));
+            let definition = named && (defines || place == Place::InList || by_name);
             n + usize::from(definition)
         }
         _ => 0,

@@ -28,6 +28,7 @@ pub mod envoy;
 pub mod fake_control;
 pub mod h2;
 pub mod hms_client;
+pub mod legit;
 pub mod paths;
 pub mod qdrant;
 pub mod upstream;

@@ -213,3 +213,19 @@ fn anthropic_bodies_are_read_by_their_own_members_on_any_path() {
         assert_eq!(req.turn, "hi");
     }
 }
+
+#[test]
+fn a_forced_tool_pushed_out_by_the_rest_is_refused_not_dropped() {
+    // tool-input's one place: a structured output takes it, and the tool
+    // the request forces no longer fits. Dropping it would change what the
+    // client asked for: refused, saying why.
+    let body = format!(
+        r#"{{"messages":[{{"role":"user","content":"hi"}}],"tools":[{}],"tool_choice":{{"type":"function","function":{{"name":"t7"}}}},"response_format":{{"type":"json_schema","json_schema":{{"name":"r","schema":{{}}}}}}}}"#,
+        chat_tools(20)
+    );
+    assert_eq!(through("/v1/chat/completions", &body, Phase::ToolInput), Err(Refusal::OverBudget { found: 2, budget: 1 }));
+    // Without the schema it fits, and is kept.
+    let plain = body.replace(r#","response_format":{"type":"json_schema","json_schema":{"name":"r","schema":{}}}"#, "");
+    let out = String::from_utf8(through("/v1/chat/completions", &plain, Phase::ToolInput).unwrap()).unwrap();
+    assert!(out.contains(r#""name":"t7""#));
+}
