@@ -96,7 +96,8 @@ fn some_names(rng: &mut Rng, tools: &[(String, String, Value)], n: usize) -> Vec
 /// In the tool-input phase (a budget of one: the tool whose arguments are
 /// being filled in) nothing else that takes a place is added — a
 /// structured-output schema, an MCP server, a tool result holding a
-/// resource with a name and a description: such a body is over budget by
+/// resource with a name and a description, schema examples holding one (the
+/// detector counts such a tool twice): such a body is over budget by
 /// construction, and keyhole refuses it rather than drop the forced tool
 /// (`format::compat_tests`).
 pub fn generate(rng: &mut Rng, tools: &[(String, String, Value)]) -> Legit {
@@ -128,9 +129,21 @@ fn forcing(rng: &mut Rng, tools: &[(String, String, Value)], budget: usize) -> V
 
 fn chat(rng: &mut Rng, tools: &[(String, String, Value)], label: &mut Vec<&'static str>, forced: &mut Vec<String>, budget: usize) -> (String, Value) {
     label.push("chat");
+    // Schemas whose examples hold objects with a name and a description:
+    // the detector counts each such tool twice, and the set gives places.
+    let examples = budget > 1 && rng.chance(15);
+    if examples {
+        label.push("schema-examples");
+    }
     let mut list: Vec<Value> = tools
         .iter()
-        .map(|(n, d, p)| json!({"type": "function", "function": {"name": n, "description": d, "parameters": p, "strict": false}}))
+        .map(|(n, d, p)| {
+            let mut p = p.clone();
+            if examples {
+                p["examples"] = json!([{"name": "Anna Schmidt", "description": "a patient"}]);
+            }
+            json!({"type": "function", "function": {"name": n, "description": d, "parameters": p, "strict": false}})
+        })
         .collect();
     if rng.chance(30) {
         label.push("custom-grammar");

@@ -168,3 +168,58 @@ async fn a_websocket_upgrade_on_the_llm_listener_is_refused() {
     assert!(!head.contains(" 101 "), "{head}");
     assert!(stack.llm.seen().is_empty(), "the upgrade reached the LLM upstream");
 }
+
+/// The audit header of an answer: `(name, reason)` pairs.
+fn audited(headers: &reqwest::header::HeaderMap) -> Vec<(String, String)> {
+    let value = headers.get("x-keyhole-tools").and_then(|v| v.to_str().ok()).unwrap_or_default();
+    value.split(',').filter(|p| !p.is_empty()).filter_map(|p| p.split_once('=')).map(|(n, r)| (n.to_owned(), r.to_owned())).collect()
+}
+
+/// A turn without text (a Responses turn that only returns a tool result,
+/// an empty Chat message, an image alone) keeps the session's prior set; a
+/// session with none gets tools that change nothing — never a fixed set.
+#[tokio::test]
+async fn a_turn_without_text_keeps_the_sessions_prior_set() {
+    let stack = Stack::start(StackOptions::default()).await.expect("stack");
+    let tools = responses_tools();
+    let client = reqwest::Client::new();
+    let post = |session: &'static str, body: Value| {
+        client
+            .post(format!("{}/v1/responses", stack.envoy.llm_url()))
+            .header("content-type", "application/json")
+            .header("x-keyhole-session", session)
+            .body(serde_json::to_vec(&body).expect("body"))
+            .send()
+    };
+    let first = post("no-text", json!({"input": "Book Anna Schmidt a follow-up appointment next Tuesday", "tools": tools})).await.expect("send");
+    assert_eq!(first.status(), 200);
+    let shown: Vec<String> = audited(first.headers()).into_iter().map(|(n, _)| n).filter(|n| n != "keyhole_tool_search").collect();
+    assert!(!shown.is_empty());
+    let tool_output = json!({
+        "previous_response_id": "resp_1",
+        "input": [{"type": "function_call_output", "call_id": "call_1", "output": "{\"status\":\"booked\"}"}],
+        "tools": tools,
+    });
+    let next = post("no-text", tool_output.clone()).await.expect("send");
+    assert_eq!(next.status(), 200);
+    assert_eq!(next.headers().get("x-keyhole-source").and_then(|v| v.to_str().ok()), Some("no-turn"));
+    let kept = audited(next.headers());
+    let names: Vec<String> = kept.iter().map(|(n, _)| n.clone()).filter(|n| n != "keyhole_tool_search").collect();
+    assert_eq!(names, shown, "the prior set, in its order");
+    assert!(kept.iter().filter(|(n, _)| n != "keyhole_tool_search").all(|(_, r)| r == "prior-set"), "{kept:?}");
+    // A new session: the phase minimum of read-only tools.
+    let fresh = post("no-text-fresh", tool_output).await.expect("send");
+    assert_eq!(fresh.status(), 200);
+    let kept = audited(fresh.headers());
+    let overlay: Value = serde_json::from_slice(&std::fs::read(paths::catalog().join("tools.json")).expect("overlay")).expect("json");
+    let writes: Vec<String> = overlay
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter(|t| t["op"].as_str().is_some_and(|op| op != "read"))
+        .filter_map(|t| t["id"].as_str().map(|id| id.replace('.', "__")))
+        .collect();
+    let registry: Vec<&(String, String)> = kept.iter().filter(|(n, _)| n != "keyhole_tool_search").collect();
+    assert_eq!(registry.len(), 6, "{kept:?}");
+    assert!(registry.iter().all(|(n, r)| r == "no-turn" && !writes.contains(n)), "{kept:?}");
+}
