@@ -1,7 +1,7 @@
 //! Finding aliases in HMS requests and replacing them with real ids.
 //!
 //! [`RequestScan::new`] finds every alias token (and every repairable drift of
-//! one, `task-group-001`) in the path, the query string and the strings (and
+//! one, `task-item-001`) in the path, the query string and the strings (and
 //! keys) of a JSON body, or anywhere in a text body;
 //! [`RequestScan::scan_headers`] adds the headers the filter scans
 //! (`X-Patient-Id`, `If-Match`, a `Referer` URL), read as text and

@@ -93,7 +93,7 @@ fn path_query_and_fhir_forms() {
 
 #[test]
 fn json_body_keys_decide_the_form() {
-    let body = r#"{"patientId":"patient-001","subject":{"reference":"Patient/patient-001"},"fhirId":"patient-001","items":["patient-001"],"note":"for patient-001\n(task-group-001)","n":7}"#;
+    let body = r#"{"patientId":"patient-001","subject":{"reference":"Patient/patient-001"},"fhirId":"patient-001","items":["patient-001"],"note":"for patient-001\n(task-item-001)","n":7}"#;
     let (_, b) = rewrite("/api/v2/appointments", Some(body)).unwrap();
     let v: serde_json::Value = serde_json::from_str(&b.unwrap()).unwrap();
     assert_eq!(v["patientId"], "039b70b8-92f7-44b7-9c91-4e3f0e900c71");
@@ -105,6 +105,26 @@ fn json_body_keys_decide_the_form() {
         "near-miss repaired to an issued alias"
     );
     assert_eq!(v["n"], 7);
+}
+
+/// With only `task-001` issued, `task-group-001` names a task group (its own
+/// prefix), so it is refused wherever it stands instead of reaching HMS as
+/// the task; `task-item-001` is the task's drift and decodes to it.
+#[test]
+fn a_drift_is_never_repaired_across_kinds() {
+    for (path, body) in [
+        ("/api/v2/task-groups/task-group-001", None),
+        ("/api/v2/tasks?group=task-group-001", None),
+        ("/api/v2/tasks", Some(r#"{"note":"see task-group-001"}"#)),
+    ] {
+        assert_eq!(
+            rewrite(path, body).unwrap_err(),
+            RequestError::UnknownAlias { alias: "task-group-001".into() },
+            "{path} {body:?}"
+        );
+    }
+    let (p, _) = rewrite("/api/v2/tasks/task-item-001", None).unwrap();
+    assert_eq!(p, "/api/v2/tasks/task-0055101");
 }
 
 #[test]
