@@ -33,7 +33,7 @@ use super::json::{text_of, Event, JsonError, Lexer, Lit};
 use super::response::{splice, BodyKind};
 use super::grammar;
 use super::shape::{self, Form};
-use super::taxonomy::Taxonomy;
+use super::taxonomy::{KindId, Taxonomy};
 use super::wire::DecodedIds;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -67,6 +67,18 @@ pub enum RequestError {
         /// The sentinel as written.
         alias: String,
     },
+    /// An alias stands where another kind of record is named (an
+    /// observation's alias under `/fhir/Patient/`, a visit's as `patientId`):
+    /// its id there would name another record, so nothing is sent.
+    #[error("alias {alias:?} names a record of kind {kind}, not {wanted}: it cannot stand here")]
+    WrongKind {
+        /// The alias as written.
+        alias: String,
+        /// The kind of the record it names.
+        kind: String,
+        /// The kind (or kinds, `a or b`) its place names.
+        wanted: String,
+    },
     /// A JSON body is not JSON.
     #[error("request body is not valid JSON: {0}")]
     Json(#[from] JsonError),
@@ -94,7 +106,8 @@ impl RequestError {
         match self {
             RequestError::UnknownAlias { alias }
             | RequestError::EarlierMap { alias, .. }
-            | RequestError::Sentinel { alias } => Some(alias),
+            | RequestError::Sentinel { alias }
+            | RequestError::WrongKind { alias, .. } => Some(alias),
             _ => None,
         }
     }
@@ -131,8 +144,30 @@ struct Hit {
     range: Range<usize>,
     alias: usize,
     want: Option<Form>,
+    /// The kinds its place names (`/patients/<alias>`, `Encounter/<alias>`,
+    /// `patientId`); empty where the place names none (prose, `id`).
+    kinds: Vec<KindId>,
     /// Written percent-encoded: the id goes back percent-encoded.
     encoded: bool,
+}
+
+/// What the field around a value asks of an alias in it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Field {
+    /// The id form it wants.
+    want: Option<Form>,
+    /// The kind it names (a key or header name of a kind: `patientId`).
+    kind: Option<KindId>,
+}
+
+impl Field {
+    /// The field a key, a query parameter's or a header's name makes.
+    fn of_key(tax: &Taxonomy, key: &str) -> Field {
+        Field {
+            want: tax.form_wanted_by_key(key),
+            kind: tax.id_named_kind(key).filter(|k| *k != tax.fallback_kind()),
+        }
+    }
 }
 
 /// Where a value of a request sits.
@@ -236,7 +271,7 @@ impl RequestScan {
             None => (path, ""),
         };
         let mut hits = Vec::new();
-        scan.find(tax, path_part, None, Place::Path, &mut hits);
+        scan.find(tax, path_part, Field::default(), Place::Path, &mut hits);
         scan.numeric_after_kind(tax, path_part);
         let offset = path_part.len();
         for (param_start, param) in split_params(query) {
@@ -244,9 +279,9 @@ impl RequestScan {
                 Some(eq) => (param.get(..eq).unwrap_or(""), eq + 1),
                 None => ("", 0),
             };
-            let want = tax.form_wanted_by_key(name);
+            let field = Field::of_key(tax, name);
             let mut found = Vec::new();
-            scan.find(tax, param.get(value_at..).unwrap_or(""), want, Place::Query, &mut found);
+            scan.find(tax, param.get(value_at..).unwrap_or(""), field, Place::Query, &mut found);
             for mut h in found {
                 let base = offset + param_start + value_at;
                 h.range = base + h.range.start..base + h.range.end;
@@ -263,7 +298,7 @@ impl RequestScan {
                     let text = String::from_utf8_lossy(bytes);
                     if let Cow::Borrowed(text) = text {
                         let mut found = Vec::new();
-                        scan.find(tax, text, None, Place::Body, &mut found);
+                        scan.find(tax, text, Field::default(), Place::Body, &mut found);
                         scan.body = found;
                     } else {
                         // Not UTF-8: aliases are ASCII, so scan the valid prefix
@@ -286,7 +321,10 @@ impl RequestScan {
     pub fn scan_headers(&mut self, tax: &Taxonomy, headers: &[(String, String)]) {
         for (index, (name, value)) in headers.iter().enumerate() {
             let mut found = Vec::new();
-            self.find(tax, value, tax.form_wanted_by_key(name), Place::Header, &mut found);
+            // `X-Patient-Id` names a patient as `patientId` does.
+            let key = name.get(..2).filter(|x| x.eq_ignore_ascii_case("x-")).and_then(|_| name.get(2..)).unwrap_or(name);
+            let field = Field { want: tax.form_wanted_by_key(name), ..Field::of_key(tax, key) };
+            self.find(tax, value, field, Place::Header, &mut found);
             if !found.is_empty() {
                 self.headers.push(HeaderHits { index, value: value.clone(), hits: found });
             }
@@ -447,13 +485,29 @@ impl RequestScan {
             .get(h.alias)
             .and_then(Option::as_ref)
             .ok_or_else(unknown)?;
-        let preferred = tax
-            .kind_by_name(&d.kind)
-            .and_then(|k| tax.kind(k))
-            .and_then(|k| k.preferred_form);
-        d.ids
+        let kind = tax.kind_by_name(&d.kind);
+        let preferred = kind.and_then(|k| tax.kind(k)).and_then(|k| k.preferred_form);
+        let id = d
+            .ids
             .pick(h.want.or(preferred).unwrap_or(Form::Uuid))
-            .ok_or_else(unknown)
+            .ok_or_else(unknown)?;
+        if h.kinds.is_empty() {
+            return Ok(id);
+        }
+        // An id is unique only within its kind (FHIR ids within a resource
+        // type): another kind's id in this place names another record. A
+        // record of unknown kind (the fallback) fits only by a UUID, which
+        // names one record whatever its type.
+        let fits = kind.is_some_and(|k| h.kinds.iter().any(|want| tax.kinds_may_meet(k, *want)));
+        let unknown_kind_by_uuid = kind == Some(tax.fallback_kind()) && shape::is_uuid(id.as_bytes());
+        if fits || unknown_kind_by_uuid {
+            return Ok(id);
+        }
+        Err(RequestError::WrongKind {
+            alias: self.written(h.alias).unwrap_or_default().to_owned(),
+            kind: d.kind.clone(),
+            wanted: h.kinds.iter().map(|k| tax.kind_name(*k)).collect::<Vec<_>>().join(" or "),
+        })
     }
 
     fn alias_index(&mut self, alias: &str, written: &str) -> usize {
@@ -469,13 +523,13 @@ impl RequestScan {
     /// Finds alias tokens in `text`, read as written and percent-decoded;
     /// `want` is the form the surrounding field asks for. Counts raw-id-shaped
     /// tokens of `place`.
-    fn find(&mut self, tax: &Taxonomy, text: &str, want: Option<Form>, place: Place, out: &mut Vec<Hit>) {
+    fn find(&mut self, tax: &Taxonomy, text: &str, field: Field, place: Place, out: &mut Vec<Hit>) {
         let bytes = text.as_bytes();
         if !bytes.contains(&b'%') {
-            return self.find_in(tax, bytes, None, want, place, out);
+            return self.find_in(tax, bytes, None, field, place, out);
         }
         let (decoded, origin) = percent_decode(bytes);
-        self.find_in(tax, &decoded, Some(&origin), want, place, out);
+        self.find_in(tax, &decoded, Some(&origin), field, place, out);
     }
 
     /// Finds tokens in `bytes`; `origin` maps each byte (and the end) to its
@@ -485,7 +539,7 @@ impl RequestScan {
         tax: &Taxonomy,
         bytes: &[u8],
         origin: Option<&[usize]>,
-        want: Option<Form>,
+        field: Field,
         place: Place,
         out: &mut Vec<Hit>,
     ) {
@@ -528,13 +582,23 @@ impl RequestScan {
                 let (Some(from), Some(to)) = (at(range.start), at(range.end)) else {
                     continue;
                 };
-                let fhir_path = before_is_resource_type(tax, bytes, range.start);
+                let typed = resource_type_before(tax, bytes, range.start);
+                // The most specific name of a kind wins: `Type/` before the
+                // alias, else the path segment before it, else the field's.
+                let kinds = match typed {
+                    Some(kinds) => kinds.to_vec(),
+                    None => match (place, segment_kind_before(tax, bytes, range.start)) {
+                        (Place::Path, Some(k)) => vec![k],
+                        _ => field.kind.into_iter().collect(),
+                    },
+                };
                 let written = bytes.get(range.clone()).and_then(|t| std::str::from_utf8(t).ok()).unwrap_or("");
                 let index = self.alias_index(&alias, written);
                 out.push(Hit {
                     range: from..to,
                     alias: index,
-                    want: if fhir_path { Some(Form::Fhir) } else { want },
+                    want: if typed.is_some() { Some(Form::Fhir) } else { field.want },
+                    kinds,
                     encoded: to - from != range.len(),
                 });
             }
@@ -563,7 +627,7 @@ impl RequestScan {
         for chunk in bytes.utf8_chunks() {
             let valid = chunk.valid();
             let mut found = Vec::new();
-            self.find(tax, valid, None, Place::Body, &mut found);
+            self.find(tax, valid, Field::default(), Place::Body, &mut found);
             for mut h in found {
                 h.range = at + h.range.start..at + h.range.end;
                 self.body.push(h);
@@ -596,12 +660,12 @@ impl RequestScan {
                     }
                 }
                 Event::Key(lit) => {
-                    self.literal(tax, src, &lit, None)?;
+                    self.literal(tax, src, &lit, Field::default())?;
                     cur = Some(text_of(src, &lit)?);
                 }
                 Event::Str(lit) => {
-                    let want = cur.as_deref().and_then(|k| tax.form_wanted_by_key(k));
-                    self.literal(tax, src, &lit, want)?;
+                    let field = cur.as_deref().map(|k| Field::of_key(tax, k)).unwrap_or_default();
+                    self.literal(tax, src, &lit, field)?;
                 }
                 Event::Scalar => {}
             }
@@ -614,11 +678,11 @@ impl RequestScan {
         tax: &Taxonomy,
         src: &str,
         lit: &Lit,
-        want: Option<Form>,
+        field: Field,
     ) -> Result<(), RequestError> {
         let text = text_of(src, lit)?;
         let mut found = Vec::new();
-        self.find(tax, &text, want, Place::Body, &mut found);
+        self.find(tax, &text, field, Place::Body, &mut found);
         if found.is_empty() {
             return Ok(());
         }
@@ -639,13 +703,12 @@ impl RequestScan {
     }
 }
 
-/// Whether `Type/` (a configured resource type) ends right before `at`.
-fn before_is_resource_type(tax: &Taxonomy, bytes: &[u8], at: usize) -> bool {
-    let Some(slash) = at.checked_sub(1) else {
-        return false;
-    };
+/// The kinds of the resource type `Type/` (a FHIR resource type) that ends
+/// right before `at`, if one does (`Patient/<alias>`).
+fn resource_type_before<'t>(tax: &'t Taxonomy, bytes: &[u8], at: usize) -> Option<&'t [KindId]> {
+    let slash = at.checked_sub(1)?;
     if bytes.get(slash) != Some(&b'/') {
-        return false;
+        return None;
     }
     let head = bytes.get(..slash).unwrap_or_default();
     let word_start = head
@@ -654,7 +717,19 @@ fn before_is_resource_type(tax: &Taxonomy, bytes: &[u8], at: usize) -> bool {
         .map_or(0, |p| p + 1);
     head.get(word_start..)
         .and_then(|w| std::str::from_utf8(w).ok())
-        .is_some_and(|w| tax.resource_type_kinds(w).is_some())
+        .and_then(|w| tax.resource_type_kinds(w))
+}
+
+/// The kind of the path segment that ends right before `at` (`/patients/`
+/// before `<alias>`), if it names one.
+fn segment_kind_before(tax: &Taxonomy, bytes: &[u8], at: usize) -> Option<KindId> {
+    let slash = at.checked_sub(1)?;
+    if bytes.get(slash) != Some(&b'/') {
+        return None;
+    }
+    let head = bytes.get(..slash).unwrap_or_default();
+    let start = head.iter().rposition(|b| *b == b'/').map_or(0, |p| p + 1);
+    tax.path_segment_kind(head.get(start..)?)
 }
 
 /// `&`-separated parameters of a query string (leading `?` included in the

@@ -284,7 +284,7 @@ impl Request {
         };
         let (path, new_body) = match scan.rewrite(taxonomy(&s.config), &s.path, body.as_deref(), &decoded) {
             Ok(rewritten) => rewritten,
-            Err(e @ (RequestError::UnknownAlias { .. } | RequestError::Sentinel { .. })) => {
+            Err(e @ (RequestError::UnknownAlias { .. } | RequestError::Sentinel { .. } | RequestError::WrongKind { .. })) => {
                 let e = e.with_current_epoch(taxonomy(&s.config), epoch.as_deref());
                 return self.reject(s, reply::error(ErrorKind::UnknownAlias, &e.to_string()));
             }
@@ -292,7 +292,7 @@ impl Request {
         };
         let changed = match scan.rewrite_headers(taxonomy(&s.config), &self.headers, &decoded) {
             Ok(changed) => changed,
-            Err(e @ (RequestError::UnknownAlias { .. } | RequestError::Sentinel { .. })) => {
+            Err(e @ (RequestError::UnknownAlias { .. } | RequestError::Sentinel { .. } | RequestError::WrongKind { .. })) => {
                 let e = e.with_current_epoch(taxonomy(&s.config), epoch.as_deref());
                 return self.reject(s, reply::error(ErrorKind::UnknownAlias, &e.to_string()));
             }

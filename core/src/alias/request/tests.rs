@@ -541,3 +541,123 @@ proptest! {
         }
     }
 }
+
+// === An alias decodes only where its kind fits ===
+
+/// A patient (UUID and FHIR id), an observation, a visit, a record of the
+/// fallback kind known by a FHIR id only (an `Immunization/example`) and one
+/// known by a UUID only: `patient-001`, `observation-001`, `visit-001`,
+/// `ref-001`, `ref-002`.
+fn kinds_session(tax: &Taxonomy) -> SessionMap {
+    let id = |value: &str, kind: &str, form: Option<Form>, group: Option<u32>| IdInput {
+        value: value.into(),
+        kind: Some(kind.into()),
+        form,
+        group,
+    };
+    let mut m = SessionMap::new();
+    let e = m
+        .encode(
+            tax,
+            &[
+                id("039b70b8-92f7-44b7-9c91-4e3f0e900c71", "patient", None, Some(1)),
+                id("pat-000123", "patient", Some(Form::Fhir), Some(1)),
+                id("obs-0042", "observation", Some(Form::Fhir), None),
+                id("enc-0077", "visit", Some(Form::Fhir), None),
+                id("example", "record", Some(Form::Fhir), None),
+                id("5b0c6c57-8f43-4f4e-a3f3-7a1b2c3d4e5f", "record", None, None),
+            ],
+        )
+        .unwrap();
+    assert_eq!(
+        e.aliases,
+        ["patient-001", "patient-001", "observation-001", "visit-001", "ref-001", "ref-002"]
+    );
+    m
+}
+
+fn wrong_kind(alias: &str, kind: &str, wanted: &str) -> RequestError {
+    RequestError::WrongKind { alias: alias.into(), kind: kind.into(), wanted: wanted.into() }
+}
+
+/// The red team's case: an observation's alias under `/fhir/Patient/` reached
+/// HMS as `Patient/<the observation's id>`, another record (FHIR ids are
+/// unique per resource type only). In a FHIR path or reference, a path
+/// segment after a kind's segment, a query parameter, a JSON key or a header
+/// of a kind, an alias of another kind is refused, naming the alias.
+#[test]
+fn an_alias_of_another_kind_in_a_kinds_place_is_refused() {
+    let tax = Taxonomy::default();
+    let m = kinds_session(&tax);
+    for (path, body, want) in [
+        ("/fhir/Patient/observation-001", None, wrong_kind("observation-001", "observation", "patient")),
+        ("/fhir/R4/Patient/observation-001/$everything", None, wrong_kind("observation-001", "observation", "patient")),
+        ("/api/v2/patients/observation-001", None, wrong_kind("observation-001", "observation", "patient")),
+        ("/api/v2/patients/patient-001/visits/observation-001", None, wrong_kind("observation-001", "observation", "visit")),
+        ("/fhir/Observation?subject=Patient/observation-001", None, wrong_kind("observation-001", "observation", "patient")),
+        ("/fhir/Observation?subject=Patient%2Fobservation-001", None, wrong_kind("observation-001", "observation", "patient")),
+        ("/api/v2/appointments?patientId=visit-001", None, wrong_kind("visit-001", "visit", "patient")),
+        ("/api/v2/notes", Some(r#"{"patientId":"observation-001"}"#), wrong_kind("observation-001", "observation", "patient")),
+        ("/api/v2/notes", Some(r#"{"patientIds":["patient-001","visit-001"]}"#), wrong_kind("visit-001", "visit", "patient")),
+        (
+            "/api/v2/notes",
+            Some(r#"{"subject":{"reference":"Patient/observation-001"}}"#),
+            wrong_kind("observation-001", "observation", "patient"),
+        ),
+        ("/fhir/Observation/patient-001", None, wrong_kind("patient-001", "patient", "observation")),
+        // An unconfigured FHIR type names records of the fallback kind only.
+        ("/fhir/Immunization/patient-001", None, wrong_kind("patient-001", "patient", "record")),
+        // A record of unknown kind known by a FHIR id: under `Patient/` its
+        // id would name whichever patient has it.
+        ("/fhir/Patient/ref-001", None, wrong_kind("ref-001", "record", "patient")),
+    ] {
+        assert_eq!(rewrite_in(&tax, &m, path, body).unwrap_err(), want, "{path} {body:?}");
+    }
+    let scan_headers = |hs: &[(String, String)]| {
+        let mut scan = RequestScan::new(&tax, "/api/v2/x", None).unwrap();
+        scan.scan_headers(&tax, hs);
+        let decoded = decode(&tax, &m, &scan);
+        scan.rewrite_headers(&tax, hs, &decoded)
+    };
+    assert_eq!(
+        scan_headers(&headers(&[("x-patient-id", "observation-001")])).unwrap_err(),
+        wrong_kind("observation-001", "observation", "patient")
+    );
+    assert_eq!(
+        wrong_kind("observation-001", "observation", "patient").to_string(),
+        "alias \"observation-001\" names a record of kind observation, not patient: it cannot stand here"
+    );
+}
+
+/// Where the place names no kind, or a kind the record may also be read as,
+/// the alias decodes as before.
+#[test]
+fn an_alias_decodes_where_its_kind_fits_or_no_kind_is_named() {
+    let tax = Taxonomy::default();
+    let m = kinds_session(&tax);
+    for (path, body, want_path, want_body) in [
+        ("/fhir/Patient/patient-001", None, "/fhir/Patient/pat-000123", None),
+        ("/fhir/Observation/observation-001", None, "/fhir/Observation/obs-0042", None),
+        ("/api/v2/vitals/observation-001", None, "/api/v2/vitals/obs-0042", None),
+        // A visit and an encounter are one FHIR Encounter.
+        ("/fhir/Encounter/visit-001", None, "/fhir/Encounter/enc-0077", None),
+        ("/api/v2/x?encounterId=visit-001", None, "/api/v2/x?encounterId=enc-0077", None),
+        // Kind-neutral places: prose, a search, an `id`, an unnamed segment.
+        ("/api/v2/search?q=observation-001", None, "/api/v2/search?q=obs-0042", None),
+        ("/api/v2/patients/search/observation-001", None, "/api/v2/patients/search/obs-0042", None),
+        (
+            "/api/v2/notes",
+            Some(r#"{"id":"observation-001","text":"for patient-001 see observation-001"}"#),
+            "/api/v2/notes",
+            Some(r#"{"id":"obs-0042","text":"for 039b70b8-92f7-44b7-9c91-4e3f0e900c71 see obs-0042"}"#),
+        ),
+        // The fallback kind: its own FHIR types, and by UUID anywhere (a
+        // UUID names one record whatever its type).
+        ("/fhir/Immunization/ref-001", None, "/fhir/Immunization/example", None),
+        ("/api/v2/patients/ref-002", None, "/api/v2/patients/5b0c6c57-8f43-4f4e-a3f3-7a1b2c3d4e5f", None),
+    ] {
+        let (p, b) = rewrite_in(&tax, &m, path, body).unwrap_or_else(|e| panic!("{path} {body:?}: {e}"));
+        assert_eq!(p, want_path, "{path}");
+        assert_eq!(b.as_deref(), want_body, "{path}");
+    }
+}
