@@ -25,9 +25,12 @@
 //! repaired only to an alias the session issued and refused (naming the alias
 //! as written) otherwise. Epoch-less near-misses (`Patient-001`) are not
 //! aliases: control issues none. Values shaped like raw ids (UUIDs, 32-hex
-//! UUIDs, FHIR ids with a configured prefix, numbers after a kind in the path)
-//! are counted per place ([`RawIdCount`]), never recorded: the filter's
-//! `raw_ids` policy refuses or passes them.
+//! UUIDs, FHIR ids with a configured prefix — whole or glued to other text
+//! by `_` or `-`, as in `Befund_<uuid>` or an ETag `<uuid>-v7` — numbers
+//! after a kind in the path and after a FHIR resource type anywhere,
+//! `Patient/482913`, and any of these in the authority) are counted per
+//! place ([`RawIdCount`]), never recorded: the filter's `raw_ids` policy
+//! refuses or passes them.
 
 use super::json::{text_of, Event, JsonError, Lexer, Lit};
 use super::response::{splice, BodyKind};
@@ -313,6 +316,16 @@ impl RequestScan {
         Ok(scan)
     }
 
+    /// Counts the raw ids in the request's authority (`:authority`, the
+    /// `Host` of HTTP/1): a host name built around a record id sends it to
+    /// HMS as surely as the path does. Aliases there are not decoded (a host
+    /// is never rewritten) and pass as text.
+    pub fn scan_authority(&mut self, tax: &Taxonomy, authority: &str) {
+        let mut scratch = RequestScan::default();
+        scratch.find(tax, authority, Field::default(), Place::Header, &mut Vec::new());
+        self.raw.headers += scratch.raw.total();
+    }
+
     /// Adds request headers to the scan: each value is read as text (and
     /// percent-decoded), the form an id takes chosen by the header's name as
     /// by a JSON key (`x-patient-fhir-id` wants the FHIR id). `headers` are
@@ -572,11 +585,21 @@ impl RequestScan {
             };
             let found: Vec<(Range<usize>, String)> = match whole {
                 Some(alias) => vec![(i..end, alias)],
-                None if !run.contains('_') && raw_id_shaped(tax, run) => {
-                    self.raw.bump(place);
-                    Vec::new()
+                None => {
+                    let glued = glued_aliases(tax, run);
+                    // Raw ids whole or glued to other text (`Befund_<uuid>`,
+                    // an ETag `<uuid>-v7`), and a number after a FHIR
+                    // resource type (`Patient/482913`, also in a query's
+                    // `subject=Patient/482913`).
+                    let numeric = run.bytes().all(|b| b.is_ascii_digit()) && resource_type_before(tax, bytes, i).is_some();
+                    for _ in 0..raw_ids_in(tax, run, &glued) + usize::from(numeric) {
+                        self.raw.bump(place);
+                    }
+                    glued
+                        .into_iter()
+                        .filter_map(|r| Some((i + r.start..i + r.end, run.get(r)?.to_owned())))
+                        .collect()
                 }
-                None => glued_aliases(tax, run).into_iter().map(|r| (i + r.start..i + r.end, run[r].to_owned())).collect(),
             };
             for (range, alias) in found {
                 let (Some(from), Some(to)) = (at(range.start), at(range.end)) else {
@@ -824,6 +847,63 @@ fn near_miss(tax: &Taxonomy, token: &str) -> Option<String> {
             .iter()
             .any(|c| has_epoch(c));
     is_alias.then_some(canonical)
+}
+
+/// How many raw record ids a run of token bytes holds: 1 if it is one
+/// ([`raw_id_shaped`]), else those glued to other text in it — a UUID, 32 hex
+/// digits or a FHIR id with a configured prefix that starts the run or
+/// follows a byte other than a letter or digit (`_`, `-`), and ends it or is
+/// followed by one (`Arztbrief_<uuid>_2025`, `<uuid>-v7`, `pat-000123_v2`).
+/// The `aliases` glued in the run (ranges into it) are not looked into.
+fn raw_ids_in(tax: &Taxonomy, run: &str, aliases: &[Range<usize>]) -> usize {
+    if aliases.is_empty() && !run.contains('_') && raw_id_shaped(tax, run) {
+        return 1;
+    }
+    let b = run.as_bytes();
+    let mut n = 0;
+    let mut p = 0;
+    while p < b.len() {
+        if let Some(r) = aliases.iter().find(|r| r.contains(&p)) {
+            p = r.end;
+            continue;
+        }
+        let starts = p.checked_sub(1).and_then(|q| b.get(q)).is_none_or(|c| !c.is_ascii_alphanumeric());
+        let len = if starts { raw_id_at(tax, b, p) } else { None };
+        match len {
+            Some(len) => {
+                n += 1;
+                p += len;
+            }
+            None => p += 1,
+        }
+    }
+    n
+}
+
+/// The length of the raw id (UUID, 32 hex digits, prefixed FHIR id) that
+/// starts at `p` in `b` and ends where a letter or digit does not follow.
+fn raw_id_at(tax: &Taxonomy, b: &[u8], p: usize) -> Option<usize> {
+    let rest = b.get(p..)?;
+    let ends = |len: usize| rest.get(len).is_none_or(|c| !c.is_ascii_alphanumeric());
+    if rest.get(..36).is_some_and(shape::is_uuid) && ends(36) {
+        return Some(36);
+    }
+    let hex = rest.iter().take_while(|c| c.is_ascii_hexdigit()).count();
+    if hex == 32 && ends(32) {
+        let h = rest.get(..32)?;
+        if h.iter().any(u8::is_ascii_digit) && h.iter().any(u8::is_ascii_alphabetic) {
+            return Some(32);
+        }
+    }
+    // `<prefix>-<digits>`: a configured FHIR prefix (any case).
+    let prefix = rest.iter().take_while(|c| c.is_ascii_alphanumeric()).count();
+    if prefix == 0 || !rest.first().is_some_and(u8::is_ascii_alphabetic) || rest.get(prefix) != Some(&b'-') {
+        return None;
+    }
+    let digits = rest.get(prefix + 1..)?.iter().take_while(|c| c.is_ascii_digit()).count();
+    let len = prefix + 1 + digits;
+    let lower = rest.get(..prefix)?.to_ascii_lowercase();
+    (digits > 0 && ends(len) && tax.fhir_prefix_kinds(&lower).is_some()).then_some(len)
 }
 
 /// Whether a token has the shape of a raw record id: a UUID (with or without

@@ -9,11 +9,13 @@
 //! reaches HMS.
 //!
 //! Every request header is scanned except [`UNSCANNED`] (and pseudo-headers:
-//! `:path` is read on its own, `:authority`, `:method` and `:scheme` hold no
-//! ids). A repeated header stays repeated when one of its values changes.
+//! `:path` is read on its own, `:authority` (HTTP/1's `Host`) is scanned for
+//! raw ids only and never rewritten, `:method` and `:scheme` hold no ids). A
+//! repeated header stays repeated when one of its values changes.
 //!
-//! Raw-id-shaped values (UUIDs, FHIR ids with a configured prefix, numbers
-//! after a kind in the path) anywhere scanned are counted
+//! Raw-id-shaped values (UUIDs, FHIR ids with a configured prefix, whole or
+//! glued to other text; numbers after a kind in the path or after a FHIR
+//! resource type) anywhere scanned, the authority included, are counted
 //! (`keyhole.hms_raw_ids`) and logged by place (`keyhole.raw-ids`, counts
 //! only, never a value); the `raw_ids` setting then refuses the request (400
 //! naming the places, the default: the model never holds a raw id, so one in
@@ -63,6 +65,8 @@ pub(super) struct Request {
     callout: Callout,
     /// The scanned headers as the client sent them, in order.
     headers: Vec<(String, String)>,
+    /// `:authority` (HTTP/1's `Host`), scanned for raw ids only.
+    authority: String,
 }
 
 /// Where the request is.
@@ -110,6 +114,7 @@ impl Request {
         };
         s.session = session;
         s.path = host::request_header(":path")?.unwrap_or_default();
+        self.authority = host::request_header(":authority")?.unwrap_or_default();
         let kind = body_kind(host::request_header("content-type")?.as_deref());
         self.headers = host::request_headers()?
             .into_iter()
@@ -210,6 +215,7 @@ impl Request {
             Err(e) => return self.reject(s, reply::error(ErrorKind::InvalidRequest, &e.to_string())),
         };
         scan.scan_headers(tax, &self.headers);
+        scan.scan_authority(tax, &self.authority);
         let raw = scan.raw_ids();
         if raw.total() > 0 {
             count(s.metrics.hms.raw_ids, raw.total() as i64);

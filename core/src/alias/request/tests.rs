@@ -661,3 +661,64 @@ fn an_alias_decodes_where_its_kind_fits_or_no_kind_is_named() {
         assert_eq!(b.as_deref(), want_body, "{path}");
     }
 }
+
+// === Raw ids the model could only have from outside keyhole ===
+
+/// The red team's raw ids that reached HMS under `raw_ids: refuse`: a UUID
+/// glued with `_` in a path segment, `If-Match: "<uuid>-v7"`, a number after
+/// a FHIR resource type in a path and in a query reference, and a raw id in
+/// the authority. Each is counted in its place now.
+#[test]
+fn glued_typed_numeric_and_authority_raw_ids_are_counted() {
+    let tax = Taxonomy::default();
+    let u = "039b70b8-92f7-44b7-9c91-4e3f0e900c71";
+    let count = |path: &str, hs: &[(&str, &str)], body: Option<&str>| {
+        let mut scan = RequestScan::new(&tax, path, body.map(|b| (b.as_bytes(), BodyKind::Json))).unwrap();
+        scan.scan_headers(&tax, &headers(hs));
+        scan.raw_ids()
+    };
+    let raw = |path, query, headers, body| RawIdCount { path, query, headers, body };
+    for (path, hs, body, want) in [
+        (format!("/api/v2/documents/Arztbrief_{u}_2025.pdf"), vec![], None, raw(1, 0, 0, 0)),
+        (format!("/api/v2/documents/{u}_v2"), vec![], None, raw(1, 0, 0, 0)),
+        ("/api/v2/documents/befund_pat-000123_2025".to_owned(), vec![], None, raw(1, 0, 0, 0)),
+        (format!("/api/v2/x?file=scan_{}", u.replace('-', "")), vec![], None, raw(0, 1, 0, 0)),
+        ("/api/v2/visits/v1".to_owned(), vec![("if-match", format!("\"{u}-v7\""))], None, raw(0, 0, 1, 0)),
+        ("/api/v2/visits/v1".to_owned(), vec![("if-match", "W/\"pat-000123-v7\"".to_owned())], None, raw(0, 0, 1, 0)),
+        ("/fhir/Patient/482913".to_owned(), vec![], None, raw(1, 0, 0, 0)),
+        ("/fhir/R4/Patient/482913/_history/2".to_owned(), vec![], None, raw(1, 0, 0, 0)),
+        ("/fhir/Observation?subject=Patient/482913".to_owned(), vec![], None, raw(0, 1, 0, 0)),
+        ("/fhir/Observation?subject=Patient%2F482913&_count=20".to_owned(), vec![], None, raw(0, 1, 0, 0)),
+        ("/fhir/Observation".to_owned(), vec![], Some(r#"{"subject":{"reference":"Patient/482913"}}"#), raw(0, 0, 0, 1)),
+        (format!("/api/v2/x"), vec![("x-note", format!("Befund_{u}"))], Some(&*format!(r#"{{"f":"a_{u}"}}"#)), raw(0, 0, 1, 1)),
+    ] {
+        let hs: Vec<(&str, &str)> = hs.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        assert_eq!(count(&path, &hs, body), want, "{path} {hs:?} {body:?}");
+    }
+    let mut scan = RequestScan::new(&tax, "/api/v2/x", None).unwrap();
+    scan.scan_authority(&tax, &format!("{u}.hms.internal:8443"));
+    assert_eq!(scan.raw_ids().headers, 1);
+    assert!(scan.aliases().is_empty());
+    let mut scan = RequestScan::new(&tax, "/api/v2/x", None).unwrap();
+    scan.scan_authority(&tax, "hms.internal:8443");
+    assert_eq!(scan.raw_ids(), RawIdCount::default());
+}
+
+/// Aliases glued to text stay aliases (decoded, never counted raw), and
+/// look-alikes beside FHIR types and in glued text are not ids.
+#[test]
+fn glued_aliases_and_look_alikes_are_not_raw_ids() {
+    let tax = Taxonomy::default();
+    for (path, hs) in [
+        ("/api/v2/documents/Arztbrief_patient-k7q2-002_2025.pdf", vec![("if-match", "\"patient-k7q2-001-v7\"")]),
+        ("/fhir/Patient/patient-k7q2-001/_history/2", vec![]),
+        ("/fhir/Patient?_count=50&birthdate=2025-03-25", vec![("if-none-match", "W/\"7\"")]),
+        ("/fhir/Observation?code=http://loinc.org|4548-4&value-quantity=5.4", vec![]),
+        ("/api/v2/reports/report_2025-03_final?dose=1-0-1-0&v=v2-1", vec![("x-file", "scan_2025_v2.pdf")]),
+        ("/fhir/metadata", vec![("x-note", "Observation/ CodeSystem/2 R4/482913 page_2")]),
+    ] {
+        let mut scan = RequestScan::new(&tax, path, None).unwrap();
+        scan.scan_headers(&tax, &headers(&hs));
+        assert_eq!(scan.raw_ids(), RawIdCount::default(), "{path} {hs:?}");
+    }
+}
