@@ -32,6 +32,8 @@
 //! place ([`RawIdCount`]), never recorded: the filter's `raw_ids` policy
 //! refuses or passes them.
 
+pub mod body;
+
 use super::json::{text_of, Event, JsonError, Lexer, Lit};
 use super::response::{splice, BodyKind};
 use super::grammar;
@@ -324,6 +326,21 @@ impl RequestScan {
         let mut scratch = RequestScan::default();
         scratch.find(tax, authority, Field::default(), Place::Header, &mut Vec::new());
         self.raw.headers += scratch.raw.total();
+    }
+
+    /// Scans a text keyhole decoded from the body (see [`body::view`]): its
+    /// raw ids count as the body's; the first alias in it, as written, is
+    /// returned. Such a text is never rewritten, so a request holding an
+    /// alias there cannot be decoded and the filter refuses it.
+    pub fn scan_hidden(&mut self, tax: &Taxonomy, text: &str) -> Option<String> {
+        // JSON as JSON (its escapes read), anything else as text.
+        let scratch = RequestScan::new(tax, "", Some((text.as_bytes(), BodyKind::Json))).unwrap_or_else(|_| {
+            let mut scratch = RequestScan::default();
+            scratch.find(tax, text, Field::default(), Place::Body, &mut Vec::new());
+            scratch
+        });
+        self.raw.body += scratch.raw.total();
+        scratch.written.into_iter().next()
     }
 
     /// Adds request headers to the scan: each value is read as text (and

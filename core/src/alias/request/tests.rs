@@ -722,3 +722,77 @@ fn glued_aliases_and_look_alikes_are_not_raw_ids() {
         assert_eq!(scan.raw_ids(), RawIdCount::default(), "{path} {hs:?}");
     }
 }
+
+/// A text keyhole decoded from the body counts its raw ids as the body's
+/// and names its first alias (the filter refuses that request).
+#[test]
+fn hidden_texts_count_raw_ids_and_name_their_aliases() {
+    let tax = Taxonomy::default();
+    let mut scan = RequestScan::new(&tax, "/api/v2/notes", None).unwrap();
+    assert_eq!(scan.scan_hidden(&tax, "Befund 039b70b8-92f7-44b7-9c91-4e3f0e900c71, /fhir/Patient/482913"), None);
+    assert_eq!(scan.raw_ids(), RawIdCount { body: 2, ..RawIdCount::default() });
+    assert_eq!(scan.scan_hidden(&tax, "für Patient-K7Q2-1 und patient-k7q2-002"), Some("Patient-K7Q2-1".to_owned()));
+    assert!(scan.aliases().is_empty(), "a hidden alias is never decoded");
+    assert_eq!(scan.scan_hidden(&tax, "nothing here, 2025-03-25"), None);
+    assert_eq!(scan.raw_ids().body, 2);
+}
+
+#[test]
+fn a_hidden_json_text_is_read_with_its_escapes() {
+    let tax = Taxonomy::default();
+    let mut scan = RequestScan::new(&tax, "/api/v2/notes", None).unwrap();
+    assert_eq!(scan.scan_hidden(&tax, r#"{"note":"\u0070at-000123","a":"\u0070atient-k7q2-001"}"#), Some("patient-k7q2-001".to_owned()));
+    assert_eq!(scan.raw_ids().body, 1);
+}
+
+fn raw_id() -> impl Strategy<Value = String> {
+    prop_oneof![
+        (any::<u128>(), any::<bool>()).prop_map(|(n, upper)| {
+            let h = format!("{n:032x}");
+            let u = format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..]);
+            if upper { u.to_ascii_uppercase() } else { u }
+        }),
+        any::<u128>().prop_map(|n| format!("a1{:030x}", n >> 8)),
+        (prop::sample::select(vec!["pat", "enc", "obs", "PAT", "Enc", "prac"]), 1u64..1_000_000_000)
+            .prop_map(|(p, n)| format!("{p}-{n:06}")),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// A raw id (UUID in either case, 32 hex digits, a prefixed FHIR id),
+    /// alone or glued by `_` or `-` to words, a date or an ETag version, is
+    /// counted once in its place (path segment, query value, header, JSON
+    /// string); the same text around an issued alias counts nothing and
+    /// finds the alias.
+    #[test]
+    fn glued_raw_ids_are_counted_wherever_they_stand(
+        id in raw_id(),
+        before in prop::sample::select(vec!["", "Arztbrief_", "scan_", "x-", "_", "W-"]),
+        after in prop::sample::select(vec!["", "_2025", "-v7", "_v2", "-final", "_"]),
+        place in 0..4usize,
+    ) {
+        let tax = Taxonomy::default();
+        let count = |token: &str| {
+            let (path, hs, body) = match place {
+                0 => (format!("/api/v2/documents/{token}.pdf"), Vec::new(), None),
+                1 => (format!("/api/v2/x?file={token}"), Vec::new(), None),
+                2 => ("/api/v2/x".to_owned(), vec![("if-match".to_owned(), format!("\"{token}\""))], None),
+                _ => ("/api/v2/x".to_owned(), Vec::new(), Some(format!(r#"{{"f":"{token}"}}"#))),
+            };
+            let mut scan = RequestScan::new(&tax, &path, body.as_deref().map(|b| (b.as_bytes(), BodyKind::Json))).unwrap();
+            scan.scan_headers(&tax, &hs);
+            let raw = scan.raw_ids();
+            ([raw.path, raw.query, raw.headers, raw.body], scan.aliases().to_vec())
+        };
+        let mut want = [0; 4];
+        want[place] = 1;
+        let (raw, aliases) = count(&format!("{before}{id}{after}"));
+        prop_assert_eq!(raw, want, "{}{}{}", before, id, after);
+        prop_assert!(aliases.is_empty());
+        let (raw, aliases) = count(&format!("{before}patient-k7q2-001{after}"));
+        prop_assert_eq!(raw, [0; 4]);
+        prop_assert_eq!(aliases, ["patient-k7q2-001"]);
+    }
+}
