@@ -184,4 +184,18 @@ async fn hms_requests_are_decoded_only_where_they_fit_and_never_forwarded_unread
         assert_eq!(seen.len(), 1);
         assert_eq!(seen[0].body.as_ref(), body.as_slice(), "{headers:?}: forwarded unchanged");
     }
+    // An alias in the path beside such a body: the path is decoded (the
+    // request headers are held for it), the body goes on unchanged.
+    let body = gzip(&json("Kontrolle in 2 Wochen"));
+    stack.hms.set("/fhir/Patient/pat-000123/$everything", Canned::json(&b"{\"ok\":true}"[..]));
+    stack.hms.clear();
+    let path = format!("/fhir/Patient/{patient}/$everything");
+    let headers = [("content-type", "application/json"), ("content-encoding", "gzip")];
+    let reply = send(&stack, "POST", &path, &headers, Some(body.clone())).await;
+    assert_eq!(reply.status, 200, "{}\n{}", reply.text(), stack.envoy.log_tail());
+    let seen = stack.hms.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].uri, "/fhir/Patient/pat-000123/$everything");
+    assert_eq!(seen[0].body.as_ref(), body.as_slice(), "the encoded body is forwarded unchanged");
+    assert_eq!(seen[0].headers.get("content-encoding").and_then(|v| v.to_str().ok()), Some("gzip"));
 }
