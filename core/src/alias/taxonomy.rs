@@ -216,7 +216,7 @@ fn serde_err(e: &serde_json::Error) -> TaxonomyError {
     err(field, msg)
 }
 
-mod defaults {
+pub(crate) mod defaults {
     use super::{Form, KindConfig};
 
     fn strings(items: &[&str]) -> Vec<String> {

@@ -796,3 +796,75 @@ proptest! {
         prop_assert_eq!(aliases, ["patient-k7q2-001"]);
     }
 }
+
+/// Every record kind of the built-in taxonomy in every place that names a
+/// kind (each of its FHIR resource types in a path, a query reference and a
+/// body reference; each of its path segments; each of its id fields as a
+/// query parameter and a JSON key; an unconfigured FHIR type for the
+/// fallback kind): the rewrite succeeds exactly where the configuration
+/// says the two kinds can be one FHIR record (the same kind, or a shared
+/// resource type or FHIR id prefix), with that record's id; everywhere
+/// else it is refused naming the alias. The expectation is computed from
+/// the kind configurations, not by `Taxonomy::kinds_may_meet`.
+#[test]
+fn every_kind_in_every_kinds_place_decodes_only_where_it_fits() {
+    use crate::alias::taxonomy::{defaults, KindConfig};
+    let tax = Taxonomy::default();
+    let configs = defaults::kinds();
+    let meet = |a: &KindConfig, b: &KindConfig| {
+        a.name == b.name
+            || a.resource_types.iter().any(|t| b.resource_types.contains(t))
+            || a.fhir_prefixes.iter().any(|p| b.fhir_prefixes.contains(p))
+    };
+    let mut m = SessionMap::new();
+    let ids: Vec<IdInput> = configs
+        .iter()
+        .enumerate()
+        .map(|(i, k)| IdInput { value: format!("rec{i}-{i:04}"), kind: Some(k.name.clone()), form: Some(Form::Fhir), group: None })
+        .collect();
+    let aliases = m.encode(&tax, &ids).unwrap().aliases;
+    let fallback = tax.kind_name(tax.fallback_kind()).to_owned();
+    let (mut decoded, mut refused) = (0, 0);
+    for (pi, place_kind) in configs.iter().enumerate() {
+        let mut places: Vec<(String, Option<String>)> = Vec::new();
+        let types: Vec<&str> = if place_kind.name == fallback {
+            vec!["Immunization"]
+        } else {
+            place_kind.resource_types.iter().map(String::as_str).collect()
+        };
+        for t in types {
+            places.push((format!("/fhir/{t}/@"), None));
+            places.push((format!("/fhir/Observation?subject={t}/@"), None));
+            places.push(("/api/v2/x".to_owned(), Some(format!(r#"{{"x":{{"reference":"{t}/@"}}}}"#))));
+        }
+        for seg in &place_kind.path_segments {
+            places.push((format!("/api/v2/{seg}/@"), None));
+        }
+        for f in &place_kind.id_fields {
+            places.push((format!("/api/v2/x?{f}=@"), None));
+            places.push(("/api/v2/x".to_owned(), Some(format!(r#"{{"{f}":"@"}}"#))));
+        }
+        assert!(!places.is_empty(), "{} names no place", place_kind.name);
+        for (ri, record_kind) in configs.iter().enumerate() {
+            let alias = &aliases[ri];
+            for (path, body) in &places {
+                let (path, body) = (path.replace('@', alias), body.as_ref().map(|b| b.replace('@', alias)));
+                let got = rewrite_in(&tax, &m, &path, body.as_deref());
+                let ctx = format!("{} record {alias} in a {} place: {path} {body:?}", record_kind.name, configs[pi].name);
+                if meet(record_kind, place_kind) {
+                    let (p, b) = got.unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                    let out = format!("{p} {}", b.unwrap_or_default());
+                    assert!(out.contains(&ids[ri].value) && !out.contains(alias.as_str()), "{ctx}: {out}");
+                    decoded += 1;
+                } else {
+                    match got {
+                        Err(RequestError::WrongKind { alias: a, .. }) => assert_eq!(&a, alias, "{ctx}"),
+                        other => panic!("{ctx}: {other:?}"),
+                    }
+                    refused += 1;
+                }
+            }
+        }
+    }
+    assert!(decoded > 100 && refused > 1000, "{decoded} decoded, {refused} refused");
+}
