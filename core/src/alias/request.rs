@@ -173,6 +173,17 @@ impl Field {
             kind: tax.id_named_kind(key).filter(|k| *k != tax.fallback_kind()),
         }
     }
+
+    /// The field a query parameter's name makes: as a key, and a kind's
+    /// object key names that kind too (the FHIR search `?patient=<id>`,
+    /// `?subject=<id>`: an observation's id there would search another
+    /// record's data). In a JSON body object keys stay kind-neutral: they
+    /// are a response heuristic (`participants` of an appointment hold
+    /// patients as well as practitioners).
+    fn of_query(tax: &Taxonomy, name: &str) -> Field {
+        let field = Field::of_key(tax, name);
+        Field { kind: field.kind.or_else(|| tax.object_key_kind(name)), ..field }
+    }
 }
 
 /// Where a value of a request sits.
@@ -284,7 +295,7 @@ impl RequestScan {
                 Some(eq) => (param.get(..eq).unwrap_or(""), eq + 1),
                 None => ("", 0),
             };
-            let field = Field::of_key(tax, name);
+            let field = Field::of_query(tax, name);
             let mut found = Vec::new();
             scan.find(tax, param.get(value_at..).unwrap_or(""), field, Place::Query, &mut found);
             for mut h in found {

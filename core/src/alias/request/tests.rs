@@ -597,6 +597,9 @@ fn an_alias_of_another_kind_in_a_kinds_place_is_refused() {
         ("/fhir/Observation?subject=Patient/observation-001", None, wrong_kind("observation-001", "observation", "patient")),
         ("/fhir/Observation?subject=Patient%2Fobservation-001", None, wrong_kind("observation-001", "observation", "patient")),
         ("/api/v2/appointments?patientId=visit-001", None, wrong_kind("visit-001", "visit", "patient")),
+        // A FHIR search parameter named for a kind (its object key).
+        ("/fhir/Observation?patient=observation-001", None, wrong_kind("observation-001", "observation", "patient")),
+        ("/fhir/Observation?subject=ref-001&_count=5", None, wrong_kind("ref-001", "record", "patient")),
         ("/api/v2/notes", Some(r#"{"patientId":"observation-001"}"#), wrong_kind("observation-001", "observation", "patient")),
         ("/api/v2/notes", Some(r#"{"patientIds":["patient-001","visit-001"]}"#), wrong_kind("visit-001", "visit", "patient")),
         (
@@ -642,6 +645,10 @@ fn an_alias_decodes_where_its_kind_fits_or_no_kind_is_named() {
         // A visit and an encounter are one FHIR Encounter.
         ("/fhir/Encounter/visit-001", None, "/fhir/Encounter/enc-0077", None),
         ("/api/v2/x?encounterId=visit-001", None, "/api/v2/x?encounterId=enc-0077", None),
+        ("/fhir/Observation?patient=patient-001", None, "/fhir/Observation?patient=039b70b8-92f7-44b7-9c91-4e3f0e900c71", None),
+        ("/fhir/Observation?subject=ref-002", None, "/fhir/Observation?subject=5b0c6c57-8f43-4f4e-a3f3-7a1b2c3d4e5f", None),
+        // Object keys in a body stay kind-neutral.
+        ("/api/v2/x", Some(r#"{"participants":["patient-001"]}"#), "/api/v2/x", Some(r#"{"participants":["039b70b8-92f7-44b7-9c91-4e3f0e900c71"]}"#)),
         // Kind-neutral places: prose, a search, an `id`, an unnamed segment.
         ("/api/v2/search?q=observation-001", None, "/api/v2/search?q=obs-0042", None),
         ("/api/v2/patients/search/observation-001", None, "/api/v2/patients/search/obs-0042", None),
@@ -799,8 +806,9 @@ proptest! {
 
 /// Every record kind of the built-in taxonomy in every place that names a
 /// kind (each of its FHIR resource types in a path, a query reference and a
-/// body reference; each of its path segments; each of its id fields as a
-/// query parameter and a JSON key; an unconfigured FHIR type for the
+/// body reference; each of its path segments; each of its object keys as a
+/// query parameter; each of its id fields as a query parameter and a JSON
+/// key; an unconfigured FHIR type for the
 /// fallback kind): the rewrite succeeds exactly where the configuration
 /// says the two kinds can be one FHIR record (the same kind, or a shared
 /// resource type or FHIR id prefix), with that record's id; everywhere
@@ -839,6 +847,9 @@ fn every_kind_in_every_kinds_place_decodes_only_where_it_fits() {
         }
         for seg in &place_kind.path_segments {
             places.push((format!("/api/v2/{seg}/@"), None));
+        }
+        for o in &place_kind.object_keys {
+            places.push((format!("/fhir/x?{o}=@"), None));
         }
         for f in &place_kind.id_fields {
             places.push((format!("/api/v2/x?{f}=@"), None));
