@@ -91,11 +91,13 @@ async fn conformance(store: &dyn AliasStore, session: &dyn Fn(&str) -> String) {
     assert!(matches!(err, StoreError::Session(SessionError::Conflict { .. })), "{err}");
     assert!(store.decode(&s, &[a("patient-003")]).await.unwrap()[0].is_none());
     assert_eq!(plain(&store.encode(&s, &[id(&uuid_of(9), "patient", None, None)]).await.unwrap()), ["patient-003"]);
-    // Near-miss repair only to issued aliases.
+    // Near-miss repair only to issued aliases, and only within the kind the
+    // drift's own prefix names: `task-group-…` is a task group, never the task.
     store.encode(&s, &[id("task-0055101", "task", Some(Form::Fhir), None)]).await.unwrap();
-    let d = store.decode(&s, &[a("task-group-001"), a("task-group-002")]).await.unwrap();
+    let d = store.decode(&s, &[a("task-item-001"), a("task-item-002"), a("task-group-001")]).await.unwrap();
     assert_eq!(d[0].as_ref().map(|d| d.alias.clone()), Some(a("task-001")));
     assert!(d[1].is_none());
+    assert!(d[2].is_none(), "a task group's alias never decodes to the task");
     // Sessions are isolated: another session's alias decodes to nothing.
     let other = session("b");
     assert!(store.decode(&other, &[first[0].clone()]).await.unwrap()[0].is_none());

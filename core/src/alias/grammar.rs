@@ -154,14 +154,43 @@ impl Taxonomy {
         })
     }
 
+    /// The kind a drifted alias names itself: the kind of the longest
+    /// configured prefix that `drifted` starts with, up to a `-`
+    /// (`task-group-item-001` → task-group, `patient-record-012` → patient).
+    /// Repair stays within it (see [`Self::repair_candidates`]).
+    /// Returns the kind and the prefix's length.
+    pub(crate) fn own_prefix_kind(&self, drifted: &str) -> Option<(KindId, usize)> {
+        drifted
+            .rmatch_indices('-')
+            .find_map(|(i, _)| drifted.get(..i).and_then(|p| self.alias_prefix(p)).map(|k| (k, i)))
+    }
+
     /// Aliases that `drifted` may have meant: `drifted` with one configured noun
-    /// infix removed (`task-group-001` → `task-001`), each itself a well-formed
-    /// alias. The caller accepts a candidate only if its session issued it.
+    /// infix removed after its own prefix (`task-item-001` → `task-001`), each
+    /// itself a well-formed alias *of the kind that prefix names*. The caller
+    /// accepts a candidate only if its session issued it.
+    ///
+    /// Repair never crosses kinds. A string that parses as an alias is that
+    /// alias (issued or not) and has no candidates: `task-group-001` is a task
+    /// group, never the drift of `task-001` (the infix `group` ends the
+    /// `task-group` prefix), so it cannot decode to the task while no task
+    /// group is issued and to the task group later. A string that does not
+    /// parse is repaired only within the kind of its longest prefix:
+    /// `patient-group-appt-001` (a patient prefix) is not the appointment
+    /// `patient-appt-001`. So one string has one kind for the life of a
+    /// session, and a decode of it never names a record of another.
     pub fn repair_candidates(&self, drifted: &str) -> Vec<String> {
-        let segments: Vec<&str> = drifted.split('-').collect();
+        if self.parse_alias(drifted).is_some() {
+            return Vec::new();
+        }
+        let Some((kind, prefix_end)) = self.own_prefix_kind(drifted) else {
+            return Vec::new();
+        };
+        let (prefix, rest) = drifted.split_at(prefix_end);
+        // `rest` is `-seg-…-number`: its first piece is empty, its last the
+        // number; an infix sits strictly between them.
+        let segments: Vec<&str> = rest.split('-').collect();
         let mut out = Vec::new();
-        // Segment 0 starts the prefix and the last one is the number: an infix
-        // sits strictly between them.
         for (j, seg) in segments
             .iter()
             .enumerate()
@@ -171,16 +200,17 @@ impl Taxonomy {
             if !self.repair_infixes().iter().any(|i| i == seg) {
                 continue;
             }
-            let candidate = segments
+            let tail = segments
                 .iter()
                 .enumerate()
                 .filter(|(k, _)| *k != j)
                 .map(|(_, s)| *s)
                 .collect::<Vec<_>>()
                 .join("-");
+            let candidate = format!("{prefix}{tail}");
             if self
                 .parse_alias(&candidate)
-                .is_some_and(|p| !p.is_sentinel())
+                .is_some_and(|p| !p.is_sentinel() && p.kind == kind)
                 && !out.contains(&candidate)
             {
                 out.push(candidate);
@@ -305,20 +335,50 @@ mod tests {
     fn repair_strips_one_known_infix() {
         let t = Taxonomy::default();
         assert_eq!(
-            t.repair_candidates("task-group-001"),
+            t.repair_candidates("task-item-001"),
             vec!["task-001".to_owned()]
         );
         assert_eq!(
             t.repair_candidates("patient-record-012"),
             vec!["patient-012".to_owned()]
         );
+        assert_eq!(
+            t.repair_candidates("task-group-entry-k7q2-004"),
+            vec!["task-group-k7q2-004".to_owned()]
+        );
         assert!(t.repair_candidates("task-001").is_empty());
         assert!(t.repair_candidates("group-001").is_empty());
         assert!(
-            t.repair_candidates("task-group-000").is_empty(),
+            t.repair_candidates("task-item-000").is_empty(),
             "never repairs to a sentinel"
         );
         assert!(t.looks_like_alias("patient-item-003"));
         assert!(!t.looks_like_alias("patient-foo-003"));
+    }
+
+    /// The red team's case: with `group` both an infix and the end of the
+    /// `task-group` prefix, `task-group-001` was repaired to `task-001`; and
+    /// `patient-group-appt-001` (a patient prefix) to the appointment
+    /// `patient-appt-001`. A string that parses is its own alias, one that
+    /// does not is repaired only within its longest prefix's kind.
+    #[test]
+    fn repair_never_crosses_kinds() {
+        let t = Taxonomy::default();
+        for alias in ["task-group-001", "task-group-k7q2-001", "patient-appt-001", "patient-appt-k7q2-017"] {
+            assert!(t.parse_alias(alias).is_some(), "{alias}");
+            assert!(t.repair_candidates(alias).is_empty(), "{alias} is an alias, not a drift");
+        }
+        assert!(t.repair_candidates("patient-group-appt-001").is_empty());
+        assert!(t.repair_candidates("patient-item-appt-k7q2-001").is_empty());
+        assert_eq!(t.repair_candidates("patient-appt-record-001"), ["patient-appt-001"]);
+        assert_eq!(t.repair_candidates("task-group-group-001"), ["task-group-001"]);
+        assert_eq!(t.repair_candidates("task-k7q2-item-001"), ["task-k7q2-001"]);
+        let kind = |s: &str| t.own_prefix_kind(s).map(|(k, _)| t.kind_name(k).to_owned());
+        assert_eq!(kind("task-group-item-001").as_deref(), Some("task-group"));
+        assert_eq!(kind("task-item-001").as_deref(), Some("task"));
+        assert_eq!(kind("patient-appt-x").as_deref(), Some("appointment"));
+        assert_eq!(kind("patient-apptx-001").as_deref(), Some("patient"));
+        assert_eq!(kind("patientx-001"), None);
+        assert_eq!(kind("patient"), None, "a prefix ends at a dash");
     }
 }

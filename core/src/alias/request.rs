@@ -1,7 +1,7 @@
 //! Finding aliases in HMS requests and replacing them with real ids.
 //!
 //! [`RequestScan::new`] finds every alias token (and every repairable drift of
-//! one, `task-group-001`) in the path, the query string and the strings (and
+//! one, `task-item-001`) in the path, the query string and the strings (and
 //! keys) of a JSON body, or anywhere in a text body;
 //! [`RequestScan::scan_headers`] adds the headers the filter scans
 //! (`X-Patient-Id`, `If-Match`, a `Referer` URL), read as text and
@@ -25,15 +25,20 @@
 //! repaired only to an alias the session issued and refused (naming the alias
 //! as written) otherwise. Epoch-less near-misses (`Patient-001`) are not
 //! aliases: control issues none. Values shaped like raw ids (UUIDs, 32-hex
-//! UUIDs, FHIR ids with a configured prefix, numbers after a kind in the path)
-//! are counted per place ([`RawIdCount`]), never recorded: the filter's
-//! `raw_ids` policy refuses or passes them.
+//! UUIDs, FHIR ids with a configured prefix — whole or glued to other text
+//! by `_` or `-`, as in `Befund_<uuid>` or an ETag `<uuid>-v7` — numbers
+//! after a kind in the path and after a FHIR resource type anywhere,
+//! `Patient/482913`, and any of these in the authority) are counted per
+//! place ([`RawIdCount`]), never recorded: the filter's `raw_ids` policy
+//! refuses or passes them.
+
+pub mod body;
 
 use super::json::{text_of, Event, JsonError, Lexer, Lit};
 use super::response::{splice, BodyKind};
 use super::grammar;
 use super::shape::{self, Form};
-use super::taxonomy::Taxonomy;
+use super::taxonomy::{KindId, Taxonomy};
 use super::wire::DecodedIds;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -67,6 +72,18 @@ pub enum RequestError {
         /// The sentinel as written.
         alias: String,
     },
+    /// An alias stands where another kind of record is named (an
+    /// observation's alias under `/fhir/Patient/`, a visit's as `patientId`):
+    /// its id there would name another record, so nothing is sent.
+    #[error("alias {alias:?} names a record of kind {kind}, not {wanted}: it cannot stand here")]
+    WrongKind {
+        /// The alias as written.
+        alias: String,
+        /// The kind of the record it names.
+        kind: String,
+        /// The kind (or kinds, `a or b`) its place names.
+        wanted: String,
+    },
     /// A JSON body is not JSON.
     #[error("request body is not valid JSON: {0}")]
     Json(#[from] JsonError),
@@ -94,7 +111,8 @@ impl RequestError {
         match self {
             RequestError::UnknownAlias { alias }
             | RequestError::EarlierMap { alias, .. }
-            | RequestError::Sentinel { alias } => Some(alias),
+            | RequestError::Sentinel { alias }
+            | RequestError::WrongKind { alias, .. } => Some(alias),
             _ => None,
         }
     }
@@ -131,8 +149,41 @@ struct Hit {
     range: Range<usize>,
     alias: usize,
     want: Option<Form>,
+    /// The kinds its place names (`/patients/<alias>`, `Encounter/<alias>`,
+    /// `patientId`); empty where the place names none (prose, `id`).
+    kinds: Vec<KindId>,
     /// Written percent-encoded: the id goes back percent-encoded.
     encoded: bool,
+}
+
+/// What the field around a value asks of an alias in it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Field {
+    /// The id form it wants.
+    want: Option<Form>,
+    /// The kind it names (a key or header name of a kind: `patientId`).
+    kind: Option<KindId>,
+}
+
+impl Field {
+    /// The field a key, a query parameter's or a header's name makes.
+    fn of_key(tax: &Taxonomy, key: &str) -> Field {
+        Field {
+            want: tax.form_wanted_by_key(key),
+            kind: tax.id_named_kind(key).filter(|k| *k != tax.fallback_kind()),
+        }
+    }
+
+    /// The field a query parameter's name makes: as a key, and a kind's
+    /// object key names that kind too (the FHIR search `?patient=<id>`,
+    /// `?subject=<id>`: an observation's id there would search another
+    /// record's data). In a JSON body object keys stay kind-neutral: they
+    /// are a response heuristic (`participants` of an appointment hold
+    /// patients as well as practitioners).
+    fn of_query(tax: &Taxonomy, name: &str) -> Field {
+        let field = Field::of_key(tax, name);
+        Field { kind: field.kind.or_else(|| tax.object_key_kind(name)), ..field }
+    }
 }
 
 /// Where a value of a request sits.
@@ -236,7 +287,7 @@ impl RequestScan {
             None => (path, ""),
         };
         let mut hits = Vec::new();
-        scan.find(tax, path_part, None, Place::Path, &mut hits);
+        scan.find(tax, path_part, Field::default(), Place::Path, &mut hits);
         scan.numeric_after_kind(tax, path_part);
         let offset = path_part.len();
         for (param_start, param) in split_params(query) {
@@ -244,9 +295,9 @@ impl RequestScan {
                 Some(eq) => (param.get(..eq).unwrap_or(""), eq + 1),
                 None => ("", 0),
             };
-            let want = tax.form_wanted_by_key(name);
+            let field = Field::of_query(tax, name);
             let mut found = Vec::new();
-            scan.find(tax, param.get(value_at..).unwrap_or(""), want, Place::Query, &mut found);
+            scan.find(tax, param.get(value_at..).unwrap_or(""), field, Place::Query, &mut found);
             for mut h in found {
                 let base = offset + param_start + value_at;
                 h.range = base + h.range.start..base + h.range.end;
@@ -263,7 +314,7 @@ impl RequestScan {
                     let text = String::from_utf8_lossy(bytes);
                     if let Cow::Borrowed(text) = text {
                         let mut found = Vec::new();
-                        scan.find(tax, text, None, Place::Body, &mut found);
+                        scan.find(tax, text, Field::default(), Place::Body, &mut found);
                         scan.body = found;
                     } else {
                         // Not UTF-8: aliases are ASCII, so scan the valid prefix
@@ -278,6 +329,31 @@ impl RequestScan {
         Ok(scan)
     }
 
+    /// Counts the raw ids in the request's authority (`:authority`, the
+    /// `Host` of HTTP/1): a host name built around a record id sends it to
+    /// HMS as surely as the path does. Aliases there are not decoded (a host
+    /// is never rewritten) and pass as text.
+    pub fn scan_authority(&mut self, tax: &Taxonomy, authority: &str) {
+        let mut scratch = RequestScan::default();
+        scratch.find(tax, authority, Field::default(), Place::Header, &mut Vec::new());
+        self.raw.headers += scratch.raw.total();
+    }
+
+    /// Scans a text keyhole decoded from the body (see [`body::view`]): its
+    /// raw ids count as the body's; the first alias in it, as written, is
+    /// returned. Such a text is never rewritten, so a request holding an
+    /// alias there cannot be decoded and the filter refuses it.
+    pub fn scan_hidden(&mut self, tax: &Taxonomy, text: &str) -> Option<String> {
+        // JSON as JSON (its escapes read), anything else as text.
+        let scratch = RequestScan::new(tax, "", Some((text.as_bytes(), BodyKind::Json))).unwrap_or_else(|_| {
+            let mut scratch = RequestScan::default();
+            scratch.find(tax, text, Field::default(), Place::Body, &mut Vec::new());
+            scratch
+        });
+        self.raw.body += scratch.raw.total();
+        scratch.written.into_iter().next()
+    }
+
     /// Adds request headers to the scan: each value is read as text (and
     /// percent-decoded), the form an id takes chosen by the header's name as
     /// by a JSON key (`x-patient-fhir-id` wants the FHIR id). `headers` are
@@ -286,7 +362,10 @@ impl RequestScan {
     pub fn scan_headers(&mut self, tax: &Taxonomy, headers: &[(String, String)]) {
         for (index, (name, value)) in headers.iter().enumerate() {
             let mut found = Vec::new();
-            self.find(tax, value, tax.form_wanted_by_key(name), Place::Header, &mut found);
+            // `X-Patient-Id` names a patient as `patientId` does.
+            let key = name.get(..2).filter(|x| x.eq_ignore_ascii_case("x-")).and_then(|_| name.get(2..)).unwrap_or(name);
+            let field = Field { want: tax.form_wanted_by_key(name), ..Field::of_key(tax, key) };
+            self.find(tax, value, field, Place::Header, &mut found);
             if !found.is_empty() {
                 self.headers.push(HeaderHits { index, value: value.clone(), hits: found });
             }
@@ -447,13 +526,29 @@ impl RequestScan {
             .get(h.alias)
             .and_then(Option::as_ref)
             .ok_or_else(unknown)?;
-        let preferred = tax
-            .kind_by_name(&d.kind)
-            .and_then(|k| tax.kind(k))
-            .and_then(|k| k.preferred_form);
-        d.ids
+        let kind = tax.kind_by_name(&d.kind);
+        let preferred = kind.and_then(|k| tax.kind(k)).and_then(|k| k.preferred_form);
+        let id = d
+            .ids
             .pick(h.want.or(preferred).unwrap_or(Form::Uuid))
-            .ok_or_else(unknown)
+            .ok_or_else(unknown)?;
+        if h.kinds.is_empty() {
+            return Ok(id);
+        }
+        // An id is unique only within its kind (FHIR ids within a resource
+        // type): another kind's id in this place names another record. A
+        // record of unknown kind (the fallback) fits only by a UUID, which
+        // names one record whatever its type.
+        let fits = kind.is_some_and(|k| h.kinds.iter().any(|want| tax.kinds_may_meet(k, *want)));
+        let unknown_kind_by_uuid = kind == Some(tax.fallback_kind()) && shape::is_uuid(id.as_bytes());
+        if fits || unknown_kind_by_uuid {
+            return Ok(id);
+        }
+        Err(RequestError::WrongKind {
+            alias: self.written(h.alias).unwrap_or_default().to_owned(),
+            kind: d.kind.clone(),
+            wanted: h.kinds.iter().map(|k| tax.kind_name(*k)).collect::<Vec<_>>().join(" or "),
+        })
     }
 
     fn alias_index(&mut self, alias: &str, written: &str) -> usize {
@@ -469,13 +564,13 @@ impl RequestScan {
     /// Finds alias tokens in `text`, read as written and percent-decoded;
     /// `want` is the form the surrounding field asks for. Counts raw-id-shaped
     /// tokens of `place`.
-    fn find(&mut self, tax: &Taxonomy, text: &str, want: Option<Form>, place: Place, out: &mut Vec<Hit>) {
+    fn find(&mut self, tax: &Taxonomy, text: &str, field: Field, place: Place, out: &mut Vec<Hit>) {
         let bytes = text.as_bytes();
         if !bytes.contains(&b'%') {
-            return self.find_in(tax, bytes, None, want, place, out);
+            return self.find_in(tax, bytes, None, field, place, out);
         }
         let (decoded, origin) = percent_decode(bytes);
-        self.find_in(tax, &decoded, Some(&origin), want, place, out);
+        self.find_in(tax, &decoded, Some(&origin), field, place, out);
     }
 
     /// Finds tokens in `bytes`; `origin` maps each byte (and the end) to its
@@ -485,7 +580,7 @@ impl RequestScan {
         tax: &Taxonomy,
         bytes: &[u8],
         origin: Option<&[usize]>,
-        want: Option<Form>,
+        field: Field,
         place: Place,
         out: &mut Vec<Hit>,
     ) {
@@ -518,23 +613,43 @@ impl RequestScan {
             };
             let found: Vec<(Range<usize>, String)> = match whole {
                 Some(alias) => vec![(i..end, alias)],
-                None if !run.contains('_') && raw_id_shaped(tax, run) => {
-                    self.raw.bump(place);
-                    Vec::new()
+                None => {
+                    let glued = glued_aliases(tax, run);
+                    // Raw ids whole or glued to other text (`Befund_<uuid>`,
+                    // an ETag `<uuid>-v7`), and a number after a FHIR
+                    // resource type (`Patient/482913`, also in a query's
+                    // `subject=Patient/482913`).
+                    let numeric = run.bytes().all(|b| b.is_ascii_digit()) && resource_type_before(tax, bytes, i).is_some();
+                    for _ in 0..raw_ids_in(tax, run, &glued) + usize::from(numeric) {
+                        self.raw.bump(place);
+                    }
+                    glued
+                        .into_iter()
+                        .filter_map(|r| Some((i + r.start..i + r.end, run.get(r)?.to_owned())))
+                        .collect()
                 }
-                None => glued_aliases(tax, run).into_iter().map(|r| (i + r.start..i + r.end, run[r].to_owned())).collect(),
             };
             for (range, alias) in found {
                 let (Some(from), Some(to)) = (at(range.start), at(range.end)) else {
                     continue;
                 };
-                let fhir_path = before_is_resource_type(tax, bytes, range.start);
+                let typed = resource_type_before(tax, bytes, range.start);
+                // The most specific name of a kind wins: `Type/` before the
+                // alias, else the path segment before it, else the field's.
+                let kinds = match typed {
+                    Some(kinds) => kinds.to_vec(),
+                    None => match (place, segment_kind_before(tax, bytes, range.start)) {
+                        (Place::Path, Some(k)) => vec![k],
+                        _ => field.kind.into_iter().collect(),
+                    },
+                };
                 let written = bytes.get(range.clone()).and_then(|t| std::str::from_utf8(t).ok()).unwrap_or("");
                 let index = self.alias_index(&alias, written);
                 out.push(Hit {
                     range: from..to,
                     alias: index,
-                    want: if fhir_path { Some(Form::Fhir) } else { want },
+                    want: if typed.is_some() { Some(Form::Fhir) } else { field.want },
+                    kinds,
                     encoded: to - from != range.len(),
                 });
             }
@@ -563,7 +678,7 @@ impl RequestScan {
         for chunk in bytes.utf8_chunks() {
             let valid = chunk.valid();
             let mut found = Vec::new();
-            self.find(tax, valid, None, Place::Body, &mut found);
+            self.find(tax, valid, Field::default(), Place::Body, &mut found);
             for mut h in found {
                 h.range = at + h.range.start..at + h.range.end;
                 self.body.push(h);
@@ -596,12 +711,12 @@ impl RequestScan {
                     }
                 }
                 Event::Key(lit) => {
-                    self.literal(tax, src, &lit, None)?;
+                    self.literal(tax, src, &lit, Field::default())?;
                     cur = Some(text_of(src, &lit)?);
                 }
                 Event::Str(lit) => {
-                    let want = cur.as_deref().and_then(|k| tax.form_wanted_by_key(k));
-                    self.literal(tax, src, &lit, want)?;
+                    let field = cur.as_deref().map(|k| Field::of_key(tax, k)).unwrap_or_default();
+                    self.literal(tax, src, &lit, field)?;
                 }
                 Event::Scalar => {}
             }
@@ -614,11 +729,11 @@ impl RequestScan {
         tax: &Taxonomy,
         src: &str,
         lit: &Lit,
-        want: Option<Form>,
+        field: Field,
     ) -> Result<(), RequestError> {
         let text = text_of(src, lit)?;
         let mut found = Vec::new();
-        self.find(tax, &text, want, Place::Body, &mut found);
+        self.find(tax, &text, field, Place::Body, &mut found);
         if found.is_empty() {
             return Ok(());
         }
@@ -639,13 +754,12 @@ impl RequestScan {
     }
 }
 
-/// Whether `Type/` (a configured resource type) ends right before `at`.
-fn before_is_resource_type(tax: &Taxonomy, bytes: &[u8], at: usize) -> bool {
-    let Some(slash) = at.checked_sub(1) else {
-        return false;
-    };
+/// The kinds of the resource type `Type/` (a FHIR resource type) that ends
+/// right before `at`, if one does (`Patient/<alias>`).
+fn resource_type_before<'t>(tax: &'t Taxonomy, bytes: &[u8], at: usize) -> Option<&'t [KindId]> {
+    let slash = at.checked_sub(1)?;
     if bytes.get(slash) != Some(&b'/') {
-        return false;
+        return None;
     }
     let head = bytes.get(..slash).unwrap_or_default();
     let word_start = head
@@ -654,7 +768,19 @@ fn before_is_resource_type(tax: &Taxonomy, bytes: &[u8], at: usize) -> bool {
         .map_or(0, |p| p + 1);
     head.get(word_start..)
         .and_then(|w| std::str::from_utf8(w).ok())
-        .is_some_and(|w| tax.resource_type_kinds(w).is_some())
+        .and_then(|w| tax.resource_type_kinds(w))
+}
+
+/// The kind of the path segment that ends right before `at` (`/patients/`
+/// before `<alias>`), if it names one.
+fn segment_kind_before(tax: &Taxonomy, bytes: &[u8], at: usize) -> Option<KindId> {
+    let slash = at.checked_sub(1)?;
+    if bytes.get(slash) != Some(&b'/') {
+        return None;
+    }
+    let head = bytes.get(..slash).unwrap_or_default();
+    let start = head.iter().rposition(|b| *b == b'/').map_or(0, |p| p + 1);
+    tax.path_segment_kind(head.get(start..)?)
 }
 
 /// `&`-separated parameters of a query string (leading `?` included in the
@@ -749,6 +875,63 @@ fn near_miss(tax: &Taxonomy, token: &str) -> Option<String> {
             .iter()
             .any(|c| has_epoch(c));
     is_alias.then_some(canonical)
+}
+
+/// How many raw record ids a run of token bytes holds: 1 if it is one
+/// ([`raw_id_shaped`]), else those glued to other text in it — a UUID, 32 hex
+/// digits or a FHIR id with a configured prefix that starts the run or
+/// follows a byte other than a letter or digit (`_`, `-`), and ends it or is
+/// followed by one (`Arztbrief_<uuid>_2025`, `<uuid>-v7`, `pat-000123_v2`).
+/// The `aliases` glued in the run (ranges into it) are not looked into.
+fn raw_ids_in(tax: &Taxonomy, run: &str, aliases: &[Range<usize>]) -> usize {
+    if aliases.is_empty() && !run.contains('_') && raw_id_shaped(tax, run) {
+        return 1;
+    }
+    let b = run.as_bytes();
+    let mut n = 0;
+    let mut p = 0;
+    while p < b.len() {
+        if let Some(r) = aliases.iter().find(|r| r.contains(&p)) {
+            p = r.end;
+            continue;
+        }
+        let starts = p.checked_sub(1).and_then(|q| b.get(q)).is_none_or(|c| !c.is_ascii_alphanumeric());
+        let len = if starts { raw_id_at(tax, b, p) } else { None };
+        match len {
+            Some(len) => {
+                n += 1;
+                p += len;
+            }
+            None => p += 1,
+        }
+    }
+    n
+}
+
+/// The length of the raw id (UUID, 32 hex digits, prefixed FHIR id) that
+/// starts at `p` in `b` and ends where a letter or digit does not follow.
+fn raw_id_at(tax: &Taxonomy, b: &[u8], p: usize) -> Option<usize> {
+    let rest = b.get(p..)?;
+    let ends = |len: usize| rest.get(len).is_none_or(|c| !c.is_ascii_alphanumeric());
+    if rest.get(..36).is_some_and(shape::is_uuid) && ends(36) {
+        return Some(36);
+    }
+    let hex = rest.iter().take_while(|c| c.is_ascii_hexdigit()).count();
+    if hex == 32 && ends(32) {
+        let h = rest.get(..32)?;
+        if h.iter().any(u8::is_ascii_digit) && h.iter().any(u8::is_ascii_alphabetic) {
+            return Some(32);
+        }
+    }
+    // `<prefix>-<digits>`: a configured FHIR prefix (any case).
+    let prefix = rest.iter().take_while(|c| c.is_ascii_alphanumeric()).count();
+    if prefix == 0 || !rest.first().is_some_and(u8::is_ascii_alphabetic) || rest.get(prefix) != Some(&b'-') {
+        return None;
+    }
+    let digits = rest.get(prefix + 1..)?.iter().take_while(|c| c.is_ascii_digit()).count();
+    let len = prefix + 1 + digits;
+    let lower = rest.get(..prefix)?.to_ascii_lowercase();
+    (digits > 0 && ends(len) && tax.fhir_prefix_kinds(&lower).is_some()).then_some(len)
 }
 
 /// Whether a token has the shape of a raw record id: a UUID (with or without

@@ -28,7 +28,9 @@
 //!   would need a new alias gets the sentinel `<prefix>-000`, which decodes to
 //!   nothing;
 //! - decode is exact, except a bounded near-miss repair that only ever resolves
-//!   to an alias this session issued.
+//!   to an alias this session issued, of the kind the drift's own prefix names
+//!   (see [`Taxonomy::repair_candidates`]): one string never decodes to two
+//!   records over a session's life.
 
 use super::grammar::Epoch;
 use super::shape::{self, Form};

@@ -216,7 +216,7 @@ fn serde_err(e: &serde_json::Error) -> TaxonomyError {
     err(field, msg)
 }
 
-mod defaults {
+pub(crate) mod defaults {
     use super::{Form, KindConfig};
 
     fn strings(items: &[&str]) -> Vec<String> {
@@ -1209,6 +1209,19 @@ impl Taxonomy {
             }
             None => None,
         }
+    }
+    /// Whether a record of kind `a` may stand where kind `b` is named: the
+    /// same kind, or two kinds one FHIR record can be read as, because they
+    /// share a resource type or a FHIR id prefix (a bare `Encounter/enc-…` is
+    /// read as a visit, and an `encounterId` may take that visit's alias).
+    pub(crate) fn kinds_may_meet(&self, a: KindId, b: KindId) -> bool {
+        a == b
+            || self
+                .resource_type
+                .0
+                .values()
+                .chain(self.fhir_prefix.0.values())
+                .any(|ks| ks.contains(&a) && ks.contains(&b))
     }
     pub(crate) fn id_field_kind(&self, key: &str) -> Option<KindId> {
         with_norm(key.as_bytes(), |k| self.id_field.get(k).copied())

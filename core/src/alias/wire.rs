@@ -206,7 +206,7 @@ impl RealIds {
 #[serde(rename_all = "camelCase")]
 pub struct DecodedIds {
     /// The issued alias it resolved to; differs from the asked alias after a
-    /// near-miss repair (`task-group-001` → `task-001`).
+    /// near-miss repair (`task-item-001` → `task-001`).
     pub alias: String,
     /// The kind name of the entity.
     pub kind: String,

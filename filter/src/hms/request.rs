@@ -9,11 +9,13 @@
 //! reaches HMS.
 //!
 //! Every request header is scanned except [`UNSCANNED`] (and pseudo-headers:
-//! `:path` is read on its own, `:authority`, `:method` and `:scheme` hold no
-//! ids). A repeated header stays repeated when one of its values changes.
+//! `:path` is read on its own, `:authority` (HTTP/1's `Host`) is scanned for
+//! raw ids only and never rewritten, `:method` and `:scheme` hold no ids). A
+//! repeated header stays repeated when one of its values changes.
 //!
-//! Raw-id-shaped values (UUIDs, FHIR ids with a configured prefix, numbers
-//! after a kind in the path) anywhere scanned are counted
+//! Raw-id-shaped values (UUIDs, FHIR ids with a configured prefix, whole or
+//! glued to other text; numbers after a kind in the path or after a FHIR
+//! resource type) anywhere scanned, the authority included, are counted
 //! (`keyhole.hms_raw_ids`) and logged by place (`keyhole.raw-ids`, counts
 //! only, never a value); the `raw_ids` setting then refuses the request (400
 //! naming the places, the default: the model never holds a raw id, so one in
@@ -25,6 +27,7 @@ use crate::hold::{self, HeaderEdit, Verdict};
 use crate::host::{self, HostError};
 use crate::metrics::{count, Refused};
 use keyhole_core::alias::wire::{ErrorCode, WithTaxonomy};
+use keyhole_core::alias::request::body::{self as request_body, BodyView};
 use keyhole_core::alias::{BodyKind, DecodeRequest, DecodeResponse, RawIdCount, RequestError, RequestScan};
 use keyhole_core::config::RawIds;
 use keyhole_core::reply::{self, ErrorKind, LocalReply};
@@ -63,6 +66,11 @@ pub(super) struct Request {
     callout: Callout,
     /// The scanned headers as the client sent them, in order.
     headers: Vec<(String, String)>,
+    /// `:authority` (HTTP/1's `Host`), scanned for raw ids only.
+    authority: String,
+    /// `content-type` and `content-encoding`: how the body is read.
+    content_type: Option<String>,
+    content_encoding: Option<String>,
 }
 
 /// Where the request is.
@@ -75,8 +83,10 @@ enum State {
     /// aliases and the request hold filter waits for a verdict carrying the
     /// new `:path`.
     Reading { headers: Headers, kind: BodyKind },
-    /// Waiting for control's decode answer.
-    Decoding { scan: RequestScan, body: Option<Vec<u8>>, headers: Headers },
+    /// Waiting for control's decode answer. `as_is`: the body's bytes were
+    /// scanned (and are rewritten); otherwise only texts keyhole decoded from
+    /// it were, which held no alias, and the body goes on unchanged.
+    Decoding { scan: RequestScan, body: Option<Vec<u8>>, as_is: bool, headers: Headers },
     /// Gone upstream, decoded or with nothing to decode.
     Forwarded,
     /// Answered locally: nothing reached HMS.
@@ -110,7 +120,10 @@ impl Request {
         };
         s.session = session;
         s.path = host::request_header(":path")?.unwrap_or_default();
-        let kind = body_kind(host::request_header("content-type")?.as_deref());
+        self.authority = host::request_header(":authority")?.unwrap_or_default();
+        self.content_type = host::request_header("content-type")?;
+        self.content_encoding = host::request_header("content-encoding")?;
+        let kind = body_kind(self.content_type.as_deref());
         self.headers = host::request_headers()?
             .into_iter()
             .filter(|(name, _)| {
@@ -205,11 +218,38 @@ impl Request {
     /// control to decode. Returns the callback's action.
     fn decode(&mut self, s: &Stream, body: Option<Vec<u8>>, kind: BodyKind, headers: Headers) -> Action {
         let tax = taxonomy(&s.config);
-        let mut scan = match RequestScan::new(tax, &s.path, body.as_deref().map(|b| (b, kind))) {
+        // A body whose text its bytes do not show (a content coding, UTF-16,
+        // multipart parts under a transfer encoding) is read decoded, or
+        // refused: never forwarded unread.
+        let view = match body.as_deref() {
+            Some(b) => {
+                match request_body::view(
+                    self.content_type.as_deref(),
+                    self.content_encoding.as_deref(),
+                    b,
+                    s.config.max_body_bytes,
+                ) {
+                    Ok(view) => view,
+                    Err(e) => {
+                        let message = format!("keyhole reads every HMS request body before it forwards it, and cannot read this one: {e}");
+                        return self.reject(s, reply::error(ErrorKind::InvalidRequest, &message));
+                    }
+                }
+            }
+            None => BodyView { as_is: true, hidden: Vec::new() },
+        };
+        let scanned = if view.as_is { body.as_deref().map(|b| (b, kind)) } else { None };
+        let mut scan = match RequestScan::new(tax, &s.path, scanned) {
             Ok(scan) => scan,
             Err(e) => return self.reject(s, reply::error(ErrorKind::InvalidRequest, &e.to_string())),
         };
         scan.scan_headers(tax, &self.headers);
+        scan.scan_authority(tax, &self.authority);
+        let mut hidden_alias = None;
+        for text in &view.hidden {
+            let found = scan.scan_hidden(tax, text);
+            hidden_alias = hidden_alias.or(found);
+        }
         let raw = scan.raw_ids();
         if raw.total() > 0 {
             count(s.metrics.hms.raw_ids, raw.total() as i64);
@@ -228,6 +268,12 @@ impl Request {
                 return self.reject(s, raw_ids_refused(&raw));
             }
         }
+        if let Some(alias) = hidden_alias {
+            let message = format!(
+                "alias {alias:?} is in a part of the request body keyhole decoded to read it (a content-encoding, UTF-16, or a multipart part's transfer encoding) and does not encode again; send that body plain"
+            );
+            return self.reject(s, reply::error(ErrorKind::InvalidRequest, &message));
+        }
         if scan.aliases().is_empty() {
             self.state = State::Forwarded;
             return Action::Continue;
@@ -242,7 +288,7 @@ impl Request {
         let Ok(payload) = serde_json::to_vec(&question) else {
             return self.reject(s, reply::internal("the decode request could not be built"));
         };
-        self.state = State::Decoding { scan, body, headers };
+        self.state = State::Decoding { scan, body, as_is: view.as_is, headers };
         match self.callout.send(&s.config.control, "/v1/alias/decode", &payload) {
             Ok(Sent::Waiting) => Action::Pause,
             Ok(Sent::Answered(action)) => action,
@@ -262,8 +308,8 @@ impl Request {
     /// Applies control's decode answer. Returns `Continue` when the request
     /// may go on, `Pause` when it was answered locally.
     fn on_decoded(&mut self, s: &Stream, answer: Answer<DecodeResponse>) -> Action {
-        let (scan, body, headers) = match std::mem::replace(&mut self.state, State::Forwarded) {
-            State::Decoding { scan, body, headers } => (scan, body, headers),
+        let (scan, body, as_is, headers) = match std::mem::replace(&mut self.state, State::Forwarded) {
+            State::Decoding { scan, body, as_is, headers } => (scan, body, as_is, headers),
             other => {
                 self.state = other;
                 return Action::Pause;
@@ -282,9 +328,11 @@ impl Request {
                 return self.reject(s, reply::error(ErrorKind::Unavailable, &message));
             }
         };
-        let (path, new_body) = match scan.rewrite(taxonomy(&s.config), &s.path, body.as_deref(), &decoded) {
-            Ok(rewritten) => rewritten,
-            Err(e @ (RequestError::UnknownAlias { .. } | RequestError::Sentinel { .. })) => {
+        let scanned = if as_is { body.as_deref() } else { None };
+        let (path, new_body) = match scan.rewrite(taxonomy(&s.config), &s.path, scanned, &decoded) {
+            // A body read decoded held no alias: it goes on as sent.
+            Ok((path, rewritten)) => (path, if as_is { rewritten } else { body.clone() }),
+            Err(e @ (RequestError::UnknownAlias { .. } | RequestError::Sentinel { .. } | RequestError::WrongKind { .. })) => {
                 let e = e.with_current_epoch(taxonomy(&s.config), epoch.as_deref());
                 return self.reject(s, reply::error(ErrorKind::UnknownAlias, &e.to_string()));
             }
@@ -292,7 +340,7 @@ impl Request {
         };
         let changed = match scan.rewrite_headers(taxonomy(&s.config), &self.headers, &decoded) {
             Ok(changed) => changed,
-            Err(e @ (RequestError::UnknownAlias { .. } | RequestError::Sentinel { .. })) => {
+            Err(e @ (RequestError::UnknownAlias { .. } | RequestError::Sentinel { .. } | RequestError::WrongKind { .. })) => {
                 let e = e.with_current_epoch(taxonomy(&s.config), epoch.as_deref());
                 return self.reject(s, reply::error(ErrorKind::UnknownAlias, &e.to_string()));
             }
