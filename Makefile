@@ -1,7 +1,8 @@
 # keyhole — build, run and test.
 #
 #   make run    set up, build, and run embedder + control + Envoy (+ demo upstreams)
-#   make test   set up, build, and run the whole test suite (unit + end to end)
+#   make test   set up, build, and run the whole test suite (unit + end to end, + docker compose
+#               where a Docker engine answers)
 #   make bench  set up, build, and run the benchmarks
 #   make fuzz   the property tests and the request generator at random, many cases
 
@@ -49,6 +50,7 @@ test: export PROPTEST_RNG_SEED := $(PROPTEST_SEED)
 test: build
 	$(CARGO) build --locked -p keyhole-core --target wasm32-wasip1
 	scripts/with-services.sh $(CARGO) test --release --locked --workspace --exclude keyhole-filter -- --test-threads=2
+	@$(MAKE) --no-print-directory compose-e2e
 
 # A failing case is a bug found: proptest saves it under proptest-regressions/
 # (commit that file), the generator prints its seed (KEYHOLE_INVARIANT_SEED).
@@ -65,9 +67,14 @@ bench: build
 compose-config:
 	env -i PATH="$$PATH" $(PYTHON) envoy/render.py --env-file envoy/compose.env envoy/envoy.yaml.tmpl > envoy/envoy.compose.yaml
 
-# Needs a Docker engine (skips with a message where there is none).
+# The compose stack end to end, where a Docker engine answers (skips with a
+# message where there is none): local base images where no registry answers
+# (cached), then tests/compose/e2e.sh with the binaries `make build` made
+# copied in (KEYHOLE_BINARIES=prebuilt, also where a registry answers).
 compose-e2e:
-	tests/compose/e2e.sh
+	@if docker info >/dev/null 2>&1; then \
+	  VENV=$(VENV) tests/compose/images.sh && VENV=$(VENV) KEYHOLE_BINARIES=prebuilt tests/compose/e2e.sh; \
+	else echo "compose e2e: no Docker engine here; skipped"; fi
 
 clean:
 	$(CARGO) clean
