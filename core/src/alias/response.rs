@@ -179,6 +179,9 @@ struct EscLit {
     span: Range<usize>,
     text: String,
     occs: Vec<(Range<usize>, usize)>,
+    /// Clinical content ([`super::fhir::is_clinical_value_key`]): nothing
+    /// in it is replaced.
+    protected: bool,
 }
 
 /// An unescaped string literal of a part.
@@ -190,6 +193,10 @@ struct LitSpan {
     /// the text holds no escape to decode: verification need not look at it
     /// again while its bytes are unchanged.
     clean: bool,
+    /// Clinical content ([`super::fhir::is_clinical_value_key`]): nothing
+    /// in it is replaced; verification reads it, so an id there withholds
+    /// the body.
+    protected: bool,
 }
 
 /// One scanned part.
@@ -355,6 +362,7 @@ impl<'t> ResponseScan<'t> {
         part.lits.push(LitSpan {
             range: 0..body.len(),
             clean: false,
+            protected: false,
         });
         match kind {
             BodyKind::Csv => csv::scan(self, body, root_kind, &mut part),
@@ -465,7 +473,7 @@ impl<'t> ResponseScan<'t> {
             values.push(&k.value);
             alias_of.push(&k.alias);
         }
-        let known = KnownIds::new(values.iter().copied());
+        let known = KnownIds::with_taxonomy(values.iter().copied(), self.tax);
         let allowed = aliases
             .iter()
             .map(String::as_bytes)
@@ -598,6 +606,7 @@ impl Part {
         self.lits.extend(other.lits.into_iter().map(|l| LitSpan {
             range: shift(l.range),
             clean: l.clean,
+            protected: l.protected,
         }));
         self.numbers.extend(other.numbers.into_iter().map(shift));
         self.escaped.extend(other.escaped.into_iter().map(|mut e| {
@@ -632,6 +641,11 @@ fn choose(candidates: &[KindId], ctx: Option<KindId>, or: Option<KindId>) -> Opt
     ctx.filter(|c| candidates.contains(c))
         .or(or.filter(|c| candidates.contains(c)))
         .or(candidates.first().copied())
+}
+
+/// The local id of a reference to a contained resource (`#p1` → `p1`).
+fn contained_ref(text: &str) -> Option<&str> {
+    text.strip_prefix('#').filter(|id| shape::is_fhir_id(id))
 }
 
 /// Whether `r` overlaps any range of `sorted` (sorted by start, non-overlapping).
@@ -696,13 +710,14 @@ impl<'t> Rewriter<'_, 't> {
             };
             edits.push((r.clone(), with));
         }
-        // Known ids anywhere: inside unescaped strings, or a whole number.
+        // Known ids anywhere: inside unescaped strings that are not
+        // clinical content, or a whole number.
         let in_lit = |r: &Range<usize>| {
             !p.kind.is_json() || {
                 let l = p.lits.partition_point(|l| l.range.end < r.end);
-                p.lits
-                    .get(l)
-                    .is_some_and(|l| l.range.start <= r.start && r.end <= l.range.end)
+                p.lits.get(l).is_some_and(|l| {
+                    l.range.start <= r.start && r.end <= l.range.end && !l.protected
+                })
             }
         };
         self.known.for_each_outside(body, &p.occs, |r, v| {
@@ -756,7 +771,7 @@ impl<'t> Rewriter<'_, 't> {
             edits.extend(extra);
         }
         // Escaped literals: rewrite the decoded text, re-encode the literal.
-        for e in &p.escaped {
+        for e in p.escaped.iter().filter(|e| !e.protected) {
             let mut inner: Vec<(Range<usize>, usize)> = e.occs.clone();
             inner.sort_by_key(|(r, _)| r.start);
             let mut extra = Vec::new();
@@ -1122,6 +1137,9 @@ struct Member<'a> {
     kinds: Vec<KindId>,
     value: Cow<'a, str>,
     loc: Loc,
+    /// An `id` that is an id only if its object is a FHIR resource (a
+    /// word, or an element id inside a resource).
+    weak: bool,
 }
 
 #[derive(Debug, Default)]
@@ -1183,6 +1201,11 @@ struct KeyInfo {
     resource_type: bool,
     /// The key's own text holds no id and no escape.
     clean: bool,
+    /// Its values are clinical content ([`super::fhir::is_clinical_value_key`]).
+    clinical: bool,
+    /// It names no record when inside a FHIR resource
+    /// ([`super::fhir::is_non_record_id_key`]).
+    non_record_in_resource: bool,
 }
 
 impl<'t, 'a> Walker<'_, 't, 'a> {
@@ -1269,23 +1292,59 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
     /// The key a value sits under (its array's key inside an array) and
     /// whether it is an object's member.
     fn value_context(&self) -> (Option<KeyInfo>, bool) {
-        match self.frames.last() {
+        let (key, member) = match self.frames.last() {
             Some(Frame::Obj(o)) => (o.cur_key, true),
             Some(Frame::Arr { key, .. }) => (*key, false),
             None => (None, false),
+        };
+        // A FHIR `…Id` element that names no record: no id position there.
+        let key = key.map(|mut k| {
+            if k.non_record_in_resource && self.in_resource() {
+                k.role = None;
+                k.field_kind = None;
+            }
+            k
+        });
+        (key, member)
+    }
+
+    /// Whether an open object is a FHIR resource (has a `resourceType`).
+    fn in_resource(&self) -> bool {
+        self.frames
+            .iter()
+            .any(|f| matches!(f, Frame::Obj(o) if o.resource_type.is_some()))
+    }
+
+    /// Marks the literal just registered at `loc` as clinical content.
+    fn protect(&mut self, loc: &Loc) {
+        match loc {
+            Loc::Raw(r) => {
+                if let Some(l) = self.part.lits.last_mut().filter(|l| l.range == *r) {
+                    l.protected = true;
+                }
+            }
+            Loc::Esc { lit, .. } => {
+                if let Some(e) = self.part.escaped.get_mut(*lit) {
+                    e.protected = true;
+                }
+            }
         }
     }
 
     fn key_info(&self, key: &str, clean: bool) -> KeyInfo {
         let tax = self.scan.tax;
         let meaning = tax.key_meaning(key);
+        // `linkId` and its kin label items; they name no record anywhere.
+        let link = super::fhir::is_link_id_key(key);
         KeyInfo {
-            role: meaning.role,
-            field_kind: meaning.id_kind,
+            role: meaning.role.filter(|_| !link),
+            field_kind: meaning.id_kind.filter(|_| !link),
             object_kind: meaning.object_kind,
             envelope: tax.is_envelope_key(key),
             resource_type: key == "resourceType",
             clean,
+            clinical: super::fhir::is_clinical_value_key(key),
+            non_record_in_resource: super::fhir::is_non_record_id_key(key, true),
         }
     }
 
@@ -1300,6 +1359,7 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
                 span: lit.span.clone(),
                 text: text.clone().into_owned(),
                 occs: Vec::new(),
+                protected: false,
             });
             let idx = self.part.escaped.len() - 1;
             Ok((
@@ -1314,6 +1374,7 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
             self.part.lits.push(LitSpan {
                 range: inner.clone(),
                 clean: false,
+                protected: false,
             });
             Ok((text, Loc::Raw(inner)))
         }
@@ -1391,6 +1452,16 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
             self.scan_text(&text, &loc, None);
             return;
         };
+        if key.clinical {
+            // A code, system, display or name: an id shape in it (a UUID, a
+            // reference of a configured type) is an id, but an id learned
+            // elsewhere is never replaced in it (`hl7` of `Organization/hl7`
+            // in `http://terminology.hl7.org/…`). Verification reads it: a
+            // learned id left there withholds the body.
+            self.protect(&loc);
+            self.scan_text(&text, &loc, None);
+            return;
+        }
         let (role, field_kind) = (key.role, key.field_kind);
         if in_object {
             if key.resource_type {
@@ -1398,6 +1469,16 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
                     o.resource_type = Some(text);
                 }
                 return;
+            }
+            if role == Some(KeyRole::Reference) {
+                if let Some(local) = contained_ref(&text) {
+                    // `#p1`: a contained resource of this one, whose `id`
+                    // is aliased where it stands; the two are rewritten
+                    // together, as one value.
+                    let v = self.scan.value(local, tax.fallback_kind(), Form::Fhir);
+                    self.push_occ(&loc, 1..text.len(), v);
+                    return;
+                }
             }
             let member = match role {
                 Some(KeyRole::Reference) => {
@@ -1416,6 +1497,7 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
                             kinds: kinds.to_vec(),
                             value,
                             loc: Self::sub_loc(&loc, sub),
+                            weak: false,
                         }
                     })
                 }
@@ -1427,8 +1509,20 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
                         kinds: Vec::new(),
                         value: text.clone(),
                         loc: Self::sub_loc(&loc, sub),
+                        weak: false,
                     })
                 }
+                // A FHIR resource's id may be a word (`example`,
+                // `referral`): an id when the object turns out to be a
+                // resource, text otherwise.
+                Some(KeyRole::Id) if shape::is_fhir_id(&text) => Some(Member {
+                    role: Some(KeyRole::Id),
+                    field_kind: None,
+                    kinds: Vec::new(),
+                    value: text.clone(),
+                    loc: Self::sub_loc(&loc, 0..text.len()),
+                    weak: true,
+                }),
                 Some(_) => None,
                 None => field_kind
                     .filter(|_| shape::is_identifier(&text, max))
@@ -1440,6 +1534,7 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
                             kinds: Vec::new(),
                             value: text.clone(),
                             loc: Self::sub_loc(&loc, sub),
+                            weak: false,
                         }
                     }),
             };
@@ -1486,6 +1581,7 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
                     kinds: Vec::new(),
                     value,
                     loc: Loc::Raw(span),
+                    weak: false,
                 });
             }
             _ => {
@@ -1497,6 +1593,7 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
                         kinds: Vec::new(),
                         value,
                         loc: Loc::Raw(span),
+                        weak: false,
                     });
                 } else {
                     let v = self.scan.value(text, k, Form::Slug);
@@ -1513,8 +1610,40 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
             return;
         }
         let mut all = std::mem::take(&mut self.members);
-        self.finish_members(&obj, all.get(obj.members_from..).unwrap_or_default());
-        all.truncate(obj.members_from);
+        let mut own = all.split_off(obj.members_from.min(all.len()));
+        // The `id` of an element inside a FHIR resource (`result[0].id`,
+        // an extension's or an item's id) names no record; nor does a
+        // word under `id` outside a resource. Such a text is read for id
+        // shapes like any other.
+        // An embedded record (under a kind's key, or with a FHIR id or a
+        // slug of its own beside its `id`) keeps its `id`.
+        let element = obj.resource_type.is_none()
+            && obj.key.is_none_or(|k| k.object_kind.is_none())
+            && !own
+                .iter()
+                .any(|m| matches!(m.role, Some(KeyRole::Fhir | KeyRole::Slug)))
+            && self.in_resource();
+        let resource = obj.resource_type.is_some();
+        let mut texts = Vec::new();
+        own.retain(|m| {
+            let keep = if m.role == Some(KeyRole::Id) && element {
+                false
+            } else {
+                !m.weak || resource
+            };
+            if !keep {
+                texts.push((m.value.clone(), m.loc.clone()));
+            }
+            keep
+        });
+        for (text, loc) in texts {
+            let loc = match loc {
+                Loc::Raw(r) => Loc::Raw(r),
+                Loc::Esc { lit, .. } => Loc::Esc { lit, range: 0..0 },
+            };
+            self.scan_text(&text, &loc, None);
+        }
+        self.finish_members(&obj, &own);
         self.members = all;
     }
 
