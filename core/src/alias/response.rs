@@ -48,6 +48,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ops::Range;
 
+mod broken;
 mod csv;
 mod format;
 mod xml;
@@ -133,6 +134,14 @@ pub enum RewriteError {
         /// Byte offset in the rewritten body.
         at: usize,
     },
+    /// An id runs across an invisible or look-alike character
+    /// (`pat-0001&shy;24`): aliasing what the patterns see would alias a
+    /// prefix, another record (see `response/broken.rs`).
+    #[error("response body holds an id broken by an invisible or look-alike character at offset {at}")]
+    BrokenId {
+        /// Byte offset of the character in the body.
+        at: usize,
+    },
 }
 
 impl RewriteError {
@@ -146,6 +155,7 @@ impl RewriteError {
             RewriteError::Binary => WithholdReason::Binary,
             RewriteError::Xml { .. } => WithholdReason::NotXml,
             RewriteError::Leak { .. } => WithholdReason::Leak,
+            RewriteError::BrokenId { .. } => WithholdReason::BrokenId,
             RewriteError::AliasCount { .. }
             | RewriteError::EmptyAlias { .. }
             | RewriteError::WrongBody { .. } => WithholdReason::Mismatch,
@@ -276,6 +286,11 @@ impl<'t> ResponseScan<'t> {
         root_kind: Option<KindId>,
     ) -> Result<PartId, RewriteError> {
         let (kind, src) = format::effective_kind(body, kind).map_err(RewriteError::from)?;
+        // Learning canonicalises first: an id cut by an invisible or
+        // look-alike character is never learned as its prefix.
+        if let Some(at) = broken::broken_id(Some(self.tax), None, body) {
+            return Err(RewriteError::BrokenId { at });
+        }
         let part = match kind {
             BodyKind::Json => self.json_part(src, kind, root_kind)?,
             BodyKind::NdJson => {
@@ -688,6 +703,12 @@ impl<'t> Rewriter<'_, 't> {
                 scanned: p.len,
                 got: body.len(),
             });
+        }
+        // A known id (of this body or an earlier one) cut by an invisible
+        // or look-alike character: replacing the part that matches would
+        // alias a prefix.
+        if let Some(at) = broken::broken_id(None, Some(&self.known), body) {
+            return Err(RewriteError::BrokenId { at });
         }
         if self.alias_of.is_empty() {
             self.verify(body, p, &[])?;

@@ -31,11 +31,13 @@ pub enum WithholdReason {
     /// The encode answer does not fit the scan (alias count, empty alias,
     /// another body): a bug on the caller's side, not in the body.
     Mismatch,
+    /// An id runs across an invisible or look-alike character.
+    BrokenId,
 }
 
 impl WithholdReason {
     /// The label (`compressed`, `binary`, `not_json`, `not_xml`, `leak`,
-    /// `mismatch`).
+    /// `mismatch`, `broken_id`).
     pub fn as_str(self) -> &'static str {
         match self {
             WithholdReason::Compressed => "compressed",
@@ -44,6 +46,7 @@ impl WithholdReason {
             WithholdReason::NotXml => "not_xml",
             WithholdReason::Leak => "leak",
             WithholdReason::Mismatch => "mismatch",
+            WithholdReason::BrokenId => "broken_id",
         }
     }
 }

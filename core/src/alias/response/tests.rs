@@ -501,3 +501,34 @@ proptest::proptest! {
 
 mod fhir_shapes;
 mod generator;
+
+/// An id cut by an invisible or look-alike character is never aliased as
+/// its prefix (`pat-0001` is another patient): the body is withheld as
+/// `broken_id`, in every reader, and a known id cut so at rewrite time too.
+#[test]
+fn ids_cut_by_invisible_characters_are_never_aliased_as_a_prefix() {
+    let tax = Taxonomy::default();
+    for (body, kind) in [
+        ("<p>pat-0001&shy;24</p>", BodyKind::Html),
+        ("<p>pat-0001<wbr>24</p>", BodyKind::Html),
+        (r#"{"note":"Patient/4829\u200b13"}"#, BodyKind::Json),
+        ("{\"note\":\"Patient/4829\u{ad}13\"}", BodyKind::Json),
+        ("enc\u{2013}0077812 seen", BodyKind::Text),
+        ("pat-\u{ff10}\u{ff10}\u{ff10}\u{ff11}\u{ff12}\u{ff14}", BodyKind::Text),
+    ] {
+        let mut scan = ResponseScan::new(&tax);
+        let err = scan.add(body.as_bytes(), kind, None).unwrap_err();
+        assert_eq!(err.reason().as_str(), "broken_id", "{body}");
+        assert!(scan.ids().is_empty(), "{body}: {:?}", scan.ids());
+    }
+    // Known from an earlier body; this one cuts it with U+2011.
+    let known = [KnownAlias { value: "anna-k-4471".into(), alias: "patient-001".into() }];
+    let body = "Letter for anna\u{2011}k-4471".as_bytes();
+    let mut scan = ResponseScan::new(&tax);
+    let part = scan.add(body, BodyKind::Text, None).unwrap();
+    let err = scan.rewriter(&[], &known).unwrap().rewrite(part, body).unwrap_err();
+    assert_eq!(err.reason(), WithholdReason::BrokenId);
+    // Entity-written hyphens are read whole, as before.
+    let out = rewritten(&tax, "<p>pat&hyphen;000124</p>", BodyKind::Html);
+    assert!(!out.contains("000124"), "{out}");
+}
