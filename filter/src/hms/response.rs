@@ -16,7 +16,7 @@ use crate::host;
 use crate::metrics::{count, Withheld};
 use keyhole_core::alias::wire::{ErrorCode, WithTaxonomy};
 use keyhole_core::alias::{BodyKind, EncodeRequest, Taxonomy, EncodeResponse, KnownAlias, PartId, ResponseScan};
-use keyhole_core::{charset, coding};
+use keyhole_core::{charset, coding, lastword};
 use keyhole_core::reply::{self, LocalReply};
 use proxy_wasm::types::{Action, BufferType, StreamType};
 
@@ -324,10 +324,23 @@ impl Response {
     /// and `known` (the session's ids from earlier bodies, with their
     /// aliases), and hands the response on.
     fn apply(&mut self, s: &Stream, job: Job, aliases: &[String], known: &[KnownAlias]) -> Action {
-        let (body, mut edits) = match rewrite(&job, aliases, known) {
+        let (body, mut edits, headers) = match rewrite(&job, aliases, known) {
             Ok(rewritten) => rewritten,
             Err(reason) => return self.withhold(s, Withheld::Unreadable, job.held_body(), job.removals(), &reason),
         };
+        // The last word: what is about to leave, read by a check that shares
+        // nothing with the scan and the rewrite. A raw id it finds withholds
+        // the response, counted and logged by reason (never the value).
+        if let Some(found) = last_word(taxonomy(&s.config), &job, aliases, known, &body, &headers) {
+            count(s.metrics.hms.last_word(found.reason), 1);
+            let reason = format!(
+                "last word: a raw id ({}) in the {}{}",
+                found.reason.as_str(),
+                found.place.as_str(),
+                if found.decoded { ", encoded" } else { "" }
+            );
+            return self.withhold(s, Withheld::LastWord, job.held_body(), job.removals(), &reason);
+        }
         log::info!(
             "keyhole.alias-encode context={} session={} ids={} headers_rewritten={} bytes_in={} bytes_out={}",
             s.context_id,
@@ -414,9 +427,33 @@ impl Response {
     }
 }
 
-/// The rewritten body and the header edits of `job`, or why the response
-/// cannot be aliased (never quoting it).
-fn rewrite(job: &Job, aliases: &[String], known: &[KnownAlias]) -> Result<(Vec<u8>, Vec<HeaderEdit>), String> {
+/// What the last word finds in a rewritten response (`body`, and every
+/// scanned header as it will leave), if anything.
+fn last_word(
+    tax: &Taxonomy,
+    job: &Job,
+    aliases: &[String],
+    known: &[KnownAlias],
+    body: &[u8],
+    headers: &[(String, String)],
+) -> Option<lastword::Finding> {
+    let raw = job.scan.ids().iter().map(|i| i.value.as_str()).chain(known.iter().map(|k| k.value.as_str()));
+    let given = aliases.iter().map(String::as_str).chain(known.iter().map(|k| k.alias.as_str()));
+    let word = lastword::LastWord::new(tax, raw, given);
+    if !body.is_empty() {
+        if let Some(found) = word.check_body(body) {
+            return Some(found);
+        }
+    }
+    headers.iter().find_map(|(name, value)| word.check_header(name.as_bytes(), value.as_bytes()))
+}
+
+/// Every scanned header as it will leave: name and value, rewritten or not.
+type FinalHeaders = Vec<(String, String)>;
+
+/// The rewritten body, the header edits of `job` and its headers as they
+/// will leave, or why the response cannot be aliased (never quoting it).
+fn rewrite(job: &Job, aliases: &[String], known: &[KnownAlias]) -> Result<(Vec<u8>, Vec<HeaderEdit>, FinalHeaders), String> {
     let rewriter = job.scan.rewriter(aliases, known).map_err(|e| e.to_string())?;
     let body = match job.body_part {
         Some(part) => rewriter.rewrite(part, &job.body).map_err(|e| e.to_string())?,
@@ -438,10 +475,14 @@ fn rewrite(job: &Job, aliases: &[String], known: &[KnownAlias]) -> Result<(Vec<u
             None => values.push((name.as_str(), vec![new], changed)),
         }
     }
+    let finals = values
+        .iter()
+        .flat_map(|(name, all, _)| all.iter().map(|v| ((*name).to_owned(), v.clone())))
+        .collect();
     let edits = values
         .into_iter()
         .filter(|(_, _, changed)| *changed)
         .flat_map(|(name, all, _)| HeaderEdit::set_all(name, all))
         .collect();
-    Ok((body, edits))
+    Ok((body, edits, finals))
 }

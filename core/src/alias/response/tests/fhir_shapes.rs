@@ -190,6 +190,8 @@ struct Counts {
     values: usize,
     values_changed: usize,
     withheld: usize,
+    /// Rewritten bodies the last word ([`crate::lastword`]) would withhold.
+    last_word: usize,
 }
 
 /// Compares one output value with its input: `key` is the member name the
@@ -276,6 +278,12 @@ fn run_session(tax: &'static Taxonomy, seed: u64, c: &mut Counts) {
                 continue;
             }
         };
+        let values = scan.ids().iter().map(|i| i.value.as_str()).chain(known.iter().map(|k| k.value.as_str()));
+        let given = aliases.iter().map(String::as_str).chain(known.iter().map(|k| k.alias.as_str()));
+        if let Some(f) = crate::lastword::LastWord::new(tax, values, given).check_body(&out) {
+            c.last_word += 1;
+            eprintln!("last word {f:?}: {}", String::from_utf8_lossy(&out));
+        }
         let inp: Value = serde_json::from_str(&body).unwrap();
         let out: Value = serde_json::from_slice(&out).unwrap();
         let mut pairs = Vec::new();
@@ -306,10 +314,10 @@ fn fhir_bundles_keep_every_clinical_value_and_alias_every_id() {
         run_session(tax, base.wrapping_mul(31).wrapping_add(i), &mut c);
     }
     println!(
-        "fhir shapes: bodies={} ids={} ids_left_raw={} values={} values_changed={} withheld={}",
-        c.bodies, c.ids, c.ids_left_raw, c.values, c.values_changed, c.withheld
+        "fhir shapes: bodies={} ids={} ids_left_raw={} values={} values_changed={} withheld={} last_word={}",
+        c.bodies, c.ids, c.ids_left_raw, c.values, c.values_changed, c.withheld, c.last_word
     );
-    assert_eq!((c.ids_left_raw, c.values_changed, c.withheld), (0, 0, 0), "{c:?}");
+    assert_eq!((c.ids_left_raw, c.values_changed, c.withheld, c.last_word), (0, 0, 0, 0), "{c:?}");
     assert!(c.ids > 10_000 && c.values > 50_000, "{c:?}");
 }
 
