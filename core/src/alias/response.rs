@@ -291,12 +291,21 @@ impl<'t> ResponseScan<'t> {
         if let Some(at) = broken::broken_id(Some(self.tax), None, body) {
             return Err(RewriteError::BrokenId { at });
         }
+        // A UTF-8 byte order mark (some FHIR servers write one) is no part
+        // of the JSON: the document starts after it.
+        let (bom, doc) = split_bom(src);
         let part = match kind {
-            BodyKind::Json => self.json_part(src, kind, root_kind)?,
+            BodyKind::Json if bom == 0 => self.json_part(src, kind, root_kind)?,
+            BodyKind::Json => {
+                let one = self.json_part(doc, kind, root_kind).map_err(|e| shift_json_error(e, bom))?;
+                let mut part = Part::empty(body.len(), kind);
+                part.append_shifted(one, bom);
+                part
+            }
             BodyKind::NdJson => {
                 let mut part = Part::empty(body.len(), kind);
-                let mut at = 0;
-                for line in src.split_inclusive('\n') {
+                let mut at = bom;
+                for line in doc.split_inclusive('\n') {
                     let base = at;
                     at += line.len();
                     if line.trim().is_empty() {
@@ -642,6 +651,27 @@ impl Part {
     }
 }
 
+/// The length of a leading UTF-8 byte order mark (0 or 3) and the text
+/// after it.
+pub(crate) fn split_bom(src: &str) -> (usize, &str) {
+    match src.strip_prefix('\u{feff}') {
+        Some(rest) => (src.len() - rest.len(), rest),
+        None => (0, src),
+    }
+}
+
+/// A JSON error at an offset of a document that starts `by` bytes into the
+/// body.
+fn shift_json_error(e: RewriteError, by: usize) -> RewriteError {
+    match e {
+        RewriteError::Json(JsonError::Unexpected { at }) => {
+            RewriteError::Json(JsonError::Unexpected { at: at + by })
+        }
+        RewriteError::Json(JsonError::Eof { at }) => RewriteError::Json(JsonError::Eof { at: at + by }),
+        other => other,
+    }
+}
+
 /// The order of a part's occurrences: by start, the longest first.
 fn occ_order(r: &Range<usize>) -> (usize, usize) {
     (r.start, usize::MAX - r.end)
@@ -907,12 +937,14 @@ impl<'t> Rewriter<'_, 't> {
         match kind {
             BodyKind::Json => {
                 let src = std::str::from_utf8(out).map_err(|_| JsonError::NotUtf8)?;
-                json(src, 0)?;
+                let (bom, doc) = split_bom(src);
+                json(doc, bom)?;
             }
             BodyKind::NdJson => {
                 let src = std::str::from_utf8(out).map_err(|_| JsonError::NotUtf8)?;
-                let mut at = 0;
-                for line in src.split_inclusive('\n') {
+                let (bom, doc) = split_bom(src);
+                let mut at = bom;
+                for line in doc.split_inclusive('\n') {
                     if !line.trim().is_empty() {
                         json(line, at)?;
                     }

@@ -161,6 +161,7 @@ fn compressed(body: &[u8]) -> bool {
 /// JSON (or NDJSON) when the first non-space byte opens an object or array
 /// and the whole body parses; `None` otherwise.
 fn sniff_json(src: &str) -> Option<BodyKind> {
+    let src = super::split_bom(src).1;
     let first = src.bytes().find(|b| !b.is_ascii_whitespace())?;
     if !matches!(first, b'{' | b'[') {
         return None;

@@ -532,3 +532,26 @@ fn ids_cut_by_invisible_characters_are_never_aliased_as_a_prefix() {
     let out = rewritten(&tax, "<p>pat&hyphen;000124</p>", BodyKind::Html);
     assert!(!out.contains("000124"), "{out}");
 }
+
+/// A JSON body that starts with a UTF-8 byte order mark (as some FHIR
+/// servers write it) is read as JSON, declared or sniffed, and keeps its
+/// mark; NDJSON too.
+#[test]
+fn json_with_a_byte_order_mark_is_read_as_json() {
+    let tax = Taxonomy::default();
+    let body = "\u{feff}{\"resourceType\":\"Patient\",\"id\":\"pat-000123\",\"n\":482913}";
+    for kind in [BodyKind::Json, BodyKind::Text, BodyKind::from_content_type(None)] {
+        let out = rewritten(&tax, body, kind);
+        assert!(out.starts_with('\u{feff}'), "{kind:?}: {out}");
+        let v: serde_json::Value = serde_json::from_str(out.trim_start_matches('\u{feff}')).unwrap();
+        assert_eq!(v["id"], "patient-001", "{kind:?}: {out}");
+        assert_eq!(v["n"], 482913, "{kind:?}: {out}");
+    }
+    let nd = "\u{feff}{\"patientId\":\"pat-000123\"}\n{\"patientId\":\"pat-000124\"}\n";
+    let out = rewritten(&tax, nd, BodyKind::NdJson);
+    assert!(out.starts_with('\u{feff}') && !out.contains("pat-00012"), "{out}");
+    // Escaped strings (re-encoded whole) keep their place after the mark.
+    let esc = "\u{feff}{\"note\":\"a\\tpat-000123\"}";
+    let out = rewritten(&tax, esc, BodyKind::Json);
+    assert_eq!(out, "\u{feff}{\"note\":\"a\\tpatient-001\"}");
+}
