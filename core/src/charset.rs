@@ -82,9 +82,49 @@ pub fn with_utf8(content_type: &str) -> String {
     out
 }
 
+/// A header value as text: UTF-8 as it is, other bytes (a Latin-1 `0xfc`
+/// beside an id) one character per byte (U+0000–U+00FF), so that nothing is
+/// lost; `true` in the second place when the bytes were not UTF-8. Ids and
+/// aliases are ASCII, so a value read this way and written back with
+/// [`header_bytes`] changes only where an alias went in.
+pub fn header_text(bytes: &[u8]) -> (String, bool) {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => (s.to_owned(), false),
+        Err(_) => (bytes.iter().map(|b| char::from(*b)).collect(), true),
+    }
+}
+
+/// The bytes of a value read by [`header_text`] with `true`: one byte per
+/// character; `None` when a character above U+00FF was written into it.
+pub fn header_bytes(text: &str) -> Option<Vec<u8>> {
+    text.chars().map(|c| u8::try_from(u32::from(c)).ok()).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A header value with a Latin-1 byte beside an id, read, rewritten
+    /// and written back: only the alias changed, every other byte is as
+    /// HMS sent it.
+    #[test]
+    fn a_rewritten_latin1_header_changes_only_the_alias() {
+        use crate::alias::{BodyKind, ResponseScan, SessionMap, Taxonomy};
+        let raw: &[u8] = b"attachment; filename=\"M\xfcller pat-000123.pdf\"";
+        let (text, latin1) = header_text(raw);
+        assert!(latin1);
+        let tax = Taxonomy::default();
+        let mut scan = ResponseScan::new(&tax);
+        let part = scan.add(text.as_bytes(), BodyKind::Text, None).unwrap();
+        let aliases = SessionMap::new().encode(&tax, scan.ids()).unwrap().aliases;
+        let out = scan.rewrite(part, text.as_bytes(), &aliases).unwrap();
+        let back = header_bytes(std::str::from_utf8(&out).unwrap()).unwrap();
+        assert_eq!(back, b"attachment; filename=\"M\xfcller patient-001.pdf\"".to_vec());
+        assert!(!back.windows(3).any(|w| w == "\u{fffd}".as_bytes()));
+        // UTF-8 stays UTF-8.
+        assert_eq!(header_text("M\u{fc}ller".as_bytes()), ("M\u{fc}ller".to_owned(), false));
+        assert_eq!(header_bytes("\u{100}"), None);
+    }
 
     #[test]
     fn declared_charsets_are_read_from_the_parameters() {

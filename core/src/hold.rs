@@ -80,13 +80,22 @@ pub enum HeaderEdit {
     Remove(String),
     /// Add one more value to a header, after the ones it has.
     Add(String, String),
+    /// [`HeaderEdit::Set`] with a value that is not UTF-8 (a Latin-1 byte
+    /// beside an alias): its bytes go on as they are.
+    SetBytes(String, Vec<u8>),
+    /// [`HeaderEdit::Add`] with a value that is not UTF-8.
+    AddBytes(String, Vec<u8>),
 }
 
 impl HeaderEdit {
     /// The header this edit changes.
     pub fn name(&self) -> &str {
         match self {
-            HeaderEdit::Set(name, _) | HeaderEdit::Remove(name) | HeaderEdit::Add(name, _) => name,
+            HeaderEdit::Set(name, _)
+            | HeaderEdit::Remove(name)
+            | HeaderEdit::Add(name, _)
+            | HeaderEdit::SetBytes(name, _)
+            | HeaderEdit::AddBytes(name, _) => name,
         }
     }
 
@@ -101,6 +110,25 @@ impl HeaderEdit {
         let mut edits = vec![HeaderEdit::Remove(name.to_owned())];
         edits.extend(values.into_iter().map(|v| HeaderEdit::Add(name.to_owned(), v)));
         edits
+    }
+
+    /// [`Self::set_all`] with values as bytes (some not UTF-8).
+    pub fn set_all_bytes(name: &str, values: Vec<Vec<u8>>) -> Vec<HeaderEdit> {
+        if values.len() == 1 {
+            return values.into_iter().map(|v| HeaderEdit::SetBytes(name.to_owned(), v)).collect();
+        }
+        let mut edits = vec![HeaderEdit::Remove(name.to_owned())];
+        edits.extend(values.into_iter().map(|v| HeaderEdit::AddBytes(name.to_owned(), v)));
+        edits
+    }
+
+    /// The value this edit writes, as bytes (`None` for a removal).
+    pub fn value(&self) -> Option<&[u8]> {
+        match self {
+            HeaderEdit::Set(_, v) | HeaderEdit::Add(_, v) => Some(v.as_bytes()),
+            HeaderEdit::SetBytes(_, v) | HeaderEdit::AddBytes(_, v) => Some(v),
+            HeaderEdit::Remove(_) => None,
+        }
     }
 }
 
@@ -154,7 +182,7 @@ impl Verdict {
     /// Fails when a header name is not a token, a name or value holds a control
     /// character, or the line is too long for the hold filter.
     pub fn line(&self) -> Result<Vec<u8>, VerdictError> {
-        let mut line = format!("{VERDICT_PREFIX}{} {}", self.status, self.names.join(","));
+        let mut line = format!("{VERDICT_PREFIX}{} {}", self.status, self.names.join(",")).into_bytes();
         if self
             .names
             .iter()
@@ -163,27 +191,34 @@ impl Verdict {
             return Err(VerdictError::ControlChar(NAMES_HEADER.into()));
         }
         for edit in &self.edits {
-            let (mark, name, value) = match edit {
-                HeaderEdit::Set(name, value) => ("", name, Some(value)),
-                HeaderEdit::Remove(name) => (EDIT_REMOVE, name, None),
-                HeaderEdit::Add(name, value) => (EDIT_ADD, name, Some(value)),
+            let mark = match edit {
+                HeaderEdit::Set(..) | HeaderEdit::SetBytes(..) => "",
+                HeaderEdit::Remove(_) => EDIT_REMOVE,
+                HeaderEdit::Add(..) | HeaderEdit::AddBytes(..) => EDIT_ADD,
             };
+            let name = edit.name();
             if !valid_name(name) {
-                return Err(VerdictError::HeaderName(name.clone()));
+                return Err(VerdictError::HeaderName(name.to_owned()));
             }
-            match value {
-                Some(v) if v.contains(['\t', '\r', '\n']) => {
-                    return Err(VerdictError::ControlChar(name.clone()))
+            line.push(b'\t');
+            line.extend_from_slice(mark.as_bytes());
+            line.extend_from_slice(name.as_bytes());
+            match edit.value() {
+                Some(v) if v.iter().any(|b| matches!(b, b'\t' | b'\r' | b'\n')) => {
+                    return Err(VerdictError::ControlChar(name.to_owned()))
                 }
-                Some(v) => line.push_str(&format!("\t{mark}{name}{EDIT_VALUE}{v}")),
-                None => line.push_str(&format!("\t{mark}{name}")),
+                Some(v) => {
+                    line.extend_from_slice(EDIT_VALUE.as_bytes());
+                    line.extend_from_slice(v);
+                }
+                None => {}
             }
         }
-        line.push('\n');
+        line.push(b'\n');
         if line.len() > MAX_VERDICT_LINE {
             return Err(VerdictError::TooLong(line.len()));
         }
-        Ok(line.into_bytes())
+        Ok(line)
     }
 
     /// The verdict line followed by `body`: what replaces the held body.
@@ -258,6 +293,19 @@ pub fn lua_protocol() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A header value that is not UTF-8 goes into the verdict line byte
+    /// for byte (a Latin-1 `0xfc` stays one byte, never U+FFFD).
+    #[test]
+    fn byte_values_keep_their_bytes_in_the_line() {
+        let mut edits = HeaderEdit::set_all_bytes("content-disposition", vec![b"attachment; filename=M\xfcller_patient-001.pdf".to_vec()]);
+        edits.extend(HeaderEdit::set_all_bytes("x-note", vec![b"a\xe9".to_vec(), b"b".to_vec()]));
+        let line = Verdict::keep(edits).line().unwrap();
+        let want: &[u8] = b"keyhole-verdict 0 \tcontent-disposition: attachment; filename=M\xfcller_patient-001.pdf\t-x-note\t+x-note: a\xe9\t+x-note: b\n";
+        assert_eq!(line, want);
+        let bad = Verdict::keep(vec![HeaderEdit::SetBytes("x".into(), b"a\nb".to_vec())]);
+        assert!(matches!(bad.line(), Err(VerdictError::ControlChar(_))));
+    }
 
     #[test]
     fn the_lua_protocol_file_is_current() {

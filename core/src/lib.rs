@@ -14,6 +14,7 @@
 //! - [`field`]: the one error type for a bad setting ([`FieldError`]).
 //! - [`format`](mod@format): reading and rewriting LLM request bodies without re-serialising them.
 //! - [`hold`]: the hold protocol with Envoy's Lua hold filters (verdict lines).
+//! - [`lastword`]: the independent last word on every HMS response (raw-id shapes in any encoding).
 //! - [`phase`]: agent phases and their candidate-set budgets.
 //! - [`reply`]: the JSON error bodies the filter answers locally.
 //! - `shallow`: reading parts of a JSON text serde_json has checked, without parsing the rest again.
@@ -38,6 +39,7 @@ pub mod detect;
 pub mod field;
 pub mod format;
 pub mod hold;
+pub mod lastword;
 pub mod phase;
 pub mod prior;
 pub mod rank;

@@ -128,6 +128,15 @@ pub fn get_header(map: MapType, key: &str) -> Result<Option<Vec<u8>>, HostStatus
 /// Every header of a map, in order; names and values that are not UTF-8 are
 /// read lossily.
 pub fn get_header_pairs(map: MapType) -> Result<Vec<(String, String)>, HostStatus> {
+    Ok(get_header_pairs_raw(map)?
+        .into_iter()
+        .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
+        .collect())
+}
+
+/// Every header of a map, in order, values as the host holds them (a
+/// Latin-1 byte stays that byte); names read lossily (they are tokens).
+pub fn get_header_pairs_raw(map: MapType) -> Result<Vec<(String, Vec<u8>)>, HostStatus> {
     let mut data: *mut u8 = null_mut();
     let mut size: usize = 0;
     // SAFETY: pointers are valid for the call; the host fills `data`/`size`.
@@ -140,13 +149,13 @@ pub fn get_header_pairs(map: MapType) -> Result<Vec<(String, String)>, HostStatu
 }
 
 /// Replaces a header (adds it when absent).
-pub fn replace_header(map: MapType, key: &str, value: &str) -> Result<(), HostStatus> {
+pub fn replace_header(map: MapType, key: &str, value: &[u8]) -> Result<(), HostStatus> {
     // SAFETY: pointers are valid for the call.
     check(unsafe { proxy_replace_header_map_value(map, key.as_ptr(), key.len(), value.as_ptr(), value.len()) })
 }
 
 /// Adds a value to a header (after the values it has).
-pub fn add_header(map: MapType, key: &str, value: &str) -> Result<(), HostStatus> {
+pub fn add_header(map: MapType, key: &str, value: &[u8]) -> Result<(), HostStatus> {
     // SAFETY: pointers are valid for the call.
     check(unsafe { proxy_add_header_map_value(map, key.as_ptr(), key.len(), value.as_ptr(), value.len()) })
 }
@@ -238,7 +247,7 @@ fn serialize_map(pairs: &[(&str, &str)]) -> Vec<u8> {
 /// Reads the ABI's header-map encoding (see [`serialize_map`]); a truncated
 /// map yields the pairs read before the damage. All offsets are checked: no
 /// length the host writes can make this panic or wrap.
-fn deserialize_map(bytes: &[u8]) -> Vec<(String, String)> {
+fn deserialize_map(bytes: &[u8]) -> Vec<(String, Vec<u8>)> {
     let slice = |at: usize, len: usize| bytes.get(at..at.checked_add(len)?);
     let u32_at = |at: usize| -> Option<usize> {
         let b: [u8; 4] = slice(at, 4)?.try_into().ok()?;
@@ -264,7 +273,7 @@ fn deserialize_map(bytes: &[u8]) -> Vec<(String, String)> {
             break;
         };
         at += key_len + 1 + value_len + 1;
-        pairs.push((String::from_utf8_lossy(key).into_owned(), String::from_utf8_lossy(value).into_owned()));
+        pairs.push((String::from_utf8_lossy(key).into_owned(), value.to_vec()));
     }
     pairs
 }

@@ -62,6 +62,11 @@ pub fn set_response_header(name: &str, value: Option<&str>) -> Result<(), HostEr
 /// replaced. See [`set_request_header`] and [`set_response_header`] for when
 /// the host takes it.
 pub fn set_header(map: MapType, name: &str, value: Option<&str>) -> Result<(), HostError> {
+    set_header_bytes(map, name, value.map(str::as_bytes))
+}
+
+/// [`set_header`] with a value as bytes (not UTF-8, say Latin-1).
+pub fn set_header_bytes(map: MapType, name: &str, value: Option<&[u8]>) -> Result<(), HostError> {
     let result = match value {
         Some(v) => abi::replace_header(map, name, v),
         None => abi::remove_header(map, name),
@@ -72,6 +77,11 @@ pub fn set_header(map: MapType, name: &str, value: Option<&str>) -> Result<(), H
 /// Adds one more value to a header of `map`, after the values it has (a
 /// repeated header). Taken when [`set_header`] would be.
 pub fn add_header(map: MapType, name: &str, value: &str) -> Result<(), HostError> {
+    add_header_bytes(map, name, value.as_bytes())
+}
+
+/// [`add_header`] with a value as bytes.
+pub fn add_header_bytes(map: MapType, name: &str, value: &[u8]) -> Result<(), HostError> {
     abi::add_header(map, name, value).map_err(|status| refused("add_header", (map, name), status))
 }
 
@@ -79,6 +89,13 @@ pub fn add_header(map: MapType, name: &str, value: &str) -> Result<(), HostError
 pub fn request_headers() -> Result<Vec<(String, String)>, HostError> {
     abi::get_header_pairs(MapType::HttpRequestHeaders)
         .map_err(|status| refused("get_header_pairs", MapType::HttpRequestHeaders, status))
+}
+
+/// Every response header (pseudo-headers included), in order, values as
+/// bytes.
+pub fn response_headers_raw() -> Result<Vec<(String, Vec<u8>)>, HostError> {
+    abi::get_header_pairs_raw(MapType::HttpResponseHeaders)
+        .map_err(|status| refused("get_header_pairs", MapType::HttpResponseHeaders, status))
 }
 
 /// Every response header (pseudo-headers included), in order.

@@ -4,6 +4,7 @@
 
 use crate::abi;
 use keyhole_core::alias::prompt::Refusal as AliasRefusal;
+use keyhole_core::lastword::Reason as LastWordReason;
 use proxy_wasm::types::MetricType;
 
 /// Counter ids; a counter the host refused to define is `None` and never counted.
@@ -56,11 +57,14 @@ pub enum Withheld {
     Trailers,
     /// Control runs another taxonomy than the filter (409 `taxonomy_mismatch`).
     Taxonomy,
+    /// The last word found a raw id in what was about to leave
+    /// (`keyhole_core::lastword`; its reason has a counter of its own).
+    LastWord,
 }
 
 impl Withheld {
     /// Every reason, in counter order.
-    pub const ALL: [Withheld; 7] = [
+    pub const ALL: [Withheld; 8] = [
         Withheld::Unreadable,
         Withheld::Control,
         Withheld::Conflict,
@@ -68,6 +72,7 @@ impl Withheld {
         Withheld::Host,
         Withheld::Trailers,
         Withheld::Taxonomy,
+        Withheld::LastWord,
     ];
 
     /// The counter's name suffix.
@@ -80,6 +85,7 @@ impl Withheld {
             Withheld::Host => "host",
             Withheld::Trailers => "trailers",
             Withheld::Taxonomy => "taxonomy",
+            Withheld::LastWord => "last_word",
         }
     }
 }
@@ -162,6 +168,9 @@ pub struct HmsMetrics {
     withheld: [Option<u32>; Withheld::ALL.len()],
     /// Refused requests, per [`Refused::ALL`].
     refused: [Option<u32>; 5],
+    /// Responses the last word withheld, per
+    /// [`keyhole_core::lastword::Reason::ALL`] (`keyhole.hms_last_word.<reason>`).
+    last_word: [Option<u32>; LastWordReason::ALL.len()],
 }
 
 impl HmsMetrics {
@@ -175,6 +184,12 @@ impl HmsMetrics {
     pub fn refused(&self, reason: Refused) -> Option<u32> {
         let i = Refused::ALL.iter().position(|r| *r == reason)?;
         self.refused.get(i).copied().flatten()
+    }
+
+    /// The counter of responses the last word withheld for `reason`.
+    pub fn last_word(&self, reason: LastWordReason) -> Option<u32> {
+        let i = LastWordReason::ALL.iter().position(|r| *r == reason)?;
+        self.last_word.get(i).copied().flatten()
     }
 }
 
@@ -224,6 +239,7 @@ impl Metrics {
                 raw_ids: counter("keyhole.hms_raw_ids"),
                 withheld: Withheld::ALL.map(|r| counter(&format!("keyhole.hms_withheld.{}", r.as_str()))),
                 refused: Refused::ALL.map(|r| counter(&format!("keyhole.hms_refused.{}", r.as_str()))),
+                last_word: LastWordReason::ALL.map(|r| counter(&format!("keyhole.hms_last_word.{}", r.as_str()))),
             },
         }
     }

@@ -235,6 +235,69 @@ pub fn is_definition_type(name: impl AsRef<[u8]>) -> bool {
         .is_ok()
 }
 
+/// Whether a JSON key is a FHIR (R4 or R5) `…Id` element that names no
+/// record anywhere: `linkId` and its kin link items of one resource
+/// (Questionnaire and QuestionnaireResponse `item.linkId`, R5 Measure
+/// `group.linkId` and `group.stratifier.component.linkId`, R5 PlanDefinition
+/// and RequestOrchestration `action.linkId`, R5 ResearchStudy
+/// `comparisonGroup.linkId`, Contract `term.offer.linkId`,
+/// `term.asset.linkId`, `term.asset.valuedItem.linkId`, `term.action.linkId`,
+/// and Contract's `contextLinkId`, `requesterLinkId`, `performerLinkId`,
+/// `reasonLinkId`). Their values (`"1"`, `"1.1.2"`, `"3.2.1.1.1.1"`) are labels.
+pub fn is_link_id_key(key: &str) -> bool {
+    key == "linkId" || key.ends_with("LinkId")
+}
+
+/// FHIR `…Id` elements (R4 and R5) that name something inside a resource,
+/// a package or a test run, not a record: read as such only inside a FHIR
+/// resource (an HMS's own `sourceId` may well be a record's id).
+/// - `TestScript` `variable.sourceId`, `setup.action.operation.sourceId`,
+///   `.targetId`, `.requestId`, `.responseId`, `setup.action.assert.sourceId`,
+///   `.compareToSourceId`, `.validateProfileId`;
+/// - R5 `GraphDefinition` `node.nodeId`, `link.sourceId`, `link.targetId`;
+/// - R5 `PlanDefinition` / `RequestOrchestration` `action.relatedAction.targetId`,
+///   R4 `PlanDefinition` / `RequestGroup` `action.relatedAction.actionId`,
+///   `PlanDefinition.action.goalId`;
+/// - R4 `ExampleScenario` `actor.actorId`;
+/// - `ImplementationGuide.packageId`, `dependsOn.packageId`,
+///   `definition.resource.groupingId`;
+/// - `Meta.versionId` (a version counter).
+const IN_RESOURCE_NON_RECORD_IDS: &[&str] = &[
+    "actionId",
+    "actorId",
+    "compareToSourceId",
+    "goalId",
+    "groupingId",
+    "nodeId",
+    "packageId",
+    "requestId",
+    "responseId",
+    "sourceId",
+    "targetId",
+    "validateProfileId",
+    "versionId",
+];
+
+/// Whether `key` names no record when it stands inside a FHIR resource
+/// ([`IN_RESOURCE_NON_RECORD_IDS`]), or anywhere ([`is_link_id_key`]).
+pub fn is_non_record_id_key(key: &str, in_resource: bool) -> bool {
+    is_link_id_key(key) || (in_resource && IN_RESOURCE_NON_RECORD_IDS.contains(&key))
+}
+
+/// Keys whose values are clinical content, never an id's position: a
+/// coding's `system`, `code`, `display` and `version`, a quantity's `unit`,
+/// a HumanName's `family`, `given`, `prefix`, `suffix`, a `name`, a
+/// Reference's `display`. Nothing in them is replaced: a raw id there makes
+/// the body withheld (verification reads them), never a changed value.
+const CLINICAL_VALUE_KEYS: &[&str] = &[
+    "code", "display", "family", "given", "name", "prefix", "suffix", "system", "unit", "version",
+];
+
+/// Whether the values under `key` are clinical content ([`CLINICAL_VALUE_KEYS`]).
+pub fn is_clinical_value_key(key: &str) -> bool {
+    CLINICAL_VALUE_KEYS.contains(&key)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

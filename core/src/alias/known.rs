@@ -1,6 +1,23 @@
-//! Known ids, found anywhere: every raw id a session knows (learned from
-//! structured positions of this body or of earlier ones), in its plain,
-//! percent-encoded and HTML-entity forms, letter case ignored.
+//! Known ids, found where they stand as that id: every raw id a session
+//! knows (learned from structured positions of this body or of earlier ones),
+//! in its plain, percent-encoded and HTML-entity forms.
+//!
+//! Where a value counts depends on its [`Mode`], which its shape decides:
+//! - a UUID counts anywhere, letter case ignored;
+//! - a distinctive id (a separator `-._:~`, three digits or more, or digits
+//!   only) counts as a token of its own case, but never inside a host name
+//!   or an e-mail address (`pat-000123` is not in `pat-000123.example.org`);
+//! - an id that is an ordinary word (`example`, `hl7`, `referral`, `GHP`)
+//!   counts only where it stands as a record's id in a URL or reference: a
+//!   whole path segment after a record type or a kind's segment
+//!   (`Patient/example`, `/patients/example`), or a whole query value under
+//!   an id-named parameter (`?patient=example`). Anywhere else it is a word
+//!   (`http://terminology.hl7.org/…`, `HL7 FHIR`) and left alone.
+//!
+//! Verification ([`KnownIds::first_except`]) is stricter than replacement: a
+//! distinctive id counts in any letter case and in host names and e-mail
+//! addresses too, so an id that replacement must leave alone there makes the
+//! body withheld instead of passing raw.
 //!
 //! A match counts unless it continues a word of the same class on either side
 //! (`slot-im-1` is not inside `slot-im-12` or `xslot-im-1`), so an id glued to
@@ -27,6 +44,7 @@
 //! folded to `-` in a copy of the text, made only when the text holds a `%`
 //! or `&` and some value holds a `-`.
 
+use super::taxonomy::Taxonomy;
 use memchr::memchr2;
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -35,10 +53,54 @@ use std::ops::Range;
 /// Shortest all-digit value searched in free text.
 pub(crate) const MIN_NUMERIC_LEN: usize = 5;
 
+/// Where a known value counts (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// A UUID (with or without dashes): anywhere, any letter case.
+    AnyCase,
+    /// A distinctive id: a token of its own case, not in a host or e-mail.
+    Token,
+    /// An ordinary word: only as a record's id in a URL or reference.
+    Word,
+}
+
+impl Mode {
+    /// The mode a value's shape gives it.
+    pub(crate) fn of(v: &str) -> Mode {
+        let b = v.as_bytes();
+        if super::shape::is_uuid(b) || (b.len() == 32 && b.iter().all(u8::is_ascii_hexdigit)) {
+            return Mode::AnyCase;
+        }
+        let digits = b.iter().filter(|c| c.is_ascii_digit()).count();
+        if digits == b.len()
+            || digits >= 3
+            || b.iter().any(|c| matches!(c, b'-' | b'.' | b'_' | b':' | b'~'))
+        {
+            Mode::Token
+        } else {
+            Mode::Word
+        }
+    }
+}
+
+/// One indexed value.
+#[derive(Debug, Clone, Copy)]
+struct Entry<'v> {
+    /// The caller's index of the value.
+    index: usize,
+    mode: Mode,
+    /// The value as given (case-sensitive modes compare with it).
+    exact: &'v [u8],
+}
+
 /// The session's known values, ready to be searched for.
 pub(crate) struct KnownIds<'v> {
-    /// Lower-cased value → index of the value it stands for.
-    table: HashMap<Cow<'v, [u8]>, usize, rustc_hash::FxBuildHasher>,
+    /// Lower-cased value → the value it stands for.
+    table: HashMap<Cow<'v, [u8]>, Entry<'v>, rustc_hash::FxBuildHasher>,
+    /// Names the record types and kinds' path segments and query keys that
+    /// a word-like value may follow ([`Mode::Word`]); without it, words are
+    /// never searched.
+    tax: Option<&'v Taxonomy>,
     /// Distinct value lengths, longest first (leftmost-longest matching).
     lens: Vec<usize>,
     /// Bytes a value may start / end with (both letter cases).
@@ -139,9 +201,24 @@ impl<'v> KnownIds<'v> {
     /// Indexes `values` (index = value number). Values that are too short to
     /// be searched safely are left out; of two values equal but for letter
     /// case, the first wins.
+    #[cfg(test)]
     pub(crate) fn new(values: impl IntoIterator<Item = &'v str>) -> KnownIds<'v> {
+        Self::build(values, None)
+    }
+
+    /// [`Self::new`], with the taxonomy that tells where a word-like value
+    /// stands as a record's id ([`Mode::Word`]).
+    pub(crate) fn with_taxonomy(
+        values: impl IntoIterator<Item = &'v str>,
+        tax: &'v Taxonomy,
+    ) -> KnownIds<'v> {
+        Self::build(values, Some(tax))
+    }
+
+    fn build(values: impl IntoIterator<Item = &'v str>, tax: Option<&'v Taxonomy>) -> KnownIds<'v> {
         let mut k = KnownIds {
             table: HashMap::default(),
+            tax,
             lens: Vec::new(),
             first: [false; 256],
             last: [false; 256],
@@ -156,6 +233,10 @@ impl<'v> KnownIds<'v> {
         k.table.reserve(values.size_hint().0);
         for (i, v) in values.enumerate() {
             if !searchable(v) {
+                continue;
+            }
+            let mode = Mode::of(v);
+            if mode == Mode::Word && tax.is_none() {
                 continue;
             }
             let b = v.as_bytes();
@@ -194,7 +275,11 @@ impl<'v> KnownIds<'v> {
             if !k.lens.contains(&b.len()) {
                 k.lens.push(b.len());
             }
-            k.table.entry(key).or_insert(i);
+            k.table.entry(key).or_insert(Entry {
+                index: i,
+                mode,
+                exact: b,
+            });
         }
         k.lens.sort_unstable_by(|a, b| b.cmp(a));
         k.long_lens.sort_unstable_by(|a, b| b.cmp(a));
@@ -226,7 +311,7 @@ impl<'v> KnownIds<'v> {
         skip: &[(Range<usize>, usize)],
         mut f: impl FnMut(Range<usize>, usize),
     ) {
-        self.search(hay, skip, |r, v| {
+        self.search(hay, skip, false, |r, v| {
             f(r, v);
             true
         });
@@ -240,7 +325,7 @@ impl<'v> KnownIds<'v> {
         allowed: impl Fn(&[u8]) -> bool,
     ) -> Option<Range<usize>> {
         let mut found = None;
-        self.search(hay, &[], |r, _| {
+        self.search(hay, &[], true, |r, _| {
             if hay.get(r.clone()).is_some_and(&allowed) {
                 return true;
             }
@@ -254,10 +339,12 @@ impl<'v> KnownIds<'v> {
     /// `f` returns whether to go on.
     /// `skip`: ranges of `hay` whose anchors need not be tried (see
     /// [`Self::for_each_outside`]).
+    /// `strict`: verification's rules (see the module doc).
     fn search(
         &self,
         hay: &[u8],
         skip: &[(Range<usize>, usize)],
+        strict: bool,
         mut f: impl FnMut(Range<usize>, usize) -> bool,
     ) {
         if self.table.is_empty() {
@@ -279,7 +366,7 @@ impl<'v> KnownIds<'v> {
             Vec::new()
         };
         if escapes.is_empty() {
-            self.search_plain(hay, skip, &mut f);
+            self.search_plain(hay, skip, strict, &mut f);
             return;
         }
         // Fold each escape to `-`. `folded[k]`: where escape `k` stands in the
@@ -304,7 +391,7 @@ impl<'v> KnownIds<'v> {
             j + lost.get(before).copied().unwrap_or(0)
         };
         // Folded offsets are not `hay`'s: nothing is skipped.
-        self.search_plain(&text, &[], &mut |r: Range<usize>, v| {
+        self.search_plain(&text, &[], strict, &mut |r: Range<usize>, v| {
             f(to_hay(r.start)..to_hay(r.end), v)
         });
     }
@@ -313,11 +400,12 @@ impl<'v> KnownIds<'v> {
         &self,
         t: &[u8],
         skip: &[(Range<usize>, usize)],
+        strict: bool,
         f: &mut impl FnMut(Range<usize>, usize) -> bool,
     ) {
         match &self.anchors {
-            Some(a) => self.search_anchored(t, a, skip, f),
-            None => self.search_boundaries(t, f),
+            Some(a) => self.search_anchored(t, a, skip, strict, f),
+            None => self.search_boundaries(t, strict, f),
         }
     }
 
@@ -329,6 +417,7 @@ impl<'v> KnownIds<'v> {
         t: &[u8],
         a: &Anchors,
         skip: &[(Range<usize>, usize)],
+        strict: bool,
         f: &mut impl FnMut(Range<usize>, usize) -> bool,
     ) {
         let mut key = Vec::new();
@@ -349,7 +438,7 @@ impl<'v> KnownIds<'v> {
                 let Some(i) = p.checked_sub(d).filter(|_| ab == byte) else {
                     continue;
                 };
-                if let Some((e, v)) = self.longest_at(t, i, &mut key) {
+                if let Some((e, v)) = self.longest_at(t, i, strict, &mut key) {
                     let s = skip.partition_point(|(r, _)| r.end <= i);
                     if skip.get(s).is_none_or(|(r, _)| r.start >= e) {
                         found.push((i, e, v));
@@ -361,7 +450,7 @@ impl<'v> KnownIds<'v> {
             [x] => memchr::memchr_iter(x, t).for_each(&mut at_anchor),
             [x, y] => memchr::memchr2_iter(x, y, t).for_each(&mut at_anchor),
             [x, y, z] => memchr::memchr3_iter(x, y, z, t).for_each(&mut at_anchor),
-            _ => return self.search_boundaries(t, f),
+            _ => return self.search_boundaries(t, strict, f),
         }
         found.sort_unstable();
         let mut end = 0;
@@ -378,7 +467,12 @@ impl<'v> KnownIds<'v> {
 
     /// Tries every position that starts a class run (and every position
     /// right after a percent escape), leftmost first.
-    fn search_boundaries(&self, t: &[u8], f: &mut impl FnMut(Range<usize>, usize) -> bool) {
+    fn search_boundaries(
+        &self,
+        t: &[u8],
+        strict: bool,
+        f: &mut impl FnMut(Range<usize>, usize) -> bool,
+    ) {
         let mut key = Vec::new();
         let mut prev = 0u8;
         let mut i = 0;
@@ -390,7 +484,7 @@ impl<'v> KnownIds<'v> {
                 i += 1;
                 continue;
             }
-            match self.longest_at(t, i, &mut key) {
+            match self.longest_at(t, i, strict, &mut key) {
                 Some((e, v)) => {
                     if !f(i..e, v) {
                         return;
@@ -406,7 +500,13 @@ impl<'v> KnownIds<'v> {
 
     /// The longest value that matches at `i` within the boundary rules:
     /// (end, value index). `key` is scratch space.
-    fn longest_at(&self, t: &[u8], i: usize, key: &mut Vec<u8>) -> Option<(usize, usize)> {
+    fn longest_at(
+        &self,
+        t: &[u8],
+        i: usize,
+        strict: bool,
+        key: &mut Vec<u8>,
+    ) -> Option<(usize, usize)> {
         let &b = t.get(i)?;
         let &c = t.get(i + 1)?;
         if !has(&self.first, b) {
@@ -431,11 +531,99 @@ impl<'v> KnownIds<'v> {
             };
             key.clear();
             key.extend(cand.iter().map(u8::to_ascii_lowercase));
-            if let Some(&v) = self.table.get(key.as_slice()) {
-                return Some((e, v));
+            if let Some(entry) = self.table.get(key.as_slice()) {
+                if self.counts(entry, t, i, e, strict) {
+                    return Some((e, entry.index));
+                }
             }
         }
         None
+    }
+
+    /// Whether a match of `entry` at `i..e` of `t` counts, by its mode.
+    fn counts(&self, entry: &Entry<'_>, t: &[u8], i: usize, e: usize, strict: bool) -> bool {
+        let exact = || t.get(i..e) == Some(entry.exact);
+        match entry.mode {
+            Mode::AnyCase => true,
+            Mode::Token if strict => true,
+            Mode::Token => exact() && !in_host_or_email(t, i),
+            Mode::Word => exact() && self.tax.is_some_and(|tax| stands_as_record_id(tax, t, i, e)),
+        }
+    }
+}
+
+/// Bytes that end a URL or address token in text.
+fn ends_token(b: u8) -> bool {
+    b.is_ascii_whitespace()
+        || matches!(
+            b,
+            b'"' | b'\'' | b'<' | b'>' | b'(' | b')' | b'[' | b']' | b'{' | b'}' | b',' | b'|' | b'\\'
+        )
+}
+
+/// How far a token is read back from a match.
+const TOKEN_REACH: usize = 2048;
+
+/// Whether the match starting at `i` lies in the host of a URL
+/// (`http://pat-000123.example/`, user info included) or in an e-mail
+/// address (a token holding `@` but no `://`).
+fn in_host_or_email(t: &[u8], i: usize) -> bool {
+    let from = i.saturating_sub(TOKEN_REACH);
+    let before = t.get(from..i).unwrap_or_default();
+    let start = before.iter().rposition(|b| ends_token(*b)).map_or(from, |p| from + p + 1);
+    let head = t.get(start..i).unwrap_or_default();
+    if let Some(p) = memchr::memmem::rfind(head, b"://") {
+        // In the authority while no `/`, `?` or `#` came after the scheme.
+        return !head
+            .get(p + 3..)
+            .unwrap_or_default()
+            .iter()
+            .any(|b| matches!(b, b'/' | b'?' | b'#'));
+    }
+    let rest = t.get(i..).unwrap_or_default();
+    let end = rest
+        .iter()
+        .take(TOKEN_REACH)
+        .position(|b| ends_token(*b))
+        .unwrap_or(rest.len().min(TOKEN_REACH));
+    head.contains(&b'@') || rest.get(..end).is_some_and(|r| r.contains(&b'@'))
+}
+
+/// Whether a word-like value at `i..e` of `t` stands as a record's id: a
+/// whole path segment after a record type or a kind's path segment, or a
+/// whole query value under an id-named parameter.
+fn stands_as_record_id(tax: &Taxonomy, t: &[u8], i: usize, e: usize) -> bool {
+    let ends_value = t
+        .get(e)
+        .is_none_or(|b| ends_token(*b) || matches!(b, b'/' | b'?' | b'#' | b'&' | b';' | b'.'));
+    // `Patient/example.` ends a sentence; `example.json` is a file name.
+    let ends_value = ends_value
+        && !(t.get(e) == Some(&b'.') && t.get(e + 1).is_some_and(u8::is_ascii_alphanumeric));
+    if !ends_value {
+        return false;
+    }
+    let Some(before) = i.checked_sub(1).and_then(|b| t.get(b)) else {
+        return false;
+    };
+    let word_before = |end: usize, stop: &dyn Fn(u8) -> bool| {
+        let from = end.saturating_sub(64);
+        let head = t.get(from..end).unwrap_or_default();
+        let s = head.iter().rposition(|b| stop(*b)).map_or(from, |p| from + p + 1);
+        t.get(s..end).unwrap_or_default()
+    };
+    match before {
+        b'/' => {
+            let seg = word_before(i - 1, &|b| b == b'/' || ends_token(b));
+            tax.resource_type(seg).is_some() || tax.path_segment_kind(seg).is_some()
+        }
+        b'=' => {
+            let name = word_before(i - 1, &|b| matches!(b, b'?' | b'&' | b';') || ends_token(b));
+            std::str::from_utf8(name).is_ok_and(|n| {
+                let m = tax.key_meaning(n);
+                m.role.is_some() || m.id_kind.is_some() || tax.object_key_kind(n).is_some()
+            })
+        }
+        _ => false,
     }
 }
 

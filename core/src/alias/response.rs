@@ -48,6 +48,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ops::Range;
 
+mod broken;
 mod csv;
 mod format;
 mod xml;
@@ -133,6 +134,14 @@ pub enum RewriteError {
         /// Byte offset in the rewritten body.
         at: usize,
     },
+    /// An id runs across an invisible or look-alike character
+    /// (`pat-0001&shy;24`): aliasing what the patterns see would alias a
+    /// prefix, another record (see `response/broken.rs`).
+    #[error("response body holds an id broken by an invisible or look-alike character at offset {at}")]
+    BrokenId {
+        /// Byte offset of the character in the body.
+        at: usize,
+    },
 }
 
 impl RewriteError {
@@ -146,6 +155,7 @@ impl RewriteError {
             RewriteError::Binary => WithholdReason::Binary,
             RewriteError::Xml { .. } => WithholdReason::NotXml,
             RewriteError::Leak { .. } => WithholdReason::Leak,
+            RewriteError::BrokenId { .. } => WithholdReason::BrokenId,
             RewriteError::AliasCount { .. }
             | RewriteError::EmptyAlias { .. }
             | RewriteError::WrongBody { .. } => WithholdReason::Mismatch,
@@ -179,6 +189,9 @@ struct EscLit {
     span: Range<usize>,
     text: String,
     occs: Vec<(Range<usize>, usize)>,
+    /// Clinical content ([`super::fhir::is_clinical_value_key`]): nothing
+    /// in it is replaced.
+    protected: bool,
 }
 
 /// An unescaped string literal of a part.
@@ -190,6 +203,10 @@ struct LitSpan {
     /// the text holds no escape to decode: verification need not look at it
     /// again while its bytes are unchanged.
     clean: bool,
+    /// Clinical content ([`super::fhir::is_clinical_value_key`]): nothing
+    /// in it is replaced; verification reads it, so an id there withholds
+    /// the body.
+    protected: bool,
 }
 
 /// One scanned part.
@@ -269,12 +286,26 @@ impl<'t> ResponseScan<'t> {
         root_kind: Option<KindId>,
     ) -> Result<PartId, RewriteError> {
         let (kind, src) = format::effective_kind(body, kind).map_err(RewriteError::from)?;
+        // Learning canonicalises first: an id cut by an invisible or
+        // look-alike character is never learned as its prefix.
+        if let Some(at) = broken::broken_id(Some(self.tax), None, body) {
+            return Err(RewriteError::BrokenId { at });
+        }
+        // A UTF-8 byte order mark (some FHIR servers write one) is no part
+        // of the JSON: the document starts after it.
+        let (bom, doc) = split_bom(src);
         let part = match kind {
-            BodyKind::Json => self.json_part(src, kind, root_kind)?,
+            BodyKind::Json if bom == 0 => self.json_part(src, kind, root_kind)?,
+            BodyKind::Json => {
+                let one = self.json_part(doc, kind, root_kind).map_err(|e| shift_json_error(e, bom))?;
+                let mut part = Part::empty(body.len(), kind);
+                part.append_shifted(one, bom);
+                part
+            }
             BodyKind::NdJson => {
                 let mut part = Part::empty(body.len(), kind);
-                let mut at = 0;
-                for line in src.split_inclusive('\n') {
+                let mut at = bom;
+                for line in doc.split_inclusive('\n') {
                     let base = at;
                     at += line.len();
                     if line.trim().is_empty() {
@@ -355,6 +386,7 @@ impl<'t> ResponseScan<'t> {
         part.lits.push(LitSpan {
             range: 0..body.len(),
             clean: false,
+            protected: false,
         });
         match kind {
             BodyKind::Csv => csv::scan(self, body, root_kind, &mut part),
@@ -465,7 +497,7 @@ impl<'t> ResponseScan<'t> {
             values.push(&k.value);
             alias_of.push(&k.alias);
         }
-        let known = KnownIds::new(values.iter().copied());
+        let known = KnownIds::with_taxonomy(values.iter().copied(), self.tax);
         let allowed = aliases
             .iter()
             .map(String::as_bytes)
@@ -598,6 +630,7 @@ impl Part {
         self.lits.extend(other.lits.into_iter().map(|l| LitSpan {
             range: shift(l.range),
             clean: l.clean,
+            protected: l.protected,
         }));
         self.numbers.extend(other.numbers.into_iter().map(shift));
         self.escaped.extend(other.escaped.into_iter().map(|mut e| {
@@ -618,6 +651,27 @@ impl Part {
     }
 }
 
+/// The length of a leading UTF-8 byte order mark (0 or 3) and the text
+/// after it.
+pub(crate) fn split_bom(src: &str) -> (usize, &str) {
+    match src.strip_prefix('\u{feff}') {
+        Some(rest) => (src.len() - rest.len(), rest),
+        None => (0, src),
+    }
+}
+
+/// A JSON error at an offset of a document that starts `by` bytes into the
+/// body.
+fn shift_json_error(e: RewriteError, by: usize) -> RewriteError {
+    match e {
+        RewriteError::Json(JsonError::Unexpected { at }) => {
+            RewriteError::Json(JsonError::Unexpected { at: at + by })
+        }
+        RewriteError::Json(JsonError::Eof { at }) => RewriteError::Json(JsonError::Eof { at: at + by }),
+        other => other,
+    }
+}
+
 /// The order of a part's occurrences: by start, the longest first.
 fn occ_order(r: &Range<usize>) -> (usize, usize) {
     (r.start, usize::MAX - r.end)
@@ -632,6 +686,11 @@ fn choose(candidates: &[KindId], ctx: Option<KindId>, or: Option<KindId>) -> Opt
     ctx.filter(|c| candidates.contains(c))
         .or(or.filter(|c| candidates.contains(c)))
         .or(candidates.first().copied())
+}
+
+/// The local id of a reference to a contained resource (`#p1` → `p1`).
+fn contained_ref(text: &str) -> Option<&str> {
+    text.strip_prefix('#').filter(|id| shape::is_fhir_id(id))
 }
 
 /// Whether `r` overlaps any range of `sorted` (sorted by start, non-overlapping).
@@ -675,6 +734,12 @@ impl<'t> Rewriter<'_, 't> {
                 got: body.len(),
             });
         }
+        // A known id (of this body or an earlier one) cut by an invisible
+        // or look-alike character: replacing the part that matches would
+        // alias a prefix.
+        if let Some(at) = broken::broken_id(None, Some(&self.known), body) {
+            return Err(RewriteError::BrokenId { at });
+        }
         if self.alias_of.is_empty() {
             self.verify(body, p, &[])?;
             return Ok(body.to_vec());
@@ -696,13 +761,14 @@ impl<'t> Rewriter<'_, 't> {
             };
             edits.push((r.clone(), with));
         }
-        // Known ids anywhere: inside unescaped strings, or a whole number.
+        // Known ids anywhere: inside unescaped strings that are not
+        // clinical content, or a whole number.
         let in_lit = |r: &Range<usize>| {
             !p.kind.is_json() || {
                 let l = p.lits.partition_point(|l| l.range.end < r.end);
-                p.lits
-                    .get(l)
-                    .is_some_and(|l| l.range.start <= r.start && r.end <= l.range.end)
+                p.lits.get(l).is_some_and(|l| {
+                    l.range.start <= r.start && r.end <= l.range.end && !l.protected
+                })
             }
         };
         self.known.for_each_outside(body, &p.occs, |r, v| {
@@ -756,7 +822,7 @@ impl<'t> Rewriter<'_, 't> {
             edits.extend(extra);
         }
         // Escaped literals: rewrite the decoded text, re-encode the literal.
-        for e in &p.escaped {
+        for e in p.escaped.iter().filter(|e| !e.protected) {
             let mut inner: Vec<(Range<usize>, usize)> = e.occs.clone();
             inner.sort_by_key(|(r, _)| r.start);
             let mut extra = Vec::new();
@@ -871,12 +937,14 @@ impl<'t> Rewriter<'_, 't> {
         match kind {
             BodyKind::Json => {
                 let src = std::str::from_utf8(out).map_err(|_| JsonError::NotUtf8)?;
-                json(src, 0)?;
+                let (bom, doc) = split_bom(src);
+                json(doc, bom)?;
             }
             BodyKind::NdJson => {
                 let src = std::str::from_utf8(out).map_err(|_| JsonError::NotUtf8)?;
-                let mut at = 0;
-                for line in src.split_inclusive('\n') {
+                let (bom, doc) = split_bom(src);
+                let mut at = bom;
+                for line in doc.split_inclusive('\n') {
                     if !line.trim().is_empty() {
                         json(line, at)?;
                     }
@@ -1122,6 +1190,9 @@ struct Member<'a> {
     kinds: Vec<KindId>,
     value: Cow<'a, str>,
     loc: Loc,
+    /// An `id` that is an id only if its object is a FHIR resource (a
+    /// word, or an element id inside a resource).
+    weak: bool,
 }
 
 #[derive(Debug, Default)]
@@ -1183,6 +1254,11 @@ struct KeyInfo {
     resource_type: bool,
     /// The key's own text holds no id and no escape.
     clean: bool,
+    /// Its values are clinical content ([`super::fhir::is_clinical_value_key`]).
+    clinical: bool,
+    /// It names no record when inside a FHIR resource
+    /// ([`super::fhir::is_non_record_id_key`]).
+    non_record_in_resource: bool,
 }
 
 impl<'t, 'a> Walker<'_, 't, 'a> {
@@ -1269,23 +1345,59 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
     /// The key a value sits under (its array's key inside an array) and
     /// whether it is an object's member.
     fn value_context(&self) -> (Option<KeyInfo>, bool) {
-        match self.frames.last() {
+        let (key, member) = match self.frames.last() {
             Some(Frame::Obj(o)) => (o.cur_key, true),
             Some(Frame::Arr { key, .. }) => (*key, false),
             None => (None, false),
+        };
+        // A FHIR `…Id` element that names no record: no id position there.
+        let key = key.map(|mut k| {
+            if k.non_record_in_resource && self.in_resource() {
+                k.role = None;
+                k.field_kind = None;
+            }
+            k
+        });
+        (key, member)
+    }
+
+    /// Whether an open object is a FHIR resource (has a `resourceType`).
+    fn in_resource(&self) -> bool {
+        self.frames
+            .iter()
+            .any(|f| matches!(f, Frame::Obj(o) if o.resource_type.is_some()))
+    }
+
+    /// Marks the literal just registered at `loc` as clinical content.
+    fn protect(&mut self, loc: &Loc) {
+        match loc {
+            Loc::Raw(r) => {
+                if let Some(l) = self.part.lits.last_mut().filter(|l| l.range == *r) {
+                    l.protected = true;
+                }
+            }
+            Loc::Esc { lit, .. } => {
+                if let Some(e) = self.part.escaped.get_mut(*lit) {
+                    e.protected = true;
+                }
+            }
         }
     }
 
     fn key_info(&self, key: &str, clean: bool) -> KeyInfo {
         let tax = self.scan.tax;
         let meaning = tax.key_meaning(key);
+        // `linkId` and its kin label items; they name no record anywhere.
+        let link = super::fhir::is_link_id_key(key);
         KeyInfo {
-            role: meaning.role,
-            field_kind: meaning.id_kind,
+            role: meaning.role.filter(|_| !link),
+            field_kind: meaning.id_kind.filter(|_| !link),
             object_kind: meaning.object_kind,
             envelope: tax.is_envelope_key(key),
             resource_type: key == "resourceType",
             clean,
+            clinical: super::fhir::is_clinical_value_key(key),
+            non_record_in_resource: super::fhir::is_non_record_id_key(key, true),
         }
     }
 
@@ -1300,6 +1412,7 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
                 span: lit.span.clone(),
                 text: text.clone().into_owned(),
                 occs: Vec::new(),
+                protected: false,
             });
             let idx = self.part.escaped.len() - 1;
             Ok((
@@ -1314,6 +1427,7 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
             self.part.lits.push(LitSpan {
                 range: inner.clone(),
                 clean: false,
+                protected: false,
             });
             Ok((text, Loc::Raw(inner)))
         }
@@ -1391,6 +1505,16 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
             self.scan_text(&text, &loc, None);
             return;
         };
+        if key.clinical {
+            // A code, system, display or name: an id shape in it (a UUID, a
+            // reference of a configured type) is an id, but an id learned
+            // elsewhere is never replaced in it (`hl7` of `Organization/hl7`
+            // in `http://terminology.hl7.org/…`). Verification reads it: a
+            // learned id left there withholds the body.
+            self.protect(&loc);
+            self.scan_text(&text, &loc, None);
+            return;
+        }
         let (role, field_kind) = (key.role, key.field_kind);
         if in_object {
             if key.resource_type {
@@ -1398,6 +1522,16 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
                     o.resource_type = Some(text);
                 }
                 return;
+            }
+            if role == Some(KeyRole::Reference) {
+                if let Some(local) = contained_ref(&text) {
+                    // `#p1`: a contained resource of this one, whose `id`
+                    // is aliased where it stands; the two are rewritten
+                    // together, as one value.
+                    let v = self.scan.value(local, tax.fallback_kind(), Form::Fhir);
+                    self.push_occ(&loc, 1..text.len(), v);
+                    return;
+                }
             }
             let member = match role {
                 Some(KeyRole::Reference) => {
@@ -1416,6 +1550,7 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
                             kinds: kinds.to_vec(),
                             value,
                             loc: Self::sub_loc(&loc, sub),
+                            weak: false,
                         }
                     })
                 }
@@ -1427,8 +1562,20 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
                         kinds: Vec::new(),
                         value: text.clone(),
                         loc: Self::sub_loc(&loc, sub),
+                        weak: false,
                     })
                 }
+                // A FHIR resource's id may be a word (`example`,
+                // `referral`): an id when the object turns out to be a
+                // resource, text otherwise.
+                Some(KeyRole::Id) if shape::is_fhir_id(&text) => Some(Member {
+                    role: Some(KeyRole::Id),
+                    field_kind: None,
+                    kinds: Vec::new(),
+                    value: text.clone(),
+                    loc: Self::sub_loc(&loc, 0..text.len()),
+                    weak: true,
+                }),
                 Some(_) => None,
                 None => field_kind
                     .filter(|_| shape::is_identifier(&text, max))
@@ -1440,6 +1587,7 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
                             kinds: Vec::new(),
                             value: text.clone(),
                             loc: Self::sub_loc(&loc, sub),
+                            weak: false,
                         }
                     }),
             };
@@ -1486,6 +1634,7 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
                     kinds: Vec::new(),
                     value,
                     loc: Loc::Raw(span),
+                    weak: false,
                 });
             }
             _ => {
@@ -1497,6 +1646,7 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
                         kinds: Vec::new(),
                         value,
                         loc: Loc::Raw(span),
+                        weak: false,
                     });
                 } else {
                     let v = self.scan.value(text, k, Form::Slug);
@@ -1513,8 +1663,40 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
             return;
         }
         let mut all = std::mem::take(&mut self.members);
-        self.finish_members(&obj, all.get(obj.members_from..).unwrap_or_default());
-        all.truncate(obj.members_from);
+        let mut own = all.split_off(obj.members_from.min(all.len()));
+        // The `id` of an element inside a FHIR resource (`result[0].id`,
+        // an extension's or an item's id) names no record; nor does a
+        // word under `id` outside a resource. Such a text is read for id
+        // shapes like any other.
+        // An embedded record (under a kind's key, or with a FHIR id or a
+        // slug of its own beside its `id`) keeps its `id`.
+        let element = obj.resource_type.is_none()
+            && obj.key.is_none_or(|k| k.object_kind.is_none())
+            && !own
+                .iter()
+                .any(|m| matches!(m.role, Some(KeyRole::Fhir | KeyRole::Slug)))
+            && self.in_resource();
+        let resource = obj.resource_type.is_some();
+        let mut texts = Vec::new();
+        own.retain(|m| {
+            let keep = if m.role == Some(KeyRole::Id) && element {
+                false
+            } else {
+                !m.weak || resource
+            };
+            if !keep {
+                texts.push((m.value.clone(), m.loc.clone()));
+            }
+            keep
+        });
+        for (text, loc) in texts {
+            let loc = match loc {
+                Loc::Raw(r) => Loc::Raw(r),
+                Loc::Esc { lit, .. } => Loc::Esc { lit, range: 0..0 },
+            };
+            self.scan_text(&text, &loc, None);
+        }
+        self.finish_members(&obj, &own);
         self.members = all;
     }
 

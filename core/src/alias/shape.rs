@@ -158,6 +158,11 @@ pub(crate) fn is_identifier(value: &str, max_len: usize) -> bool {
         && value.bytes().any(|b| b.is_ascii_digit() || b == b'-')
 }
 
+/// Whether `s` is a FHIR logical id: 1 to 64 of `[A-Za-z0-9.-]`.
+pub(crate) fn is_fhir_id(s: &str) -> bool {
+    !s.is_empty() && s.len() <= FHIR_ID_MAX && s.bytes().all(is_fhir_id_byte)
+}
+
 /// A FHIR id character (`[A-Za-z0-9.-]`).
 fn is_fhir_id_byte(b: u8) -> bool {
     is(b, FHIR_ID)

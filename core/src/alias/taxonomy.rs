@@ -1178,6 +1178,14 @@ impl Taxonomy {
         self.by_prefix.keys().map(str::len).max().unwrap_or(0)
     }
     // The text-pattern lookups take a word as bytes, as the patterns read it.
+    /// Every FHIR id prefix the taxonomy names (`pat`), for a check that
+    /// reads the configuration only ([`crate::lastword`]).
+    pub fn fhir_prefixes(&self) -> impl Iterator<Item = &str> {
+        self.fhir_prefix
+            .0
+            .keys()
+            .filter_map(|k| std::str::from_utf8(k).ok())
+    }
     pub(crate) fn fhir_prefix_kinds(&self, prefix: impl AsRef<[u8]>) -> Option<&[KindId]> {
         let prefix = prefix.as_ref();
         if !self.pairs.fhir_prefix.may_hold(prefix) {

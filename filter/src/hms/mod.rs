@@ -166,6 +166,8 @@ fn hand_on(
             HeaderEdit::Set(name, value) => host::set_header(map, name, Some(value)),
             HeaderEdit::Remove(name) => host::set_header(map, name, None),
             HeaderEdit::Add(name, value) => host::add_header(map, name, value),
+            HeaderEdit::SetBytes(name, value) => host::set_header_bytes(map, name, Some(value)),
+            HeaderEdit::AddBytes(name, value) => host::add_header_bytes(map, name, value),
         };
         if let Err(e) = done {
             // The first refusal is the one reported.

@@ -16,7 +16,7 @@ use crate::host;
 use crate::metrics::{count, Withheld};
 use keyhole_core::alias::wire::{ErrorCode, WithTaxonomy};
 use keyhole_core::alias::{BodyKind, EncodeRequest, Taxonomy, EncodeResponse, KnownAlias, PartId, ResponseScan};
-use keyhole_core::{charset, coding};
+use keyhole_core::{charset, coding, lastword};
 use keyhole_core::reply::{self, LocalReply};
 use proxy_wasm::types::{Action, BufferType, StreamType};
 
@@ -49,7 +49,7 @@ enum State {
     #[default]
     Idle,
     /// Holding the body to its end (the hold filter holds the headers).
-    Reading { headers: Vec<(String, String)>, kind: BodyKind },
+    Reading { headers: Vec<(String, String)>, latin1: Vec<bool>, kind: BodyKind },
     /// Waiting for control's encode answer.
     Encoding { job: Box<Job> },
 }
@@ -67,6 +67,9 @@ struct Job {
     held: Held,
     /// Scanned headers: name, original value, part.
     headers: Vec<(String, String, PartId)>,
+    /// Per scanned header: its value was not UTF-8 and is read one
+    /// character per byte ([`charset::header_text`]); it goes back as bytes.
+    latin1: Vec<bool>,
     /// [`Headers::Held`] with a body, [`Headers::Direct`] for a bodiless
     /// response (its headers paused here).
     hold: Headers,
@@ -75,10 +78,12 @@ struct Job {
 impl Job {
     /// Scans `body` (read as `kind`) and `headers` for ids; fails, never
     /// quoting the response, when a part cannot be read.
+    #[allow(clippy::too_many_arguments)]
     fn scan(
         tax: &'static Taxonomy,
         path: &str,
         headers: &[(String, String)],
+        latin1: Vec<bool>,
         body: Vec<u8>,
         held: Held,
         kind: BodyKind,
@@ -97,7 +102,7 @@ impl Job {
                 Ok((name.clone(), value.clone(), part))
             })
             .collect::<Result<_, String>>()?;
-        Ok(Job { scan, body, body_part, held, headers, hold })
+        Ok(Job { scan, body, body_part, held, headers, latin1, hold })
     }
 
     /// The held body's length, for [`Response::withhold`].
@@ -193,20 +198,29 @@ impl Response {
         if !matches!(self.state, State::Idle) {
             return Action::Continue;
         }
-        let Ok(all) = host::response_headers() else {
+        let Ok(all) = host::response_headers_raw() else {
             return self.withhold(s, Withheld::Host, None, Vec::new(), "the response headers could not be read");
         };
-        let kind = body_kind(all.iter().find(|(n, _)| n == "content-type").map(|(_, v)| v.as_str()));
-        let headers: Vec<(String, String)> =
-            all.into_iter().filter(|(n, _)| !n.starts_with(':') && !UNSCANNED.contains(&n.as_str())).collect();
+        // Values keep their bytes: one that is not UTF-8 is read one
+        // character per byte and written back so.
+        let all: Vec<((String, String), bool)> = all
+            .into_iter()
+            .map(|(n, v)| {
+                let (text, latin1) = charset::header_text(&v);
+                ((n, text), latin1)
+            })
+            .collect();
+        let kind = body_kind(all.iter().find(|((n, _), _)| n == "content-type").map(|((_, v), _)| v.as_str()));
+        let (headers, latin1): (Vec<(String, String)>, Vec<bool>) =
+            all.into_iter().filter(|((n, _), _)| !n.starts_with(':') && !UNSCANNED.contains(&n.as_str())).unzip();
         if end_of_stream {
-            return self.encode(s, headers, Vec::new(), Held::NONE, kind, Headers::Direct);
+            return self.encode(s, headers, latin1, Vec::new(), Held::NONE, kind, Headers::Direct);
         }
         if host::set_response_header(hold::HOLD_HEADER, Some(hold::HOLD_CLOSED)).is_err() {
             count(s.metrics.hms.withheld(Withheld::Host), 1);
             return self.refuse(&reply::unaliasable("the response could not be held"));
         }
-        self.state = State::Reading { headers, kind };
+        self.state = State::Reading { headers, latin1, kind };
         Action::Continue
     }
 
@@ -219,7 +233,7 @@ impl Response {
             State::Encoding { .. } => return Action::Pause,
             State::Idle => return Action::Continue,
         }
-        let State::Reading { headers, kind } = std::mem::replace(&mut self.state, State::Idle) else {
+        let State::Reading { headers, latin1, kind } = std::mem::replace(&mut self.state, State::Idle) else {
             return Action::Pause;
         };
         let Ok(body) = host::buffer(BufferType::HttpResponseBody, body_size) else {
@@ -227,7 +241,7 @@ impl Response {
             return self.withhold(s, Withheld::Host, Some(body_size), removals, "the response body could not be read");
         };
         match decoded(&headers, body, s.config.max_body_bytes) {
-            Ok((body, held)) => self.encode(s, headers, body, held, kind, Headers::Held),
+            Ok((body, held)) => self.encode(s, headers, latin1, body, held, kind, Headers::Held),
             Err(reason) => self.withhold(s, Withheld::Unreadable, Some(body_size), removals(names(&headers)), &reason),
         }
     }
@@ -258,17 +272,19 @@ impl Response {
     }
 
     /// Scans a complete response and asks control to encode its ids.
+    #[allow(clippy::too_many_arguments)]
     fn encode(
         &mut self,
         s: &Stream,
         headers: Vec<(String, String)>,
+        latin1: Vec<bool>,
         body: Vec<u8>,
         held: Held,
         kind: BodyKind,
         hold: Headers,
     ) -> Action {
         let held_body = (hold == Headers::Held).then_some(held.len);
-        let job = match Job::scan(taxonomy(&s.config), &s.path, &headers, body, held, kind, hold) {
+        let job = match Job::scan(taxonomy(&s.config), &s.path, &headers, latin1, body, held, kind, hold) {
             Ok(job) => Box::new(job),
             Err(reason) => {
                 return self.withhold(s, Withheld::Unreadable, held_body, removals(names(&headers)), &reason)
@@ -324,10 +340,23 @@ impl Response {
     /// and `known` (the session's ids from earlier bodies, with their
     /// aliases), and hands the response on.
     fn apply(&mut self, s: &Stream, job: Job, aliases: &[String], known: &[KnownAlias]) -> Action {
-        let (body, mut edits) = match rewrite(&job, aliases, known) {
+        let (body, mut edits, headers) = match rewrite(&job, aliases, known) {
             Ok(rewritten) => rewritten,
             Err(reason) => return self.withhold(s, Withheld::Unreadable, job.held_body(), job.removals(), &reason),
         };
+        // The last word: what is about to leave, read by a check that shares
+        // nothing with the scan and the rewrite. A raw id it finds withholds
+        // the response, counted and logged by reason (never the value).
+        if let Some(found) = last_word(taxonomy(&s.config), &job, aliases, known, &body, &headers) {
+            count(s.metrics.hms.last_word(found.reason), 1);
+            let reason = format!(
+                "last word: a raw id ({}) in the {}{}",
+                found.reason.as_str(),
+                found.place.as_str(),
+                if found.decoded { ", encoded" } else { "" }
+            );
+            return self.withhold(s, Withheld::LastWord, job.held_body(), job.removals(), &reason);
+        }
         log::info!(
             "keyhole.alias-encode context={} session={} ids={} headers_rewritten={} bytes_in={} bytes_out={}",
             s.context_id,
@@ -414,9 +443,33 @@ impl Response {
     }
 }
 
-/// The rewritten body and the header edits of `job`, or why the response
-/// cannot be aliased (never quoting it).
-fn rewrite(job: &Job, aliases: &[String], known: &[KnownAlias]) -> Result<(Vec<u8>, Vec<HeaderEdit>), String> {
+/// What the last word finds in a rewritten response (`body`, and every
+/// scanned header as it will leave), if anything.
+fn last_word(
+    tax: &Taxonomy,
+    job: &Job,
+    aliases: &[String],
+    known: &[KnownAlias],
+    body: &[u8],
+    headers: &[(String, String)],
+) -> Option<lastword::Finding> {
+    let raw = job.scan.ids().iter().map(|i| i.value.as_str()).chain(known.iter().map(|k| k.value.as_str()));
+    let given = aliases.iter().map(String::as_str).chain(known.iter().map(|k| k.alias.as_str()));
+    let word = lastword::LastWord::new(tax, raw, given);
+    if !body.is_empty() {
+        if let Some(found) = word.check_body(body) {
+            return Some(found);
+        }
+    }
+    headers.iter().find_map(|(name, value)| word.check_header(name.as_bytes(), value.as_bytes()))
+}
+
+/// Every scanned header as it will leave: name and value, rewritten or not.
+type FinalHeaders = Vec<(String, String)>;
+
+/// The rewritten body, the header edits of `job` and its headers as they
+/// will leave, or why the response cannot be aliased (never quoting it).
+fn rewrite(job: &Job, aliases: &[String], known: &[KnownAlias]) -> Result<(Vec<u8>, Vec<HeaderEdit>, FinalHeaders), String> {
     let rewriter = job.scan.rewriter(aliases, known).map_err(|e| e.to_string())?;
     let body = match job.body_part {
         Some(part) => rewriter.rewrite(part, &job.body).map_err(|e| e.to_string())?,
@@ -425,23 +478,41 @@ fn rewrite(job: &Job, aliases: &[String], known: &[KnownAlias]) -> Result<(Vec<u
     // Per header name, in order of first appearance: every value, rewritten,
     // and whether any changed. A repeated header (`Link` twice) is set to all
     // its values again, so it stays repeated.
-    let mut values: Vec<(&str, Vec<String>, bool)> = Vec::new();
-    for (name, value, part) in &job.headers {
+    // Per name: every value (text, and whether it goes back as bytes),
+    // and whether any changed.
+    let mut values: Vec<(&str, Vec<(String, bool)>, bool)> = Vec::new();
+    for ((name, value, part), latin1) in job.headers.iter().zip(job.latin1.iter().chain(std::iter::repeat(&false))) {
         let out = rewriter.rewrite(*part, value.as_bytes()).map_err(|e| e.to_string())?;
         let changed = out != value.as_bytes();
         let new = String::from_utf8(out).map_err(|_| "a header could not be rewritten".to_owned())?;
         match values.iter_mut().find(|(n, _, _)| *n == name.as_str()) {
             Some((_, all, any)) => {
-                all.push(new);
+                all.push((new, *latin1));
                 *any |= changed;
             }
-            None => values.push((name.as_str(), vec![new], changed)),
+            None => values.push((name.as_str(), vec![(new, *latin1)], changed)),
         }
     }
-    let edits = values
-        .into_iter()
-        .filter(|(_, _, changed)| *changed)
-        .flat_map(|(name, all, _)| HeaderEdit::set_all(name, all))
+    let finals = values
+        .iter()
+        .flat_map(|(name, all, _)| all.iter().map(|(v, _)| ((*name).to_owned(), v.clone())))
         .collect();
-    Ok((body, edits))
+    let mut edits = Vec::new();
+    for (name, all, changed) in values {
+        if !changed {
+            continue;
+        }
+        if all.iter().any(|(_, latin1)| *latin1) {
+            // Written back byte for byte: only the alias changed.
+            let bytes = all
+                .into_iter()
+                .map(|(v, latin1)| if latin1 { charset::header_bytes(&v) } else { Some(v.into_bytes()) })
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| "a header could not be rewritten".to_owned())?;
+            edits.extend(HeaderEdit::set_all_bytes(name, bytes));
+        } else {
+            edits.extend(HeaderEdit::set_all(name, all.into_iter().map(|(v, _)| v).collect()));
+        }
+    }
+    Ok((body, edits, finals))
 }

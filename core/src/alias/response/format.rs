@@ -31,11 +31,13 @@ pub enum WithholdReason {
     /// The encode answer does not fit the scan (alias count, empty alias,
     /// another body): a bug on the caller's side, not in the body.
     Mismatch,
+    /// An id runs across an invisible or look-alike character.
+    BrokenId,
 }
 
 impl WithholdReason {
     /// The label (`compressed`, `binary`, `not_json`, `not_xml`, `leak`,
-    /// `mismatch`).
+    /// `mismatch`, `broken_id`).
     pub fn as_str(self) -> &'static str {
         match self {
             WithholdReason::Compressed => "compressed",
@@ -44,6 +46,7 @@ impl WithholdReason {
             WithholdReason::NotXml => "not_xml",
             WithholdReason::Leak => "leak",
             WithholdReason::Mismatch => "mismatch",
+            WithholdReason::BrokenId => "broken_id",
         }
     }
 }
@@ -158,6 +161,7 @@ fn compressed(body: &[u8]) -> bool {
 /// JSON (or NDJSON) when the first non-space byte opens an object or array
 /// and the whole body parses; `None` otherwise.
 fn sniff_json(src: &str) -> Option<BodyKind> {
+    let src = super::split_bom(src).1;
     let first = src.bytes().find(|b| !b.is_ascii_whitespace())?;
     if !matches!(first, b'{' | b'[') {
         return None;

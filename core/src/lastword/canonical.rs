@@ -1,0 +1,309 @@
+//! The canonical views of the last word (see [`super`]): escapes and
+//! references decoded, invisible characters removed, look-alikes folded,
+//! markup stripped, and the decoders of percent, quoted-printable, base64
+//! and hex text.
+
+/// Shortest base64 or hex run that is decoded: 12 bytes of payload at least.
+const MIN_RUN: usize = 16;
+
+/// Longest text read in one decoded run (bounds the work on a huge blob).
+const MAX_RUN: usize = 64 * 1024;
+
+/// The canonical form of one character: removed, folded to ASCII, or kept.
+enum Fold {
+    Drop,
+    Ascii(u8),
+    Keep,
+}
+
+fn fold(c: char) -> Fold {
+    match u32::from(c) {
+        0xAD | 0x34F | 0x61C | 0x180E | 0x200B..=0x200F | 0x202A..=0x202E | 0x2060..=0x2064
+        | 0x2066..=0x2069 | 0xFEFF => Fold::Drop,
+        0x2010..=0x2015 | 0x2043 | 0x2212 | 0x2796 | 0xFE58 | 0xFE63 | 0xFF0D => Fold::Ascii(b'-'),
+        0x2044 | 0x2215 | 0xFF0F => Fold::Ascii(b'/'),
+        0x3000 | 0x00A0 | 0x2000..=0x200A | 0x202F | 0x205F => Fold::Ascii(b' '),
+        u @ 0xFF01..=0xFF5E => u8::try_from(u - 0xFF01 + 0x21).map_or(Fold::Keep, Fold::Ascii),
+        _ => Fold::Keep,
+    }
+}
+
+/// A few named character references (the rest are no id characters).
+fn named_reference(name: &str) -> Option<char> {
+    Some(match name {
+        "amp" => '&',
+        "lt" => '<',
+        "gt" => '>',
+        "quot" => '"',
+        "apos" => '\'',
+        "nbsp" => ' ',
+        "shy" => '\u{ad}',
+        "hyphen" | "dash" => '-',
+        "ndash" => '\u{2013}',
+        "mdash" => '\u{2014}',
+        "minus" => '-',
+        "sol" => '/',
+        "colon" => ':',
+        "period" => '.',
+        "lowbar" | "UnderBar" => '_',
+        "num" => '#',
+        "percnt" => '%',
+        "equals" => '=',
+        "quest" => '?',
+        "ZeroWidthSpace" => '\u{200b}',
+        "NoBreak" => '\u{2060}',
+        "zwj" => '\u{200d}',
+        "zwnj" => '\u{200c}',
+        _ => return None,
+    })
+}
+
+/// Pushes `c` folded.
+fn push_folded(out: &mut Vec<u8>, c: char) {
+    match fold(c) {
+        Fold::Drop => {}
+        Fold::Ascii(b) => out.push(b),
+        Fold::Keep => {
+            let mut buf = [0u8; 4];
+            out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+        }
+    }
+}
+
+/// The canonical text of `raw` (see the module doc); `strip_markup` also
+/// removes tags and CDATA / comment markers.
+pub fn canonical(raw: &[u8], strip_markup: bool) -> Vec<u8> {
+    let text = String::from_utf8_lossy(raw);
+    let s = text.as_bytes();
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while let Some(&b) = s.get(i) {
+        let rest = s.get(i..).unwrap_or_default();
+        match b {
+            b'\\' => {
+                if let Some((c, len)) = json_escape(rest) {
+                    push_folded(&mut out, c);
+                    i += len;
+                    continue;
+                }
+            }
+            b'&' => {
+                if let Some((c, len)) = reference(rest) {
+                    push_folded(&mut out, c);
+                    i += len;
+                    continue;
+                }
+            }
+            b'<' if strip_markup => {
+                if let Some(len) = markup(rest) {
+                    i += len;
+                    continue;
+                }
+            }
+            b']' if strip_markup && rest.starts_with(b"]]>") => {
+                i += 3;
+                continue;
+            }
+            b'-' if strip_markup && rest.starts_with(b"-->") => {
+                out.push(b' ');
+                i += 3;
+                continue;
+            }
+            0x80.. => {
+                if let Some(c) = text.get(i..).and_then(|t| t.chars().next()) {
+                    push_folded(&mut out, c);
+                    i += c.len_utf8();
+                    continue;
+                }
+            }
+            _ => {}
+        }
+        out.push(b);
+        i += 1;
+    }
+    out
+}
+
+/// A JSON escape at the start of `s`: the character and the escape's length
+/// (a surrogate pair is one character).
+fn json_escape(s: &[u8]) -> Option<(char, usize)> {
+    let c = *s.get(1)?;
+    let simple = match c {
+        b'"' => Some('"'),
+        b'\\' => Some('\\'),
+        b'/' => Some('/'),
+        b'n' => Some('\n'),
+        b't' => Some('\t'),
+        b'r' => Some('\r'),
+        b'b' | b'f' => Some(' '),
+        _ => None,
+    };
+    if let Some(ch) = simple {
+        return Some((ch, 2));
+    }
+    if c != b'u' {
+        return None;
+    }
+    let unit = |at: usize| -> Option<u32> {
+        let h = std::str::from_utf8(s.get(at..at + 4)?).ok()?;
+        u32::from_str_radix(h, 16).ok()
+    };
+    let hi = unit(2)?;
+    if (0xD800..0xDC00).contains(&hi) && s.get(6..8) == Some(b"\\u") {
+        let lo = unit(8)?;
+        let code = 0x10000 + ((hi - 0xD800) << 10) + lo.checked_sub(0xDC00)?;
+        return Some((char::from_u32(code)?, 12));
+    }
+    Some((char::from_u32(hi)?, 6))
+}
+
+/// An HTML character reference at the start of `s`.
+fn reference(s: &[u8]) -> Option<(char, usize)> {
+    let end = s.iter().take(40).position(|b| *b == b';')?;
+    let name = std::str::from_utf8(s.get(1..end)?).ok()?;
+    let c = match name.strip_prefix('#') {
+        Some(num) => {
+            let code = match num.strip_prefix(['x', 'X']) {
+                Some(h) => u32::from_str_radix(h, 16).ok()?,
+                None => num.parse().ok()?,
+            };
+            char::from_u32(code)?
+        }
+        None => named_reference(name)?,
+    };
+    Some((c, end + 1))
+}
+
+/// A tag, `<![CDATA[` or `<!--` at the start of `s`: its length.
+fn markup(s: &[u8]) -> Option<usize> {
+    if s.starts_with(b"<![CDATA[") {
+        return Some(9);
+    }
+    if s.starts_with(b"<!--") {
+        return Some(4);
+    }
+    let next = *s.get(1)?;
+    if !(next.is_ascii_alphabetic() || next == b'/' || next == b'!' || next == b'?') {
+        return None;
+    }
+    let close = s.iter().take(512).position(|b| *b == b'>')?;
+    Some(close + 1)
+}
+
+/// One round of percent decoding; `None` when there is no escape.
+pub(super) fn percent_decoded(t: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(t.len());
+    let mut any = false;
+    let mut i = 0;
+    while let Some(&b) = t.get(i) {
+        if b == b'%' {
+            let v = t
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok());
+            if let Some(v) = v {
+                out.push(v);
+                i += 3;
+                any = true;
+                continue;
+            }
+        }
+        out.push(b);
+        i += 1;
+    }
+    any.then_some(out)
+}
+
+/// Quoted-printable decoding (`=2D`, soft line breaks); `None` when the
+/// text holds neither.
+pub(super) fn quoted_printable(t: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(t.len());
+    let mut any = false;
+    let mut i = 0;
+    while let Some(&b) = t.get(i) {
+        if b == b'=' {
+            if t.get(i + 1..i + 3) == Some(b"\r\n") {
+                i += 3;
+                any = true;
+                continue;
+            }
+            if t.get(i + 1) == Some(&b'\n') {
+                i += 2;
+                any = true;
+                continue;
+            }
+            let h = t.get(i + 1..i + 3).unwrap_or_default();
+            let upper_hex = h.len() == 2 && h.iter().all(|c| c.is_ascii_digit() || (b'A'..=b'F').contains(c));
+            if upper_hex {
+                let v = std::str::from_utf8(h).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
+                if let Some(v) = v {
+                    out.push(v);
+                    i += 3;
+                    any = true;
+                    continue;
+                }
+            }
+        }
+        out.push(b);
+        i += 1;
+    }
+    any.then_some(out)
+}
+
+/// Runs of base64 / base64url / hex characters long enough to decode.
+pub(super) fn runs(t: &[u8]) -> impl Iterator<Item = &[u8]> {
+    t.split(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'-' | b'_')))
+        .filter(|r| r.len() >= MIN_RUN)
+        .map(|r| r.get(..MAX_RUN).unwrap_or(r))
+}
+
+/// Base64 or base64url (padding optional) of `run`, from its start.
+pub(super) fn base64(run: &[u8]) -> Option<Vec<u8>> {
+    let val = |b: u8| -> Option<u32> {
+        Some(match b {
+            b'A'..=b'Z' => u32::from(b - b'A'),
+            b'a'..=b'z' => u32::from(b - b'a') + 26,
+            b'0'..=b'9' => u32::from(b - b'0') + 52,
+            b'+' | b'-' => 62,
+            b'/' | b'_' => 63,
+            _ => return None,
+        })
+    };
+    let mut out = Vec::with_capacity(run.len() * 3 / 4);
+    let mut acc = 0u32;
+    let mut bits = 0;
+    for &b in run {
+        acc = (acc << 6) | val(b)?;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push(u8::try_from((acc >> bits) & 0xFF).ok()?);
+        }
+    }
+    Some(out)
+}
+
+/// Hex of `run`: every byte a hex digit, an even count.
+pub(super) fn hex(run: &[u8]) -> Option<Vec<u8>> {
+    if !run.len().is_multiple_of(2) || !run.iter().all(u8::is_ascii_hexdigit) {
+        return None;
+    }
+    run.chunks(2)
+        .map(|p| std::str::from_utf8(p).ok().and_then(|h| u8::from_str_radix(h, 16).ok()))
+        .collect()
+}
+
+/// Whether decoded bytes are text (UTF-8, almost all printable): random
+/// bytes are not read.
+pub(super) fn is_text(b: &[u8]) -> bool {
+    let Ok(s) = std::str::from_utf8(b) else {
+        return false;
+    };
+    let total = s.chars().count();
+    let printable = s
+        .chars()
+        .filter(|c| !c.is_control() || matches!(c, '\n' | '\r' | '\t'))
+        .count();
+    total > 0 && printable * 20 >= total * 19
+}
+

@@ -1,0 +1,186 @@
+use super::*;
+use crate::alias::corpus;
+use crate::alias::{BodyKind, Epoch, KnownAlias, ResponseScan, SessionMap};
+
+fn word(known: &[&str], aliases: &[&str]) -> LastWord {
+    LastWord::new(&Taxonomy::default(), known.iter().copied(), aliases.iter().copied())
+}
+
+fn b64(bytes: &[u8], url: bool) -> String {
+    let alphabet: &[u8] = if url {
+        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    } else {
+        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    };
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            out.push(char::from(alphabet[((n >> (18 - 6 * i)) & 63) as usize]));
+        }
+    }
+    out
+}
+
+/// Raw ids in every encoding of the red team's classes are found, each
+/// for its reason.
+#[test]
+fn raw_ids_are_found_in_any_encoding() {
+    let lw = word(&["anna-k-4471", "4829137", "erikamuster"], &["patient-k7q2-001"]);
+    let uuid = "039b70b8-92f7-44b7-9c91-4e3f0e900c71";
+    let jwt = format!("eyJhbGciOiJIUzI1NiJ9.{}.c2ln", b64(br#"{"sub":"pat-000123","n":"M\xc3\xbcller"}"#, true));
+    let cases: Vec<(String, Reason)> = vec![
+        (format!("see {uuid}"), Reason::Uuid),
+        (format!("see {}", uuid.to_uppercase()), Reason::Uuid),
+        (format!("etag \"{}\"", uuid.replace('-', "")), Reason::Uuid),
+        (format!(r#"{{"x":"{}"}}"#, uuid.replace('-', "\\u002d")), Reason::Uuid),
+        ("PAT-000123 in text".into(), Reason::FhirId),
+        ("Pat\u{2011}000123".into(), Reason::FhirId),
+        ("pat-0001&shy;23".into(), Reason::FhirId),
+        ("pat-\u{ff10}\u{ff10}\u{ff10}\u{ff11}\u{ff12}\u{ff13}".into(), Reason::FhirId),
+        ("<p>pat-<b></b>000123</p>".into(), Reason::FhirId),
+        ("<id><![CDATA[pat-000123]]></id>".into(), Reason::FhirId),
+        ("pat=2D000123 quoted-printable".into(), Reason::FhirId),
+        ("/x?next=pat%252D000123".into(), Reason::FhirId),
+        (format!("data:application/json;base64,{}", b64(br#"{"after":"pat-000123"}"#, false)), Reason::FhirId),
+        (format!("cursor={}", b64("{\"a\":\"\u{e9}\",\n\"id\":\"pat-000123\"}".as_bytes(), true)), Reason::FhirId),
+        (jwt, Reason::FhirId),
+        ("hex 7061742d303030313233".into(), Reason::FhirId),
+        ("subject Patient/482913".into(), Reason::Reference),
+        ("?subject=Patient%2F482913".into(), Reason::Reference),
+        ("Patient/example".into(), Reason::Reference),
+        ("Arztbrief_anna-k-4471_2025.pdf".into(), Reason::KnownId),
+        ("ANNA-K-4471".into(), Reason::KnownId),
+        ("seen 4829137 today".into(), Reason::KnownId),
+        (r#"{"patientId": 482919.0}"#.into(), Reason::IdNumber),
+        (r#"{"patient_id":5.5022E4}"#.into(), Reason::IdNumber),
+        (r#"{"patientId": "482920    "}"#.into(), Reason::IdNumber),
+        (r#"{"patientIds": [482921, 482922]}"#.into(), Reason::IdNumber),
+        (r#"{"ID": 7}"#.into(), Reason::IdNumber),
+    ];
+    for (body, reason) in cases {
+        let f = lw.check_body(body.as_bytes());
+        assert_eq!(f.map(|f| f.reason), Some(reason), "{body}");
+    }
+    // Headers: names and values, bytes that are not UTF-8 included.
+    assert!(lw.check_header(format!("x-{uuid}").as_bytes(), b"1").is_some());
+    assert!(lw.check_header(b"content-disposition", b"attachment; filename=\"pat-000123.pdf\"").is_some());
+    assert!(lw.check_header(b"etag", b"W/\"pat-000123-v7\"").is_some());
+    assert!(lw.check_header(b"x-note", b"M\xfcller pat-000123").is_some());
+}
+
+/// What is meant to be there passes: aliases (also in references and
+/// URLs), terminology and canonical URLs, codes, dates, numbers under keys
+/// that name no record.
+#[test]
+fn aliases_and_clinical_content_pass() {
+    let lw = word(&["anna-k-4471", "hl7", "example"], &["patient-k7q2-001", "ref-k7q2-002"]);
+    for body in [
+        "patient-k7q2-001 seen; Patient/patient-k7q2-001; /api/v2/patients/patient-k7q2-001?cursor=ref-k7q2-002",
+        r#"{"patientId":"patient-k7q2-001","subject":{"reference":"Patient/patient-k7q2-001"}}"#,
+        "http://terminology.hl7.org/CodeSystem/v3-ActCode HL7 example",
+        "http://hl7.org/fhir/StructureDefinition/us-core-patient ValueSet/c80-doc-typecodes",
+        "LOINC 8480-6, ICD-10 E11.9, I10.00, OPS 5-470.11, 2024-03-01T10:00:00Z, COVID-19",
+        r#"{"requestId": 1234567, "traceId": 99, "versionId": "3", "linkId": "1.1.2", "sequence": 1, "amountPaid": 120}"#,
+        r#"{"count": 482913, "total": 5.5E4, "valueInteger": 13}"#,
+        "Müller–Lüdenscheidt, Kranken&shy;haus, Ｔｅｌ ０３０",
+        "eyJhbGciOiJIUzI1NiJ9 d41d8cd98f00b204e9800998ecf8427e",
+        "Group/Team, and/or, km/h, Encounter/Visit, TG-2025-000311",
+        r#"{"idempotencyKey":"01afb03b-b92c-439f-8342-b87728a9ab94","traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}"#,
+        "/api/v2/appointments?idempotencyKey=01afb03b-b92c-439f-8342-b87728a9ab94",
+    ] {
+        assert_eq!(lw.check_body(body.as_bytes()), None, "{body}");
+    }
+    assert_eq!(lw.check_header(b"link", b"</api/v2/patients?cursor=ref-k7q2-002>; rel=next"), None);
+    assert_eq!(lw.check_header(b"content-type", b"application/fhir+json; charset=utf-8"), None);
+}
+
+/// Scans, encodes and rewrites `body` in `session` with its known ids; the
+/// last word for the result, and the result (`None`: withheld before it).
+fn through(
+    tax: &'static Taxonomy,
+    session: &mut SessionMap,
+    body: &[u8],
+    kind: BodyKind,
+    path: &str,
+) -> Option<(LastWord, Vec<u8>)> {
+    let known: Vec<KnownAlias> = session
+        .records()
+        .iter()
+        .flat_map(|r| r.ids.values().map(|(_, v)| KnownAlias { value: v.to_owned(), alias: r.alias.clone() }))
+        .collect();
+    let mut scan = ResponseScan::new(tax);
+    let part = scan.add(body, kind, tax.kind_for_path(path)).ok()?;
+    let aliases = session.encode(tax, scan.ids()).ok()?.aliases;
+    let out = scan.rewriter(&aliases, &known).ok()?.rewrite(part, body).ok()?;
+    let values: Vec<&str> = scan.ids().iter().map(|i| i.value.as_str()).chain(known.iter().map(|k| k.value.as_str())).collect();
+    let given: Vec<&str> = aliases.iter().map(String::as_str).chain(known.iter().map(|k| k.alias.as_str())).collect();
+    Some((LastWord::new(tax, values, given), out))
+}
+
+/// The realistic bodies: the catalog's HMS samples and the HMS body
+/// generator's readable bodies, rewritten as the filter rewrites them. The
+/// last word withholds none of them; it is also timed over them.
+#[test]
+fn realistic_bodies_are_never_withheld() {
+    let tax: &'static Taxonomy = Box::leak(Box::new(Taxonomy::default()));
+    let dir = format!("{}/../../shared/catalog/hms_samples", env!("CARGO_MANIFEST_DIR"));
+    let mut samples = 0;
+    let mut withheld = Vec::new();
+    let mut outputs: Vec<(LastWord, Vec<u8>)> = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        let mut session = SessionMap::with_epoch(Epoch::from_seed(7));
+        let mut paths: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+        paths.sort();
+        for p in paths {
+            let body = std::fs::read(&p).unwrap();
+            samples += 1;
+            let (lw, out) = through(tax, &mut session, &body, BodyKind::Json, "/api/v2/patients/x").expect("sample rewritten");
+            if let Some(f) = lw.check_body(&out) {
+                withheld.push(format!("{}: {f:?}", p.display()));
+            }
+            outputs.push((lw, out));
+        }
+    }
+    let base = std::env::var("PROPTEST_RNG_SEED").ok().and_then(|s| s.parse::<u64>().ok()).unwrap_or(20_261_130);
+    let mut generated = 0;
+    for i in 0..5_000u64 {
+        let seed = base.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(i);
+        let s = corpus::session(seed);
+        let mut session = SessionMap::with_epoch(Epoch::from_seed(seed));
+        for sample in s.readable {
+            let kind = BodyKind::from_content_type(sample.content_type);
+            let Some((lw, out)) = through(tax, &mut session, &sample.body, kind, "/api/v2/patients") else {
+                continue;
+            };
+            generated += 1;
+            if let Some(f) = lw.check_body(&out) {
+                withheld.push(format!("{} {f:?}: {}", sample.label, String::from_utf8_lossy(&out)));
+            }
+            if outputs.len() < 2_000 {
+                outputs.push((lw, out));
+            }
+        }
+    }
+    println!("last word: samples={samples} generated={generated} withheld={}", withheld.len());
+    for w in withheld.iter().take(10) {
+        eprintln!("withheld: {w}");
+    }
+    assert!(samples >= 8 || !std::path::Path::new(&dir).exists(), "{dir}: {samples} samples");
+    assert!(generated >= 9_000, "{generated}");
+    assert!(withheld.is_empty(), "{} realistic bodies withheld", withheld.len());
+
+    // Cost per MB (printed, never asserted: the box is shared).
+    let bytes: usize = outputs.iter().map(|(_, o)| o.len()).sum();
+    let rounds = (8 << 20) / bytes.max(1) + 1;
+    let start = std::time::Instant::now();
+    let mut found = 0;
+    for _ in 0..rounds {
+        for (lw, out) in &outputs {
+            found += usize::from(lw.check_body(out).is_some());
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let mb = (bytes * rounds) as f64 / 1e6;
+    println!("last word: {mb:.1} MB in {secs:.3} s = {:.1} MB/s ({} bodies, found {found})", mb / secs, outputs.len());
+}
