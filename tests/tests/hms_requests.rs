@@ -199,3 +199,17 @@ async fn hms_requests_are_decoded_only_where_they_fit_and_never_forwarded_unread
     assert_eq!(seen[0].body.as_ref(), body.as_slice(), "the encoded body is forwarded unchanged");
     assert_eq!(seen[0].headers.get("content-encoding").and_then(|v| v.to_str().ok()), Some("gzip"));
 }
+
+/// A `Range` request is answered whole: HMS never sees `Range` or `If-Range`,
+/// so no partial answer carries part of an id past the last word.
+#[tokio::test]
+async fn range_requests_reach_hms_without_their_range() {
+    let stack = Stack::start(StackOptions::default()).await.expect("stack");
+    stack.hms.set("/fhir/Patient", Canned::json(br#"{"resourceType":"Bundle","type":"searchset","total":0}"#.to_vec()));
+    stack.hms.clear();
+    let reply = send(&stack, "GET", "/fhir/Patient?name=Schmidt", &[("range", "bytes=0-17"), ("if-range", "\"v7\"")], None).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let seen = stack.hms.seen();
+    assert_eq!(seen.len(), 1);
+    assert!(seen[0].headers.get("range").is_none() && seen[0].headers.get("if-range").is_none(), "{:?}", seen[0].headers);
+}

@@ -37,15 +37,17 @@ use proxy_wasm::types::{Action, BufferType, StreamType};
 /// session header and the hold header): credentials pass through untouched
 /// (`authorization`, `proxy-authorization`, `cookie`); `content-length` is a
 /// number (removed here, set again by the buffer filter); keyhole removes
-/// `accept-encoding`; the rest are opaque keys made by the client or Envoy,
+/// `accept-encoding`, `range` and `if-range`; the rest are opaque keys made by the client or Envoy,
 /// never record ids, that are often UUID-shaped (Envoy's `x-request-id`, trace
 /// context, idempotency keys).
-pub(super) const UNSCANNED: [&str; 15] = [
+pub(super) const UNSCANNED: [&str; 17] = [
     "authorization",
     "proxy-authorization",
     "cookie",
     "content-length",
     "accept-encoding",
+    "range",
+    "if-range",
     "x-request-id",
     "x-client-trace-id",
     "traceparent",
@@ -136,6 +138,11 @@ impl Request {
         // Responses must come back readable: an encoded body cannot be scanned
         // and would be withheld (which is also what a refusal here leads to).
         let _ = host::set_request_header("accept-encoding", None);
+        // And whole: a `206 Partial Content` carries part of a body, which the
+        // last word cannot judge (two answers could each carry half of a
+        // UUID). HMS answers the whole body instead, and it is read whole.
+        let _ = host::set_request_header("range", None);
+        let _ = host::set_request_header("if-range", None);
         if end_of_stream {
             // Measured: pausing a bodiless request here and setting `:path` from
             // the decode answer works.
