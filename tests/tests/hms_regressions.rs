@@ -14,6 +14,9 @@
 //! - Near misses of an issued alias (letter case, zero padding) are repaired to
 //!   that alias' record; near misses of a number the session never issued are
 //!   refused with a 404 naming the alias as written, and nothing reaches HMS.
+//! - One id under two resource types (`Patient/1`, `Encounter/1`, as FHIR
+//!   servers number them) is two records with two aliases; each reaches HMS
+//!   in its own type's path, and in the other's it is refused.
 
 use keyhole_e2e::hms_client::{self, Reply};
 use keyhole_e2e::upstream::Canned;
@@ -590,4 +593,39 @@ async fn near_miss_aliases_decode_only_to_issued_aliases() {
     assert_eq!(counter(&stack, "hms_raw_ids").await, 0, "no near miss is taken for a raw id");
     // The refusals changed nothing: the issued alias still decodes.
     assert_eq!(reaches_hms(&stack, session, &format!("/api/v2/patients/{alias}")).await, format!("/api/v2/patients/{ANNA_UUID}"));
+}
+
+// ---------------------------------------------------------------------------
+// 4. One id, two resource types.
+
+#[tokio::test]
+async fn one_id_under_two_resource_types_is_two_aliases_end_to_end() {
+    let stack = Stack::start(StackOptions::default()).await.expect("stack");
+    let session = "s-two-kinds";
+    let bundle = serde_json::json!({
+        "resourceType": "Bundle", "type": "searchset",
+        "entry": [
+            {"resource": {"resourceType": "Encounter", "id": "1", "status": "finished",
+                          "subject": {"reference": "Patient/1"}}},
+            {"resource": {"resourceType": "Patient", "id": "1", "name": [{"family": "Kuehn"}]}}
+        ]
+    });
+    stack.hms.set("/fhir/Encounter", canned(&serde_json::to_vec(&bundle).unwrap(), &[("content-type", "application/fhir+json")]));
+    let reply = get(&stack, session, "/fhir/Encounter?_include=Encounter:subject").await;
+    assert_eq!(reply.status, 200, "{}\n{}", reply.text(), stack.envoy.log_tail());
+    let v = reply.json();
+    let encounter = str_at(&v, "/entry/0/resource/id").to_owned();
+    let patient = str_at(&v, "/entry/1/resource/id").to_owned();
+    assert_ne!(encounter, patient, "two records, two aliases: {v}");
+    assert_eq!(str_at(&v, "/entry/0/resource/subject/reference"), format!("Patient/{patient}"));
+    assert_eq!(skeleton(&v), skeleton(&bundle));
+    for (alias, kind) in [(&encounter, "Encounter"), (&patient, "Patient")] {
+        assert_eq!(reaches_hms(&stack, session, &format!("/fhir/{kind}/{alias}")).await, format!("/fhir/{kind}/1"));
+    }
+    for (alias, kind) in [(&encounter, "Patient"), (&patient, "Encounter")] {
+        stack.hms.clear();
+        let reply = get(&stack, session, &format!("/fhir/{kind}/{alias}")).await;
+        assert_eq!(reply.status, 404, "{alias} in a {kind} path: {}", reply.text());
+        assert!(stack.hms.seen().is_empty(), "{alias} in a {kind} path reached HMS");
+    }
 }

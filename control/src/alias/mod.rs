@@ -199,20 +199,11 @@ fn check_session(session: &str) -> Result<(), StoreError> {
 pub const MAX_KNOWN: usize = 15_000;
 
 /// The session's raw ids with their aliases, bounded by [`MAX_KNOWN`]: each
-/// value once, with the alias the map gives it.
+/// (kind, value) record once, the oldest record of a value first.
 fn known_of(map: &SessionMap) -> Result<Vec<KnownAlias>, StoreError> {
-    // A record merged into another stays in `records()` under its old alias
-    // until the session is reloaded; its values belong to the survivor now.
     let known: Vec<KnownAlias> = map
-        .records()
-        .iter()
-        .flat_map(|r| {
-            [r.ids.uuid.as_ref(), r.ids.fhir_id.as_ref(), r.ids.slug.as_ref()]
-                .into_iter()
-                .flatten()
-                .filter(|v| map.alias_of(v) == Some(r.alias.as_str()))
-                .map(|v| KnownAlias { value: v.clone(), alias: r.alias.clone() })
-        })
+        .known_values()
+        .map(|(value, alias)| KnownAlias { value: value.to_owned(), alias: alias.to_owned() })
         .collect();
     if known.len() > MAX_KNOWN {
         return Err(StoreError::TooManyKnown { count: known.len() });

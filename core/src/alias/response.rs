@@ -43,7 +43,6 @@ use super::known::KnownIds;
 use super::shape::{self, Form, Pattern, TextHit};
 use super::taxonomy::{KeyRole, KindId, Taxonomy};
 use super::wire::{IdInput, KnownAlias};
-use indexmap::IndexSet;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ops::Range;
@@ -240,8 +239,11 @@ const FORMS: usize = 3;
 #[derive(Debug, Clone)]
 pub struct ResponseScan<'t> {
     tax: &'t Taxonomy,
-    /// Every raw value found, numbered in order of discovery.
-    values: IndexSet<String, FixedState>,
+    /// Every raw value found, once per kind it stands as (`Patient/1` and
+    /// `Encounter/1` are two records), numbered in order of discovery.
+    values: Vec<String>,
+    /// The numbers of each distinct value in [`Self::values`], oldest first.
+    holders: HashMap<String, Vec<usize>, FixedState>,
     /// Kind and form of each value's strongest sighting.
     meta: Vec<(KindId, Form)>,
     /// The entities of the scan (sorted and without repeats after
@@ -258,7 +260,8 @@ impl<'t> ResponseScan<'t> {
     pub fn new(tax: &'t Taxonomy) -> Self {
         ResponseScan {
             tax,
-            values: IndexSet::default(),
+            values: Vec::new(),
+            holders: HashMap::default(),
             meta: Vec::new(),
             groups: Vec::new(),
             parts: Vec::new(),
@@ -491,7 +494,7 @@ impl<'t> ResponseScan<'t> {
             .collect();
         let mut values: Vec<&'r str> = self.values.iter().map(String::as_str).collect();
         for k in known {
-            if k.alias.is_empty() || self.values.contains(k.value.as_str()) {
+            if k.alias.is_empty() || self.holders.contains_key(k.value.as_str()) {
                 continue;
             }
             values.push(&k.value);
@@ -515,19 +518,39 @@ impl<'t> ResponseScan<'t> {
         })
     }
 
-    /// The value index of `value`, adding it if new; a fallback kind is upgraded
-    /// by a later, more specific sighting.
+    /// The value index of `value` as a record of `kind`, adding it if new.
+    /// Where no kind is known (the fallback kind), the oldest record of the
+    /// value; a record of the fallback kind takes the first specific kind it
+    /// is seen with; another kind is another record.
     fn value(&mut self, value: &str, kind: KindId, form: Form) -> usize {
-        if let Some(i) = self.values.get_index_of(value) {
-            if let Some(m) = self.meta.get_mut(i) {
-                if m.0 == self.tax.fallback_kind() {
-                    m.0 = kind;
+        let tax = self.tax;
+        let fallback = tax.fallback_kind();
+        if let Some(holders) = self.holders.get_mut(value) {
+            let kind_of = |i: &usize| self.meta.get(*i).map(|m| m.0);
+            let found = if kind == fallback {
+                holders.first().copied()
+            } else {
+                holders
+                    .iter()
+                    .find(|i| kind_of(i).is_some_and(|k| tax.kinds_may_meet(k, kind)))
+                    .or_else(|| holders.iter().find(|i| kind_of(i) == Some(fallback)))
+                    .copied()
+            };
+            if let Some(i) = found {
+                if let Some(m) = self.meta.get_mut(i) {
+                    if m.0 == fallback {
+                        m.0 = kind;
+                    }
                 }
+                return i;
             }
-            return i;
+            holders.push(self.values.len());
+        } else {
+            self.holders.insert(value.to_owned(), vec![self.values.len()]);
         }
         self.meta.push((kind, form));
-        self.values.insert_full(value.to_owned()).0
+        self.values.push(value.to_owned());
+        self.values.len() - 1
     }
 
     /// Kind and form of a text hit; `ctx` is the kind the surrounding key names.
@@ -586,7 +609,7 @@ impl<'t> ResponseScan<'t> {
             let g = u32::try_from(g).unwrap_or(u32::MAX);
             for (v, form) in group.members.iter().flatten() {
                 let (Some(value), Some(slot)) =
-                    (self.values.get_index(*v), id_of_value.get_mut(*v))
+                    (self.values.get(*v), id_of_value.get_mut(*v))
                 else {
                     continue;
                 };

@@ -8,6 +8,11 @@
 //! without persistence.
 //!
 //! The rules:
+//! - a record is a (kind, raw id) pair: the same id string under two
+//!   resource types (`Patient/1`, `Encounter/1`) is two records with two
+//!   aliases. A value seen where no kind is known (prose, a bare UUID) is the
+//!   record that holds it (the oldest, when several kinds do); a record of the
+//!   fallback kind takes the first specific kind it is seen with;
 //! - a raw value the session knows keeps its alias: re-encoding never mints;
 //! - reverse dedup: a group that shares any member with an entity is that
 //!   entity, and its new members are added to it ({uuid, fhirId} then fhirId
@@ -177,7 +182,8 @@ pub struct SessionMap {
     /// unindexed.
     records: Vec<EntityRecord>,
     by_alias: BTreeMap<String, usize>,
-    by_value: BTreeMap<String, usize>,
+    /// The records holding each raw value: one per kind, oldest first.
+    by_value: BTreeMap<String, Vec<usize>>,
     /// Highest number issued per alias prefix (merged aliases of another
     /// prefix count for their own prefix, so no number is ever reissued).
     counters: BTreeMap<String, u32>,
@@ -198,20 +204,45 @@ struct Draft<'m> {
     changed: BTreeMap<usize, EntityRecord>,
     /// Records the batch mints.
     new: Vec<EntityRecord>,
-    /// Values first seen in this batch.
-    values: BTreeMap<String, Target>,
+    /// Records a value joined in this batch.
+    values: BTreeMap<String, Vec<Target>>,
     counters: BTreeMap<String, u32>,
     /// Entities merged into another by this batch.
     merged: BTreeMap<Target, Target>,
 }
 
 impl Draft<'_> {
-    fn lookup(&self, value: &str) -> Option<Target> {
-        self.values
+    /// The record `value` names where `kind` is known: the one of that kind
+    /// (or of a kind one record can be read as), else one of the fallback kind;
+    /// where no kind is known, the oldest that holds it.
+    fn lookup(&self, tax: &Taxonomy, value: &str, kind: KindId) -> Option<Target> {
+        let mut holders: Vec<Target> = self
+            .map
+            .by_value
             .get(value)
-            .copied()
-            .or_else(|| self.map.by_value.get(value).map(|i| Target::Existing(*i)))
+            .into_iter()
+            .flatten()
+            .map(|i| Target::Existing(*i))
+            .chain(self.values.get(value).into_iter().flatten().copied())
             .map(|t| self.resolve(t))
+            .collect();
+        holders.sort_unstable();
+        holders.dedup();
+        let fallback = tax.fallback_kind();
+        if kind == fallback {
+            return holders.first().copied();
+        }
+        let kind_of = |t: Target| self.record(t).and_then(|r| tax.kind_by_name(&r.kind));
+        holders
+            .iter()
+            .find(|t| kind_of(**t).is_some_and(|k| tax.kinds_may_meet(k, kind)))
+            .or_else(|| holders.iter().find(|t| kind_of(**t) == Some(fallback)))
+            .copied()
+    }
+
+    /// Records that `value` belongs to `t`.
+    fn claim(&mut self, value: &str, t: Target) {
+        self.values.entry(value.to_owned()).or_default().push(t);
     }
 
     /// Follows merges (bounded: each merge retires one entity).
@@ -319,10 +350,11 @@ impl SessionMap {
     /// it (gaining members), others are added.
     ///
     /// Fails with [`SessionError::BadRecord`] when a record holds no id or a raw
-    /// value already belongs to another alias; the map is unchanged then.
+    /// value already belongs to another alias of the same kind; the map is
+    /// unchanged then.
     pub fn apply(&mut self, records: &[EntityRecord]) -> Result<(), SessionError> {
         // Check everything before touching anything.
-        let mut claimed: BTreeMap<&str, &str> = BTreeMap::new();
+        let mut claimed: BTreeMap<(&str, &str), &str> = BTreeMap::new();
         for r in records {
             if r.ids.values().next().is_none() {
                 return Err(SessionError::BadRecord {
@@ -330,16 +362,18 @@ impl SessionMap {
                     problem: "record holds no id",
                 });
             }
+            // A value may move to the entity its owner was merged into.
+            let foreign = |o: &str| o != r.alias && !r.also.iter().any(|a| a == o);
             for (_, v) in r.ids.values() {
                 let owner = self
                     .by_value
                     .get(v)
-                    .and_then(|i| self.records.get(*i))
-                    .map(|o| o.alias.as_str());
-                let prior = claimed.insert(v, &r.alias);
-                // A value may move to the entity its owner was merged into.
-                let foreign = |o: &str| o != r.alias && !r.also.iter().any(|a| a == o);
-                if owner.is_some_and(foreign) || prior.is_some_and(|p| p != r.alias) {
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|i| self.records.get(*i))
+                    .find(|o| o.kind == r.kind && foreign(&o.alias));
+                let prior = claimed.insert((v, r.kind.as_str()), &r.alias);
+                if owner.is_some() || prior.is_some_and(|p| p != r.alias) {
                     return Err(SessionError::BadRecord {
                         alias: r.alias.clone(),
                         problem: "raw value belongs to another alias",
@@ -360,8 +394,15 @@ impl SessionMap {
             if let Some(slot) = self.records.get_mut(index) {
                 *slot = r.clone();
             }
+            let merged: Vec<usize> = r.also.iter().filter_map(|a| self.by_alias.get(a).copied()).collect();
             for (_, v) in r.ids.values() {
-                self.by_value.insert(v.to_owned(), index);
+                let holders = self.by_value.entry(v.to_owned()).or_default();
+                // A merged entity's values are the survivor's now.
+                holders.retain(|i| *i == index || !merged.contains(i));
+                if !holders.contains(&index) {
+                    holders.push(index);
+                    holders.sort_unstable();
+                }
             }
             for a in &r.also {
                 self.by_alias.insert(a.clone(), index);
@@ -459,11 +500,19 @@ impl SessionMap {
         draft: &mut Draft<'_>,
     ) -> Result<String, SessionError> {
         let member = |i: usize| ids.get(i).map(|id| (id, form_of(id)));
+        let hint = |id: &IdInput| id.kind.as_deref().and_then(|k| tax.kind_by_name(k));
+        // The group's kind: its first hint that names one; each member is
+        // looked up as its own hint names it.
+        let kind = members
+            .iter()
+            .find_map(|i| ids.get(*i).and_then(hint))
+            .unwrap_or_else(|| tax.fallback_kind());
+        let kind_of = |id: &IdInput| hint(id).unwrap_or(kind);
         // Which entity does the group name?
         let mut target: Option<(Target, usize)> = None;
         for &i in members {
             let Some((id, _)) = member(i) else { continue };
-            if let Some(t) = draft.lookup(&id.value) {
+            if let Some(t) = draft.lookup(tax, &id.value, kind_of(id)) {
                 match target {
                     None => target = Some((t, i)),
                     Some((t0, _)) if draft.resolve(t0) == t => {}
@@ -507,11 +556,19 @@ impl SessionMap {
             }
         }
         if let Some((t, _)) = target {
+            // A record first seen where no kind was known takes the kind
+            // it is seen with now.
+            let fallback = tax.kind_name(tax.fallback_kind());
+            if kind != tax.fallback_kind() && draft.record(t).is_some_and(|r| r.kind == fallback) {
+                if let Some(r) = draft.record_mut(t) {
+                    tax.kind_name(kind).clone_into(&mut r.kind);
+                }
+            }
             for &i in members {
                 let Some((id, form)) = member(i) else {
                     continue;
                 };
-                if draft.lookup(&id.value).is_some() {
+                if draft.lookup(tax, &id.value, kind_of(id)).is_some() {
                     continue;
                 }
                 let record = draft.record_mut(t).ok_or(SessionError::BadRecord {
@@ -529,19 +586,11 @@ impl SessionMap {
                         })
                     }
                 }
-                draft.values.insert(id.value.clone(), t);
+                draft.claim(&id.value, t);
             }
             return Ok(draft.record(t).map(|r| r.alias.clone()).unwrap_or_default());
         }
         // A new entity.
-        let kind = members
-            .iter()
-            .find_map(|i| {
-                ids.get(*i)
-                    .and_then(|id| id.kind.as_deref())
-                    .and_then(|k| tax.kind_by_name(k))
-            })
-            .unwrap_or_else(|| tax.fallback_kind());
         if self.records.len() + draft.new.len() >= tax.max_aliases_per_session() {
             return Ok(sentinel(tax, kind, self.epoch));
         }
@@ -564,7 +613,7 @@ impl SessionMap {
                 continue;
             };
             *record.ids.slot_mut(form) = Some(id.value.clone());
-            draft.values.insert(id.value.clone(), t);
+            draft.claim(&id.value, t);
         }
         draft.new.push(record);
         Ok(alias)
@@ -635,12 +684,25 @@ impl SessionMap {
         })
     }
 
-    /// The alias of a raw value, if the session knows it.
+    /// The alias of a raw value, if the session knows it: of its oldest
+    /// record, when several kinds hold it.
     pub fn alias_of(&self, value: &str) -> Option<&str> {
         self.by_value
             .get(value)
+            .and_then(|holders| holders.first())
             .and_then(|i| self.records.get(*i))
             .map(|r| r.alias.as_str())
+    }
+
+    /// Every raw value with the alias that stands for it, oldest record
+    /// first (the answer a rewriter replaces known values with); records
+    /// merged into another are left out, their values are the survivor's.
+    pub fn known_values(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.records
+            .iter()
+            .enumerate()
+            .filter(|(i, r)| self.by_alias.get(&r.alias) == Some(i))
+            .flat_map(|(_, r)| r.ids.values().map(move |(_, v)| (v, r.alias.as_str())))
     }
 }
 
@@ -697,7 +759,7 @@ fn merge(tax: &Taxonomy, draft: &mut Draft<'_>, a: Target, b: Target) -> Option<
     }
     draft.merged.insert(gone, keep);
     for v in values {
-        draft.values.insert(v, keep);
+        draft.claim(&v, keep);
     }
     Some(keep)
 }

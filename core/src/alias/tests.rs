@@ -539,3 +539,52 @@ proptest! {
         prop_assert_eq!(session.len(), n);
     }
 }
+
+/// Decodes a request as the filter does, with `session` as control.
+fn decode_request(tax: &Taxonomy, session: &SessionMap, path: &str) -> Result<String, RequestError> {
+    let scan = RequestScan::new(tax, path, None)?;
+    let decoded: Vec<Option<DecodedIds>> = scan
+        .aliases()
+        .iter()
+        .map(|a| {
+            session.decode(tax, a).map(|d| DecodedIds {
+                alias: d.record.alias.clone(),
+                kind: d.record.kind.clone(),
+                ids: d.record.ids.clone(),
+            })
+        })
+        .collect();
+    scan.rewrite(tax, path, None, &decoded).map(|(p, _)| p)
+}
+
+#[test]
+fn one_id_under_two_resource_types_is_two_records() {
+    // FHIR servers number each resource type on its own: `Patient/1` and
+    // `Encounter/1` are two records, and neither alias may reach the other.
+    let tax = Taxonomy::default();
+    let mut session = SessionMap::new();
+    let body = br#"{"resourceType":"Bundle","type":"searchset","entry":[
+      {"resource":{"resourceType":"Encounter","id":"1","subject":{"reference":"Patient/1"}}},
+      {"resource":{"resourceType":"Patient","id":"1","name":[{"family":"Kuehn"}]}}]}"#;
+    let out: Value = serde_json::from_slice(&process(&tax, &mut session, "/fhir/Encounter?_include=Encounter:subject", body)).unwrap();
+    let encounter = find(&out, "/entry/0/resource/id").to_owned();
+    let patient = find(&out, "/entry/1/resource/id").to_owned();
+    assert_ne!(encounter, patient, "two records, two aliases");
+    assert_eq!(find(&out, "/entry/0/resource/subject/reference"), format!("Patient/{patient}"));
+    assert_eq!(session.len(), 2);
+    for (alias, kind) in [(&encounter, "Encounter"), (&patient, "Patient")] {
+        assert_eq!(decode_request(&tax, &session, &format!("/fhir/{kind}/{alias}")).unwrap(), format!("/fhir/{kind}/1"));
+    }
+    for (alias, kind) in [(&encounter, "Patient"), (&patient, "Encounter")] {
+        let err = decode_request(&tax, &session, &format!("/fhir/{kind}/{alias}")).unwrap_err();
+        assert!(matches!(err, RequestError::WrongKind { .. }), "{alias} in a {kind} path: {err:?}");
+    }
+    // A later body keeps both aliases, whichever type comes first.
+    let again = br#"{"resourceType":"Bundle","type":"searchset","entry":[
+      {"resource":{"resourceType":"Patient","id":"1"}},
+      {"resource":{"resourceType":"Encounter","id":"1"}}]}"#;
+    let out: Value = serde_json::from_slice(&process(&tax, &mut session, "/fhir/Patient?_revinclude=Encounter:subject", again)).unwrap();
+    assert_eq!(find(&out, "/entry/0/resource/id"), patient);
+    assert_eq!(find(&out, "/entry/1/resource/id"), encounter);
+    assert_eq!(session.len(), 2, "nothing new minted");
+}

@@ -416,12 +416,13 @@ fn arb_value() -> impl Strategy<Value = (String, Form)> {
 
 proptest! {
     /// decode(encode(x)) == x: every value encoded comes back in its slot, each
-    /// distinct value has one alias, and re-encoding never mints.
+    /// (kind, value) has one alias, the same value under two kinds that name
+    /// different records has two, and re-encoding never mints.
     #[test]
     fn decode_inverts_encode(batches in prop::collection::vec(prop::collection::vec((arb_value(), prop::sample::select(vec!["patient", "visit", "task", "task-group", "appointment"])), 0..12), 1..5)) {
         let t = tax();
         let mut m = SessionMap::new();
-        let mut seen: BTreeMap<String, String> = BTreeMap::new();
+        let mut seen: BTreeMap<(String, String), String> = BTreeMap::new();
         for batch in &batches {
             let ids: Vec<IdInput> = batch.iter().map(|((v, f), k)| id(v, k, Some(*f), None)).collect();
             let e = m.encode(&t, &ids).unwrap();
@@ -429,7 +430,10 @@ proptest! {
                 let d = m.decode(&t, alias).unwrap();
                 prop_assert!(!d.repaired);
                 prop_assert_eq!(d.record.ids.get(input.form.unwrap()), Some(input.value.as_str()));
-                if let Some(prev) = seen.insert(input.value.clone(), alias.clone()) {
+                let want = t.kind_by_name(input.kind.as_deref().unwrap()).unwrap();
+                let got = t.kind_by_name(&d.record.kind).unwrap();
+                prop_assert!(t.kinds_may_meet(got, want), "{} decodes to a {} record where a {} was seen", alias, d.record.kind, input.kind.as_deref().unwrap());
+                if let Some(prev) = seen.insert((input.value.clone(), input.kind.clone().unwrap()), alias.clone()) {
                     prop_assert_eq!(&prev, alias);
                 }
             }
@@ -437,9 +441,13 @@ proptest! {
             prop_assert_eq!(again.aliases, e.aliases);
             prop_assert!(again.changes.is_empty());
         }
-        let distinct: std::collections::BTreeSet<&String> = seen.values().collect();
-        prop_assert_eq!(distinct.len(), seen.len(), "no alias for two entities");
-        prop_assert_eq!(m.len(), seen.len());
+        // One alias never stands for two values.
+        let mut value_of: BTreeMap<&String, &String> = BTreeMap::new();
+        for ((v, _), a) in &seen {
+            if let Some(prev) = value_of.insert(a, v) {
+                prop_assert_eq!(prev, v, "{} stands for two values", a);
+            }
+        }
     }
 }
 
@@ -621,4 +629,29 @@ fn no_string_decodes_to_two_records_over_a_sessions_life() {
 
 fn kind_index(t: &Taxonomy, kind: KindId) -> usize {
     t.kinds().position(|(k, _)| k == kind).unwrap_or(usize::MAX)
+}
+
+#[test]
+fn one_value_under_two_kinds_is_two_records_and_prose_names_the_oldest() {
+    let t = tax();
+    let mut m = SessionMap::new();
+    let prose = IdInput { value: "enc-000042".into(), kind: None, form: None, group: None };
+    let first = m.encode(&t, &[prose.clone()]).unwrap().aliases;
+    // First seen with a kind: the record of unknown kind takes it.
+    let visit = m.encode(&t, &[id("enc-000042", "visit", Some(Form::Fhir), None)]).unwrap();
+    assert_eq!(visit.aliases, first);
+    assert_eq!(visit.changes.first().map(|r| r.kind.as_str()), Some("visit"));
+    // Another kind that names another record: another alias.
+    let task = m.encode(&t, &[id("enc-000042", "task", Some(Form::Fhir), None)]).unwrap().aliases;
+    assert_ne!(task, first);
+    assert_eq!(m.decode(&t, &task[0]).unwrap().record.kind, "task");
+    assert_eq!(m.decode(&t, &first[0]).unwrap().record.kind, "visit");
+    // Where no kind is known, the oldest record; each kind keeps its own.
+    assert_eq!(m.encode(&t, &[prose]).unwrap().aliases, first);
+    assert_eq!(m.encode(&t, &[id("enc-000042", "task", Some(Form::Fhir), None)]).unwrap().aliases, task);
+    let known: Vec<(&str, &str)> = m.known_values().collect();
+    assert_eq!(known, [("enc-000042", first[0].as_str()), ("enc-000042", task[0].as_str())]);
+    // A reload gives the same map.
+    let rebuilt = SessionMap::from_records(&t, m.records().to_vec()).unwrap();
+    assert_eq!(rebuilt, m);
 }
