@@ -35,7 +35,12 @@
 //! - the session's known ids (distinctive ones: a UUID, a separator, three
 //!   digits or more, or five digits), any letter case, at class boundaries;
 //! - in JSON, a number (any JSON number form) or a numeric string (padding
-//!   trimmed) under an id-named key, alone or in an array.
+//!   trimmed) under an id-named key, alone or in an array;
+//! - in a query string, a form body or text, a number under an id-named key
+//!   or a key named after a FHIR record type (`?patientId=7`, `&patient=7,8`,
+//!   `visit_id=7`);
+//! - in a body, a YAML-style line `key: 7` (indented, in a list item, quoted)
+//!   under an id-named key.
 //!
 //! Aliases of this answer and of the session are what is meant to be there:
 //! a hit that is one of them, whole, is no hit.
@@ -91,6 +96,16 @@ impl Reason {
             Reason::IdNumber => "id_number",
         }
     }
+}
+
+/// How a text is read: a body (JSON members, pairs and `key: value` lines),
+/// an event stream (no `key: value` lines: those are its framing) or a
+/// header (pairs only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Read {
+    Document,
+    EventStream,
+    Header,
 }
 
 /// Where a finding is.
@@ -179,17 +194,26 @@ impl LastWord {
 
     /// The first raw id in a response body, or `None`.
     pub fn check_body(&self, body: &[u8]) -> Option<Finding> {
-        self.check(body, Place::Body, true)
+        self.check(body, Place::Body, Read::Document)
+    }
+
+    /// [`Self::check_body`] for a `text/event-stream` body, whose field
+    /// lines (`id: 7`, `retry: 3000`) are the stream's framing, not
+    /// `key: value` lines of a record.
+    pub fn check_event_stream(&self, body: &[u8]) -> Option<Finding> {
+        self.check(body, Place::Body, Read::EventStream)
     }
 
     /// The first raw id in a header's name or value, or `None`. The value
     /// is read as bytes (a Latin-1 byte is no error).
     pub fn check_header(&self, name: &[u8], value: &[u8]) -> Option<Finding> {
-        self.check(name, Place::HeaderName, false)
-            .or_else(|| self.check(value, Place::HeaderValue, false))
+        self.check(name, Place::HeaderName, Read::Header)
+            .or_else(|| self.check(value, Place::HeaderValue, Read::Header))
     }
 
-    fn check(&self, raw: &[u8], place: Place, json: bool) -> Option<Finding> {
+    fn check(&self, raw: &[u8], place: Place, read: Read) -> Option<Finding> {
+        let json = read != Read::Header;
+        let lines = read == Read::Document;
         let found = |reason| Finding {
             reason,
             place,
@@ -199,7 +223,7 @@ impl LastWord {
         if let Some(r) = self.shapes(&text) {
             return Some(found(r));
         }
-        if json && self.id_numbers(&text) {
+        if (json && self.id_numbers(&text)) || self.pair_numbers(&text, lines) {
             return Some(found(Reason::IdNumber));
         }
         if raw.contains(&b'<') {
@@ -247,7 +271,9 @@ impl LastWord {
                 let view = canonical(&decoded, false);
                 if let Some(r) = self
                     .shapes(&view)
-                    .or_else(|| self.id_numbers(&view).then_some(Reason::IdNumber))
+                    .or_else(|| {
+                        (self.id_numbers(&view) || self.pair_numbers(&view, true)).then_some(Reason::IdNumber)
+                    })
                     .or_else(|| self.decoded_views(&view, depth - 1))
                 {
                     return Some(r);
@@ -436,6 +462,73 @@ impl LastWord {
         }
         false
     }
+}
+
+impl LastWord {
+    /// Whether a number stands under an id-named key of a `key=value` pair
+    /// (a query, a form, text) or, in a body (`lines`), of a `key: value`
+    /// line.
+    fn pair_numbers(&self, t: &[u8], lines: bool) -> bool {
+        let opens = |i: usize| i == 0 || t.get(i - 1).is_some_and(|b| matches!(b, b'?' | b'&' | b';' | b'"' | b'\'') || b.is_ascii_whitespace());
+        let key_at = |end: usize| {
+            let len = t.get(..end).unwrap_or_default().iter().rev().take(64).take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.')).count();
+            (len > 0).then(|| end - len)
+        };
+        for eq in memchr::memchr_iter(b'=', t) {
+            let Some(start) = key_at(eq).filter(|s| opens(*s)) else {
+                continue;
+            };
+            let key = t.get(start..eq).unwrap_or_default();
+            if !(id_named(key) || names_record_type(key)) {
+                continue;
+            }
+            let mut j = eq + 1;
+            loop {
+                let len = t.get(j..).unwrap_or_default().iter().take_while(|b| !matches!(b, b'&' | b';' | b'#' | b'"' | b'\'' | b',') && !b.is_ascii_whitespace()).count();
+                let v = t.get(j..j + len).unwrap_or_default();
+                if is_number(v) && !self.allowed.contains(&v.to_ascii_lowercase()) {
+                    return true;
+                }
+                if t.get(j + len) != Some(&b',') || len == 0 {
+                    break;
+                }
+                j += len + 1;
+            }
+        }
+        if !lines {
+            return false;
+        }
+        for colon in memchr::memchr_iter(b':', t) {
+            let Some(start) = key_at(colon) else {
+                continue;
+            };
+            // The key opens its line (after indentation and a list item's `- `).
+            let line = t.get(..start).unwrap_or_default();
+            let head = line.iter().rposition(|b| *b == b'\n').map_or(line, |n| line.get(n + 1..).unwrap_or_default());
+            if !head.iter().all(|b| matches!(b, b' ' | b'\t' | b'-')) || !id_named(t.get(start..colon).unwrap_or_default()) {
+                continue;
+            }
+            let rest = t.get(colon + 1..).unwrap_or_default();
+            let end = rest.iter().position(|b| matches!(b, b'\n' | b'\r' | b'#')).unwrap_or(rest.len());
+            let v = trim(rest.get(..end).unwrap_or_default());
+            let v = v.strip_prefix(b"\"").and_then(|v| v.strip_suffix(b"\"")).or_else(|| v.strip_prefix(b"'").and_then(|v| v.strip_suffix(b"'"))).unwrap_or(v);
+            let v = trim(v);
+            if is_number(v) && !self.allowed.contains(&v.to_ascii_lowercase()) {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// Whether a query key names a FHIR record type (`patient`, `Encounter`):
+/// FHIR search takes a record's id there.
+fn names_record_type(key: &[u8]) -> bool {
+    let mut name = key.to_vec();
+    if let Some(first) = name.first_mut() {
+        first.make_ascii_uppercase();
+    }
+    fhir::is_resource_type(&name) && !fhir::is_definition_type(&name)
 }
 
 /// Keys whose values are ids of a request or a trace, never of a record

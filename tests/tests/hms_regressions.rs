@@ -629,3 +629,45 @@ async fn one_id_under_two_resource_types_is_two_aliases_end_to_end() {
         assert!(stack.hms.seen().is_empty(), "{alias} in a {kind} path reached HMS");
     }
 }
+
+// ---------------------------------------------------------------------------
+// 5. Content types beyond JSON, CSV, XML and HTML.
+
+#[tokio::test]
+async fn event_streams_forms_yaml_and_wrapped_json_are_read_or_withheld() {
+    let stack = Stack::start(StackOptions::default()).await.expect("stack");
+    let session = "s-formats";
+    let cases: [(&str, &str, String, String); 6] = [
+        (
+            "/api/v2/events",
+            "text/event-stream",
+            "id: 7\ndata: {\"patientId\": 482913, \"status\": \"arrived\"}\n\n".into(),
+            "\"patientId\": \"patient-".into(),
+        ),
+        ("/api/v2/form", "application/x-www-form-urlencoded", "patientId=482914&count=3".into(), "patientId=patient-".into()),
+        ("/api/v2/yaml", "application/yaml", "patient:\n  patientId: 482915\ncount: 2\n".into(), "patientId: patient-".into()),
+        ("/api/v2/jsonp", "application/javascript", "cb({\"patientId\": 482916});".into(), "cb({\"patientId\": \"patient-".into()),
+        ("/api/v2/xssi", "application/json", ")]}'\n{\"patientId\": 482917}".into(), ")]}'\n{\"patientId\": \"patient-".into()),
+        (
+            "/api/v2/link",
+            "application/json",
+            r#"{"next":"/api/v2/appointments?patientId=482918&page=2"}"#.into(),
+            "?patientId=patient-".into(),
+        ),
+    ];
+    for (path, ct, body, want) in &cases {
+        stack.hms.set(path, canned(body.as_bytes(), &[("content-type", ct)]));
+        let reply = get(&stack, session, path).await;
+        assert_eq!(reply.status, 200, "{ct}: {}\n{}", reply.text(), stack.envoy.log_tail());
+        assert!(reply.text().contains(want.as_str()), "{ct}: {}", reply.text());
+        assert_no_raw(ct, &["482913", "482914", "482915", "482916", "482917", "482918"], &reply);
+    }
+    // JSON with a comment is no JSON: withheld, and counted by its reason.
+    let before = counter(&stack, "hms_withheld.unreadable").await;
+    stack.hms.set("/api/v2/commented", canned(b"{\"patientId\": 482919, // x\n}", &[]));
+    let reply = get(&stack, session, "/api/v2/commented").await;
+    assert_eq!(reply.status, 502, "{}", reply.text());
+    assert_no_raw("commented", &["482919"], &reply);
+    assert_eq!(counter(&stack, "hms_withheld.unreadable").await, before + 1);
+    assert_eq!(counter(&stack, "hms_withheld.last_word").await, 0, "what was aliased was all there was");
+}

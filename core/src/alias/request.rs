@@ -310,7 +310,14 @@ impl RequestScan {
             match kind {
                 // Aliases are found by their grammar in any text; only JSON
                 // needs its structure (which key asks for which id form).
-                BodyKind::Text | BodyKind::NdJson | BodyKind::Csv | BodyKind::Xml | BodyKind::Html => {
+                BodyKind::Text
+                | BodyKind::NdJson
+                | BodyKind::Csv
+                | BodyKind::Xml
+                | BodyKind::Html
+                | BodyKind::EventStream
+                | BodyKind::Form
+                | BodyKind::Yaml => {
                     let text = String::from_utf8_lossy(bytes);
                     if let Cow::Borrowed(text) = text {
                         let mut found = Vec::new();

@@ -50,6 +50,7 @@ use std::ops::Range;
 mod broken;
 mod csv;
 mod format;
+mod keyvalue;
 mod xml;
 
 pub use format::WithholdReason;
@@ -76,6 +77,17 @@ pub enum BodyKind {
     /// HTML: text whose character references (`&#45;`, `&hyphen;`) are
     /// decoded for scanning; an id written with them is replaced whole.
     Html,
+    /// Server-sent events: a `data:` line whose payload is a JSON document
+    /// is read as JSON; every other line (and a payload split over several
+    /// `data:` lines) as text.
+    EventStream,
+    /// A form-encoded body (`a=1&b=2`): values under id-named keys are ids,
+    /// numbers included; the whole body is read as text too.
+    Form,
+    /// YAML: `key: value` lines under id-named keys are ids, numbers
+    /// included; the whole body is read as text too. A YAML body that is
+    /// JSON is read as JSON.
+    Yaml,
 }
 
 /// A part of a scan (one body or header), returned by [`ResponseScan::add`].
@@ -294,15 +306,40 @@ impl<'t> ResponseScan<'t> {
         if let Some(at) = broken::broken_id(Some(self.tax), None, body) {
             return Err(RewriteError::BrokenId { at });
         }
-        // A UTF-8 byte order mark (some FHIR servers write one) is no part
-        // of the JSON: the document starts after it.
+        // A UTF-8 byte order mark (some FHIR servers write one), an XSSI
+        // guard or a JSONP call is no part of the JSON: the document
+        // stands inside it.
         let (bom, doc) = split_bom(src);
         let part = match kind {
-            BodyKind::Json if bom == 0 => self.json_part(src, kind, root_kind)?,
             BodyKind::Json => {
-                let one = self.json_part(doc, kind, root_kind).map_err(|e| shift_json_error(e, bom))?;
+                let span = format::json_span(src);
+                if span == (0..src.len()) {
+                    self.json_part(src, kind, root_kind)?
+                } else {
+                    let doc = src.get(span.clone()).unwrap_or_default();
+                    let one = self
+                        .json_part(doc, kind, root_kind)
+                        .map_err(|e| shift_json_error(e, span.start))?;
+                    let mut part = Part::empty(body.len(), kind);
+                    part.append_shifted(one, span.start);
+                    part
+                }
+            }
+            BodyKind::EventStream => {
                 let mut part = Part::empty(body.len(), kind);
-                part.append_shifted(one, bom);
+                for line in event_lines(doc, bom) {
+                    let one = match line.json {
+                        Some(at) => {
+                            let payload = line.text.get(at..).unwrap_or_default();
+                            let one = self
+                                .json_part(payload, BodyKind::Json, root_kind)
+                                .map_err(|e| shift_json_error(e, line.base + at))?;
+                            (one, line.base + at)
+                        }
+                        None => (self.text_part(line.text.as_bytes(), BodyKind::Text, root_kind)?, line.base),
+                    };
+                    part.append_shifted(one.0, one.1);
+                }
                 part
             }
             BodyKind::NdJson => {
@@ -325,9 +362,12 @@ impl<'t> ResponseScan<'t> {
                 }
                 part
             }
-            BodyKind::Text | BodyKind::Csv | BodyKind::Xml | BodyKind::Html => {
-                self.text_part(body, kind, root_kind)?
-            }
+            BodyKind::Text
+            | BodyKind::Csv
+            | BodyKind::Xml
+            | BodyKind::Html
+            | BodyKind::Form
+            | BodyKind::Yaml => self.text_part(body, kind, root_kind)?,
         };
         let mut part = part;
         // Occurrences of one range are of one value (the same bytes), so
@@ -394,6 +434,8 @@ impl<'t> ResponseScan<'t> {
         match kind {
             BodyKind::Csv => csv::scan(self, body, root_kind, &mut part),
             BodyKind::Xml => xml::scan(self, body, root_kind, &mut part)?,
+            BodyKind::Form => keyvalue::scan_form(self, body, root_kind, &mut part),
+            BodyKind::Yaml => keyvalue::scan_yaml(self, body, root_kind, &mut part),
             _ => {}
         }
         let mut hits = Vec::new();
@@ -569,7 +611,7 @@ impl<'t> ResponseScan<'t> {
             ),
             Pattern::AliasShaped(kind) => (kind, Form::Slug),
             Pattern::Cursor => (tax.fallback_kind(), Form::Slug),
-            Pattern::Segment(kind) => {
+            Pattern::Segment(kind) | Pattern::Query(kind) => {
                 let form = text
                     .get(h.range.clone())
                     .and_then(|v| std::str::from_utf8(v).ok())
@@ -672,6 +714,47 @@ impl Part {
             escaped: Vec::new(),
         }
     }
+}
+
+/// One line of an event stream ([`event_lines`]).
+struct EventLine<'a> {
+    /// Its offset in the body.
+    base: usize,
+    /// The line, its end of line excluded.
+    text: &'a str,
+    /// Where its payload starts, when it is a `data:` line whose payload is
+    /// one JSON document.
+    json: Option<usize>,
+}
+
+/// The lines of an event stream `doc` that starts `base` bytes into the
+/// body (`\n`, `\r\n` or `\r` ends a line).
+fn event_lines(doc: &str, base: usize) -> impl Iterator<Item = EventLine<'_>> {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let rest = doc.get(at..).filter(|r| !r.is_empty())?;
+        let len = rest.find(['\n', '\r']).unwrap_or(rest.len());
+        let text = rest.get(..len).unwrap_or_default();
+        let mut next = at + len;
+        if doc.get(next..).is_some_and(|r| r.starts_with("\r\n")) {
+            next += 2;
+        } else if next < doc.len() {
+            next += 1;
+        }
+        let line = EventLine { base: base + at, text, json: data_json(text) };
+        at = next;
+        Some(line)
+    })
+}
+
+/// Where the JSON payload of a `data:` line starts, if the payload is one
+/// JSON object or array.
+fn data_json(line: &str) -> Option<usize> {
+    let payload = line.strip_prefix("data:")?;
+    let lead = payload.len() - payload.trim_start().len();
+    let at = line.len() - payload.len() + lead;
+    let doc = line.get(at..)?;
+    (matches!(doc.bytes().next(), Some(b'{' | b'[')) && format::parses(doc)).then_some(at)
 }
 
 /// The length of a leading UTF-8 byte order mark (0 or 3) and the text
@@ -938,20 +1021,20 @@ impl<'t> Rewriter<'_, 't> {
             return Err(RewriteError::Leak { at: r.start });
         }
         let mut hits = Vec::new();
-        let mut json = |src: &str, base: usize| -> Result<(), RewriteError> {
+        let json = |src: &str, base: usize, hits: &mut Vec<TextHit<'t>>| -> Result<(), RewriteError> {
             let mut lx = Lexer::new(src);
             while let Some(ev) = lx.next_event()? {
                 let (Event::Key(lit) | Event::Str(lit)) = ev else {
                     continue;
                 };
                 if lit.escaped {
-                    self.check_escaped(src, lit.span, base, &mut hits)?;
+                    self.check_escaped(src, lit.span, base, hits)?;
                 } else {
                     let inner = lit.inner();
                     self.check_text(
                         src.as_bytes().get(inner.clone()).unwrap_or_default(),
                         base + inner.start,
-                        &mut hits,
+                        hits,
                     )?;
                 }
             }
@@ -960,8 +1043,18 @@ impl<'t> Rewriter<'_, 't> {
         match kind {
             BodyKind::Json => {
                 let src = std::str::from_utf8(out).map_err(|_| JsonError::NotUtf8)?;
+                let span = format::json_span(src);
+                json(src.get(span.clone()).unwrap_or_default(), span.start, &mut hits)?;
+            }
+            BodyKind::EventStream => {
+                let src = std::str::from_utf8(out).map_err(|_| JsonError::NotUtf8)?;
                 let (bom, doc) = split_bom(src);
-                json(doc, bom)?;
+                for line in event_lines(doc, bom) {
+                    match line.json {
+                        Some(at) => json(line.text.get(at..).unwrap_or_default(), line.base + at, &mut hits)?,
+                        None => self.check_text(line.text.as_bytes(), line.base, &mut hits)?,
+                    }
+                }
             }
             BodyKind::NdJson => {
                 let src = std::str::from_utf8(out).map_err(|_| JsonError::NotUtf8)?;
@@ -969,14 +1062,17 @@ impl<'t> Rewriter<'_, 't> {
                 let mut at = bom;
                 for line in doc.split_inclusive('\n') {
                     if !line.trim().is_empty() {
-                        json(line, at)?;
+                        json(line, at, &mut hits)?;
                     }
                     at += line.len();
                 }
             }
-            BodyKind::Text | BodyKind::Csv | BodyKind::Xml | BodyKind::Html => {
-                self.check_text(out, 0, &mut hits)?
-            }
+            BodyKind::Text
+            | BodyKind::Csv
+            | BodyKind::Xml
+            | BodyKind::Html
+            | BodyKind::Form
+            | BodyKind::Yaml => self.check_text(out, 0, &mut hits)?,
         }
         Ok(())
     }

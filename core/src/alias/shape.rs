@@ -7,7 +7,7 @@
 //! anywhere, with no boundary required; FHIR references `Type/id` for configured
 //! resource types; and FHIR ids `prefix-digits` for configured prefixes.
 
-use super::taxonomy::{KindId, Taxonomy};
+use super::taxonomy::{KeyRole, KindId, Taxonomy};
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 
@@ -200,6 +200,9 @@ pub(crate) enum Pattern<'t> {
     /// A URL path segment after a segment that names a kind
     /// (`/patients/482913`).
     Segment(KindId),
+    /// A query or form value under a key that names an id or a kind
+    /// (`?patientId=482913`, `&patient=482913,482914`).
+    Query(KindId),
     /// An opaque cursor that carries an id: base64 or base64url whose bytes
     /// are printable text holding a digit ([`decodes_to_id_text`]), whole or
     /// in a query string or prose (`eyJhZnRlciI6InBhdC0wMDAxMjMifQ` is
@@ -238,6 +241,7 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
         out.sort_by_key(|h| h.range.start);
     }
     if !marked {
+        find_query_values(tax, text, out);
         return;
     }
     let uuids = out.len();
@@ -404,6 +408,75 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
         }
     }
     out.sort_by_key(|h| h.range.start);
+    find_query_values(tax, text, out);
+}
+
+/// Appends the values of query (or form) parameters whose key names an id or
+/// a kind (`?patientId=482913`, `&patient=1,2`, `id=7` at the text's start
+/// or after a space)
+/// and that no hit of `out` (sorted) covers; `out` stays sorted. A value is a
+/// run of id bytes holding a digit, not a date; a comma-joined list is one
+/// value each.
+fn find_query_values<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<TextHit<'t>>) {
+    let found = out.len();
+    for eq in memchr::memchr_iter(b'=', text) {
+        let head = text.get(..eq).unwrap_or_default();
+        let key_len = head
+            .iter()
+            .rev()
+            .take(64)
+            .take_while(|b| is(**b, TOKEN) || **b == b'.')
+            .count();
+        let key_start = eq - key_len;
+        let opens = key_start == 0
+            || text.get(key_start - 1).is_some_and(|b| matches!(b, b'?' | b'&' | b';') || b.is_ascii_whitespace());
+        if key_len == 0 || !opens {
+            continue;
+        }
+        let Some(key) = text.get(key_start..eq).and_then(|k| std::str::from_utf8(k).ok()) else {
+            continue;
+        };
+        let kind = tax
+            .id_named_kind(key)
+            .or_else(|| tax.object_key_kind(key))
+            .or_else(|| {
+                matches!(tax.key_role(key), Some(KeyRole::Id | KeyRole::Fhir | KeyRole::Slug))
+                    .then(|| tax.fallback_kind())
+            });
+        let Some(kind) = kind else {
+            continue;
+        };
+        let mut start = eq + 1;
+        loop {
+            let run = text.get(start..).map_or(0, |t| {
+                t.iter().take(FHIR_ID_MAX + 1).take_while(|&&b| is(b, SEGMENT_ID)).count()
+            });
+            let mut end = start + run;
+            while end > start && text.get(end - 1) == Some(&b'.') {
+                end -= 1;
+            }
+            let value = text.get(start..end).unwrap_or_default();
+            let range = start..end;
+            let before = out.get(..found).unwrap_or_default();
+            let i = before.partition_point(|h| h.range.end <= range.start);
+            let covered = before.get(i).is_some_and(|h| h.range.start < range.end);
+            if run <= FHIR_ID_MAX
+                && value.iter().any(u8::is_ascii_digit)
+                && !is_date_like(value)
+                && !escape_at(text, end)
+                && !covered
+            {
+                out.push(TextHit { range, pattern: Pattern::Query(kind) });
+            }
+            if text.get(end) != Some(&b',') || run == 0 {
+                break;
+            }
+            start = end + 1;
+        }
+    }
+    if out.len() > found {
+        out.sort_by_key(|h| h.range.start);
+    }
 }
 
 /// The word starts (a letter after a byte that is not a token byte) where a
@@ -870,6 +943,7 @@ mod tests {
                     Pattern::Reference(_) => "ref",
                     Pattern::FhirId(_) => "fhir",
                     Pattern::Segment(_) => "seg",
+                    Pattern::Query(_) => "query",
                     Pattern::AliasShaped(_) => "alias",
                     Pattern::Cursor => "cursor",
                 };
@@ -1033,5 +1107,23 @@ mod tests {
         assert_eq!(name("Patient/039b").as_deref(), Some("patient"));
         assert_eq!(name("?idempotencyKey=039b"), None);
         assert_eq!(name("039b"), None);
+    }
+
+    #[test]
+    fn query_values_under_id_and_kind_keys_are_ids() {
+        let q = |t: &str| hits(t).into_iter().filter(|(_, p)| *p == "query").map(|(v, _)| v).collect::<Vec<_>>();
+        assert_eq!(q("/api/v2/appointments?patientId=482913&page=2"), ["482913"]);
+        assert_eq!(q("next: /fhir/Observation?patient=17&_count=10"), ["17"]);
+        assert_eq!(q("patient_id=88&visitId=9,10"), ["88", "9", "10"]);
+        assert_eq!(q("?id=7;status=booked"), ["7"]);
+        // Not ids: counts, pages, dates, keys naming no id, values with no digit.
+        assert!(q("?page=2&_count=10&since=2025-03-25&q=anna").is_empty());
+        assert!(q("?patientId=anna").is_empty());
+        assert!(q("?requestId=12&traceId=99").is_empty());
+        assert_eq!(q("a patientId=12 in prose"), ["12"]);
+        assert!(q("a.b=patientId=5").is_empty(), "a key opens a query, a word or the text");
+        assert!(q("dose=5mg&patient ok").is_empty());
+        // A value another pattern found is not found twice.
+        assert_eq!(hits("?patientId=pat-000123").len(), 1);
     }
 }

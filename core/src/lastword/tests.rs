@@ -184,3 +184,46 @@ fn realistic_bodies_are_never_withheld() {
     let mb = (bytes * rounds) as f64 / 1e6;
     println!("last word: {mb:.1} MB in {secs:.3} s = {:.1} MB/s ({} bodies, found {found})", mb / secs, outputs.len());
 }
+
+/// Numbers under id-named keys outside JSON: query strings, form bodies,
+/// YAML lines, in bodies and headers; counts and dates are no ids.
+#[test]
+fn numbers_under_id_keys_of_pairs_and_lines_are_found() {
+    let lw = word(&[], &["patient-001"]);
+    for body in [
+        "patientId=482913&note=x",
+        "/api/v2/appointments?patientId=482913&page=2",
+        r#"{"next":"/fhir/Observation?patient=17&_count=10"}"#,
+        "?visit_id=9,10",
+        "patient:\n  id: 482913\n",
+        "- visitId: \"77\"  # last\n",
+        "patientId: '00042'\n",
+    ] {
+        assert_eq!(lw.check_body(body.as_bytes()).map(|f| f.reason), Some(Reason::IdNumber), "{body}");
+    }
+    assert_eq!(
+        lw.check_header(b"location", b"/api/v2/visits?patientId=482913").map(|f| f.reason),
+        Some(Reason::IdNumber)
+    );
+    for body in [
+        "patientId=patient-001&page=2",
+        "?page=2&_count=10&since=2025-03-25",
+        "count: 2\nversion: 3\n",
+        "requestId=12&traceId=99",
+        "note: id 5 of 7\n",
+        "dose=5&unit=mg",
+        "?code=12345&system=http://loinc.org",
+    ] {
+        assert_eq!(lw.check_body(body.as_bytes()), None, "{body}");
+    }
+}
+
+#[test]
+fn an_event_streams_field_lines_are_framing() {
+    let lw = word(&[], &[]);
+    let stream = b"id: 7\nretry: 3000\nevent: update\ndata: {\"status\": \"arrived\"}\n\n";
+    assert_eq!(lw.check_event_stream(stream), None);
+    assert_eq!(lw.check_body(b"id: 7\n").map(|f| f.reason), Some(Reason::IdNumber), "as a document, `id: 7` is a record's id");
+    let leak = b"id: 7\ndata: {\"patientId\": 482913}\n\n";
+    assert_eq!(lw.check_event_stream(leak).map(|f| f.reason), Some(Reason::IdNumber));
+}

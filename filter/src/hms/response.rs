@@ -73,6 +73,8 @@ struct Job {
     /// [`Headers::Held`] with a body, [`Headers::Direct`] for a bodiless
     /// response (its headers paused here).
     hold: Headers,
+    /// The body's declared kind: an event stream's framing is no YAML.
+    kind: BodyKind,
 }
 
 impl Job {
@@ -102,7 +104,7 @@ impl Job {
                 Ok((name.clone(), value.clone(), part))
             })
             .collect::<Result<_, String>>()?;
-        Ok(Job { scan, body, body_part, held, headers, latin1, hold })
+        Ok(Job { scan, body, body_part, held, headers, latin1, hold, kind })
     }
 
     /// The held body's length, for [`Response::withhold`].
@@ -457,8 +459,12 @@ fn last_word(
     let given = aliases.iter().map(String::as_str).chain(known.iter().map(|k| k.alias.as_str()));
     let word = lastword::LastWord::new(tax, raw, given);
     if !body.is_empty() {
-        if let Some(found) = word.check_body(body) {
-            return Some(found);
+        let found = match job.kind {
+            BodyKind::EventStream => word.check_event_stream(body),
+            _ => word.check_body(body),
+        };
+        if found.is_some() {
+            return found;
         }
     }
     headers.iter().find_map(|(name, value)| word.check_header(name.as_bytes(), value.as_bytes()))

@@ -20,7 +20,7 @@ const CELL_MAX: usize = 4096;
 
 /// What a column holds.
 #[derive(Debug, Clone, Copy)]
-enum Column {
+pub(super) enum Column {
     /// Ids of this kind.
     Id(KindId),
     /// FHIR references `Type/id`.
@@ -83,7 +83,7 @@ pub(super) fn scan(
 }
 
 /// The role of a column from its header.
-fn column(scan: &ResponseScan<'_>, name: &str, root_kind: Option<KindId>) -> Column {
+pub(super) fn column(scan: &ResponseScan<'_>, name: &str, root_kind: Option<KindId>) -> Column {
     let tax = scan.tax;
     match tax.key_role(name) {
         Some(KeyRole::Reference) => Column::Reference,
@@ -95,7 +95,7 @@ fn column(scan: &ResponseScan<'_>, name: &str, root_kind: Option<KindId>) -> Col
 /// One cell under a column: learned and recorded when it is an id. `raw` is
 /// the field's bytes in the body (quotes and separator included), starting
 /// at `base`.
-fn cell_value(
+pub(super) fn cell_value(
     scan: &mut ResponseScan<'_>,
     part: &mut Part,
     column: Column,

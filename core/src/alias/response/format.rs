@@ -9,6 +9,13 @@
 //! missing content type and the other text formats whose bytes are JSON are
 //! read as JSON, with the structural rules (a numeric id under `patientId` is
 //! found only there).
+//!
+//! A JSON document may stand inside a wrapper ([`json_span`]): a UTF-8 byte
+//! order mark, an XSSI guard (`)]}'`, `while(1);`, `for(;;);`) or a JSONP
+//! call (`callback({...});`). The document is read where it stands and the
+//! wrapper is kept as it is. JSON with comments or trailing commas is not
+//! JSON: declared JSON that does not parse is withheld (`not_json`); as text
+//! it is read with the text patterns.
 
 use super::BodyKind;
 use crate::alias::json::Lexer;
@@ -65,6 +72,10 @@ impl BodyKind {
     /// - `application/xml`, `text/xml`, any `+xml` (`fhir+xml`):
     ///   [`BodyKind::Xml`];
     /// - `text/html`, `application/xhtml+xml`: [`BodyKind::Html`];
+    /// - `text/event-stream`: [`BodyKind::EventStream`];
+    /// - `application/x-www-form-urlencoded`: [`BodyKind::Form`];
+    /// - `application/yaml`, `application/x-yaml`, `text/yaml`,
+    ///   `text/x-yaml`, any `+yaml`: [`BodyKind::Yaml`];
     /// - anything else: [`BodyKind::Text`] (binary bytes are refused when
     ///   the body is added).
     pub fn from_content_type(content_type: Option<&str>) -> BodyKind {
@@ -95,13 +106,24 @@ impl BodyKind {
             BodyKind::Html
         } else if is("application/xml") || is("text/xml") || ends("+xml") {
             BodyKind::Xml
+        } else if is("text/event-stream") {
+            BodyKind::EventStream
+        } else if is("application/x-www-form-urlencoded") {
+            BodyKind::Form
+        } else if is("application/yaml")
+            || is("application/x-yaml")
+            || is("text/yaml")
+            || is("text/x-yaml")
+            || ends("+yaml")
+        {
+            BodyKind::Yaml
         } else {
             BodyKind::Text
         }
     }
 
     /// A short label for logs and counters (`json`, `ndjson`, `text`, `csv`,
-    /// `xml`, `html`).
+    /// `xml`, `html`, `event_stream`, `form`, `yaml`).
     pub fn as_str(self) -> &'static str {
         match self {
             BodyKind::Json => "json",
@@ -110,13 +132,17 @@ impl BodyKind {
             BodyKind::Csv => "csv",
             BodyKind::Xml => "xml",
             BodyKind::Html => "html",
+            BodyKind::EventStream => "event_stream",
+            BodyKind::Form => "form",
+            BodyKind::Yaml => "yaml",
         }
     }
 
     /// Whether the body is read as JSON documents (string literals and
-    /// numbers), as opposed to text read as a whole.
+    /// numbers; an event stream's other lines count as literals), as
+    /// opposed to text read as a whole.
     pub(crate) fn is_json(self) -> bool {
-        matches!(self, BodyKind::Json | BodyKind::NdJson)
+        matches!(self, BodyKind::Json | BodyKind::NdJson | BodyKind::EventStream)
     }
 }
 
@@ -135,7 +161,9 @@ pub(super) fn effective_kind(
         return Err(WithholdReason::Binary);
     }
     let kind = match declared {
-        BodyKind::Text | BodyKind::Csv | BodyKind::Html => sniff_json(text).unwrap_or(declared),
+        BodyKind::Text | BodyKind::Csv | BodyKind::Html | BodyKind::Yaml => {
+            sniff_json(text).unwrap_or(declared)
+        }
         other => other,
     };
     Ok((kind, text))
@@ -158,20 +186,57 @@ fn compressed(body: &[u8]) -> bool {
             && body.get(4..10) == Some(b"\x31\x41\x59\x26\x53\x59".as_slice()))
 }
 
-/// JSON (or NDJSON) when the first non-space byte opens an object or array
-/// and the whole body parses; `None` otherwise.
+/// JSON (or NDJSON) when the first non-space byte of the document (inside
+/// its wrapper, [`json_span`]) opens an object or array and the whole
+/// document parses; `None` otherwise.
 fn sniff_json(src: &str) -> Option<BodyKind> {
-    let src = super::split_bom(src).1;
-    let first = src.bytes().find(|b| !b.is_ascii_whitespace())?;
+    let doc = src.get(json_span(src)).unwrap_or_default();
+    let first = doc.bytes().find(|b| !b.is_ascii_whitespace())?;
     if !matches!(first, b'{' | b'[') {
         return None;
     }
-    if parses(src) {
+    if parses(doc) {
         return Some(BodyKind::Json);
     }
+    let src = super::split_bom(src).1;
     let mut lines = src.lines().filter(|l| !l.trim().is_empty()).peekable();
     lines.peek()?;
     lines.all(parses).then_some(BodyKind::NdJson)
+}
+
+/// XSSI guards servers put before JSON so that a `<script>` tag cannot run it.
+const XSSI_GUARDS: [&str; 4] = [")]}',", ")]}'", "while(1);", "for(;;);"];
+
+/// Where the JSON document of a body stands: after a UTF-8 byte order mark
+/// and an XSSI guard, or inside a JSONP call (`name(` … `)` with an optional
+/// `;`, the name a dotted JavaScript identifier). The whole body (after a
+/// byte order mark) when it has no wrapper.
+pub(crate) fn json_span(src: &str) -> std::ops::Range<usize> {
+    let (bom, doc) = super::split_bom(src);
+    let lead = doc.len() - doc.trim_start().len();
+    let rest = doc.get(lead..).unwrap_or_default();
+    for guard in XSSI_GUARDS {
+        if let Some(after) = rest.strip_prefix(guard) {
+            return src.len() - after.len()..src.len();
+        }
+    }
+    let name = rest
+        .bytes()
+        .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'$' | b'.'))
+        .count();
+    let starts_name = rest.bytes().next().is_some_and(|b| b.is_ascii_alphabetic() || matches!(b, b'_' | b'$'));
+    if starts_name {
+        let after = rest.get(name..).unwrap_or_default().trim_start();
+        if let Some(inner) = after.strip_prefix('(') {
+            let tail = inner.trim_end();
+            let tail = tail.strip_suffix(';').unwrap_or(tail).trim_end();
+            if let Some(body) = tail.strip_suffix(')') {
+                let start = src.len() - inner.len();
+                return start..start + body.len();
+            }
+        }
+    }
+    bom..src.len()
 }
 
 /// Whether `src` is one complete JSON document.

@@ -500,6 +500,7 @@ proptest::proptest! {
 }
 
 mod fhir_shapes;
+mod formats;
 mod generator;
 
 /// An id cut by an invisible or look-alike character is never aliased as
