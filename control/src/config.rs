@@ -96,9 +96,13 @@ pub const SETTINGS: &[Setting] = &[
     Setting { key: "embedder.query_model", flag: "query-model", env: "KEYHOLE_QUERY_MODEL", kind: Kind::Text, default: DefaultValue::Value("e5-query"), scope: Scope::Common, help: "model name for turns" },
     Setting { key: "embedder.document_model", flag: "document-model", env: "KEYHOLE_DOCUMENT_MODEL", kind: Kind::Text, default: DefaultValue::Value("e5-passage"), scope: Scope::Common, help: "model name for tool texts" },
     Setting { key: "embedder.timeout_ms", flag: "embedder-timeout-ms", env: "KEYHOLE_EMBEDDER_TIMEOUT_MS", kind: Kind::Positive, default: DefaultValue::Value("10000"), scope: Scope::Common, help: "one embedder request" },
-    // The embedder the project ships embeds one text at a time (~45 ms on a
-    // 2-core box): four turns finish within the 300 ms turn deadline.
-    Setting { key: "embedder.turns_in_flight", flag: "embedder-turns-in-flight", env: "KEYHOLE_EMBEDDER_TURNS_IN_FLIGHT", kind: Kind::Positive, default: DefaultValue::Value("4"), scope: Scope::Common, help: "turns sent to the embedder at once; a turn past them waits for a place within its deadline (raise it for an embedder that serves several at a time)" },
+    // The embedder the project ships computes one request at a time (a lock
+    // per request), so control keeps one out and sends the turns that waited
+    // meanwhile together in the next.
+    Setting { key: "embedder.requests_in_flight", flag: "embedder-requests-in-flight", env: "KEYHOLE_EMBEDDER_REQUESTS_IN_FLIGHT", kind: Kind::Positive, default: DefaultValue::Value("1"), scope: Scope::Common, help: "turn embedding requests at the embedder at once; turns that arrive meanwhile wait and go together in the next request (raise it for an embedder that serves several requests at a time)" },
+    Setting { key: "embedder.batch_size", flag: "embedder-batch-size", env: "KEYHOLE_EMBEDDER_BATCH_SIZE", kind: Kind::Positive, default: DefaultValue::Value("32"), scope: Scope::Common, help: "texts per embedder request: tool texts when indexing, turns that waited together" },
+    // 384 dimensions × 4 bytes and the key: about 1.6 KB an entry, 13 MB in all.
+    Setting { key: "embedder.query_cache", flag: "query-cache", env: "KEYHOLE_QUERY_CACHE", kind: Kind::Positive, default: DefaultValue::Value("8192"), scope: Scope::Common, help: "turn embeddings kept in memory by canonical text (NFKC, whitespace collapsed; least recently used evicted; about 1.6 KB each at 384 dimensions); never written to disk" },
     Setting { key: "retrieval.overlay", flag: "overlay", env: "KEYHOLE_OVERLAY", kind: Kind::File, default: DefaultValue::Unset("none"), scope: Scope::Common, help: "tool metadata overlay (format of `catalog/tools.json`)" },
     Setting { key: "retrieval.rank_config", flag: "rank-config", env: "KEYHOLE_RANK_CONFIG", kind: Kind::File, default: DefaultValue::Unset("built-in defaults"), scope: Scope::Common, help: "ranking settings, floors included (JSON)" },
     Setting { key: "retrieval.qdrant_url", flag: "qdrant-url", env: "KEYHOLE_QDRANT_URL", kind: Kind::HttpUrl, default: DefaultValue::Unset("embedded index"), scope: Scope::Common, help: "Qdrant server (gRPC)" },

@@ -1,9 +1,25 @@
 //! A client for an OpenAI-compatible `/v1/embeddings` endpoint.
 //!
 //! Queries and documents are embedded with separately named models (e5-style
-//! embedders distinguish them by model name). Every vector is cached by
-//! `(model, sha256(text))` in memory and, when a cache file is configured, on
-//! disk, so a registry re-sent unchanged costs zero embedder calls.
+//! embedders distinguish them by model name).
+//!
+//! - Documents (tool texts) are cached by `(model, sha256(text))` in memory
+//!   and, when a cache file is configured, on disk, so a registry re-sent
+//!   unchanged costs zero embedder calls.
+//! - Queries (turns) are cached in memory only, by their canonical text
+//!   ([`query::canonical`]: NFKC, whitespace collapsed), least recently used
+//!   evicted past `query_cache` entries. A turn's text never reaches the disk.
+//!   Turns that miss the cache go through one batcher ([`batch`]): while a
+//!   request is at the embedder, the turns arriving meanwhile wait together
+//!   and go as one request (`input` is a list), each text once however many
+//!   turns ask for it.
+//!
+//! # Layout
+//! - [`query`]: the canonical text of a turn and the bounded query cache.
+//! - [`batch`]: the task that sends waiting turns together.
+
+mod batch;
+pub mod query;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -13,7 +29,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Mutex;
+use tokio::sync::{mpsc, oneshot, Mutex, OnceCell};
 
 /// Which side of the retrieval a text is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,15 +49,25 @@ pub struct EmbedderConfig {
     pub query_model: String,
     /// Model name for documents.
     pub document_model: String,
-    /// Texts per request.
+    /// Texts per request: tool texts when indexing, and the most turns that
+    /// wait together for one request.
     pub batch_size: usize,
     /// Timeout of one HTTP request.
     pub timeout: Duration,
     /// Attempts per batch on 429, 5xx and connection errors.
     pub attempts: u32,
-    /// Cache file; `None` keeps the cache in memory only.
+    /// Cache file for document vectors; `None` keeps them in memory only.
     pub cache_path: Option<PathBuf>,
+    /// Query vectors kept in memory (least recently used evicted).
+    pub query_cache: usize,
+    /// Query requests at the embedder at once; turns that arrive while they
+    /// are all out wait and go together in the next one.
+    pub requests_in_flight: usize,
 }
+
+/// The default of [`EmbedderConfig::query_cache`]: at 384 dimensions about
+/// 1.6 KB an entry, so about 13 MB.
+pub const DEFAULT_QUERY_CACHE: usize = 8192;
 
 impl Default for EmbedderConfig {
     fn default() -> Self {
@@ -53,6 +79,8 @@ impl Default for EmbedderConfig {
             timeout: Duration::from_secs(30),
             attempts: 3,
             cache_path: None,
+            query_cache: DEFAULT_QUERY_CACHE,
+            requests_in_flight: 1,
         }
     }
 }
@@ -90,6 +118,27 @@ pub enum EmbedError {
         #[source]
         source: std::io::Error,
     },
+    /// The request that carried this text with others failed: every text of
+    /// it gets this same error.
+    #[error(transparent)]
+    Batch(Arc<EmbedError>),
+    /// By the embedder's recent answers, the text would come back after its
+    /// deadline, so it was not sent.
+    #[error("the embedder would answer after the deadline")]
+    Late,
+    /// The batcher task is gone (its runtime shut down).
+    #[error("the query batcher stopped")]
+    Stopped,
+}
+
+impl EmbedError {
+    /// The error itself, or the batch's error it stands for.
+    pub fn cause(&self) -> &EmbedError {
+        match self {
+            EmbedError::Batch(inner) => inner.cause(),
+            other => other,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -119,13 +168,38 @@ fn key(model: &str, text: &str) -> Key {
     h.finalize().into()
 }
 
+/// The endpoint: where requests go and how they are retried. Shared by the
+/// client and its batcher task.
+struct Endpoint {
+    url: String,
+    http: reqwest::Client,
+    attempts: u32,
+}
+
+/// What the client and its batcher count.
+#[derive(Debug, Default)]
+struct Stats {
+    /// Texts sent to the endpoint and answered (cache misses).
+    texts: AtomicU64,
+    /// Query requests sent.
+    query_requests: AtomicU64,
+    /// What one query text costs the embedder lately, in µs (a moving
+    /// average over the requests' time per text; 0 before the first answer).
+    per_text_us: AtomicU64,
+}
+
 /// The embedder client. Cheap to share behind an `Arc`.
 pub struct Embedder {
     config: EmbedderConfig,
-    http: reqwest::Client,
-    cache: Mutex<HashMap<Key, Arc<[f32]>>>,
-    /// Texts sent to the endpoint (cache misses), for tests and metrics.
-    calls: AtomicU64,
+    endpoint: Arc<Endpoint>,
+    /// Document vectors, mirrored in the cache file.
+    documents: Mutex<HashMap<Key, Arc<[f32]>>>,
+    /// Query vectors by canonical text, bounded.
+    queries: Arc<Mutex<query::QueryCache>>,
+    /// The batcher's queue; the task starts with the first query that misses
+    /// the cache (it needs the caller's runtime) and ends when the client is dropped.
+    batcher: OnceCell<mpsc::UnboundedSender<batch::Job>>,
+    stats: Arc<Stats>,
 }
 
 impl Embedder {
@@ -134,11 +208,20 @@ impl Embedder {
         let http = reqwest::Client::builder().timeout(config.timeout).build().map_err(|source| {
             EmbedError::Unreachable { url: config.url.clone(), source }
         })?;
-        let cache = match &config.cache_path {
+        let documents = match &config.cache_path {
             Some(path) => load_cache(path)?,
             None => HashMap::new(),
         };
-        Ok(Embedder { config, http, cache: Mutex::new(cache), calls: AtomicU64::new(0) })
+        let endpoint = Arc::new(Endpoint { url: config.url.clone(), http, attempts: config.attempts });
+        let queries = Arc::new(Mutex::new(query::QueryCache::new(config.query_cache)));
+        Ok(Embedder {
+            config,
+            endpoint,
+            documents: Mutex::new(documents),
+            queries,
+            batcher: OnceCell::new(),
+            stats: Arc::default(),
+        })
     }
 
     /// The configured model for a side.
@@ -151,21 +234,108 @@ impl Embedder {
 
     /// How many texts were sent to the endpoint so far (cache misses).
     pub fn texts_embedded(&self) -> u64 {
-        self.calls.load(Ordering::Relaxed)
+        self.stats.texts.load(Ordering::Relaxed)
     }
 
-    /// True when every text is cached for `side` (no call would be made).
+    /// How many query requests were sent to the endpoint so far (each may
+    /// carry several turns).
+    pub fn query_requests(&self) -> u64 {
+        self.stats.query_requests.load(Ordering::Relaxed)
+    }
+
+    /// What one query text costs the embedder lately (zero before its first answer).
+    pub fn per_text_estimate(&self) -> Duration {
+        Duration::from_micros(self.stats.per_text_us.load(Ordering::Relaxed))
+    }
+
+    /// Sets [`Self::per_text_estimate`] (tests: an embedder known to be slow).
+    #[cfg(test)]
+    pub(crate) fn set_per_text_estimate(&self, cost: Duration) {
+        self.stats.per_text_us.store(cost.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// True when the text is cached for `side` (no call would be made); a
+    /// query by its canonical text.
     pub async fn is_cached(&self, side: Side, text: &str) -> bool {
-        self.cache.lock().await.contains_key(&key(self.model(side), text))
+        match side {
+            Side::Document => self.documents.lock().await.contains_key(&key(self.model(side), text)),
+            Side::Query => self.queries.lock().await.contains(&key(self.model(side), &query::canonical(text))),
+        }
     }
 
     /// Embeds `texts`, from the cache where possible; one vector per text, in order.
+    /// Queries go through the batcher without a deadline ([`Self::embed_query`]).
     pub async fn embed(&self, side: Side, texts: &[&str]) -> Result<Vec<Arc<[f32]>>, EmbedError> {
-        let model = self.model(side).to_owned();
+        match side {
+            Side::Document => self.embed_documents(texts).await,
+            Side::Query => {
+                // Every text is queued before any answer is awaited, so they
+                // go together.
+                let mut waiting = Vec::with_capacity(texts.len());
+                for text in texts {
+                    waiting.push(self.ask(text, None).await?);
+                }
+                let mut out = Vec::with_capacity(waiting.len());
+                for w in waiting {
+                    out.push(w.wait().await?);
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// One turn's embedding, by its canonical text: from the cache, else
+    /// from the next request the batcher sends. A turn that stops waiting
+    /// (its caller dropped the future at its deadline) leaves the others of
+    /// its request alone, and is not sent if it had not been yet.
+    ///
+    /// Fails with the request's error ([`EmbedError::Batch`]), or
+    /// [`EmbedError::Late`] when by the embedder's recent answers it would
+    /// not come back before `deadline` (then it is not sent).
+    pub async fn embed_query(&self, text: &str, deadline: Option<tokio::time::Instant>) -> Result<Arc<[f32]>, EmbedError> {
+        self.ask(text, deadline).await?.wait().await
+    }
+
+    async fn ask(&self, text: &str, deadline: Option<tokio::time::Instant>) -> Result<Asked, EmbedError> {
+        let text = query::canonical(text);
+        let key = key(&self.config.query_model, &text);
+        if let Some(v) = self.queries.lock().await.get(&key) {
+            return Ok(Asked::Cached(v));
+        }
+        let (reply, answer) = oneshot::channel();
+        self.batcher()
+            .await
+            .send(batch::Job { key, text, deadline, reply })
+            .map_err(|_| EmbedError::Stopped)?;
+        Ok(Asked::Queued(answer))
+    }
+
+    async fn batcher(&self) -> &mpsc::UnboundedSender<batch::Job> {
+        self.batcher
+            .get_or_init(|| async {
+                // Unbounded: every job has a caller waiting on it, so the
+                // queue is no longer than the turns being resolved.
+                let (tx, rx) = mpsc::unbounded_channel();
+                let batcher = batch::Batcher {
+                    endpoint: self.endpoint.clone(),
+                    model: self.config.query_model.clone(),
+                    cache: self.queries.clone(),
+                    stats: self.stats.clone(),
+                    batch_size: self.config.batch_size.max(1),
+                    in_flight: self.config.requests_in_flight.max(1),
+                };
+                tokio::spawn(batcher.run(rx));
+                tx
+            })
+            .await
+    }
+
+    async fn embed_documents(&self, texts: &[&str]) -> Result<Vec<Arc<[f32]>>, EmbedError> {
+        let model = self.config.document_model.clone();
         let keys: Vec<Key> = texts.iter().map(|t| key(&model, t)).collect();
         let mut missing: Vec<usize> = Vec::new();
         {
-            let cache = self.cache.lock().await;
+            let cache = self.documents.lock().await;
             // Each missing text once (a registry of thousands embeds each
             // distinct text once, without comparing every pair).
             let mut asked = std::collections::HashSet::new();
@@ -177,11 +347,11 @@ impl Embedder {
         }
         for chunk in missing.chunks(self.config.batch_size.max(1)) {
             let batch: Vec<&str> = chunk.iter().map(|&i| texts[i]).collect();
-            let vectors = self.request(&model, &batch).await?;
-            self.calls.fetch_add(batch.len() as u64, Ordering::Relaxed);
+            let vectors = self.endpoint.request(&model, &batch).await?;
+            self.stats.texts.fetch_add(batch.len() as u64, Ordering::Relaxed);
             let mut fresh = Vec::with_capacity(chunk.len());
             {
-                let mut cache = self.cache.lock().await;
+                let mut cache = self.documents.lock().await;
                 for (&i, v) in chunk.iter().zip(vectors) {
                     let v: Arc<[f32]> = v.into();
                     cache.insert(keys[i], v.clone());
@@ -192,15 +362,34 @@ impl Embedder {
                 append_cache(path, &fresh)?;
             }
         }
-        let cache = self.cache.lock().await;
+        let cache = self.documents.lock().await;
         keys.iter()
             .map(|k| cache.get(k).cloned().ok_or_else(|| EmbedError::Malformed("a vector went missing".into())))
             .collect()
     }
+}
 
+/// A query asked for: its vector at once, or the batcher's answer to come.
+enum Asked {
+    Cached(Arc<[f32]>),
+    Queued(oneshot::Receiver<Result<Arc<[f32]>, EmbedError>>),
+}
+
+impl Asked {
+    async fn wait(self) -> Result<Arc<[f32]>, EmbedError> {
+        match self {
+            Asked::Cached(v) => Ok(v),
+            Asked::Queued(answer) => answer.await.map_err(|_| EmbedError::Stopped)?,
+        }
+    }
+}
+
+// === impl Endpoint ===
+
+impl Endpoint {
     /// One batch, retried with exponential backoff on 429, 5xx and transport errors.
     async fn request(&self, model: &str, batch: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let url = format!("{}/v1/embeddings", self.config.url.trim_end_matches('/'));
+        let url = format!("{}/v1/embeddings", self.url.trim_end_matches('/'));
         let mut delay = Duration::from_millis(100);
         let mut attempt = 0;
         loop {
@@ -220,7 +409,7 @@ impl Embedder {
                 }
                 Err(source) => EmbedError::Unreachable { url: url.clone(), source },
             };
-            if attempt >= self.config.attempts {
+            if attempt >= self.attempts {
                 return Err(retryable);
             }
             tracing::debug!(attempt, ?delay, "retrying embedder");
@@ -292,35 +481,4 @@ fn append_cache(path: &PathBuf, entries: &[(Key, Arc<[f32]>)]) -> Result<(), Emb
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cache_file_round_trips_and_ignores_a_torn_tail() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("cache.bin");
-        let a: Arc<[f32]> = vec![1.0, -2.5, 3.0].into();
-        append_cache(&path, &[(key("m", "a"), a.clone())]).unwrap();
-        append_cache(&path, &[(key("m", "b"), vec![0.5; 384].into())]).unwrap();
-        // A crash mid-write leaves a partial record.
-        let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
-        f.write_all(&[7u8; 40]).unwrap();
-        let map = load_cache(&path).unwrap();
-        assert_eq!(map.len(), 2);
-        assert_eq!(&*map[&key("m", "a")], &*a);
-        assert_ne!(key("m", "a"), key("n", "a"), "the model is part of the key");
-    }
-
-    #[test]
-    fn answers_are_put_in_input_order() {
-        let resp = EmbeddingsResponse {
-            data: vec![
-                EmbeddingItem { index: 1, embedding: vec![2.0] },
-                EmbeddingItem { index: 0, embedding: vec![1.0] },
-            ],
-        };
-        assert_eq!(order(resp, 2).unwrap(), vec![vec![1.0], vec![2.0]]);
-        let short = EmbeddingsResponse { data: vec![EmbeddingItem { index: 0, embedding: vec![1.0] }] };
-        assert!(matches!(order(short, 2), Err(EmbedError::Malformed(_))));
-    }
-}
+mod tests;

@@ -6,7 +6,9 @@
 //! # Layout
 //! - [`alias`]: per-session alias stores (redb, Redis) and the `/v1/alias/*` routes.
 //! - [`config`]: the TOML configuration file, checked field by field.
-//! - [`embed`]: OpenAI-compatible `/v1/embeddings` client with an on-disk cache.
+//! - [`embed`]: OpenAI-compatible `/v1/embeddings` client: tool texts cached on
+//!   disk, turns batched across concurrent resolves and cached in memory by
+//!   canonical text.
 //! - [`index`]: the vector store trait, its embedded and Qdrant backends, and
 //!   incremental indexing by content hash.
 //! - [`load`]: reading registries (tools.json, tools.jsonl, request bodies).

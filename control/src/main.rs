@@ -65,6 +65,9 @@ struct EmbedderArgs {
     query_model: String,
     document_model: String,
     embedder_timeout_ms: u64,
+    requests_in_flight: u64,
+    batch_size: u64,
+    query_cache: u64,
 }
 
 #[derive(Subcommand)]
@@ -204,7 +207,6 @@ struct EngineArgs {
     namespace: String,
     retrieval_timeout_ms: u64,
     max_registries: u64,
-    turns_in_flight: u64,
 }
 
 settings_args!(CommonArgs, Scope::Common);
@@ -218,6 +220,9 @@ impl clap::FromArgMatches for CommonArgs {
                 query_model: given(m, "embedder.query_model")?,
                 document_model: given(m, "embedder.document_model")?,
                 embedder_timeout_ms: given(m, "embedder.timeout_ms")?,
+                requests_in_flight: given(m, "embedder.requests_in_flight")?,
+                batch_size: given(m, "embedder.batch_size")?,
+                query_cache: given(m, "embedder.query_cache")?,
             },
             engine: EngineArgs {
                 overlay: text(m, "retrieval.overlay").map(PathBuf::from),
@@ -226,7 +231,6 @@ impl clap::FromArgMatches for CommonArgs {
                 namespace: given(m, "retrieval.namespace")?,
                 retrieval_timeout_ms: given(m, "retrieval.timeout_ms")?,
                 max_registries: given(m, "retrieval.max_registries")?,
-                turns_in_flight: given(m, "embedder.turns_in_flight")?,
             },
         })
     }
@@ -345,6 +349,9 @@ fn embedder(args: &EmbedderArgs, cache: Option<PathBuf>) -> anyhow::Result<Arc<E
         document_model: args.document_model.clone(),
         timeout: Duration::from_millis(args.embedder_timeout_ms),
         cache_path: cache,
+        batch_size: usize::try_from(args.batch_size).unwrap_or(usize::MAX),
+        query_cache: usize::try_from(args.query_cache).unwrap_or(usize::MAX),
+        requests_in_flight: usize::try_from(args.requests_in_flight).unwrap_or(usize::MAX),
         ..EmbedderConfig::default()
     };
     Ok(Arc::new(Embedder::try_new(config).context("starting the embedder client")?))
@@ -398,7 +405,6 @@ async fn resolver(
     let settings = ResolverSettings {
         retrieval_timeout: Duration::from_millis(engine.retrieval_timeout_ms),
         max_registries: usize::try_from(engine.max_registries).unwrap_or(usize::MAX),
-        turns_in_flight: usize::try_from(engine.turns_in_flight).unwrap_or(usize::MAX),
         ..ResolverSettings::default()
     };
     Ok(Resolver::new(Arc::new(indexer), Arc::new(rank), overlay.map(Arc::new), settings))

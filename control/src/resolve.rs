@@ -47,7 +47,7 @@ mod audit;
 
 pub use audit::{AuditEntry, Retrieval, SearchAudit, Timings};
 
-use crate::embed::Side;
+use crate::embed::{EmbedError, Side};
 use crate::index::sync::SyncError;
 use crate::index::{Indexer, Search, SyncReport};
 use audit::Sessions;
@@ -71,14 +71,11 @@ use tokio::sync::{Mutex, Notify};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RetrievalError {
-    /// Embedding the turn failed.
+    /// Embedding the turn failed ([`EmbedError::Late`]: by the embedder's
+    /// recent answers it would come back after the turn's deadline, so it
+    /// was not asked for).
     #[error(transparent)]
-    Embed(#[from] crate::embed::EmbedError),
-    /// A place at the embedder came free too late: the embedding would not
-    /// come back before the turn's deadline (by the embedder's recent
-    /// answers), so it is not asked for.
-    #[error("the embedder would answer after the turn's deadline")]
-    Late,
+    Embed(#[from] EmbedError),
     /// The vector search failed.
     #[error(transparent)]
     Index(#[from] crate::index::IndexError),
@@ -188,11 +185,10 @@ pub struct ResolverSettings {
     /// `keyhole-bench --only vector_share` measured whose share of turns
     /// answered with vectors at 4 concurrent sessions is at least 0.95. Past
     /// the embedder's capacity a short deadline alone does not shed load (an
-    /// embedding once sent is computed whether anyone waits for it):
-    /// [`Self::turns_in_flight`] bounds what is sent. 16 closed-loop sessions
-    /// on a 2-core box at 300 ms: 0.012 of turns with vectors and 16 s of
-    /// embedder backlog without the bound, 0.275 and none with it; 1.000 at
-    /// 1000 ms.
+    /// embedding once sent is computed whether anyone waits for it): the
+    /// embedder client sends the turns waiting together, one request at a
+    /// time, and no more of them than can come back before their deadlines
+    /// ([`crate::embed`]).
     pub retrieval_timeout: Duration,
     /// Distinct registries kept built and indexed (least recently used evicted).
     pub max_registries: usize,
@@ -202,16 +198,6 @@ pub struct ResolverSettings {
     pub audit_len: usize,
     /// Wait before retrying a failed background index of one registry.
     pub index_retry: Duration,
-    /// Turns sent to the embedder at once (`embedder.turns_in_flight`); a
-    /// turn past them waits for a place within its deadline, then is ranked
-    /// lexically, and is not sent when the embedder's recent answers say it
-    /// would come back after the deadline. An embedding runs to its end even after its turn's
-    /// deadline (the embedder computes it anyway; it is cached for the next
-    /// turn with the same text), and holds its place until then: so a busy
-    /// embedder gets no more work than this, where an unbounded one piled up
-    /// embeddings nobody waited for (16 closed-loop sessions at 300 ms: 10 s
-    /// of backlog).
-    pub turns_in_flight: usize,
 }
 
 impl Default for ResolverSettings {
@@ -223,7 +209,6 @@ impl Default for ResolverSettings {
             max_sessions: 10_000,
             audit_len: 64,
             index_retry: Duration::from_secs(5),
-            turns_in_flight: 4,
         }
     }
 }
@@ -274,11 +259,6 @@ pub struct Resolver {
     clock: AtomicU64,
     /// The configured registry's index ([`Self::index_at_start`]).
     startup: std::sync::Mutex<IndexState>,
-    /// Places for turns at the embedder ([`ResolverSettings::turns_in_flight`]).
-    turns_in_flight: Arc<tokio::sync::Semaphore>,
-    /// How long the embedder took to answer a turn lately, in µs (a moving
-    /// average; 0 before the first answer).
-    turn_embed_us: Arc<AtomicU64>,
 }
 
 /// The [`registry_digest`] of the tool descriptors, in request order (the
@@ -291,10 +271,7 @@ impl Resolver {
     /// A resolver over an indexer, a ranking configuration and an optional overlay.
     pub fn new(indexer: Arc<Indexer>, rank: Arc<RankConfig>, overlay: Option<Arc<Overlay>>, settings: ResolverSettings) -> Resolver {
         let sessions = Sessions::new(settings.max_sessions, settings.audit_len);
-        let turns_in_flight = Arc::new(tokio::sync::Semaphore::new(settings.turns_in_flight.max(1)));
         Resolver {
-            turns_in_flight,
-            turn_embed_us: Arc::new(AtomicU64::new(0)),
             indexer,
             rank,
             overlay,
@@ -525,7 +502,7 @@ impl Resolver {
                     self.spawn_index(&prepared);
                     Err(Retrieval::Lexical)
                 }
-                Ok(Err(RetrievalError::Late)) => {
+                Ok(Err(RetrievalError::Embed(EmbedError::Late))) => {
                     tracing::warn!(timeout = ?self.settings.retrieval_timeout, "the embedder would answer too late; ranking lexically");
                     Err(Retrieval::Lexical)
                 }
@@ -616,7 +593,7 @@ impl Resolver {
         let (cosine, retrieval) = if prepared.is_ready() {
             match tokio::time::timeout_at(deadline, self.cosine(prepared, query, Some(deadline), &mut Timings::default())).await {
                 Ok(Ok(Some(hits))) => (hits, Retrieval::Hybrid),
-                Ok(Ok(None)) | Err(_) => (Vec::new(), Retrieval::Lexical),
+                Ok(Ok(None)) | Ok(Err(RetrievalError::Embed(EmbedError::Late))) | Err(_) => (Vec::new(), Retrieval::Lexical),
                 Ok(Err(e)) => {
                     tracing::warn!(error = %e, "tool search: retrieval failed; searching lexically");
                     (Vec::new(), Retrieval::Lexical)
@@ -652,11 +629,10 @@ impl Resolver {
         let t = Instant::now();
         let q = self.embed_turn(turn, deadline).await?;
         timings.embed_us = t.elapsed().as_micros() as u64;
-        let Some(q) = q.first() else { return Ok(Some(Vec::new())) };
         let t = Instant::now();
         let registry = prepared.registry();
         let k = self.settings.search_k.unwrap_or(registry.len()).max(1);
-        let found = self.indexer.search(q, k).await?;
+        let found = self.indexer.search(&q, k).await?;
         timings.search_us = t.elapsed().as_micros() as u64;
         Ok(match found {
             Search::Missing => None,
@@ -666,50 +642,13 @@ impl Resolver {
         })
     }
 
-    /// The turn's embedding: from the cache, or from the embedder once a
-    /// place is free ([`ResolverSettings::turns_in_flight`]; the caller's
-    /// deadline bounds the wait), unless by then the embedder's recent
-    /// answers say it would come back after `deadline`
-    /// ([`RetrievalError::Late`]: a place handed on at once, and no work for
-    /// the embedder that nobody would wait for). The request runs in its own
-    /// task holding its place, to its end, even when the caller stops waiting.
-    async fn embed_turn(&self, turn: &str, deadline: Option<tokio::time::Instant>) -> Result<Vec<Arc<[f32]>>, RetrievalError> {
-        let embedder = self.indexer.embedder();
-        if embedder.is_cached(Side::Query, turn).await {
-            return Ok(embedder.embed(Side::Query, &[turn]).await?);
-        }
-        let place = self
-            .turns_in_flight
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|e| crate::embed::EmbedError::Malformed(e.to_string()))?;
-        let expected = Duration::from_micros(self.turn_embed_us.load(Ordering::Relaxed));
-        if deadline.is_some_and(|d| tokio::time::Instant::now() + expected > d) {
-            // Nothing measures the embedder while no turn is sent: each turn
-            // held back lowers the estimate by an eighth, so that after a slow
-            // spell a turn is sent again and measures it afresh.
-            let _ = self
-                .turn_embed_us
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| Some(old - old / 8));
-            return Err(RetrievalError::Late);
-        }
-        let (embedder, text, took_us) = (embedder.clone(), turn.to_owned(), self.turn_embed_us.clone());
-        let request = tokio::spawn(async move {
-            let sent = Instant::now();
-            let vectors = embedder.embed(Side::Query, &[text.as_str()]).await;
-            if vectors.is_ok() {
-                let now = sent.elapsed().as_micros() as u64;
-                let _ = took_us.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
-                    Some(if old == 0 { now } else { (old * 7 + now) / 8 })
-                });
-            }
-            drop(place);
-            vectors
-        });
-        // A task that panicked or was cancelled is an embedder failure.
-        let vectors = request.await.map_err(|e| crate::embed::EmbedError::Malformed(e.to_string()))?;
-        Ok(vectors?)
+    /// The turn's embedding: from the cache, or from the embedder's next
+    /// request, together with the other turns waiting then
+    /// ([`crate::embed::Embedder::embed_query`]). The caller's deadline
+    /// bounds the wait; a turn that would come back after it is not sent
+    /// ([`EmbedError::Late`]).
+    async fn embed_turn(&self, turn: &str, deadline: Option<tokio::time::Instant>) -> Result<Arc<[f32]>, RetrievalError> {
+        Ok(self.indexer.embedder().embed_query(turn, deadline).await?)
     }
 
     /// The cosine similarity of `text` to every tool of an indexed registry,

@@ -325,7 +325,7 @@ async fn a_turn_past_its_deadline_is_ranked_lexically_and_says_so() {
 }
 
 #[tokio::test]
-async fn a_busy_embedder_gets_no_more_turns_than_its_places() {
+async fn a_busy_embedder_gets_one_request_at_a_time() {
     use std::sync::atomic::AtomicUsize;
     // Turns go to an endpoint that takes connections and never answers,
     // counting them.
@@ -341,8 +341,7 @@ async fn a_busy_embedder_gets_no_more_turns_than_its_places() {
             held.push(socket);
         }
     });
-    let settings =
-        ResolverSettings { retrieval_timeout: Duration::from_millis(200), turns_in_flight: 2, ..ResolverSettings::default() };
+    let settings = ResolverSettings { retrieval_timeout: Duration::from_millis(200), ..ResolverSettings::default() };
     let (resolver, _cache) = cached_tools_resolver(&f, &url, settings).await;
     resolver.prepare(&f.tools).await.unwrap();
     for (i, turn) in ["Order a lipid panel for Anna Schmidt", "Book a follow-up for Mr. Weber", "Discharge the patient in room 4"]
@@ -354,14 +353,15 @@ async fn a_busy_embedder_gets_no_more_turns_than_its_places() {
         let took = started.elapsed();
         assert_eq!(answer.source, Source::Lexical, "turn {i}");
         assert!(answer.tools.iter().any(|t| t.reason == Reason::Rag), "turn {i}: ranked, not the fallback");
-        // Each waited out its deadline: the first two for their embedding,
-        // the third for a place that never came free.
+        // Each waited out its deadline: the first for its embedding, the
+        // others queued behind that request.
         assert!(took >= Duration::from_millis(200), "turn {i}: {took:?}");
     }
-    // The two embeddings still run (the endpoint never answers), holding
-    // their places: the third turn never reached the embedder.
+    // The first request still runs (the endpoint never answers); the turns
+    // queued behind it never reached the embedder.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(connections.load(Ordering::SeqCst), 2);
+    assert_eq!(connections.load(Ordering::SeqCst), 1);
+    assert_eq!(resolver.indexer.embedder().query_requests(), 1);
 }
 
 #[tokio::test]
@@ -372,7 +372,7 @@ async fn a_turn_the_embedder_would_answer_too_late_is_not_sent_to_it() {
     let turn = "Order a lipid panel for Anna Schmidt";
     // The embedder's recent answers took far longer than this turn's
     // deadline (2 s in the fixture) leaves.
-    f.resolver.turn_embed_us.store(10_000_000, Ordering::Relaxed);
+    f.resolver.indexer.embedder().set_per_text_estimate(Duration::from_secs(10));
     let started = Instant::now();
     let answer = f.resolver.resolve(&request(&f, "late", turn, Phase::Planner)).await;
     assert_eq!(answer.source, Source::Lexical);
@@ -380,7 +380,7 @@ async fn a_turn_the_embedder_would_answer_too_late_is_not_sent_to_it() {
     let embedder = f.resolver.indexer.embedder();
     assert!(!embedder.is_cached(Side::Query, turn).await, "the embedder was not asked");
     // Once its answers are quick again, the turn is embedded.
-    f.resolver.turn_embed_us.store(1_000, Ordering::Relaxed);
+    embedder.set_per_text_estimate(Duration::from_millis(1));
     let answer = f.resolver.resolve(&request(&f, "late", turn, Phase::Planner)).await;
     assert_eq!(answer.source, Source::Retrieval);
     assert!(embedder.is_cached(Side::Query, turn).await);
@@ -394,7 +394,7 @@ async fn after_a_slow_spell_turns_reach_the_embedder_again() {
     // A slow spell left an estimate far past the fixture's 2 s deadline, and
     // no turn is sent that could measure the embedder anew: each turn held
     // back lowers the estimate, until one is sent.
-    f.resolver.turn_embed_us.store(10_000_000, Ordering::Relaxed);
+    f.resolver.indexer.embedder().set_per_text_estimate(Duration::from_secs(10));
     let mut lexical = 0;
     let sent = loop {
         let turn = format!("Order a lipid panel for patient {lexical}");
@@ -409,7 +409,7 @@ async fn after_a_slow_spell_turns_reach_the_embedder_again() {
     assert!(lexical >= 5, "the first turns were held back ({lexical})");
     assert!(f.resolver.indexer.embedder().is_cached(Side::Query, &sent).await);
     // The embedder's real answer replaced the estimate.
-    assert!(f.resolver.turn_embed_us.load(Ordering::Relaxed) < 2_000_000);
+    assert!(f.resolver.indexer.embedder().per_text_estimate() < Duration::from_secs(2));
 }
 
 // === recovery: the tool-search control tool ===
