@@ -389,7 +389,7 @@ mod tests {
         assert_eq!(cfg.value("aliases.taxonomy"), Some(EXAMPLE));
         assert_eq!(cfg.to_args(|_| false), ["--taxonomy", EXAMPLE]);
         let t = load_taxonomy(Path::new(EXAMPLE)).unwrap();
-        assert_eq!(t.kind_count(), Taxonomy::default().kind_count() + 1);
+        assert_eq!(t.kind_count(), Taxonomy::default().kind_count() + 3);
 
         let dir = tempfile::tempdir().unwrap();
         let bad = dir.path().join("taxonomy.json");

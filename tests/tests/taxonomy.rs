@@ -86,3 +86,43 @@ async fn a_filter_and_a_control_on_different_taxonomies_never_alias() {
     assert!(body.contains("different taxonomies"), "{body}");
     assert!(stack.hms.seen().is_empty());
 }
+
+/// The example file's business identifiers through the real filter, with the
+/// listener's default `raw_ids: refuse`: a KVNR and an MRN in a Patient's
+/// `identifier` are aliased, the MRN stays readable in the narrative, the
+/// last word passes the response, and an `identifier=<system>|<value>`
+/// search reaches HMS only with the alias.
+#[tokio::test]
+async fn business_identifiers_are_aliased_and_searched_by_alias() {
+    let file = std::fs::read_to_string(example_file()).expect("example taxonomy");
+    let mut hms = serde_json::json!({"mode": "hms", "timeout_ms": 5000});
+    hms["taxonomy"] = serde_json::from_str(&file).expect("taxonomy json");
+    let mut options = StackOptions { hms_filter_config: hms.to_string(), ..Default::default() };
+    options.control_args.extend(["--taxonomy".into(), example_file().display().to_string()]);
+    let stack = Stack::start(options).await.expect("stack");
+    let patient = br#"{"resourceType":"Patient","id":"pat-000123","identifier":[
+        {"system":"http://fhir.de/sid/gkv/kvid-10","value":"A123456789"},
+        {"system":"https://hospital.example.org/fhir/sid/mrn","value":"MRN-0042"}],
+      "text":{"status":"generated","div":"<div>KVNR A123456789 / MRN-0042</div>"}}"#;
+    stack.hms.set("/fhir/Patient", Canned::json(patient.to_vec()));
+    let (status, body) = get(&stack, "/fhir/Patient?_id=x").await;
+    assert_eq!(status, 200, "{body}\n{}", stack.envoy.log_tail());
+    assert!(!body.contains("A123456789") && !body.contains("pat-000123"), "raw ids reached the client: {body}");
+    let v: Value = serde_json::from_str(&body).expect("json");
+    let kvnr = v.pointer("/identifier/0/value").and_then(Value::as_str).expect("kvnr").to_owned();
+    let mrn = v.pointer("/identifier/1/value").and_then(Value::as_str).expect("mrn").to_owned();
+    assert!(kvnr.starts_with("kvnr-") && mrn.starts_with("mrn-"), "{body}");
+    assert_eq!(v.pointer("/text/div").and_then(Value::as_str), Some(format!("<div>KVNR {kvnr} / MRN-0042</div>").as_str()));
+
+    let kvid = "http://fhir.de/sid/gkv/kvid-10";
+    stack.hms.clear();
+    let (status, body) = get(&stack, &format!("/fhir/Patient?identifier={kvid}|{kvnr}")).await;
+    assert_eq!(status, 200, "{body}");
+    let seen = stack.hms.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].uri, format!("/fhir/Patient?identifier={kvid}|A123456789"));
+    stack.hms.clear();
+    let (status, body) = get(&stack, &format!("/fhir/Patient?identifier={kvid}|A123456789")).await;
+    assert_eq!(status, 400, "a raw business identifier is refused: {body}");
+    assert!(stack.hms.seen().is_empty(), "the raw search reached HMS");
+}

@@ -297,7 +297,11 @@ impl RequestScan {
             };
             let field = Field::of_query(tax, name);
             let mut found = Vec::new();
-            scan.find(tax, param.get(value_at..).unwrap_or(""), field, Place::Query, &mut found);
+            let value = param.get(value_at..).unwrap_or("");
+            if business_identifier_is_raw(tax, name, value) {
+                scan.raw.bump(Place::Query);
+            }
+            scan.find(tax, value, field, Place::Query, &mut found);
             for mut h in found {
                 let base = offset + param_start + value_at;
                 h.range = base + h.range.start..base + h.range.end;
@@ -701,15 +705,23 @@ impl RequestScan {
         // array's key).
         let mut keys: Vec<Option<Cow<'_, str>>> = Vec::new();
         let mut cur: Option<Cow<'_, str>> = None;
+        // Per open object: its `system` is a configured business identifier
+        // system, and its `value` is no alias.
+        let mut identifiers: Vec<(bool, bool)> = Vec::new();
         while let Some(ev) = lx.next_event()? {
             match ev {
                 Event::StartObject | Event::StartArray => {
                     keys.push(cur.take());
                     if matches!(ev, Event::StartArray) {
                         cur = keys.last().cloned().flatten();
+                    } else {
+                        identifiers.push((false, false));
                     }
                 }
                 Event::EndObject | Event::EndArray => {
+                    if matches!(ev, Event::EndObject) && identifiers.pop() == Some((true, true)) {
+                        self.raw.bump(Place::Body);
+                    }
                     keys.pop();
                     cur = None;
                     // Back inside an array, elements keep the array's key.
@@ -723,6 +735,15 @@ impl RequestScan {
                 }
                 Event::Str(lit) => {
                     let field = cur.as_deref().map(|k| Field::of_key(tax, k)).unwrap_or_default();
+                    if let (Some(k @ ("system" | "value")), Some(ident)) = (cur.as_deref(), identifiers.last_mut()) {
+                        let text = text_of(src, &lit)?;
+                        let text = text.trim();
+                        if k == "system" {
+                            ident.0 = tax.identifier_system_kind(text).is_some();
+                        } else {
+                            ident.1 = !text.is_empty() && tax.parse_alias(text).is_none();
+                        }
+                    }
                     self.literal(tax, src, &lit, field)?;
                 }
                 Event::Scalar => {}
@@ -964,6 +985,25 @@ fn raw_id_shaped(tax: &Taxonomy, token: &str) -> bool {
 
 /// Percent-decodes `bytes` (`%XX` with two hex digits; anything else stays),
 /// with the offset in `bytes` of every decoded byte and of the end.
+/// Whether a FHIR `identifier` search (`identifier=<system>|<value>`, any
+/// of a comma-joined list, percent-encoded or not) names a business
+/// identifier of a configured system with a raw value (not an alias).
+fn business_identifier_is_raw(tax: &Taxonomy, name: &str, value: &str) -> bool {
+    let name = name.split_once(':').map_or(name, |(n, _)| n);
+    if !name.eq_ignore_ascii_case("identifier") {
+        return false;
+    }
+    let (decoded, _) = percent_decode(value.as_bytes());
+    let decoded = String::from_utf8_lossy(&decoded);
+    decoded.split(',').any(|token| {
+        let Some((system, id)) = token.split_once('|') else {
+            return false;
+        };
+        let id = id.trim();
+        tax.identifier_system_kind(system).is_some() && !id.is_empty() && tax.parse_alias(id).is_none()
+    })
+}
+
 fn percent_decode(bytes: &[u8]) -> (Vec<u8>, Vec<usize>) {
     let mut out = Vec::with_capacity(bytes.len());
     let mut origin = Vec::with_capacity(bytes.len() + 1);

@@ -486,6 +486,20 @@ impl<'t> ResponseScan<'t> {
         self.values.is_empty()
     }
 
+    /// The raw values no output may hold: this scan's and `known` (the
+    /// session's earlier ones), except ids of a kind readable in text
+    /// ([`Taxonomy::readable_in_text`]), which stay where they stand in
+    /// free text. What the last word is given to look for.
+    pub fn raw_values<'a>(&'a self, known: &'a [KnownAlias]) -> impl Iterator<Item = &'a str> {
+        let tax = self.tax;
+        self.values
+            .iter()
+            .zip(&self.meta)
+            .filter(move |(_, (kind, _))| !tax.readable_in_text(*kind))
+            .map(|(v, _)| v.as_str())
+            .chain(known.iter().filter(move |k| !readable_alias(tax, &k.alias)).map(|k| k.value.as_str()))
+    }
+
     /// Number of id occurrences found in a part by the structural and pattern
     /// rules (known-value matches found at rewrite time not included).
     pub fn occurrences(&self, part: PartId) -> usize {
@@ -534,9 +548,17 @@ impl<'t> ResponseScan<'t> {
             .iter()
             .map(|i| aliases.get(*i).map_or("", String::as_str))
             .collect();
-        let mut values: Vec<&'r str> = self.values.iter().map(String::as_str).collect();
+        // An id of a kind readable in text is replaced in its own positions
+        // only: left out of the search (an empty value is never searched).
+        let tax = self.tax;
+        let mut values: Vec<&'r str> = self
+            .values
+            .iter()
+            .zip(&self.meta)
+            .map(|(v, (kind, _))| if tax.readable_in_text(*kind) { "" } else { v.as_str() })
+            .collect();
         for k in known {
-            if k.alias.is_empty() || self.holders.contains_key(k.value.as_str()) {
+            if k.alias.is_empty() || self.holders.contains_key(k.value.as_str()) || readable_alias(tax, &k.alias) {
                 continue;
             }
             values.push(&k.value);
@@ -792,6 +814,11 @@ fn choose(candidates: &[KindId], ctx: Option<KindId>, or: Option<KindId>) -> Opt
     ctx.filter(|c| candidates.contains(c))
         .or(or.filter(|c| candidates.contains(c)))
         .or(candidates.first().copied())
+}
+
+/// Whether `alias` is of a kind readable in text.
+fn readable_alias(tax: &Taxonomy, alias: &str) -> bool {
+    tax.parse_alias(alias).is_some_and(|p| tax.readable_in_text(p.kind))
 }
 
 /// The local id of a reference to a contained resource (`#p1` → `p1`).
@@ -1327,6 +1354,11 @@ struct Obj<'a> {
     /// How many occurrences the part had when the object began (see
     /// [`Walker::insert_occ`]).
     occs_from: usize,
+    /// The kind its `system` member names as a business identifier system.
+    identifier_kind: Option<KindId>,
+    /// Its `value` member, a string: with a business identifier system,
+    /// an id of that kind.
+    identifier_value: Option<(Cow<'a, str>, Loc)>,
 }
 
 #[derive(Debug)]
@@ -1378,6 +1410,15 @@ struct KeyInfo {
     /// It names no record when inside a FHIR resource
     /// ([`super::fhir::is_non_record_id_key`]).
     non_record_in_resource: bool,
+    /// It is a FHIR `Identifier`'s `system` or `value`.
+    identifier: Option<IdentifierPart>,
+}
+
+/// The members of a FHIR `Identifier` that make a business identifier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IdentifierPart {
+    System,
+    Value,
 }
 
 impl<'t, 'a> Walker<'_, 't, 'a> {
@@ -1517,6 +1558,11 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
             clean,
             clinical: super::fhir::is_clinical_value_key(key),
             non_record_in_resource: super::fhir::is_non_record_id_key(key, true),
+            identifier: match key {
+                "system" => Some(IdentifierPart::System),
+                "value" => Some(IdentifierPart::Value),
+                _ => None,
+            },
         }
     }
 
@@ -1624,6 +1670,18 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
             self.scan_text(&text, &loc, None);
             return;
         };
+        if let (Some(part), true) = (key.identifier, in_object) {
+            let kind = match part {
+                IdentifierPart::System => tax.identifier_system_kind(&text),
+                IdentifierPart::Value => None,
+            };
+            if let Some(Frame::Obj(o)) = self.frames.last_mut() {
+                match part {
+                    IdentifierPart::System => o.identifier_kind = kind,
+                    IdentifierPart::Value => o.identifier_value = Some((text.clone(), loc.clone())),
+                }
+            }
+        }
         if key.clinical {
             // A code, system, display or name: an id shape in it (a UUID, a
             // reference of a configured type) is an id, but an id learned
@@ -1777,6 +1835,9 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
 
     /// Resolves an object's kind and groups its own ids into one entity.
     fn finish_object(&mut self, obj: Obj<'a>) {
+        if let (Some(kind), Some((value, loc))) = (obj.identifier_kind, &obj.identifier_value) {
+            self.identifier(&obj, kind, value, loc);
+        }
         if self.members.len() == obj.members_from {
             // No own ids: nothing to resolve or group.
             return;
@@ -1817,6 +1878,31 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
         }
         self.finish_members(&obj, &own);
         self.members = all;
+    }
+
+    /// A business identifier (`{system, value}` of a configured system): its
+    /// value is an id of the system's kind, replaced whole where it stands.
+    fn identifier(&mut self, obj: &Obj<'a>, kind: KindId, value: &str, loc: &Loc) {
+        let value = value.trim();
+        if value.is_empty() || value.len() > self.scan.tax.max_id_len() {
+            return;
+        }
+        let v = self.scan.value(value, kind, shape::classify(value));
+        match loc {
+            Loc::Raw(r) => {
+                // The literal's text is the value, up to the spaces trimmed.
+                let text = self.src.get(r.clone()).unwrap_or_default();
+                let start = r.start + (text.len() - text.trim_start().len());
+                self.insert_occ(obj.occs_from, start..start + value.len(), v);
+            }
+            Loc::Esc { lit, range } => {
+                if let Some(e) = self.part.escaped.get_mut(*lit) {
+                    let text = e.text.get(range.clone()).unwrap_or_default();
+                    let start = range.start + (text.len() - text.trim_start().len());
+                    e.occs.push((start..start + value.len(), v));
+                }
+            }
+        }
     }
 
     /// [`Self::finish_object`] with the object's own ids.

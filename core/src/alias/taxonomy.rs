@@ -76,6 +76,19 @@ pub struct KindConfig {
     /// one (default: the UUID when known). Clinics travel as slugs.
     #[serde(default)]
     pub preferred_form: Option<Form>,
+    /// Business identifier systems of this kind: FHIR `identifier.system`
+    /// URIs or OIDs (`http://fhir.de/sid/gkv/kvid-10`, `urn:oid:1.2.3`,
+    /// compared without the `urn:oid:` prefix). The `value` beside such a
+    /// `system` is an id of this kind, aliased in responses and refused raw
+    /// in requests (`identifier=<system>|<value>` searches included).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub identifier_systems: Vec<String>,
+    /// `true`: an id of this kind is aliased in its own positions only, and
+    /// stays readable where it stands in free text (an MRN in a note, which
+    /// clinicians confirm identity with). Default `false`: replaced wherever
+    /// it stands.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub readable_in_text: bool,
 }
 
 /// The taxonomy as written by the operator. Every field may be omitted: `{}`
@@ -243,6 +256,8 @@ pub(crate) mod defaults {
             object_keys: strings(objects),
             path_segments: strings(segments),
             preferred_form,
+            identifier_systems: Vec::new(),
+            readable_in_text: false,
         }
     }
 
@@ -620,6 +635,8 @@ pub struct Kind {
     pub prefix: String,
     /// See [`KindConfig::preferred_form`].
     pub preferred_form: Option<Form>,
+    /// See [`KindConfig::readable_in_text`].
+    pub readable_in_text: bool,
 }
 
 /// What a key of an object means, for scanning.
@@ -651,6 +668,8 @@ pub struct Taxonomy {
     object_key: Table<KindId>,
     path_segment: Table<KindId>,
     key_role: Table<KeyRole>,
+    /// Business identifier systems, `urn:oid:` stripped.
+    identifier_system: Table<KindId>,
     /// First letters of the path segments, resource types (FHIR's and the
     /// configured ones) and FHIR id prefixes: most words of a text are
     /// none of these and are turned away before a lookup.
@@ -675,6 +694,15 @@ fn err(field: impl Into<String>, message: impl Into<String>) -> TaxonomyError {
         field: field.into(),
         message: message.into(),
     }
+}
+
+/// An identifier system as the table holds it: an OID without `urn:oid:`.
+fn bare_system(system: &str) -> &str {
+    system
+        .get(..8)
+        .filter(|p| p.eq_ignore_ascii_case("urn:oid:"))
+        .and_then(|_| system.get(8..))
+        .unwrap_or(system)
 }
 
 /// A key as the lookup tables hold it: ASCII lowercase, without `_`, `-`,
@@ -840,6 +868,7 @@ impl Taxonomy {
             object_key: Table::default(),
             path_segment: Table::default(),
             key_role: Table::default(),
+            identifier_system: Table::default(),
             pairs: WordPairs::default(),
             by_norm_name: Table::default(),
             fallback_only: Vec::new(),
@@ -883,6 +912,7 @@ impl Taxonomy {
                 name: k.name.clone(),
                 prefix: k.prefix.clone(),
                 preferred_form: k.preferred_form,
+                readable_in_text: k.readable_in_text,
             });
         }
         for (i, k) in raw.kinds.iter().enumerate() {
@@ -934,6 +964,17 @@ impl Taxonomy {
                     &format!("{at}.pathSegments[{j}]"),
                     &t.kinds,
                 )?;
+            }
+            for (j, system) in k.identifier_systems.iter().enumerate() {
+                let field = format!("{at}.identifierSystems[{j}]");
+                let bare = bare_system(system);
+                if bare.is_empty() || bare.bytes().any(|b| b.is_ascii_whitespace() || b == b'|') {
+                    return Err(err(field, format!("must be a URI or an OID without spaces or '|', got {system:?}")));
+                }
+                if let Some(other) = t.identifier_system.insert(bare.to_owned(), id) {
+                    let name = t.kinds.get(usize::from(other.0)).map_or("", |k| k.name.as_str());
+                    return Err(err(field, format!("system {system:?} is listed for kind {name:?} too")));
+                }
             }
         }
         for (id, k) in t.kinds.iter().enumerate() {
@@ -1076,6 +1117,7 @@ impl Taxonomy {
             name: "record".into(),
             prefix: "ref".into(),
             preferred_form: None,
+            readable_in_text: false,
         };
         let config = TaxonomyConfig {
             replace_defaults: true,
@@ -1088,6 +1130,8 @@ impl Taxonomy {
                 object_keys: Vec::new(),
                 path_segments: Vec::new(),
                 preferred_form: None,
+                identifier_systems: Vec::new(),
+                readable_in_text: false,
             }],
             fallback_kind: kind.name.clone(),
             self_id_keys: vec!["id".into()],
@@ -1110,6 +1154,7 @@ impl Taxonomy {
             object_key: Table::default(),
             path_segment: Table::default(),
             key_role: Table::from_iter([("id".to_owned(), KeyRole::Id)]),
+            identifier_system: Table::default(),
             pairs: WordPairs::default(),
             by_norm_name: Table::default(),
             fallback_only: vec![KindId(0)],
@@ -1314,6 +1359,18 @@ impl Taxonomy {
             self.pairs.path_segment.may_hold(k).then(|| self.path_segment.get(k).copied())?
         })
     }
+    /// The kind whose business identifiers `system` names, if any.
+    pub(crate) fn identifier_system_kind(&self, system: &str) -> Option<KindId> {
+        if self.identifier_system.0.is_empty() {
+            return None;
+        }
+        self.identifier_system.get(bare_system(system.trim())).copied()
+    }
+    /// Whether ids of `kind` stay readable in free text
+    /// ([`KindConfig::readable_in_text`]).
+    pub fn readable_in_text(&self, kind: KindId) -> bool {
+        self.kind(kind).is_some_and(|k| k.readable_in_text)
+    }
     pub(crate) fn key_role(&self, key: &str) -> Option<KeyRole> {
         with_norm(key.as_bytes(), |k| self.key_role.get(k).copied())
     }
@@ -1407,7 +1464,14 @@ mod tests {
     fn the_example_file_adds_specimens_to_the_defaults() {
         let t = Taxonomy::from_json(EXAMPLE).unwrap();
         let defaults = Taxonomy::default();
-        assert_eq!(t.kind_count(), defaults.kind_count() + 1);
+        assert_eq!(t.kind_count(), defaults.kind_count() + 3, "specimen, insurance-number, mrn");
+        let kvnr = t.kind_by_name("insurance-number").unwrap();
+        let mrn = t.kind_by_name("mrn").unwrap();
+        assert_eq!(t.identifier_system_kind("http://fhir.de/sid/gkv/kvid-10"), Some(kvnr));
+        assert_eq!(t.identifier_system_kind("urn:oid:1.2.276.0.76.3.1.999.1"), Some(mrn));
+        assert_eq!(t.identifier_system_kind("1.2.276.0.76.3.1.999.1"), Some(mrn), "an OID with or without urn:oid:");
+        assert_eq!(t.identifier_system_kind("http://loinc.org"), None);
+        assert!(t.readable_in_text(mrn) && !t.readable_in_text(kvnr));
         let specimen = t.kind_by_name("specimen").unwrap();
         assert_eq!(t.kind(specimen).unwrap().prefix, "specimen");
         assert_eq!(t.kind_for_path("/api/v2/specimens/x"), Some(specimen));
@@ -1528,7 +1592,7 @@ mod tests {
 
     #[test]
     fn errors_name_the_field() {
-        let cases: [(&[u8], &str); 11] = [
+        let cases: [(&[u8], &str); 13] = [
             (br#"{"replaceDefaults":true,"kinds":[]}"#, "kinds"),
             (br#"{"kinds":[{"name":"a","prefix":"A"}],"fallbackKind":"a"}"#, "kinds[0].prefix"),
             (br#"{"kinds":[{"name":"a","prefix":"x-1"}],"fallbackKind":"a"}"#, "kinds[0].prefix"),
@@ -1545,6 +1609,11 @@ mod tests {
             (
                 br#"{"kinds":[{"name":"patient","prefix":"patient","idFields":["visit_id"]}]}"#,
                 "default kind \"visit\".idFields[0]",
+            ),
+            (br#"{"kinds":[{"name":"mrn","prefix":"mrn","identifierSystems":["urn:oid:"]}]}"#, "kinds[0].identifierSystems[0]"),
+            (
+                br#"{"kinds":[{"name":"a","prefix":"a","identifierSystems":["urn:oid:1.2"]},{"name":"b","prefix":"b","identifierSystems":["1.2"]}]}"#,
+                "kinds[1].identifierSystems[0]",
             ),
             (br#"{"maxAliasesPerSession":0}"#, "maxAliasesPerSession"),
             (br#"{"prefixes":[]}"#, "prefixes"),

@@ -455,7 +455,7 @@ fn last_word(
     body: &[u8],
     headers: &[(String, String)],
 ) -> Option<lastword::Finding> {
-    let raw = job.scan.ids().iter().map(|i| i.value.as_str()).chain(known.iter().map(|k| k.value.as_str()));
+    let raw = job.scan.raw_values(known);
     let given = aliases.iter().map(String::as_str).chain(known.iter().map(|k| k.alias.as_str()));
     let word = lastword::LastWord::new(tax, raw, given);
     if !body.is_empty() {
