@@ -5,9 +5,9 @@
 //! shapes and positions, and their verification looks for ids already known:
 //! every encoding not on a list would be a leak. This module shares no code
 //! with them (as [`crate::detect`] is to the LLM request parsers). It reads
-//! the taxonomy's configuration only (FHIR prefixes) and the FHIR resource
-//! type names, canonicalises the text its own way and looks for raw-id
-//! shapes. Anything found means the response is withheld: it is the reason a
+//! the taxonomy's configuration only (FHIR prefixes, the keys that name a
+//! record) and the FHIR resource type names, canonicalises the text its own
+//! way and looks for raw-id shapes. Anything found means the response is withheld: it is the reason a
 //! leak cannot happen, not a second chance to catch one.
 //!
 //! # Canonical views
@@ -35,9 +35,10 @@
 //! - the session's known ids (distinctive ones: a UUID, a separator, three
 //!   digits or more, or five digits), any letter case, at class boundaries;
 //! - in JSON, a number (any JSON number form) or a numeric string (padding
-//!   trimmed) under an id-named key, alone or in an array;
+//!   trimmed) under an id-named key or a key the taxonomy says names a
+//!   record (`"patient": 482913`), alone or in an array;
 //! - in a query string, a form body or text, a number under an id-named key
-//!   or a key named after a FHIR record type (`?patientId=7`, `&patient=7,8`,
+//!   or a key that names a record (`?patientId=7`, `&patient=7,8`,
 //!   `visit_id=7`);
 //! - in a body, a YAML-style line `key: 7` (indented, in a list item, quoted)
 //!   under an id-named key.
@@ -151,6 +152,9 @@ pub struct LastWord {
     known: HashMap<Vec<u8>, Vec<Vec<u8>>>,
     /// Aliases, lower case.
     allowed: HashSet<Vec<u8>>,
+    /// The taxonomy's keys that name a record (`patient`, `visits`), lower
+    /// case without separators: a number under one is that record's id.
+    record_keys: HashSet<Vec<u8>>,
 }
 
 impl LastWord {
@@ -189,6 +193,7 @@ impl LastWord {
             prefixes,
             known: map,
             allowed,
+            record_keys: tax.object_keys().map(<[u8]>::to_vec).collect(),
         }
     }
 
@@ -411,7 +416,7 @@ impl LastWord {
             let Some(key) = key_before(t, colon) else {
                 continue;
             };
-            if !id_named(key) {
+            if !(id_named(key) || self.names_record(key)) {
                 continue;
             }
             let mut j = colon + 1;
@@ -479,7 +484,7 @@ impl LastWord {
                 continue;
             };
             let key = t.get(start..eq).unwrap_or_default();
-            if !(id_named(key) || names_record_type(key)) {
+            if !(id_named(key) || self.names_record(key)) {
                 continue;
             }
             let mut j = eq + 1;
@@ -521,14 +526,20 @@ impl LastWord {
     }
 }
 
-/// Whether a query key names a FHIR record type (`patient`, `Encounter`):
-/// FHIR search takes a record's id there.
-fn names_record_type(key: &[u8]) -> bool {
-    let mut name = key.to_vec();
-    if let Some(first) = name.first_mut() {
-        first.make_ascii_uppercase();
+impl LastWord {
+    /// Whether `key` names a record of the taxonomy (`patient`,
+    /// `Related_Patients`): a scalar there is that record's id.
+    fn names_record(&self, key: &[u8]) -> bool {
+        if key.len() > 64 {
+            return false;
+        }
+        let norm: Vec<u8> = key
+            .iter()
+            .filter(|b| !matches!(b, b'_' | b'-' | b'.' | b' '))
+            .map(u8::to_ascii_lowercase)
+            .collect();
+        self.record_keys.contains(&norm)
     }
-    fhir::is_resource_type(&name) && !fhir::is_definition_type(&name)
 }
 
 /// Keys whose values are ids of a request or a trace, never of a record

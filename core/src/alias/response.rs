@@ -1692,7 +1692,13 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
             self.scan_text(&text, &loc, None);
             return;
         }
-        let (role, field_kind) = (key.role, key.field_kind);
+        // A scalar under a key that names a record (`"patient": "482913"`)
+        // is that record's id; a string needs a digit (`"encounter":
+        // "ambulatory-visit"` is a word).
+        let (role, field_kind) = (
+            key.role,
+            key.field_kind.or(key.object_kind.filter(|_| text.bytes().any(|b| b.is_ascii_digit()))),
+        );
         if in_object {
             if key.resource_type {
                 if let Some(Frame::Obj(o)) = self.frames.last_mut() {
@@ -1796,7 +1802,8 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
         let Some(key) = key else {
             return;
         };
-        let (role, field_kind) = (key.role, key.field_kind);
+        // A number under a key that names a record is that record's id.
+        let (role, field_kind) = (key.role, key.field_kind.or(key.object_kind));
         let role = if in_object { role } else { None };
         if role.is_none() && field_kind.is_none() {
             return;

@@ -1225,6 +1225,12 @@ impl Taxonomy {
     // The text-pattern lookups take a word as bytes, as the patterns read it.
     /// Every FHIR id prefix the taxonomy names (`pat`), for a check that
     /// reads the configuration only ([`crate::lastword`]).
+    /// The keys whose object is a record of a kind (`patient`, `visits`),
+    /// as the table holds them: lower case, without separators.
+    pub fn object_keys(&self) -> impl Iterator<Item = &[u8]> {
+        self.object_key.0.keys().map(|k| &**k)
+    }
+
     pub fn fhir_prefixes(&self) -> impl Iterator<Item = &str> {
         self.fhir_prefix
             .0

@@ -227,3 +227,14 @@ fn an_event_streams_field_lines_are_framing() {
     let leak = b"id: 7\ndata: {\"patientId\": 482913}\n\n";
     assert_eq!(lw.check_event_stream(leak).map(|f| f.reason), Some(Reason::IdNumber));
 }
+
+#[test]
+fn numbers_under_keys_that_name_a_record_are_found() {
+    let lw = word(&[], &[]);
+    for body in [r#"{"patient": 482913}"#, r#"{"encounter":"77"}"#, r#"{"visits":[12, 13]}"#, "?patient=17"] {
+        assert_eq!(lw.check_body(body.as_bytes()).map(|f| f.reason), Some(Reason::IdNumber), "{body}");
+    }
+    for body in [r#"{"schedule": "38341003"}"#, r#"{"encounter":"ambulatory"}"#, r#"{"count": 12}"#] {
+        assert_eq!(lw.check_body(body.as_bytes()), None, "{body}");
+    }
+}

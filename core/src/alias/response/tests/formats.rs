@@ -99,3 +99,14 @@ fn links_with_id_query_values_are_aliased() {
         r#"{"data":[],"links":{"next":"/api/v2/appointments?patientId=patient-001&page=2","self":"/fhir/Observation?patient=patient-002&_count=10"}}"#
     );
 }
+
+#[test]
+fn scalars_under_kind_named_keys_are_ids_of_that_kind() {
+    let body = r#"{"patient": 482913, "encounter": "77", "visits": [12, 13], "practitioner": {"id": "5"}}"#;
+    let out = rewritten(body, BodyKind::Json);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["patient"].as_str().is_some_and(|a| a.starts_with("patient-")), "{out}");
+    assert!(v["encounter"].as_str().is_some_and(|a| a.starts_with("encounter-")), "{out}");
+    assert!(v["visits"][0].as_str().is_some_and(|a| a.starts_with("visit-")), "{out}");
+    assert!(v["practitioner"]["id"].as_str().is_some_and(|a| a.starts_with("practitioner-")), "{out}");
+}
