@@ -150,6 +150,8 @@ pub struct LastWord {
     prefixes: HashSet<Vec<u8>>,
     /// Known distinctive ids, lower case, by their first class run.
     known: HashMap<Vec<u8>, Vec<Vec<u8>>>,
+    /// Which runs can be a key of `known`.
+    keys: KeyFilter,
     /// Aliases, lower case.
     allowed: HashSet<Vec<u8>>,
     /// The taxonomy's keys that name a record (`patient`, `visits`), lower
@@ -176,15 +178,18 @@ impl LastWord {
                 continue;
             }
             let first = run_at(&v, 0).to_vec();
-            let list = map.entry(first).or_default();
-            if !list.contains(&v) {
-                list.push(v);
-            }
+            map.entry(first).or_default().push(v);
         }
-        // Longest first: the longest known id at a position is the one.
+        // Longest first: the longest known id at a position is the one. Of
+        // one length at most one can match a position (they are lower case
+        // and distinct), so their order is free: sorted, the duplicates sit
+        // side by side and go in one pass (a `contains` per id was quadratic
+        // in a list, and every FHIR id of a taxonomy prefix is in one list).
         for list in map.values_mut() {
-            list.sort_by_key(|v| std::cmp::Reverse(v.len()));
+            list.sort_unstable_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+            list.dedup();
         }
+        let keys = KeyFilter::of(map.keys());
         let allowed = aliases
             .into_iter()
             .map(|a| a.to_ascii_lowercase().into_bytes())
@@ -192,6 +197,7 @@ impl LastWord {
         LastWord {
             prefixes,
             known: map,
+            keys,
             allowed,
             record_keys: tax.object_keys().map(<[u8]>::to_vec).collect(),
         }
@@ -247,11 +253,11 @@ impl LastWord {
     /// The views of `text` that decoding makes: percent, quoted-printable,
     /// base64 and hex runs.
     fn decoded_views(&self, text: &[u8], depth: usize) -> Option<Reason> {
-        let mut view = text.to_vec();
+        let mut view = std::borrow::Cow::Borrowed(text);
         for _ in 0..PERCENT_DEPTH {
             match percent_decoded(&view) {
                 Some(next) => {
-                    view = canonical(&next, false);
+                    view = std::borrow::Cow::Owned(canonical(&next, false));
                     if let Some(r) = self.shapes(&view) {
                         return Some(r);
                     }
@@ -342,8 +348,10 @@ impl LastWord {
                 }
             }
             key.clear();
-            key.extend(run.iter().map(u8::to_ascii_lowercase));
-            if let Some(list) = self.known.get(key.as_slice()).filter(|_| !self.known.is_empty()) {
+            if self.keys.may_hold(run) {
+                key.extend(run.iter().map(u8::to_ascii_lowercase));
+            }
+            if let Some(list) = self.known.get(key.as_slice()).filter(|_| !key.is_empty()) {
                 for v in list {
                     let e = i + v.len();
                     let Some(cand) = t.get(i..e) else {
@@ -367,7 +375,9 @@ impl LastWord {
     fn prefixed_or_reference(&self, t: &[u8], i: usize, word_end: usize, word: &[u8]) -> Option<Reason> {
         match t.get(word_end) {
             Some(b'-') => {
-                if !self.prefixes.contains(&word.to_ascii_lowercase()) {
+                // The prefixes are few: compared in place, no word is
+                // lower-cased into a new string and hashed.
+                if !self.prefixes.iter().any(|p| p.eq_ignore_ascii_case(word)) {
                     return None;
                 }
                 let digits = t
@@ -508,9 +518,7 @@ impl LastWord {
                 continue;
             };
             // The key opens its line (after indentation and a list item's `- `).
-            let line = t.get(..start).unwrap_or_default();
-            let head = line.iter().rposition(|b| *b == b'\n').map_or(line, |n| line.get(n + 1..).unwrap_or_default());
-            if !head.iter().all(|b| matches!(b, b' ' | b'\t' | b'-')) || !id_named(t.get(start..colon).unwrap_or_default()) {
+            if !opens_line(t, start) || !id_named(t.get(start..colon).unwrap_or_default()) {
                 continue;
             }
             let rest = t.get(colon + 1..).unwrap_or_default();
@@ -540,6 +548,76 @@ impl LastWord {
             .collect();
         self.record_keys.contains(&norm)
     }
+}
+
+/// A quick "certainly not" in front of the known-id table: the lengths of
+/// its keys (class runs, lower case) and their first two bytes (the byte,
+/// for a key of one). A run that no key could be is not hashed: hashing
+/// every run of a body was a fifth of the last word's time. Its own, not the
+/// taxonomy's `PairSet`: the last word shares no code with the rewriter, so
+/// one bug cannot blind both.
+struct KeyFilter {
+    /// Bit `n` (at most 127): a key is `n` bytes long.
+    lengths: u128,
+    /// The keys of one byte.
+    single: [bool; 256],
+    /// The first two bytes of the longer keys, as a 64 Kbit set.
+    pairs: Vec<u64>,
+}
+
+impl KeyFilter {
+    fn of<'a>(keys: impl IntoIterator<Item = &'a Vec<u8>>) -> KeyFilter {
+        let mut filter = KeyFilter {
+            lengths: 0,
+            single: [false; 256],
+            pairs: vec![0; 1024],
+        };
+        for key in keys {
+            filter.lengths |= 1 << key.len().min(127);
+            match key.as_slice() {
+                [a] => {
+                    if let Some(slot) = filter.single.get_mut(usize::from(*a)) {
+                        *slot = true;
+                    }
+                }
+                [a, b, ..] => {
+                    let p = usize::from(*a) << 8 | usize::from(*b);
+                    if let Some(w) = filter.pairs.get_mut(p >> 6) {
+                        *w |= 1 << (p & 63);
+                    }
+                }
+                [] => {}
+            }
+        }
+        filter
+    }
+
+    /// Whether `run` (any letter case) may be a key: `false` is sure.
+    fn may_hold(&self, run: &[u8]) -> bool {
+        if self.lengths & (1 << run.len().min(127)) == 0 {
+            return false;
+        }
+        match run {
+            [a] => self.single.get(usize::from(a.to_ascii_lowercase())) == Some(&true),
+            [a, b, ..] => {
+                let p = usize::from(a.to_ascii_lowercase()) << 8 | usize::from(b.to_ascii_lowercase());
+                self.pairs.get(p >> 6).is_some_and(|w| w & (1 << (p & 63)) != 0)
+            }
+            [] => false,
+        }
+    }
+}
+
+/// Whether `t[start..]` opens its line: only indentation and a list item's
+/// `- ` stand before it since the last newline. Walking back over those
+/// bytes reaches the line's start; only they are read, not the line back to
+/// its start: a JSON body on one line holds every colon in one line, and
+/// reading each colon's line made the line pass quadratic in the body (a
+/// 1 MB body took 0.65 s).
+fn opens_line(t: &[u8], start: usize) -> bool {
+    let head = t.get(..start).unwrap_or_default();
+    let indent = head.iter().rev().take_while(|b| matches!(b, b' ' | b'\t' | b'-')).count();
+    indent == head.len() || head.get(head.len() - indent - 1) == Some(&b'\n')
 }
 
 /// Keys whose values are ids of a request or a trace, never of a record

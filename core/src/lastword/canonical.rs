@@ -192,9 +192,12 @@ fn markup(s: &[u8]) -> Option<usize> {
 
 /// One round of percent decoding; `None` when there is no escape.
 pub(super) fn percent_decoded(t: &[u8]) -> Option<Vec<u8>> {
+    // Most texts hold no `%`: no copy of them is made.
+    let first = memchr::memchr(b'%', t)?;
     let mut out = Vec::with_capacity(t.len());
+    out.extend_from_slice(t.get(..first).unwrap_or_default());
     let mut any = false;
-    let mut i = 0;
+    let mut i = first;
     while let Some(&b) = t.get(i) {
         if b == b'%' {
             let v = t
@@ -217,9 +220,13 @@ pub(super) fn percent_decoded(t: &[u8]) -> Option<Vec<u8>> {
 /// Quoted-printable decoding (`=2D`, soft line breaks); `None` when the
 /// text holds neither.
 pub(super) fn quoted_printable(t: &[u8]) -> Option<Vec<u8>> {
+    // Every escape and soft break starts with `=`: a text without one is
+    // not copied.
+    let first = memchr::memchr(b'=', t)?;
     let mut out = Vec::with_capacity(t.len());
+    out.extend_from_slice(t.get(..first).unwrap_or_default());
     let mut any = false;
-    let mut i = 0;
+    let mut i = first;
     while let Some(&b) = t.get(i) {
         if b == b'=' {
             if t.get(i + 1..i + 3) == Some(b"\r\n") {

@@ -1,4 +1,5 @@
 use super::*;
+use super::canonical::{percent_decoded, quoted_printable};
 use crate::alias::corpus;
 use crate::alias::{BodyKind, Epoch, KnownAlias, ResponseScan, SessionMap};
 
@@ -236,5 +237,138 @@ fn numbers_under_keys_that_name_a_record_are_found() {
     }
     for body in [r#"{"schedule": "38341003"}"#, r#"{"encounter":"ambulatory"}"#, r#"{"count": 12}"#] {
         assert_eq!(lw.check_body(body.as_bytes()), None, "{body}");
+    }
+}
+
+/// The line test as it was written first: the line back to its start, then
+/// its head. [`opens_line`] must answer as it does.
+fn opens_line_by_reading_the_line(t: &[u8], start: usize) -> bool {
+    let line = t.get(..start).unwrap_or_default();
+    let head = line.iter().rposition(|b| *b == b'\n').map_or(line, |n| line.get(n + 1..).unwrap_or_default());
+    head.iter().all(|b| matches!(b, b' ' | b'\t' | b'-'))
+}
+
+/// The decoders as they were written first, copying every text.
+fn percent_decoded_copying(t: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut any = false;
+    let mut i = 0;
+    while let Some(&b) = t.get(i) {
+        let v = t.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u8::from_str_radix(h, 16).ok());
+        if let (b'%', Some(v)) = (b, v) {
+            out.push(v);
+            i += 3;
+            any = true;
+            continue;
+        }
+        out.push(b);
+        i += 1;
+    }
+    any.then_some(out)
+}
+
+fn quoted_printable_copying(t: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut any = false;
+    let mut i = 0;
+    while let Some(&b) = t.get(i) {
+        if b == b'=' {
+            if t.get(i + 1..i + 3) == Some(b"\r\n") {
+                (i, any) = (i + 3, true);
+                continue;
+            }
+            if t.get(i + 1) == Some(&b'\n') {
+                (i, any) = (i + 2, true);
+                continue;
+            }
+            let h = t.get(i + 1..i + 3).unwrap_or_default();
+            if h.len() == 2 && h.iter().all(|c| c.is_ascii_digit() || (b'A'..=b'F').contains(c)) {
+                out.push(u8::from_str_radix(std::str::from_utf8(h).unwrap(), 16).unwrap());
+                (i, any) = (i + 3, true);
+                continue;
+            }
+        }
+        out.push(b);
+        i += 1;
+    }
+    any.then_some(out)
+}
+
+/// A YAML-style id line is found wherever it stands in a long body, after
+/// many colons on one line and many lines; a key that does not open its
+/// line is no such line.
+#[test]
+fn id_lines_are_found_after_long_lines() {
+    let lw = word(&[], &[]);
+    let long = r#"{"a": "b", "c": "d"}"#.repeat(5_000);
+    for tail in ["\npatientId: 482913\n", "\n  - visitId: \"77\"\n", "\n\t-\tid: 9"] {
+        let body = format!("{long}{tail}");
+        assert_eq!(lw.check_body(body.as_bytes()).map(|f| f.reason), Some(Reason::IdNumber), "{tail:?}");
+    }
+    for tail in ["\nnote patientId: 482913\n", " patientId: 482913"] {
+        let body = format!("{long}{tail}");
+        assert_eq!(lw.check_body(body.as_bytes()), None, "{tail:?}");
+    }
+}
+
+/// Known ids that share their first run (every FHIR id of one prefix), given
+/// twice and in any letter case, are each found.
+#[test]
+fn known_ids_sharing_a_first_run_are_each_found() {
+    let ids: Vec<String> = (0..300).map(|i| format!("anna-k-{:04}", i * 7)).collect();
+    let mut known: Vec<&str> = ids.iter().map(String::as_str).collect();
+    known.extend(ids.iter().take(50).map(String::as_str));
+    let lw = word(&known, &["patient-k7q2-001"]);
+    for id in &ids {
+        for v in [id.clone(), id.to_uppercase()] {
+            assert_eq!(lw.check_body(format!("file {v}.pdf").as_bytes()).map(|f| f.reason), Some(Reason::KnownId), "{v}");
+        }
+    }
+    assert_eq!(lw.check_body(b"file anna-k-0001.pdf"), None, "not a known id");
+}
+
+proptest::proptest! {
+    /// The line test answers as reading the whole line does, at every
+    /// position of texts of indentation, list marks, newlines and keys.
+    #[test]
+    fn opens_line_reads_as_the_whole_line(t in "[ \t\n:a-c-]{0,40}") {
+        let t = t.as_bytes();
+        for start in 0..=t.len() + 1 {
+            proptest::prop_assert_eq!(opens_line(t, start), opens_line_by_reading_the_line(t, start), "{:?} at {}", t, start);
+        }
+    }
+
+    /// The decoders that copy nothing without a `%` or `=` decode as the
+    /// copying ones.
+    #[test]
+    fn decoders_skip_only_what_holds_no_escape(t in "([a-z0-9 ]|%[0-9A-Fa-fg]{0,2}|=[0-9A-Fa-f\r\n]{0,2}){0,20}") {
+        let t = t.as_bytes();
+        proptest::prop_assert_eq!(percent_decoded(t), percent_decoded_copying(t));
+        proptest::prop_assert_eq!(quoted_printable(t), quoted_printable_copying(t));
+    }
+
+    /// The key filter never turns a key away, whatever its letter case.
+    #[test]
+    fn the_key_filter_holds_every_key(keys in proptest::collection::vec("[a-z0-9]{1,6}", 1..30), upper in proptest::bool::ANY) {
+        let keys: Vec<Vec<u8>> = keys.into_iter().map(String::into_bytes).collect();
+        let filter = KeyFilter::of(&keys);
+        for key in &keys {
+            let probe = if upper { key.to_ascii_uppercase() } else { key.clone() };
+            proptest::prop_assert!(filter.may_hold(&probe), "{:?}", probe);
+        }
+    }
+
+    /// Known ids are found in a text wherever they stand, as many as are
+    /// given, duplicated or not.
+    #[test]
+    fn known_ids_are_found_in_text(ids in proptest::collection::vec("[a-z]{2,5}-[0-9]{3,6}", 1..40), pick in proptest::sample::select(vec![0usize, 1, 7, 39]), dup in proptest::bool::ANY) {
+        let mut known: Vec<&str> = ids.iter().map(String::as_str).collect();
+        if dup {
+            known.extend(ids.iter().map(String::as_str));
+        }
+        let lw = word(&known, &[]);
+        let id = &ids[pick % ids.len()];
+        let found = lw.check_body(format!("note ({}) end", id.to_uppercase()).as_bytes());
+        proptest::prop_assert!(found.is_some(), "{} not found", id);
     }
 }
