@@ -409,6 +409,55 @@ fn ndjson_body(rng: &mut Rng, ids: &[String]) -> String {
     out
 }
 
+/// Server-sent events: one JSON `data:` line per id.
+fn event_stream_body(rng: &mut Rng, ids: &[String]) -> String {
+    let mut out = String::new();
+    for id in ids {
+        let key = rng.pick(&["patientId", "id", "encounter_id"]);
+        let l = rng.pick(LOOKALIKES);
+        let note = mention(rng, id, l);
+        out.push_str(&format!("event: update\ndata: {{\"{key}\":{},\"status\":\"{l}\",\"note\":\"{note}\"}}\n\n", jv(id)));
+    }
+    out
+}
+
+/// Every byte but the unreserved ones percent-encoded, as a form value.
+fn form_encoded(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// A form-encoded body: ids under id keys, look-alikes under others.
+fn form_body(rng: &mut Rng, ids: &[String]) -> String {
+    ids.iter()
+        .map(|id| {
+            let key = rng.pick(&["patientId", "patient_id", "encounterId", "id"]);
+            format!("{key}={}&status={}", form_encoded(id), form_encoded(rng.pick(LOOKALIKES)))
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// A YAML list: ids under id keys (numbers bare), look-alikes and prose quoted.
+fn yaml_body(rng: &mut Rng, ids: &[String]) -> String {
+    let mut out = String::from("items:\n");
+    for id in ids {
+        let key = rng.pick(&["patientId", "patient_id", "id", "encounterId"]);
+        let l = rng.pick(LOOKALIKES);
+        let note = mention(rng, id, l);
+        let value = if rng.below(2) == 0 { id.clone() } else { format!("\"{id}\"") };
+        out.push_str(&format!("  - {key}: {value}\n    status: \"{l}\"\n    note: \"{note}\"\n"));
+    }
+    out
+}
+
 /// problem+json: the detail and the errors name the ids.
 fn problem_body(rng: &mut Rng, ids: &[String]) -> String {
     let errors: Vec<String> = ids
@@ -534,7 +583,12 @@ fn html_body(rng: &mut Rng, ids: &[String]) -> String {
 
 /// The first body of a session: ids in structured positions of its format.
 fn first_body(rng: &mut Rng, ids: &[String]) -> (String, Option<&'static str>, &'static str) {
-    match rng.below(10) {
+    match rng.below(15) {
+        10 => (event_stream_body(rng, ids), Some("text/event-stream"), "event-stream"),
+        11 => (form_body(rng, ids), Some("application/x-www-form-urlencoded"), "form"),
+        12 => (yaml_body(rng, ids), Some("application/yaml"), "yaml"),
+        13 => (format!("hms_cb({});", json_body(rng, ids)), Some("application/javascript"), "jsonp"),
+        14 => (format!(")]}}',\n{}", json_body(rng, ids)), Some("application/json"), "xssi"),
         0 => (
             ndjson_body(rng, ids),
             Some("application/x-ndjson"),
