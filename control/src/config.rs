@@ -131,7 +131,10 @@ pub fn setting(key: &str) -> Option<&'static Setting> {
 impl Setting {
     /// The clap argument: `--flag`, its environment variable, default, help.
     pub fn arg(&self) -> clap::Arg {
-        let arg = clap::Arg::new(self.key).long(self.flag).env(self.env).help(self.help);
+        let arg = clap::Arg::new(self.key)
+            .long(self.flag)
+            .env(self.env)
+            .help(self.help);
         let arg = match self.kind {
             Kind::Positive => arg.value_parser(clap::value_parser!(u64)),
             _ => arg.value_parser(clap::value_parser!(String)),
@@ -146,21 +149,30 @@ impl Setting {
 
 /// Adds every setting of `scope` to a command.
 pub fn augment(cmd: clap::Command, scope: Scope) -> clap::Command {
-    SETTINGS.iter().filter(|s| s.scope == scope).fold(cmd, |cmd, s| cmd.arg(s.arg()))
+    SETTINGS
+        .iter()
+        .filter(|s| s.scope == scope)
+        .fold(cmd, |cmd, s| cmd.arg(s.arg()))
 }
 
 /// The README's table of control settings (flag, env, TOML key, default, meaning).
 pub fn readme_table() -> String {
-    let mut out = String::from("| flag | env | TOML key | default | meaning |\n|---|---|---|---|---|\n");
+    let mut out =
+        String::from("| flag | env | TOML key | default | meaning |\n|---|---|---|---|---|\n");
     for s in SETTINGS {
         let default = match s.default {
             DefaultValue::Value(v) => format!("`{v}`"),
             DefaultValue::Required => "required".to_owned(),
             DefaultValue::Unset(text) => text.to_owned(),
         };
-        out.push_str(&format!("| `--{}` | `{}` | `{}` | {default} | {} |\n", s.flag, s.env, s.key, s.help));
+        out.push_str(&format!(
+            "| `--{}` | `{}` | `{}` | {default} | {} |\n",
+            s.flag, s.env, s.key, s.help
+        ));
     }
-    out.push_str(&format!("| | `{LOG_ENV}` | | `info` | log filter (`tracing` syntax) |\n"));
+    out.push_str(&format!(
+        "| | `{LOG_ENV}` | | `info` | log filter (`tracing` syntax) |\n"
+    ));
     out
 }
 
@@ -207,8 +219,14 @@ pub fn with_causes(e: &dyn std::error::Error) -> String {
 /// not a valid taxonomy.
 pub fn load_taxonomy(path: &Path) -> Result<Taxonomy, TaxonomyFileError> {
     let shown = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| TaxonomyFileError::Read { path: shown.clone(), source })?;
-    Taxonomy::from_json(&bytes).map_err(|source| TaxonomyFileError::Invalid { path: shown, source })
+    let bytes = std::fs::read(path).map_err(|source| TaxonomyFileError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    Taxonomy::from_json(&bytes).map_err(|source| TaxonomyFileError::Invalid {
+        path: shown,
+        source,
+    })
 }
 
 /// Every problem found in a configuration file.
@@ -235,7 +253,11 @@ fn issue(path: &str, message: impl Into<String>) -> FieldError {
 /// Walks a table, collecting the leaf values under their dotted paths.
 fn flatten(prefix: &str, table: &toml::Table, out: &mut Vec<(String, toml::Value)>) {
     for (key, value) in table {
-        let path = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
+        let path = if prefix.is_empty() {
+            key.clone()
+        } else {
+            format!("{prefix}.{key}")
+        };
         match value {
             toml::Value::Table(inner) => flatten(&path, inner, out),
             other => out.push((path, other.clone())),
@@ -246,8 +268,12 @@ fn flatten(prefix: &str, table: &toml::Table, out: &mut Vec<(String, toml::Value
 fn check_value(field: &Setting, value: &toml::Value) -> Result<String, String> {
     let text = match (field.kind, value) {
         (Kind::Positive, toml::Value::Integer(n)) if *n >= 1 => return Ok(n.to_string()),
-        (Kind::Positive, toml::Value::Integer(n)) => return Err(format!("must be at least 1, got {n}")),
-        (Kind::Positive, other) => return Err(format!("must be an integer, got {}", other.type_str())),
+        (Kind::Positive, toml::Value::Integer(n)) => {
+            return Err(format!("must be at least 1, got {n}"))
+        }
+        (Kind::Positive, other) => {
+            return Err(format!("must be an integer, got {}", other.type_str()))
+        }
         (_, toml::Value::String(s)) => s.clone(),
         (_, other) => return Err(format!("must be a string, got {}", other.type_str())),
     };
@@ -259,7 +285,9 @@ fn check_value(field: &Setting, value: &toml::Value) -> Result<String, String> {
         Kind::RedisUrl if !(text.starts_with("redis://") || text.starts_with("rediss://")) => {
             Err(format!("must be a redis:// or rediss:// URL, got {text:?}"))
         }
-        Kind::File if !std::path::Path::new(&text).is_file() => Err(format!("no such file: {text}")),
+        Kind::File if !std::path::Path::new(&text).is_file() => {
+            Err(format!("no such file: {text}"))
+        }
         Kind::Taxonomy => match load_taxonomy(Path::new(&text)) {
             Ok(_) => Ok(text),
             Err(e) => Err(with_causes(&e)),
@@ -273,7 +301,10 @@ impl ControlConfig {
     /// its field's path.
     pub fn parse(text: &str) -> Result<ControlConfig, ConfigErrors> {
         let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-            ConfigErrors(vec![issue("<file>", format!("not valid TOML: {}", e.message()))])
+            ConfigErrors(vec![issue(
+                "<file>",
+                format!("not valid TOML: {}", e.message()),
+            )])
         })?;
         let mut leaves = Vec::new();
         flatten("", &table, &mut leaves);
@@ -315,7 +346,10 @@ impl ControlConfig {
 
     /// The value the file gives the setting with TOML key `key`.
     pub fn value(&self, key: &str) -> Option<&str> {
-        self.settings.iter().find(|(field, _)| field.key == key).map(|(_, v)| v.as_str())
+        self.settings
+            .iter()
+            .find(|(field, _)| field.key == key)
+            .map(|(_, v)| v.as_str())
     }
 
     /// Number of settings in the file.
@@ -349,39 +383,84 @@ mod tests {
         "#;
         let errors = ControlConfig::parse(text).unwrap_err();
         let paths: Vec<&str> = errors.0.iter().map(|i| i.field.as_str()).collect();
-        for p in ["socket", "colour", "embedder.url", "embedder.timeout_ms", "retrieval.overlay", "retrieval.namespace", "aliases.redis_url"] {
+        for p in [
+            "socket",
+            "colour",
+            "embedder.url",
+            "embedder.timeout_ms",
+            "retrieval.overlay",
+            "retrieval.namespace",
+            "aliases.redis_url",
+        ] {
             assert!(paths.contains(&p), "{p} missing from {errors}");
         }
         assert_eq!(errors.0.len(), 7);
-        assert!(errors.to_string().contains("embedder.timeout_ms: must be at least 1, got 0"));
+        assert!(errors
+            .to_string()
+            .contains("embedder.timeout_ms: must be at least 1, got 0"));
     }
 
     #[test]
     fn settings_become_flags_and_the_environment_wins() {
-        let cfg = ControlConfig::parse("data_dir = \"/d\"\n[embedder]\nurl = \"http://e:8080\"\ntimeout_ms = 5\n").unwrap();
-        assert_eq!(cfg.to_args(|_| false), ["--data-dir", "/d", "--embedder-url", "http://e:8080", "--embedder-timeout-ms", "5"]);
-        assert_eq!(cfg.to_args(|env| env == "KEYHOLE_EMBEDDER_URL"), ["--data-dir", "/d", "--embedder-timeout-ms", "5"]);
+        let cfg = ControlConfig::parse(
+            "data_dir = \"/d\"\n[embedder]\nurl = \"http://e:8080\"\ntimeout_ms = 5\n",
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.to_args(|_| false),
+            [
+                "--data-dir",
+                "/d",
+                "--embedder-url",
+                "http://e:8080",
+                "--embedder-timeout-ms",
+                "5"
+            ]
+        );
+        assert_eq!(
+            cfg.to_args(|env| env == "KEYHOLE_EMBEDDER_URL"),
+            ["--data-dir", "/d", "--embedder-timeout-ms", "5"]
+        );
     }
 
     #[test]
     fn the_readme_table_is_current() {
-        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
         let table = readme_table();
-        assert!(readme.contains(&table), "README.md must hold this table of control settings:\n{table}");
+        assert!(
+            readme.contains(&table),
+            "README.md must hold this table of control settings:\n{table}"
+        );
     }
 
     #[test]
     fn every_setting_is_one_clap_argument() {
-        let cmd = augment(augment(clap::Command::new("t"), Scope::Serve), Scope::Common);
+        let cmd = augment(
+            augment(clap::Command::new("t"), Scope::Serve),
+            Scope::Common,
+        );
         let cmd = cmd.no_binary_name(true);
-        let m = cmd.try_get_matches_from(["--socket", "/s", "--embedder-timeout-ms", "5"]).unwrap();
-        assert_eq!(m.get_one::<String>("socket").map(String::as_str), Some("/s"));
+        let m = cmd
+            .try_get_matches_from(["--socket", "/s", "--embedder-timeout-ms", "5"])
+            .unwrap();
+        assert_eq!(
+            m.get_one::<String>("socket").map(String::as_str),
+            Some("/s")
+        );
         assert_eq!(m.get_one::<u64>("embedder.timeout_ms"), Some(&5));
-        assert_eq!(m.get_one::<String>("retrieval.namespace").map(String::as_str), Some("default"));
+        assert_eq!(
+            m.get_one::<String>("retrieval.namespace")
+                .map(String::as_str),
+            Some("default")
+        );
         assert!(m.get_one::<String>("aliases.redis_url").is_none());
     }
 
-    const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/taxonomy.example.json");
+    const EXAMPLE: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../config/taxonomy.example.json"
+    );
 
     #[test]
     fn the_taxonomy_file_is_checked_with_the_configuration() {
@@ -393,14 +472,37 @@ mod tests {
 
         let dir = tempfile::tempdir().unwrap();
         let bad = dir.path().join("taxonomy.json");
-        std::fs::write(&bad, r#"{"kinds":[{"name":"specimen","prefix":"Specimen"}]}"#).unwrap();
-        let errors = ControlConfig::parse(&format!("[aliases]\ntaxonomy = {:?}\n", bad.display().to_string())).unwrap_err();
+        std::fs::write(
+            &bad,
+            r#"{"kinds":[{"name":"specimen","prefix":"Specimen"}]}"#,
+        )
+        .unwrap();
+        let errors = ControlConfig::parse(&format!(
+            "[aliases]\ntaxonomy = {:?}\n",
+            bad.display().to_string()
+        ))
+        .unwrap_err();
         assert_eq!(errors.0.len(), 1);
         let text = errors.to_string();
-        assert!(text.starts_with(&format!("aliases.taxonomy: {}: kinds[0].prefix: must be lowercase", bad.display())), "{text}");
+        assert!(
+            text.starts_with(&format!(
+                "aliases.taxonomy: {}: kinds[0].prefix: must be lowercase",
+                bad.display()
+            )),
+            "{text}"
+        );
         let missing = dir.path().join("none.json");
-        let errors = ControlConfig::parse(&format!("[aliases]\ntaxonomy = {:?}\n", missing.display().to_string())).unwrap_err();
-        assert!(errors.to_string().starts_with(&format!("aliases.taxonomy: {}: ", missing.display())), "{errors}");
+        let errors = ControlConfig::parse(&format!(
+            "[aliases]\ntaxonomy = {:?}\n",
+            missing.display().to_string()
+        ))
+        .unwrap_err();
+        assert!(
+            errors
+                .to_string()
+                .starts_with(&format!("aliases.taxonomy: {}: ", missing.display())),
+            "{errors}"
+        );
     }
 
     #[test]

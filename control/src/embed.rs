@@ -205,14 +205,22 @@ pub struct Embedder {
 impl Embedder {
     /// A client; loads the cache file when one is configured.
     pub fn try_new(config: EmbedderConfig) -> Result<Embedder, EmbedError> {
-        let http = reqwest::Client::builder().timeout(config.timeout).build().map_err(|source| {
-            EmbedError::Unreachable { url: config.url.clone(), source }
-        })?;
+        let http = reqwest::Client::builder()
+            .timeout(config.timeout)
+            .build()
+            .map_err(|source| EmbedError::Unreachable {
+                url: config.url.clone(),
+                source,
+            })?;
         let documents = match &config.cache_path {
             Some(path) => load_cache(path)?,
             None => HashMap::new(),
         };
-        let endpoint = Arc::new(Endpoint { url: config.url.clone(), http, attempts: config.attempts });
+        let endpoint = Arc::new(Endpoint {
+            url: config.url.clone(),
+            http,
+            attempts: config.attempts,
+        });
         let queries = Arc::new(Mutex::new(query::QueryCache::new(config.query_cache)));
         Ok(Embedder {
             config,
@@ -251,15 +259,25 @@ impl Embedder {
     /// Sets [`Self::per_text_estimate`] (tests: an embedder known to be slow).
     #[cfg(test)]
     pub(crate) fn set_per_text_estimate(&self, cost: Duration) {
-        self.stats.per_text_us.store(cost.as_micros() as u64, Ordering::Relaxed);
+        self.stats
+            .per_text_us
+            .store(cost.as_micros() as u64, Ordering::Relaxed);
     }
 
     /// True when the text is cached for `side` (no call would be made); a
     /// query by its canonical text.
     pub async fn is_cached(&self, side: Side, text: &str) -> bool {
         match side {
-            Side::Document => self.documents.lock().await.contains_key(&key(self.model(side), text)),
-            Side::Query => self.queries.lock().await.contains(&key(self.model(side), &query::canonical(text))),
+            Side::Document => self
+                .documents
+                .lock()
+                .await
+                .contains_key(&key(self.model(side), text)),
+            Side::Query => self
+                .queries
+                .lock()
+                .await
+                .contains(&key(self.model(side), &query::canonical(text))),
         }
     }
 
@@ -292,11 +310,19 @@ impl Embedder {
     /// Fails with the request's error ([`EmbedError::Batch`]), or
     /// [`EmbedError::Late`] when by the embedder's recent answers it would
     /// not come back before `deadline` (then it is not sent).
-    pub async fn embed_query(&self, text: &str, deadline: Option<tokio::time::Instant>) -> Result<Arc<[f32]>, EmbedError> {
+    pub async fn embed_query(
+        &self,
+        text: &str,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Arc<[f32]>, EmbedError> {
         self.ask(text, deadline).await?.wait().await
     }
 
-    async fn ask(&self, text: &str, deadline: Option<tokio::time::Instant>) -> Result<Asked, EmbedError> {
+    async fn ask(
+        &self,
+        text: &str,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Asked, EmbedError> {
         let text = query::canonical(text);
         let key = key(&self.config.query_model, &text);
         if let Some(v) = self.queries.lock().await.get(&key) {
@@ -305,7 +331,12 @@ impl Embedder {
         let (reply, answer) = oneshot::channel();
         self.batcher()
             .await
-            .send(batch::Job { key, text, deadline, reply })
+            .send(batch::Job {
+                key,
+                text,
+                deadline,
+                reply,
+            })
             .map_err(|_| EmbedError::Stopped)?;
         Ok(Asked::Queued(answer))
     }
@@ -348,7 +379,9 @@ impl Embedder {
         for chunk in missing.chunks(self.config.batch_size.max(1)) {
             let batch: Vec<&str> = chunk.iter().map(|&i| texts[i]).collect();
             let vectors = self.endpoint.request(&model, &batch).await?;
-            self.stats.texts.fetch_add(batch.len() as u64, Ordering::Relaxed);
+            self.stats
+                .texts
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
             let mut fresh = Vec::with_capacity(chunk.len());
             {
                 let mut cache = self.documents.lock().await;
@@ -364,7 +397,12 @@ impl Embedder {
         }
         let cache = self.documents.lock().await;
         keys.iter()
-            .map(|k| cache.get(k).cloned().ok_or_else(|| EmbedError::Malformed("a vector went missing".into())))
+            .map(|k| {
+                cache
+                    .get(k)
+                    .cloned()
+                    .ok_or_else(|| EmbedError::Malformed("a vector went missing".into()))
+            })
             .collect()
     }
 }
@@ -394,20 +432,43 @@ impl Endpoint {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let result = self.http.post(&url).json(&EmbeddingsRequest { model, input: batch }).send().await;
+            let result = self
+                .http
+                .post(&url)
+                .json(&EmbeddingsRequest {
+                    model,
+                    input: batch,
+                })
+                .send()
+                .await;
             let retryable = match result {
                 Ok(resp) if resp.status().is_success() => {
-                    let parsed: EmbeddingsResponse =
-                        resp.json().await.map_err(|e| EmbedError::Malformed(e.to_string()))?;
+                    let parsed: EmbeddingsResponse = resp
+                        .json()
+                        .await
+                        .map_err(|e| EmbedError::Malformed(e.to_string()))?;
                     return order(parsed, batch.len());
                 }
                 Ok(resp) => {
                     let status = resp.status().as_u16();
-                    let body: String = resp.text().await.unwrap_or_default().chars().take(256).collect();
+                    let body: String = resp
+                        .text()
+                        .await
+                        .unwrap_or_default()
+                        .chars()
+                        .take(256)
+                        .collect();
                     let err = EmbedError::Status { status, body };
-                    if status == 429 || status >= 500 { err } else { return Err(err) }
+                    if status == 429 || status >= 500 {
+                        err
+                    } else {
+                        return Err(err);
+                    }
                 }
-                Err(source) => EmbedError::Unreachable { url: url.clone(), source },
+                Err(source) => EmbedError::Unreachable {
+                    url: url.clone(),
+                    source,
+                },
             };
             if attempt >= self.attempts {
                 return Err(retryable);
@@ -440,9 +501,19 @@ fn load_cache(path: &PathBuf) -> Result<HashMap<Key, Arc<[f32]>>, EmbedError> {
     let mut map = HashMap::new();
     let mut bytes = Vec::new();
     match std::fs::File::open(path) {
-        Ok(mut f) => f.read_to_end(&mut bytes).map_err(|source| EmbedError::Cache { path: path.clone(), source })?,
+        Ok(mut f) => f
+            .read_to_end(&mut bytes)
+            .map_err(|source| EmbedError::Cache {
+                path: path.clone(),
+                source,
+            })?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(map),
-        Err(source) => return Err(EmbedError::Cache { path: path.clone(), source }),
+        Err(source) => {
+            return Err(EmbedError::Cache {
+                path: path.clone(),
+                source,
+            })
+        }
     };
     let mut rest = bytes.as_slice();
     while rest.len() >= 36 {
@@ -453,7 +524,10 @@ fn load_cache(path: &PathBuf) -> Result<HashMap<Key, Arc<[f32]>>, EmbedError> {
             break;
         }
         let (vals, tail) = tail.split_at(dim * 4);
-        let v: Vec<f32> = vals.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        let v: Vec<f32> = vals
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
         let mut key = [0u8; 32];
         key.copy_from_slice(k);
         map.insert(key, v.into());
@@ -471,11 +545,18 @@ fn append_cache(path: &PathBuf, entries: &[(Key, Arc<[f32]>)]) -> Result<(), Emb
             buf.extend_from_slice(&x.to_le_bytes());
         }
     }
-    let io = |source| EmbedError::Cache { path: path.clone(), source };
+    let io = |source| EmbedError::Cache {
+        path: path.clone(),
+        source,
+    };
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(io)?;
     }
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(io)?;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(io)?;
     f.write_all(&buf).map_err(io)?;
     Ok(())
 }

@@ -41,7 +41,7 @@
 
 use crate::embed::Side;
 use crate::index::sync::SyncError;
-use crate::index::{Search, IndexError};
+use crate::index::{IndexError, Search};
 use crate::load::{LoadError, LoadedRegistry};
 use crate::resolve::Resolver;
 use keyhole_core::format;
@@ -120,14 +120,18 @@ pub enum Part {
 
 /// A query's cross-validation fold within the tune part (a fixed hash of its id).
 fn fold_of(id: &str) -> u8 {
-    let digest = Sha256::new_with_prefix(b"keyhole-fold-v1\0").chain_update(id.as_bytes()).finalize();
+    let digest = Sha256::new_with_prefix(b"keyhole-fold-v1\0")
+        .chain_update(id.as_bytes())
+        .finalize();
     digest[0] % FIT_FOLDS
 }
 
 impl Part {
     /// The part a query id falls in (fixed: a hash of the id, see the module doc).
     pub fn of(id: &str) -> Part {
-        let digest = Sha256::new_with_prefix(b"keyhole-split-v1\0").chain_update(id.as_bytes()).finalize();
+        let digest = Sha256::new_with_prefix(b"keyhole-split-v1\0")
+            .chain_update(id.as_bytes())
+            .finalize();
         let bucket = u16::from_be_bytes([digest[0], digest[1]]) % 100;
         if bucket < CHECK_PERCENT {
             Part::Check
@@ -156,12 +160,18 @@ struct Bm25 {
 }
 
 fn tokens(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.split(|c: char| !c.is_alphanumeric()).filter(|t| !t.is_empty()).map(str::to_lowercase)
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|t| !t.is_empty())
+        .map(str::to_lowercase)
 }
 
 impl Bm25 {
     fn new(docs: impl Iterator<Item = (String, String)>) -> Bm25 {
-        let mut out = Bm25 { docs: Vec::new(), df: HashMap::new(), avg_len: 0.0 };
+        let mut out = Bm25 {
+            docs: Vec::new(),
+            df: HashMap::new(),
+            avg_len: 0.0,
+        };
         for (name, text) in docs {
             let mut tf: HashMap<String, f64> = HashMap::new();
             let mut len = 0.0;
@@ -193,7 +203,10 @@ impl Bm25 {
                         let f = *tf.get(t)?;
                         let df = self.df.get(t).copied().unwrap_or(0.0);
                         let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
-                        Some(idf * f * (k1 + 1.0) / (f + k1 * (1.0 - b + b * len / self.avg_len.max(1e-9))))
+                        Some(
+                            idf * f * (k1 + 1.0)
+                                / (f + k1 * (1.0 - b + b * len / self.avg_len.max(1e-9))),
+                        )
                     })
                     .sum();
                 (score > 0.0).then_some((score, name.as_str()))
@@ -259,10 +272,17 @@ pub enum EvalError {
 /// Reads a queries file (JSON lines). With `sample`, keeps an evenly spaced
 /// deterministic subset of about that many queries (every ⌈n/sample⌉-th line).
 pub fn load_queries(path: &Path, sample: Option<usize>) -> Result<Vec<Query>, LoadError> {
-    let bytes = std::fs::read(path).map_err(|source| LoadError::Io { path: path.to_owned(), source })?;
+    let bytes = std::fs::read(path).map_err(|source| LoadError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
     let text = String::from_utf8_lossy(&bytes);
     let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
         let q: Query = serde_json::from_str(line).map_err(|e| LoadError::Json {
             path: path.to_owned(),
             line: i + 1,
@@ -349,9 +369,16 @@ struct Outcome {
 /// `tolerance` of the uncut recall; the grid index.
 fn fit_margin(rows: &[&[Outcome]], tolerance: f64) -> usize {
     let n = rows.len().max(1) as f64;
-    let recall = |g: usize| rows.iter().filter(|r| r.get(g).is_some_and(|o| o.full)).count() as f64 / n;
+    let recall = |g: usize| {
+        rows.iter()
+            .filter(|r| r.get(g).is_some_and(|o| o.full))
+            .count() as f64
+            / n
+    };
     let uncut = recall(0);
-    (1..MARGIN_GRID.len()).find(|&g| recall(g) >= uncut - tolerance - 1e-9).unwrap_or(0)
+    (1..MARGIN_GRID.len())
+        .find(|&g| recall(g) >= uncut - tolerance - 1e-9)
+        .unwrap_or(0)
 }
 
 /// Fits the margin on the tune queries (`(fold, outcomes)`): the chosen
@@ -360,7 +387,11 @@ fn fit(tune: &[(u8, &[Outcome])]) -> (usize, Fit) {
     let mut fold_margins = Vec::new();
     let (mut full, mut shown, mut n) = (0usize, 0usize, 0usize);
     for f in 0..FIT_FOLDS {
-        let train: Vec<&[Outcome]> = tune.iter().filter(|(k, _)| *k != f).map(|(_, o)| *o).collect();
+        let train: Vec<&[Outcome]> = tune
+            .iter()
+            .filter(|(k, _)| *k != f)
+            .map(|(_, o)| *o)
+            .collect();
         let g = fit_margin(&train, FIT_TOLERANCE);
         fold_margins.push(MARGIN_GRID.get(g).copied().flatten());
         for (_, o) in tune.iter().filter(|(k, _)| *k == f) {
@@ -371,7 +402,11 @@ fn fit(tune: &[(u8, &[Outcome])]) -> (usize, Fit) {
         }
     }
     let all: Vec<&[Outcome]> = tune.iter().map(|(_, o)| *o).collect();
-    let uncut = all.iter().filter(|r| r.first().is_some_and(|o| o.full)).count() as f64 / all.len().max(1) as f64;
+    let uncut = all
+        .iter()
+        .filter(|r| r.first().is_some_and(|o| o.full))
+        .count() as f64
+        / all.len().max(1) as f64;
     let g = fit_margin(&all, FIT_TOLERANCE);
     let n = n.max(1) as f64;
     let fit = Fit {
@@ -400,16 +435,31 @@ struct Totals {
 
 impl Totals {
     /// Adds one query's outcome: `surfaced` and `ranked` are tool ids.
-    fn add(&mut self, q: &Query, surfaced: &[String], ranked: &[String], k: usize, bytes_after: usize) {
+    fn add(
+        &mut self,
+        q: &Query,
+        surfaced: &[String],
+        ranked: &[String],
+        k: usize,
+        bytes_after: usize,
+    ) {
         let gold: HashSet<&str> = q.gold.iter().map(String::as_str).collect();
         let shown: HashSet<&str> = surfaced.iter().map(String::as_str).collect();
         self.n += 1;
         self.full += usize::from(gold.iter().all(|g| shown.contains(g)));
         if !gold.is_empty() {
-            let in_k = ranked.iter().take(k).filter(|t| gold.contains(t.as_str())).count();
+            let in_k = ranked
+                .iter()
+                .take(k)
+                .filter(|t| gold.contains(t.as_str()))
+                .count();
             self.recall += in_k as f64 / gold.len() as f64;
         }
-        if let Some(rank) = ranked.iter().take(100).position(|t| gold.contains(t.as_str())) {
+        if let Some(rank) = ranked
+            .iter()
+            .take(100)
+            .position(|t| gold.contains(t.as_str()))
+        {
             self.mrr += 1.0 / (rank + 1) as f64;
         }
         let dcg: f64 = ranked
@@ -419,19 +469,30 @@ impl Totals {
             .filter(|(_, t)| gold.contains(t.as_str()))
             .map(|(i, _)| 1.0 / ((i + 2) as f64).log2())
             .sum();
-        let ideal: f64 = (0..gold.len().min(10)).map(|i| 1.0 / ((i + 2) as f64).log2()).sum();
+        let ideal: f64 = (0..gold.len().min(10))
+            .map(|i| 1.0 / ((i + 2) as f64).log2())
+            .sum();
         if ideal > 0.0 {
             self.ndcg += dcg / ideal;
         }
         self.surfaced += surfaced.len();
         if !q.forbidden.is_empty() {
             self.with_forbidden += 1;
-            self.forbidden_hit += usize::from(q.forbidden.iter().any(|f| shown.contains(f.as_str())));
+            self.forbidden_hit +=
+                usize::from(q.forbidden.iter().any(|f| shown.contains(f.as_str())));
         }
         self.bytes_after += bytes_after;
     }
 
-    fn metrics(&self, dataset: &str, mode: Mode, part: Part, tools: usize, k: usize, bytes_before: usize) -> Metrics {
+    fn metrics(
+        &self,
+        dataset: &str,
+        mode: Mode,
+        part: Part,
+        tools: usize,
+        k: usize,
+        bytes_before: usize,
+    ) -> Metrics {
         let n = self.n.max(1) as f64;
         Metrics {
             dataset: dataset.to_owned(),
@@ -513,22 +574,36 @@ pub async fn evaluate(
     let flat: Vec<&str> = clause_texts.iter().flatten().copied().collect();
     let mut clause_vectors = embedder.embed(Side::Query, &flat).await?.into_iter();
     let multi = clause_texts.iter().filter(|c| !c.is_empty()).count();
-    tracing::info!(queries = queries.len(), multi_clause = multi, clauses = flat.len(), "queries embedded");
+    tracing::info!(
+        queries = queries.len(),
+        multi_clause = multi,
+        clauses = flat.len(),
+        "queries embedded"
+    );
 
     let parsed = format::parse("/v1/chat/completions", &registry.request)
         .map_err(|e| EvalError::Request(e.to_string()))?
         .ok_or_else(|| EvalError::Request("no tools".into()))?;
     let bytes_before = registry.request.len();
-    let id_of = |name: &str| reg.by_name(name).map_or_else(|| name.to_owned(), |t| t.id.clone());
+    let id_of = |name: &str| {
+        reg.by_name(name)
+            .map_or_else(|| name.to_owned(), |t| t.id.clone())
+    };
     let bytes_after = |names: &[String]| {
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        parsed.rewrite(&registry.request, &parsed.select(&refs, usize::MAX)).len()
+        parsed
+            .rewrite(&registry.request, &parsed.select(&refs, usize::MAX))
+            .len()
     };
     let depth = options.k.max(100);
-    let bm25 = options
-        .modes
-        .contains(&Mode::Rrf)
-        .then(|| Bm25::new(reg.tools().iter().filter(|t| t.is_business()).map(|t| (t.name.clone(), t.embedding_text()))));
+    let bm25 = options.modes.contains(&Mode::Rrf).then(|| {
+        Bm25::new(
+            reg.tools()
+                .iter()
+                .filter(|t| t.is_business())
+                .map(|t| (t.name.clone(), t.embedding_text())),
+        )
+    });
     // The clause modes run with clause retrieval on, whatever the settings say.
     let with_clauses = {
         let mut s = config.settings().clone();
@@ -546,11 +621,23 @@ pub async fn evaluate(
             })
             .collect()
     };
-    let grid_plain = if options.modes.contains(&Mode::Fitted) { grid(config)? } else { Vec::new() };
-    let grid_clauses = if options.modes.contains(&Mode::FittedClauses) { grid(&with_clauses)? } else { Vec::new() };
+    let grid_plain = if options.modes.contains(&Mode::Fitted) {
+        grid(config)?
+    } else {
+        Vec::new()
+    };
+    let grid_clauses = if options.modes.contains(&Mode::FittedClauses) {
+        grid(&with_clauses)?
+    } else {
+        Vec::new()
+    };
 
     // Per mode: the answer of each query (fitted modes: one per grid margin).
-    let mut answers: Vec<Vec<Vec<Answer>>> = options.modes.iter().map(|_| Vec::with_capacity(queries.len())).collect();
+    let mut answers: Vec<Vec<Vec<Answer>>> = options
+        .modes
+        .iter()
+        .map(|_| Vec::with_capacity(queries.len()))
+        .collect();
     for (i, q) in queries.iter().enumerate() {
         let hits: Vec<(String, f32)> = match vectors.get(i) {
             Some(v) => search_all(resolver, v, reg.len()).await?,
@@ -558,7 +645,9 @@ pub async fn evaluate(
         };
         let mut clause_hits: Vec<Vec<(String, f32)>> = Vec::new();
         for _ in clause_texts.get(i).into_iter().flatten() {
-            let v = clause_vectors.next().ok_or_else(|| EvalError::Request("a clause vector went missing".into()))?;
+            let v = clause_vectors
+                .next()
+                .ok_or_else(|| EvalError::Request("a clause vector went missing".into()))?;
             clause_hits.push(search_all(resolver, &v, reg.len()).await?);
         }
         let clauses: Vec<Clause<'_>> = clause_texts
@@ -579,28 +668,50 @@ pub async fn evaluate(
                 Mode::Rrf => {
                     let cos: Vec<String> = hits.iter().map(|(n, _)| n.clone()).collect();
                     let lex = bm25.as_ref().map(|b| b.rank(&q.query)).unwrap_or_default();
-                    let ranked: Vec<String> = rrf(&[&cos, &lex], 60.0).into_iter().take(depth).collect();
+                    let ranked: Vec<String> =
+                        rrf(&[&cos, &lex], 60.0).into_iter().take(depth).collect();
                     vec![answer(ranked.iter().take(max).cloned().collect(), &ranked)]
                 }
                 Mode::Cosine => {
-                    let ranked: Vec<String> = hits.iter().take(depth).map(|(n, _)| n.clone()).collect();
+                    let ranked: Vec<String> =
+                        hits.iter().take(depth).map(|(n, _)| n.clone()).collect();
                     vec![answer(ranked.iter().take(max).cloned().collect(), &ranked)]
                 }
-                Mode::Hybrid | Mode::Lexical | Mode::Clauses | Mode::Fitted | Mode::FittedClauses => {
+                Mode::Hybrid
+                | Mode::Lexical
+                | Mode::Clauses
+                | Mode::Fitted
+                | Mode::FittedClauses => {
                     let cosine: &[(String, f32)] = if *mode == Mode::Lexical { &[] } else { &hits };
                     let clauses: &[Clause<'_>] = if mode.clauses() { &clauses } else { &[] };
-                    let base = if mode.clauses() { &with_clauses } else { config };
-                    let turn = Turn { text: &q.query, phase: Phase::Planner, prior: &[], tool_choice: None, cosine: Some(cosine) };
+                    let base = if mode.clauses() {
+                        &with_clauses
+                    } else {
+                        config
+                    };
+                    let turn = Turn {
+                        text: &q.query,
+                        phase: Phase::Planner,
+                        prior: &[],
+                        tool_choice: None,
+                        cosine: Some(cosine),
+                    };
                     let mut ranked = search(reg, base, &q.query, cosine, depth);
                     if clauses.len() >= 2 {
-                        let each = clauses.iter().map(|c| per_subtask(reg, base, c.text, c.cosine)).collect();
+                        let each = clauses
+                            .iter()
+                            .map(|c| per_subtask(reg, base, c.text, c.cosine))
+                            .collect();
                         ranked = interleave(ranked, each, base.settings().clauses.per_clause_k);
                         ranked.truncate(depth);
                     }
                     let ranked: Vec<String> = ranked.into_iter().map(|c| c.name).collect();
                     let resolve_with = |cfg: &RankConfig| {
                         let res = resolve_clauses(reg, cfg, &turn, clauses);
-                        answer(res.candidates.into_iter().map(|c| c.name).collect(), &ranked)
+                        answer(
+                            res.candidates.into_iter().map(|c| c.name).collect(),
+                            &ranked,
+                        )
                     };
                     match mode {
                         Mode::Fitted => grid_plain.iter().map(resolve_with).collect(),
@@ -624,7 +735,10 @@ pub async fn evaluate(
                 .map(|(q, per_margin)| {
                     per_margin
                         .iter()
-                        .map(|a| Outcome { full: full_gold(q, &a.surfaced), surfaced: a.surfaced.len() })
+                        .map(|a| Outcome {
+                            full: full_gold(q, &a.surfaced),
+                            surfaced: a.surfaced.len(),
+                        })
                         .collect()
                 })
                 .collect();
@@ -637,9 +751,24 @@ pub async fn evaluate(
             let (g, report) = fit(&tune);
             for (margin, at) in MARGIN_GRID.iter().zip(0..) {
                 let n = tune.len().max(1) as f64;
-                let full = tune.iter().filter(|(_, o)| o.get(at).is_some_and(|o| o.full)).count() as f64 / n;
-                let shown = tune.iter().filter_map(|(_, o)| o.get(at)).map(|o| o.surfaced).sum::<usize>() as f64 / n;
-                tracing::debug!(?mode, ?margin, full_gold_recall = full, mean_surfaced = shown, "tune part");
+                let full = tune
+                    .iter()
+                    .filter(|(_, o)| o.get(at).is_some_and(|o| o.full))
+                    .count() as f64
+                    / n;
+                let shown = tune
+                    .iter()
+                    .filter_map(|(_, o)| o.get(at))
+                    .map(|o| o.surfaced)
+                    .sum::<usize>() as f64
+                    / n;
+                tracing::debug!(
+                    ?mode,
+                    ?margin,
+                    full_gold_recall = full,
+                    mean_surfaced = shown,
+                    "tune part"
+                );
             }
             let margin = MARGIN_GRID.get(g).copied().flatten();
             tracing::info!(dataset = %options.dataset, ?mode, ?margin, fold_margins = ?report.fold_margins, cv_full_gold_recall = report.cv_full_gold_recall, cv_mean_surfaced = report.cv_mean_surfaced, "confidence margin fitted on the tune part");
@@ -647,20 +776,41 @@ pub async fn evaluate(
         } else {
             // The margin applies to turns with cosines: not to baselines, not to lexical.
             let engine = matches!(mode, Mode::Hybrid | Mode::Clauses);
-            (0, None, if engine { config.settings().pipeline.budget.margin } else { None })
+            (
+                0,
+                None,
+                if engine {
+                    config.settings().pipeline.budget.margin
+                } else {
+                    None
+                },
+            )
         };
         let mut totals: [Totals; 3] = Default::default();
         for (q, per_margin) in queries.iter().zip(answers) {
-            let Some(a) = per_margin.get(at) else { continue };
+            let Some(a) = per_margin.get(at) else {
+                continue;
+            };
             let [all, tune, check] = &mut totals;
-            let part = if Part::of(&q.id) == Part::Check { check } else { tune };
+            let part = if Part::of(&q.id) == Part::Check {
+                check
+            } else {
+                tune
+            };
             for t in [all, part] {
                 t.add(q, &a.surfaced, &a.ranked, options.k, a.bytes_after);
             }
         }
         let [all, tune, check] = &totals;
         for (part, t) in [(Part::All, all), (Part::Tune, tune), (Part::Check, check)] {
-            let mut m = t.metrics(&options.dataset, *mode, part, business, options.k, bytes_before);
+            let mut m = t.metrics(
+                &options.dataset,
+                *mode,
+                part,
+                business,
+                options.k,
+                bytes_before,
+            );
             m.budget_margin = margin;
             m.fit = fit_report.clone();
             metrics.push(m);
@@ -670,11 +820,17 @@ pub async fn evaluate(
 }
 
 /// The cosine of `vector` to every tool of the indexed registry, best first.
-async fn search_all(resolver: &Resolver, vector: &[f32], tools: usize) -> Result<Vec<(String, f32)>, EvalError> {
-    Ok(match resolver.indexer().search(vector, tools.max(1)).await? {
-        Search::Hits(h) => h.into_iter().map(|h| (h.name, h.score)).collect(),
-        Search::Missing => Vec::new(),
-    })
+async fn search_all(
+    resolver: &Resolver,
+    vector: &[f32],
+    tools: usize,
+) -> Result<Vec<(String, f32)>, EvalError> {
+    Ok(
+        match resolver.indexer().search(vector, tools.max(1)).await? {
+            Search::Hits(h) => h.into_iter().map(|h| (h.name, h.score)).collect(),
+            Search::Missing => Vec::new(),
+        },
+    )
 }
 
 /// Whether every gold tool of `q` is in `surfaced`.
@@ -696,7 +852,10 @@ pub fn merge_json(path: &Path, dataset: &str, metrics: &[Metrics]) -> std::io::R
         all.push(serde_json::to_value(m).map_err(std::io::Error::other)?);
     }
     let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(&all).map_err(std::io::Error::other)?)?;
+    std::fs::write(
+        &tmp,
+        serde_json::to_vec_pretty(&all).map_err(std::io::Error::other)?,
+    )?;
     std::fs::rename(tmp, path)
 }
 
@@ -721,7 +880,13 @@ mod tests {
     fn metrics_follow_their_definitions() {
         let mut t = Totals::default();
         // Both gold tools surfaced; ranked 2nd and 4th.
-        t.add(&q(&["a", "b"], &[]), &ids(&["x", "a", "b"]), &ids(&["x", "a", "y", "b"]), 2, 100);
+        t.add(
+            &q(&["a", "b"], &[]),
+            &ids(&["x", "a", "b"]),
+            &ids(&["x", "a", "y", "b"]),
+            2,
+            100,
+        );
         // Gold missing from the surfaced set and the ranking; a forbidden tool shown.
         t.add(&q(&["c"], &["x"]), &ids(&["x"]), &ids(&["x", "y"]), 2, 50);
         let m = t.metrics("d", Mode::Hybrid, Part::All, 5, 2, 1000);
@@ -738,7 +903,9 @@ mod tests {
 
     #[test]
     fn the_split_is_a_fixed_hash_of_the_id_with_about_35_percent_check() {
-        let check = (0..2000).filter(|i| Part::of(&format!("q{i}")) == Part::Check).count();
+        let check = (0..2000)
+            .filter(|i| Part::of(&format!("q{i}")) == Part::Check)
+            .count();
         assert!((600..800).contains(&check), "{check} of 2000");
         assert_eq!(Part::of("q1"), Part::of("q1"));
     }
@@ -749,11 +916,19 @@ mod tests {
         let b = ids(&["y", "w"]);
         assert_eq!(rrf(&[&a, &b], 60.0), ["y", "x", "w", "z"]);
         let bm = Bm25::new(
-            [("lab", "order lab test panel"), ("note", "write a clinical note"), ("bill", "create invoice for the visit")]
-                .into_iter()
-                .map(|(n, t)| (n.to_owned(), t.to_owned())),
+            [
+                ("lab", "order lab test panel"),
+                ("note", "write a clinical note"),
+                ("bill", "create invoice for the visit"),
+            ]
+            .into_iter()
+            .map(|(n, t)| (n.to_owned(), t.to_owned())),
         );
-        assert_eq!(bm.rank("order a lipid panel"), ["lab", "note"], "\"a\" matches the note");
+        assert_eq!(
+            bm.rank("order a lipid panel"),
+            ["lab", "note"],
+            "\"a\" matches the note"
+        );
     }
 
     #[test]
@@ -764,7 +939,14 @@ mod tests {
         let b = vec![o(true, 12), o(true, 6), o(true, 7)];
         assert_eq!(fit_margin(&[&a, &b], 0.02), 2);
         assert_eq!(fit_margin(&[&a, &b], 0.5), 1);
-        let tune: Vec<(u8, &[Outcome])> = (0..10).map(|i| (i % FIT_FOLDS, if i < 5 { a.as_slice() } else { b.as_slice() })).collect();
+        let tune: Vec<(u8, &[Outcome])> = (0..10)
+            .map(|i| {
+                (
+                    i % FIT_FOLDS,
+                    if i < 5 { a.as_slice() } else { b.as_slice() },
+                )
+            })
+            .collect();
         let (g, f) = fit(&tune);
         assert_eq!(g, 2);
         assert_eq!(f.fold_margins.len(), usize::from(FIT_FOLDS));
@@ -778,9 +960,15 @@ mod tests {
     fn sampling_is_even_and_deterministic() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("q.jsonl");
-        let lines: String = (0..10).map(|i| format!("{{\"id\":\"q{i}\",\"query\":\"t\",\"gold\":[\"a\"]}}\n")).collect();
+        let lines: String = (0..10)
+            .map(|i| format!("{{\"id\":\"q{i}\",\"query\":\"t\",\"gold\":[\"a\"]}}\n"))
+            .collect();
         std::fs::write(&path, lines).unwrap();
-        let ids: Vec<String> = load_queries(&path, Some(4)).unwrap().into_iter().map(|q| q.id).collect();
+        let ids: Vec<String> = load_queries(&path, Some(4))
+            .unwrap()
+            .into_iter()
+            .map(|q| q.id)
+            .collect();
         assert_eq!(ids, ["q0", "q3", "q6", "q9"]);
         assert_eq!(load_queries(&path, None).unwrap().len(), 10);
     }

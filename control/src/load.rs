@@ -85,25 +85,42 @@ struct JsonlTool {
 
 /// Reads a registry file; `names` maps catalog ids to function names.
 pub fn load_registry(path: &Path, names: &NameMapping) -> Result<LoadedRegistry, LoadError> {
-    let bytes = std::fs::read(path).map_err(|source| LoadError::Io { path: path.to_owned(), source })?;
+    let bytes = std::fs::read(path).map_err(|source| LoadError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
     let json_err = |line: usize, e: &dyn std::fmt::Display| LoadError::Json {
         path: path.to_owned(),
         line,
         problem: e.to_string(),
     };
-    let overlay_err = |source| LoadError::Overlay { path: path.to_owned(), source };
+    let overlay_err = |source| LoadError::Overlay {
+        path: path.to_owned(),
+        source,
+    };
     if path.extension().and_then(|e| e.to_str()) == Some("jsonl") {
         let text = std::str::from_utf8(&bytes).map_err(|e| json_err(1, &e))?;
         let mut metas = Vec::new();
         let mut functions = Vec::new();
-        for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        for (i, line) in text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+        {
             let t: JsonlTool = serde_json::from_str(line).map_err(|e| json_err(i + 1, &e))?;
             let description = t.description.unwrap_or_default();
             functions.push(function(&t.id, &description, t.parameters));
-            let meta = serde_json::json!({"id": t.id, "category": t.category, "description": description});
+            let meta =
+                serde_json::json!({"id": t.id, "category": t.category, "description": description});
             metas.push(serde_json::from_value::<ToolMeta>(meta).map_err(|e| json_err(i + 1, &e))?);
         }
-        let tools = metas.iter().map(|m| ToolDescriptor { name: m.id.clone(), description: m.description.clone() }).collect();
+        let tools = metas
+            .iter()
+            .map(|m| ToolDescriptor {
+                name: m.id.clone(),
+                description: m.description.clone(),
+            })
+            .collect();
         let overlay = Overlay::try_from_entries(metas).map_err(overlay_err)?;
         return Ok(LoadedRegistry {
             tools,
@@ -118,30 +135,59 @@ pub fn load_registry(path: &Path, names: &NameMapping) -> Result<LoadedRegistry,
         let mut tools = Vec::new();
         let mut functions = Vec::new();
         for e in entries {
-            let Some(id) = e.get("id").and_then(Value::as_str) else { continue };
-            let Some(meta) = overlay.get(id) else { continue };
+            let Some(id) = e.get("id").and_then(Value::as_str) else {
+                continue;
+            };
+            let Some(meta) = overlay.get(id) else {
+                continue;
+            };
             if meta.plane != Plane::Business {
                 continue;
             }
             let name = names.to_name(id);
-            functions.push(function(&name, &meta.description, e.get("parameters").cloned()));
-            tools.push(ToolDescriptor { name, description: meta.description.clone() });
+            functions.push(function(
+                &name,
+                &meta.description,
+                e.get("parameters").cloned(),
+            ));
+            tools.push(ToolDescriptor {
+                name,
+                description: meta.description.clone(),
+            });
         }
-        return Ok(LoadedRegistry { tools, overlay: Some(overlay), names: None, request: chat_request(functions) });
+        return Ok(LoadedRegistry {
+            tools,
+            overlay: Some(overlay),
+            names: None,
+            request: chat_request(functions),
+        });
     }
     match format::parse("", &bytes) {
         Ok(Some(parsed)) => {
             let tools = parsed.descriptors();
-            Ok(LoadedRegistry { tools, overlay: None, names: None, request: bytes })
+            Ok(LoadedRegistry {
+                tools,
+                overlay: None,
+                names: None,
+                request: bytes,
+            })
         }
-        Ok(None) => Err(LoadError::NotARegistry { path: path.to_owned(), problem: "it carries no tools".into() }),
-        Err(e) => Err(LoadError::NotARegistry { path: path.to_owned(), problem: e.to_string() }),
+        Ok(None) => Err(LoadError::NotARegistry {
+            path: path.to_owned(),
+            problem: "it carries no tools".into(),
+        }),
+        Err(e) => Err(LoadError::NotARegistry {
+            path: path.to_owned(),
+            problem: e.to_string(),
+        }),
     }
 }
 
 /// One OpenAI Chat function tool.
 fn function(name: &str, description: &str, parameters: Option<Value>) -> Value {
-    let parameters = parameters.filter(Value::is_object).unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}}));
+    let parameters = parameters
+        .filter(Value::is_object)
+        .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}}));
     serde_json::json!({"type": "function", "function": {"name": name, "description": description, "parameters": parameters}})
 }
 
@@ -163,17 +209,27 @@ mod tests {
 
     #[test]
     fn catalog_tools_json_is_the_overlay_and_maps_names() {
-        let r = load_registry(&Path::new(CATALOG).join("tools.json"), &NameMapping::default()).unwrap();
+        let r = load_registry(
+            &Path::new(CATALOG).join("tools.json"),
+            &NameMapping::default(),
+        )
+        .unwrap();
         assert_eq!(r.tools.len(), 108, "control-plane tools are left out");
         assert!(r.tools.iter().any(|t| t.name == "patient__search__smart"));
         assert_eq!(r.overlay.as_ref().unwrap().len(), 110);
-        let parsed = format::parse("/v1/chat/completions", &r.request).unwrap().unwrap();
+        let parsed = format::parse("/v1/chat/completions", &r.request)
+            .unwrap()
+            .unwrap();
         assert_eq!(parsed.tools.len(), 108);
     }
 
     #[test]
     fn request_bodies_and_jsonl_files_load() {
-        let r = load_registry(&Path::new(CATALOG).join("anthropic_request.json"), &NameMapping::default()).unwrap();
+        let r = load_registry(
+            &Path::new(CATALOG).join("anthropic_request.json"),
+            &NameMapping::default(),
+        )
+        .unwrap();
         assert_eq!(r.tools.len(), 108);
         assert!(r.overlay.is_none());
 
@@ -185,12 +241,28 @@ mod tests {
         )
         .unwrap();
         let r = load_registry(&path, &NameMapping::default()).unwrap();
-        assert_eq!(r.tools, [ToolDescriptor { name: "Image::a__get".into(), description: "Gets a.".into() }]);
+        assert_eq!(
+            r.tools,
+            [ToolDescriptor {
+                name: "Image::a__get".into(),
+                description: "Gets a.".into()
+            }]
+        );
         assert_eq!(r.names, Some(NameMapping::identity()));
-        assert_eq!(r.overlay.unwrap().get("Image::a__get").unwrap().category.as_deref(), Some("Media"));
+        assert_eq!(
+            r.overlay
+                .unwrap()
+                .get("Image::a__get")
+                .unwrap()
+                .category
+                .as_deref(),
+            Some("Media")
+        );
 
         std::fs::write(&path, "{\"id\":1}\n").unwrap();
-        let err = load_registry(&path, &NameMapping::default()).unwrap_err().to_string();
+        let err = load_registry(&path, &NameMapping::default())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("tools.jsonl:1: "), "{err}");
     }
 }

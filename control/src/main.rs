@@ -22,7 +22,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Parser)]
-#[command(name = "keyhole", version, about = "keyhole control: candidate sets and id aliases for the keyhole Envoy filter")]
+#[command(
+    name = "keyhole",
+    version,
+    about = "keyhole control: candidate sets and id aliases for the keyhole Envoy filter"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -39,9 +43,15 @@ fn text(m: &clap::ArgMatches, key: &str) -> Option<String> {
 }
 
 /// A setting that clap fills (a default, or required).
-fn given<T: Clone + Send + Sync + 'static>(m: &clap::ArgMatches, key: &str) -> Result<T, clap::Error> {
+fn given<T: Clone + Send + Sync + 'static>(
+    m: &clap::ArgMatches,
+    key: &str,
+) -> Result<T, clap::Error> {
     m.get_one::<T>(key).cloned().ok_or_else(|| {
-        clap::Error::raw(clap::error::ErrorKind::MissingRequiredArgument, format!("missing setting {key}\n"))
+        clap::Error::raw(
+            clap::error::ErrorKind::MissingRequiredArgument,
+            format!("missing setting {key}\n"),
+        )
     })
 }
 
@@ -178,7 +188,11 @@ async fn health(socket: &std::path::Path) -> anyhow::Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let check = async {
         let mut stream = tokio::net::UnixStream::connect(socket).await?;
-        stream.write_all(b"GET /healthz HTTP/1.1\r\nhost: keyhole-control\r\nconnection: close\r\n\r\n").await?;
+        stream
+            .write_all(
+                b"GET /healthz HTTP/1.1\r\nhost: keyhole-control\r\nconnection: close\r\n\r\n",
+            )
+            .await?;
         let mut answer = String::new();
         stream.read_to_string(&mut answer).await?;
         Ok::<_, std::io::Error>(answer)
@@ -187,7 +201,11 @@ async fn health(socket: &std::path::Path) -> anyhow::Result<()> {
         .await
         .context("control did not answer within 2 s")?
         .with_context(|| format!("connecting to {}", socket.display()))?;
-    anyhow::ensure!(answer.starts_with("HTTP/1.1 200"), "control answered: {}", answer.lines().next().unwrap_or(""));
+    anyhow::ensure!(
+        answer.starts_with("HTTP/1.1 200"),
+        "control answered: {}",
+        answer.lines().next().unwrap_or("")
+    );
     Ok(())
 }
 
@@ -285,7 +303,10 @@ struct SocketArg {
 
 impl clap::Args for SocketArg {
     fn augment_args(cmd: clap::Command) -> clap::Command {
-        settings::SETTINGS.iter().filter(|s| s.key == "socket").fold(cmd, |cmd, s| cmd.arg(s.arg()))
+        settings::SETTINGS
+            .iter()
+            .filter(|s| s.key == "socket")
+            .fold(cmd, |cmd, s| cmd.arg(s.arg()))
     }
     fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
         Self::augment_args(cmd)
@@ -294,7 +315,9 @@ impl clap::Args for SocketArg {
 
 impl clap::FromArgMatches for SocketArg {
     fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
-        Ok(SocketArg { socket: PathBuf::from(given::<String>(m, "socket")?) })
+        Ok(SocketArg {
+            socket: PathBuf::from(given::<String>(m, "socket")?),
+        })
     }
     fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
         *self = Self::from_arg_matches(m)?;
@@ -308,7 +331,10 @@ fn taxonomy(args: &AliasArgs) -> anyhow::Result<Arc<Taxonomy>> {
         Some(path) => settings::load_taxonomy(path).context("loading the alias taxonomy")?,
         None => Taxonomy::default(),
     };
-    let file = args.taxonomy.as_ref().map_or_else(|| "built-in".to_owned(), |p| p.display().to_string());
+    let file = args
+        .taxonomy
+        .as_ref()
+        .map_or_else(|| "built-in".to_owned(), |p| p.display().to_string());
     tracing::info!(digest = %taxonomy.digest(), kinds = taxonomy.kind_count(), %file, "alias taxonomy");
     Ok(Arc::new(taxonomy))
 }
@@ -321,9 +347,14 @@ async fn alias_store(
     let config = StoreConfig::new(taxonomy, Duration::from_secs(args.session_ttl_secs));
     Ok(match &args.redis_url {
         Some(url) => Arc::new(
-            RedisStore::connect(url, &args.redis_prefix, config).await.context("connecting to the Redis alias store")?,
+            RedisStore::connect(url, &args.redis_prefix, config)
+                .await
+                .context("connecting to the Redis alias store")?,
         ),
-        None => Arc::new(RedbStore::open(&data_dir.join("aliases"), config).context("opening the alias store")?),
+        None => Arc::new(
+            RedbStore::open(&data_dir.join("aliases"), config)
+                .context("opening the alias store")?,
+        ),
     })
 }
 
@@ -354,7 +385,9 @@ fn embedder(args: &EmbedderArgs, cache: Option<PathBuf>) -> anyhow::Result<Arc<E
         requests_in_flight: usize::try_from(args.requests_in_flight).unwrap_or(usize::MAX),
         ..EmbedderConfig::default()
     };
-    Ok(Arc::new(Embedder::try_new(config).context("starting the embedder client")?))
+    Ok(Arc::new(
+        Embedder::try_new(config).context("starting the embedder client")?,
+    ))
 }
 
 /// The registry `keyhole index` saved for `keyhole search`.
@@ -366,7 +399,9 @@ struct SavedRegistry {
 }
 
 fn saved_registry_path(data_dir: &Path, namespace: &str) -> PathBuf {
-    data_dir.join("registries").join(format!("{namespace}.json"))
+    data_dir
+        .join("registries")
+        .join(format!("{namespace}.json"))
 }
 
 /// Builds the resolver: ranking settings, overlay, store, indexer.
@@ -380,7 +415,8 @@ async fn resolver(
 ) -> anyhow::Result<Resolver> {
     let mut settings: RankSettings = match &engine.rank_config {
         Some(path) => {
-            let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            let bytes =
+                std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
             serde_json::from_slice(&bytes).with_context(|| format!("{}", path.display()))?
         }
         None => RankSettings::default(),
@@ -391,41 +427,66 @@ async fn resolver(
     let rank = RankConfig::try_new(settings).context("ranking settings")?;
     let overlay = match (&engine.overlay, overlay) {
         (Some(path), _) => {
-            let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            let bytes =
+                std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
             Some(Overlay::from_json(&bytes).with_context(|| format!("{}", path.display()))?)
         }
         (None, from_file) => from_file,
     };
     let store: Arc<dyn VectorStore> = match &engine.qdrant_url {
-        Some(url) => Arc::new(QdrantStore::connect(url, Duration::from_secs(5)).context("connecting to Qdrant")?),
-        None => Arc::new(MemoryStore::open(&data_dir.join("index")).context("opening the vector index")?),
+        Some(url) => Arc::new(
+            QdrantStore::connect(url, Duration::from_secs(5)).context("connecting to Qdrant")?,
+        ),
+        None => Arc::new(
+            MemoryStore::open(&data_dir.join("index")).context("opening the vector index")?,
+        ),
     };
     let embedder = embedder(args, Some(data_dir.join("embeddings.cache")))?;
-    let indexer = Indexer::try_new(embedder, store, &engine.namespace).context("registry namespace")?;
+    let indexer =
+        Indexer::try_new(embedder, store, &engine.namespace).context("registry namespace")?;
     let settings = ResolverSettings {
         retrieval_timeout: Duration::from_millis(engine.retrieval_timeout_ms),
         max_registries: usize::try_from(engine.max_registries).unwrap_or(usize::MAX),
         ..ResolverSettings::default()
     };
-    Ok(Resolver::new(Arc::new(indexer), Arc::new(rank), overlay.map(Arc::new), settings))
+    Ok(Resolver::new(
+        Arc::new(indexer),
+        Arc::new(rank),
+        overlay.map(Arc::new),
+        settings,
+    ))
 }
 
-async fn resolver_for(common: &CommonArgs, loaded: &mut LoadedRegistry) -> anyhow::Result<Resolver> {
-    resolver(&common.data_dir, &common.embedder, &common.engine, loaded.overlay.take(), loaded.names.take()).await
+async fn resolver_for(
+    common: &CommonArgs,
+    loaded: &mut LoadedRegistry,
+) -> anyhow::Result<Resolver> {
+    resolver(
+        &common.data_dir,
+        &common.embedder,
+        &common.engine,
+        loaded.overlay.take(),
+        loaded.names.take(),
+    )
+    .await
 }
 
 fn load(path: &Path) -> anyhow::Result<LoadedRegistry> {
-    load_registry(path, &NameMapping::default()).with_context(|| format!("loading the registry {}", path.display()))
+    load_registry(path, &NameMapping::default())
+        .with_context(|| format!("loading the registry {}", path.display()))
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Health { socket } => health(&socket.socket).await?,
-        Command::Config { action: ConfigAction::Check { file, taxonomy } } => {
+        Command::Config {
+            action: ConfigAction::Check { file, taxonomy },
+        } => {
             // The taxonomy files to report: the configuration's, and `--taxonomy`.
             let mut taxonomies: Vec<PathBuf> = Vec::new();
             if let Some(file) = &file {
-                let config = ControlConfig::load(file).map_err(|e| anyhow::anyhow!("{}:\n{e}", file.display()))?;
+                let config = ControlConfig::load(file)
+                    .map_err(|e| anyhow::anyhow!("{}:\n{e}", file.display()))?;
                 println!("{}: ok ({} settings)", file.display(), config.len());
                 taxonomies.extend(config.value("aliases.taxonomy").map(PathBuf::from));
             }
@@ -436,15 +497,33 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             for path in &taxonomies {
                 let t = settings::load_taxonomy(path)?;
-                println!("{}: ok ({} kinds, digest {})", path.display(), t.kind_count(), t.digest());
+                println!(
+                    "{}: ok ({} kinds, digest {})",
+                    path.display(),
+                    t.kind_count(),
+                    t.digest()
+                );
             }
             if taxonomies.is_empty() {
                 let t = Taxonomy::default();
-                println!("taxonomy: built-in ({} kinds, digest {})", t.kind_count(), t.digest());
+                println!(
+                    "taxonomy: built-in ({} kinds, digest {})",
+                    t.kind_count(),
+                    t.digest()
+                );
             }
         }
         // `--config` was expanded into flags before parsing.
-        Command::Serve { config: _, serve: ServeArgs { socket, registry, aliases }, common } => {
+        Command::Serve {
+            config: _,
+            serve:
+                ServeArgs {
+                    socket,
+                    registry,
+                    aliases,
+                },
+            common,
+        } => {
             // First: a bad taxonomy file stops control before it indexes anything.
             let taxonomy = taxonomy(&aliases)?;
             let (resolver, configured) = match &registry {
@@ -454,13 +533,27 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     resolver.expect_registry(loaded.tools.len());
                     (resolver, Some(loaded.tools))
                 }
-                None => (Arc::new(resolver(&common.data_dir, &common.embedder, &common.engine, None, None).await?), None),
+                None => (
+                    Arc::new(
+                        resolver(
+                            &common.data_dir,
+                            &common.embedder,
+                            &common.engine,
+                            None,
+                            None,
+                        )
+                        .await?,
+                    ),
+                    None,
+                ),
             };
             if let Some(tools) = configured {
                 // Served meanwhile: `/healthz` answers 503 until this is done.
                 let resolver = resolver.clone();
                 tokio::spawn(async move {
-                    resolver.index_at_start(&tools, StartupIndex::default()).await;
+                    resolver
+                        .index_at_start(&tools, StartupIndex::default())
+                        .await;
                 });
             }
             let aliases = alias_store(&aliases, &common.data_dir, taxonomy).await?;
@@ -483,9 +576,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let (_, report) = resolver.prepare(&loaded.tools).await.context("indexing")?;
             let path = saved_registry_path(&common.data_dir, &common.engine.namespace);
             if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
             }
-            std::fs::write(&path, serde_json::to_vec(&saved)?).with_context(|| format!("writing {}", path.display()))?;
+            std::fs::write(&path, serde_json::to_vec(&saved)?)
+                .with_context(|| format!("writing {}", path.display()))?;
             println!(
                 "indexed {} tools into {} ({}): {} unchanged, {} upserted, {} pruned{}, {} texts embedded, {} ms",
                 report.tools,
@@ -499,7 +594,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 started.elapsed().as_millis()
             );
         }
-        Command::Search { query, k, tools, common } => {
+        Command::Search {
+            query,
+            k,
+            tools,
+            common,
+        } => {
             let (loaded_tools, overlay, names) = match tools {
                 Some(path) => {
                     let l = load(&path)?;
@@ -507,38 +607,81 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 None => {
                     let path = saved_registry_path(&common.data_dir, &common.engine.namespace);
-                    let bytes = std::fs::read(&path)
-                        .with_context(|| format!("reading {} (run `keyhole index FILE` first)", path.display()))?;
-                    let saved: SavedRegistry = serde_json::from_slice(&bytes).with_context(|| format!("{}", path.display()))?;
+                    let bytes = std::fs::read(&path).with_context(|| {
+                        format!(
+                            "reading {} (run `keyhole index FILE` first)",
+                            path.display()
+                        )
+                    })?;
+                    let saved: SavedRegistry = serde_json::from_slice(&bytes)
+                        .with_context(|| format!("{}", path.display()))?;
                     let overlay = saved.overlay.map(Overlay::try_from_entries).transpose()?;
                     (saved.tools, overlay, saved.names)
                 }
             };
-            let resolver = resolver(&common.data_dir, &common.embedder, &common.engine, overlay, names).await?;
+            let resolver = resolver(
+                &common.data_dir,
+                &common.embedder,
+                &common.engine,
+                overlay,
+                names,
+            )
+            .await?;
             let (prepared, _) = resolver.prepare(&loaded_tools).await.context("indexing")?;
             let registry = prepared.registry();
-            let hits = resolver.turn_cosine(&prepared, &query).await.context("retrieval")?;
-            let cosine: std::collections::HashMap<&str, f32> = hits.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+            let hits = resolver
+                .turn_cosine(&prepared, &query)
+                .await
+                .context("retrieval")?;
+            let cosine: std::collections::HashMap<&str, f32> =
+                hits.iter().map(|(n, s)| (n.as_str(), *s)).collect();
             for c in search(registry, resolver.rank_config(), &query, &hits, k) {
-                let id = registry.by_name(&c.name).map_or(c.name.as_str(), |t| t.id.as_str());
+                let id = registry
+                    .by_name(&c.name)
+                    .map_or(c.name.as_str(), |t| t.id.as_str());
                 let cos = cosine.get(c.name.as_str()).copied().unwrap_or(0.0);
                 println!("{:.4}  {id}  (cosine {cos:.4})", c.score);
             }
         }
-        Command::Resolve { request, session, phase, mut common } => {
+        Command::Resolve {
+            request,
+            session,
+            phase,
+            mut common,
+        } => {
             common.engine.retrieval_timeout_ms = common.engine.retrieval_timeout_ms.max(10_000);
-            let body = std::fs::read(&request).with_context(|| format!("reading {}", request.display()))?;
+            let body = std::fs::read(&request)
+                .with_context(|| format!("reading {}", request.display()))?;
             let parsed = keyhole_core::format::parse(&request.to_string_lossy(), &body)
                 .with_context(|| format!("{}", request.display()))?
                 .with_context(|| format!("{} carries no tools", request.display()))?;
-            let resolver = resolver(&common.data_dir, &common.embedder, &common.engine, None, None).await?;
+            let resolver = resolver(
+                &common.data_dir,
+                &common.embedder,
+                &common.engine,
+                None,
+                None,
+            )
+            .await?;
             let tools = parsed.descriptors();
             resolver.prepare(&tools).await.context("indexing")?;
-            let req = ResolveRequest { session: session.clone(), phase, turn: parsed.turn.clone(), tools, forced: parsed.forced.clone(), registry: None, tool_search: None };
+            let req = ResolveRequest {
+                session: session.clone(),
+                phase,
+                turn: parsed.turn.clone(),
+                tools,
+                forced: parsed.forced.clone(),
+                registry: None,
+                tool_search: None,
+            };
             let answer = resolver.resolve(&req).await;
             let names: Vec<&str> = answer.tools.iter().map(|t| t.name.as_str()).collect();
             let after = parsed.rewrite(&body, &parsed.select(&names, phase.budget().max));
-            println!("format: {}  phase: {phase}  source: {}", parsed.format, answer.source.as_str());
+            println!(
+                "format: {}  phase: {phase}  source: {}",
+                parsed.format,
+                answer.source.as_str()
+            );
             for t in &answer.tools {
                 println!("  {:<40} {}", t.name, t.reason.as_str());
             }
@@ -550,7 +693,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 after.len()
             );
         }
-        Command::Eval { tools, queries, k, mode, sample, name, out, common } => {
+        Command::Eval {
+            tools,
+            queries,
+            k,
+            mode,
+            sample,
+            name,
+            out,
+            common,
+        } => {
             let mut loaded = load(&tools)?;
             let dataset = name.unwrap_or_else(|| {
                 queries
@@ -561,17 +713,42 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let mut common = common;
             if common.engine.namespace == "default" {
                 // One collection per dataset: datasets must not prune each other.
-                common.engine.namespace =
-                    dataset.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).take(64).collect();
+                common.engine.namespace = dataset
+                    .chars()
+                    .map(|c| {
+                        if c.is_ascii_alphanumeric() || c == '-' {
+                            c
+                        } else {
+                            '_'
+                        }
+                    })
+                    .take(64)
+                    .collect();
             }
             let resolver = resolver_for(&common, &mut loaded).await?;
             let queries = eval::load_queries(&queries, sample).context("loading the queries")?;
             let started = std::time::Instant::now();
-            let options = EvalOptions { dataset: dataset.clone(), k, modes: mode };
+            let options = EvalOptions {
+                dataset: dataset.clone(),
+                k,
+                modes: mode,
+            };
             let metrics = eval::evaluate(&resolver, &loaded, &queries, &options).await?;
             println!(
                 "{:<16} {:<8} {:<6} {:>6} {:>6} {:>9} {:>8} {:>7} {:>8} {:>8} {:>9} {:>11} {:>10}",
-                "dataset", "mode", "part", "tools", "turns", "full-gold", format!("R@{k}"), "MRR", "nDCG@10", "surfaced", "forbidden", "bytes-in", "bytes-out"
+                "dataset",
+                "mode",
+                "part",
+                "tools",
+                "turns",
+                "full-gold",
+                format!("R@{k}"),
+                "MRR",
+                "nDCG@10",
+                "surfaced",
+                "forbidden",
+                "bytes-in",
+                "bytes-out"
             );
             for m in &metrics {
                 println!(
@@ -598,7 +775,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 resolver.indexer().embedder().texts_embedded()
             );
             if let Some(out) = out {
-                eval::merge_json(&out, &dataset, &metrics).with_context(|| format!("writing {}", out.display()))?;
+                eval::merge_json(&out, &dataset, &metrics)
+                    .with_context(|| format!("writing {}", out.display()))?;
             }
         }
     }
@@ -610,7 +788,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 /// whose environment variable is set are left to the environment.
 fn cli_with_config_file() -> anyhow::Result<Cli> {
     let mut args: Vec<String> = std::env::args().collect();
-    let at = args.iter().position(|a| a == "--config" || a.starts_with("--config="));
+    let at = args
+        .iter()
+        .position(|a| a == "--config" || a.starts_with("--config="));
     if let (Some(i), Some("serve")) = (at, args.get(1).map(String::as_str)) {
         let file = match args.get(i).and_then(|a| a.strip_prefix("--config=")) {
             Some(f) => {
@@ -624,7 +804,8 @@ fn cli_with_config_file() -> anyhow::Result<Cli> {
                 args.remove(i)
             }
         };
-        let config = ControlConfig::load(std::path::Path::new(&file)).map_err(|e| anyhow::anyhow!("{file}:\n{e}"))?;
+        let config = ControlConfig::load(std::path::Path::new(&file))
+            .map_err(|e| anyhow::anyhow!("{file}:\n{e}"))?;
         let from_file = config.to_args(|env| std::env::var_os(env).is_some());
         args.splice(2..2, from_file);
     }
@@ -634,7 +815,8 @@ fn cli_with_config_file() -> anyhow::Result<Cli> {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env(settings::LOG_ENV).unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_env(settings::LOG_ENV)
+                .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -645,7 +827,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("keyhole: cannot start the runtime: {e}");

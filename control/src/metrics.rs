@@ -56,12 +56,14 @@ impl Metrics {
         };
         counter.fetch_add(1, Ordering::Relaxed);
         self.tools_in.fetch_add(tools_in as u64, Ordering::Relaxed);
-        self.tools_out.fetch_add(tools_out as u64, Ordering::Relaxed);
+        self.tools_out
+            .fetch_add(tools_out as u64, Ordering::Relaxed);
     }
 
     /// Counts one resolve request's body size and how it named its registry.
     pub fn resolve_request(&self, bytes: usize, via: RegistryVia) {
-        self.resolve_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        self.resolve_bytes
+            .fetch_add(bytes as u64, Ordering::Relaxed);
         let counter = match via {
             RegistryVia::Known => &self.registry_known,
             RegistryVia::Sent => &self.registry_sent,
@@ -73,11 +75,16 @@ impl Metrics {
     /// The Prometheus text exposition of every counter.
     pub async fn render(&self) -> String {
         let mut out = String::new();
-        out.push_str("# HELP keyhole_control_requests_total HTTP requests answered, by route and status.\n");
+        out.push_str(
+            "# HELP keyhole_control_requests_total HTTP requests answered, by route and status.\n",
+        );
         out.push_str("# TYPE keyhole_control_requests_total counter\n");
         let requests = self.requests.lock().await;
         for ((route, status), (n, _)) in requests.iter() {
-            let _ = writeln!(out, "keyhole_control_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}");
+            let _ = writeln!(
+                out,
+                "keyhole_control_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
+            );
         }
         out.push_str("# HELP keyhole_control_request_seconds_total Time spent answering, by route and status.\n");
         out.push_str("# TYPE keyhole_control_request_seconds_total counter\n");
@@ -87,21 +94,57 @@ impl Metrics {
         drop(requests);
         out.push_str("# HELP keyhole_control_resolves_total Candidate sets answered, by source.\n");
         out.push_str("# TYPE keyhole_control_resolves_total counter\n");
-        let _ = writeln!(out, "keyhole_control_resolves_total{{source=\"retrieval\"}} {}", self.resolves_retrieval.load(Ordering::Relaxed));
-        let _ = writeln!(out, "keyhole_control_resolves_total{{source=\"lexical\"}} {}", self.resolves_lexical.load(Ordering::Relaxed));
-        let _ = writeln!(out, "keyhole_control_resolves_total{{source=\"fallback\"}} {}", self.resolves_fallback.load(Ordering::Relaxed));
-        let _ = writeln!(out, "keyhole_control_resolves_total{{source=\"no-turn\"}} {}", self.resolves_no_turn.load(Ordering::Relaxed));
+        let _ = writeln!(
+            out,
+            "keyhole_control_resolves_total{{source=\"retrieval\"}} {}",
+            self.resolves_retrieval.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "keyhole_control_resolves_total{{source=\"lexical\"}} {}",
+            self.resolves_lexical.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "keyhole_control_resolves_total{{source=\"fallback\"}} {}",
+            self.resolves_fallback.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "keyhole_control_resolves_total{{source=\"no-turn\"}} {}",
+            self.resolves_no_turn.load(Ordering::Relaxed)
+        );
         out.push_str("# HELP keyhole_control_tools_total Function tools received and surfaced by resolves.\n");
         out.push_str("# TYPE keyhole_control_tools_total counter\n");
-        let _ = writeln!(out, "keyhole_control_tools_total{{direction=\"in\"}} {}", self.tools_in.load(Ordering::Relaxed));
-        let _ = writeln!(out, "keyhole_control_tools_total{{direction=\"out\"}} {}", self.tools_out.load(Ordering::Relaxed));
+        let _ = writeln!(
+            out,
+            "keyhole_control_tools_total{{direction=\"in\"}} {}",
+            self.tools_in.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "keyhole_control_tools_total{{direction=\"out\"}} {}",
+            self.tools_out.load(Ordering::Relaxed)
+        );
         out.push_str("# HELP keyhole_control_resolve_request_bytes_total Bytes of resolve request bodies received.\n");
         out.push_str("# TYPE keyhole_control_resolve_request_bytes_total counter\n");
-        let _ = writeln!(out, "keyhole_control_resolve_request_bytes_total {}", self.resolve_bytes.load(Ordering::Relaxed));
+        let _ = writeln!(
+            out,
+            "keyhole_control_resolve_request_bytes_total {}",
+            self.resolve_bytes.load(Ordering::Relaxed)
+        );
         out.push_str("# HELP keyhole_control_resolve_registry_total Resolve requests by how they named their registry.\n");
         out.push_str("# TYPE keyhole_control_resolve_registry_total counter\n");
-        for (via, counter) in [("known", &self.registry_known), ("sent", &self.registry_sent), ("unknown", &self.registry_unknown)] {
-            let _ = writeln!(out, "keyhole_control_resolve_registry_total{{via=\"{via}\"}} {}", counter.load(Ordering::Relaxed));
+        for (via, counter) in [
+            ("known", &self.registry_known),
+            ("sent", &self.registry_sent),
+            ("unknown", &self.registry_unknown),
+        ] {
+            let _ = writeln!(
+                out,
+                "keyhole_control_resolve_registry_total{{via=\"{via}\"}} {}",
+                counter.load(Ordering::Relaxed)
+            );
         }
         out
     }
@@ -114,25 +157,40 @@ pub fn render_index(out: &mut String, state: &crate::resolve::IndexState) {
     out.push_str("# HELP keyhole_control_index_state The configured registry's index: 1 for the current state.\n");
     out.push_str("# TYPE keyhole_control_index_state gauge\n");
     for name in ["unconfigured", "indexing", "ready"] {
-        let _ = writeln!(out, "keyhole_control_index_state{{state=\"{name}\"}} {}", u8::from(state.as_str() == name));
+        let _ = writeln!(
+            out,
+            "keyhole_control_index_state{{state=\"{name}\"}} {}",
+            u8::from(state.as_str() == name)
+        );
     }
     let attempts = match state {
         IndexState::Unconfigured => 0,
         IndexState::Indexing { attempts, .. } | IndexState::Ready { attempts, .. } => *attempts,
     };
-    out.push_str("# HELP keyhole_control_index_attempts Attempts at indexing the configured registry.\n");
+    out.push_str(
+        "# HELP keyhole_control_index_attempts Attempts at indexing the configured registry.\n",
+    );
     out.push_str("# TYPE keyhole_control_index_attempts gauge\n");
     let _ = writeln!(out, "keyhole_control_index_attempts {attempts}");
 }
 
 /// Middleware counting each matched route's requests and time.
-pub async fn track(State(metrics): State<Arc<Metrics>>, path: Option<MatchedPath>, req: Request, next: Next) -> Response {
-    let route = path.map(|p| p.as_str().to_owned()).unwrap_or_else(|| "other".to_owned());
+pub async fn track(
+    State(metrics): State<Arc<Metrics>>,
+    path: Option<MatchedPath>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let route = path
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "other".to_owned());
     let started = std::time::Instant::now();
     let resp = next.run(req).await;
     let secs = started.elapsed().as_secs_f64();
     let mut requests = metrics.requests.lock().await;
-    let entry = requests.entry((route, resp.status().as_u16())).or_insert((0, 0.0));
+    let entry = requests
+        .entry((route, resp.status().as_u16()))
+        .or_insert((0, 0.0));
     entry.0 += 1;
     entry.1 += secs;
     resp

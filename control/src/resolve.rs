@@ -58,8 +58,8 @@ use keyhole_core::rank::registry::Registry;
 use keyhole_core::rank::Candidate;
 use keyhole_core::recovery::{self, MAX_FOUND};
 use keyhole_core::wire::{
-    descriptors_digest, parse_digest, registry_digest, ResolveRequest, ResolveResponse, Source, SurfacedTool,
-    ToolDescriptor,
+    descriptors_digest, parse_digest, registry_digest, ResolveRequest, ResolveResponse, Source,
+    SurfacedTool, ToolDescriptor,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -159,7 +159,12 @@ pub struct StartupIndex {
 
 impl Default for StartupIndex {
     fn default() -> Self {
-        StartupIndex { batch: 32, min_batch: 4, backoff: Duration::from_millis(500), max_backoff: Duration::from_secs(30) }
+        StartupIndex {
+            batch: 32,
+            min_batch: 4,
+            backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(30),
+        }
     }
 }
 
@@ -269,7 +274,12 @@ fn registry_key(tools: &[ToolDescriptor]) -> [u8; 32] {
 
 impl Resolver {
     /// A resolver over an indexer, a ranking configuration and an optional overlay.
-    pub fn new(indexer: Arc<Indexer>, rank: Arc<RankConfig>, overlay: Option<Arc<Overlay>>, settings: ResolverSettings) -> Resolver {
+    pub fn new(
+        indexer: Arc<Indexer>,
+        rank: Arc<RankConfig>,
+        overlay: Option<Arc<Overlay>>,
+        settings: ResolverSettings,
+    ) -> Resolver {
         let sessions = Sessions::new(settings.max_sessions, settings.audit_len);
         Resolver {
             indexer,
@@ -286,7 +296,10 @@ impl Resolver {
 
     /// The configured registry's index state.
     pub fn index_state(&self) -> IndexState {
-        self.startup.lock().map(|s| s.clone()).unwrap_or(IndexState::Unconfigured)
+        self.startup
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or(IndexState::Unconfigured)
     }
 
     fn set_index_state(&self, state: IndexState) {
@@ -298,7 +311,12 @@ impl Resolver {
     /// Marks the configured registry as not yet indexed, so control reports
     /// not ready until [`Self::index_at_start`] finishes. Call before serving.
     pub fn expect_registry(&self, tools: usize) {
-        self.set_index_state(IndexState::Indexing { tools, attempts: 0, batch: 0, last_error: None });
+        self.set_index_state(IndexState::Indexing {
+            tools,
+            attempts: 0,
+            batch: 0,
+            last_error: None,
+        });
     }
 
     /// Indexes the registry control is configured with, retrying until it is
@@ -306,10 +324,19 @@ impl Resolver {
     /// doubles ([`StartupIndex`]). Every batch embedded is cached, so a busy
     /// embedder that times out on a large batch still makes progress. Only
     /// ends when the index is built.
-    pub async fn index_at_start(&self, tools: &[ToolDescriptor], retry: StartupIndex) -> Arc<PreparedRegistry> {
+    pub async fn index_at_start(
+        &self,
+        tools: &[ToolDescriptor],
+        retry: StartupIndex,
+    ) -> Arc<PreparedRegistry> {
         let started = Instant::now();
         let prepared = self.registry(tools).await;
-        let business = prepared.registry().tools().iter().filter(|t| t.is_business()).count();
+        let business = prepared
+            .registry()
+            .tools()
+            .iter()
+            .filter(|t| t.is_business())
+            .count();
         let (mut batch, mut wait, mut attempts) = (retry.batch.max(1), retry.backoff, 0u32);
         loop {
             attempts += 1;
@@ -317,7 +344,12 @@ impl Resolver {
                 IndexState::Indexing { last_error, .. } => last_error,
                 _ => None,
             };
-            self.set_index_state(IndexState::Indexing { tools: business, attempts, batch, last_error });
+            self.set_index_state(IndexState::Indexing {
+                tools: business,
+                attempts,
+                batch,
+                last_error,
+            });
             prepared.syncing.store(true, Ordering::Release);
             let result = sync_batched(&self.indexer, &self.generation, &prepared, batch).await;
             prepared.syncing.store(false, Ordering::Release);
@@ -325,13 +357,28 @@ impl Resolver {
             match result {
                 Ok(report) => {
                     let millis = started.elapsed().as_millis() as u64;
-                    tracing::info!(tools = report.tools, upserted = report.upserted, attempts, millis, "configured registry indexed");
-                    self.set_index_state(IndexState::Ready { tools: business, attempts, millis });
+                    tracing::info!(
+                        tools = report.tools,
+                        upserted = report.upserted,
+                        attempts,
+                        millis,
+                        "configured registry indexed"
+                    );
+                    self.set_index_state(IndexState::Ready {
+                        tools: business,
+                        attempts,
+                        millis,
+                    });
                     return prepared;
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, attempts, batch, retry_in = ?wait, "indexing the configured registry failed; retrying");
-                    self.set_index_state(IndexState::Indexing { tools: business, attempts, batch, last_error: Some(e.to_string()) });
+                    self.set_index_state(IndexState::Indexing {
+                        tools: business,
+                        attempts,
+                        batch,
+                        last_error: Some(e.to_string()),
+                    });
                     tokio::time::sleep(wait).await;
                     batch = (batch / 2).max(retry.min_batch.max(1));
                     wait = (wait * 2).min(retry.max_backoff);
@@ -358,8 +405,13 @@ impl Resolver {
     /// The registry a request names: by its digest when it carries one (the
     /// descriptors are read, hashed and built only when the digest is new),
     /// else by hashing its tools.
-    pub async fn registry_of(&self, req: &ResolveRequest) -> Result<Arc<PreparedRegistry>, ResolveError> {
-        let Some(digest) = &req.registry else { return Ok(self.registry(&req.tools).await) };
+    pub async fn registry_of(
+        &self,
+        req: &ResolveRequest,
+    ) -> Result<Arc<PreparedRegistry>, ResolveError> {
+        let Some(digest) = &req.registry else {
+            return Ok(self.registry(&req.tools).await);
+        };
         let key = parse_digest(digest).ok_or(ResolveError::BadDigest)?;
         let now = self.clock.fetch_add(1, Ordering::Relaxed);
         if let Some(p) = self.registries.lock().await.get(&key) {
@@ -386,7 +438,10 @@ impl Resolver {
             return p.clone();
         }
         if all.len() >= self.settings.max_registries.max(1) {
-            let oldest = all.iter().min_by_key(|(_, p)| p.used.load(Ordering::Relaxed)).map(|(k, _)| *k);
+            let oldest = all
+                .iter()
+                .min_by_key(|(_, p)| p.used.load(Ordering::Relaxed))
+                .map(|(k, _)| *k);
             if let Some(k) = oldest {
                 all.remove(&k);
             }
@@ -408,7 +463,10 @@ impl Resolver {
     /// Builds and indexes the registry of `tools` now, waiting for it (the
     /// command line, tests and benchmarks use this; requests index in the
     /// background instead). Fails when the embedder or the store does.
-    pub async fn prepare(&self, tools: &[ToolDescriptor]) -> Result<(Arc<PreparedRegistry>, SyncReport), SyncError> {
+    pub async fn prepare(
+        &self,
+        tools: &[ToolDescriptor],
+    ) -> Result<(Arc<PreparedRegistry>, SyncReport), SyncError> {
         let prepared = self.registry(tools).await;
         let report = sync(&self.indexer, &self.generation, &prepared).await?;
         Ok((prepared, report))
@@ -466,21 +524,33 @@ impl Resolver {
     /// Resolves one turn over the registry it names ([`Self::registry_of`]):
     /// fails only when that registry is not known and not sent. An outage
     /// answers the bounded fallback. Also returns the registry's size.
-    pub async fn answer(&self, req: &ResolveRequest) -> Result<(ResolveResponse, usize), ResolveError> {
+    pub async fn answer(
+        &self,
+        req: &ResolveRequest,
+    ) -> Result<(ResolveResponse, usize), ResolveError> {
         let started = Instant::now();
         let prepared = self.registry_of(req).await?;
         let size = prepared.registry().len();
         Ok((self.resolve_over(prepared, req, started).await, size))
     }
 
-    async fn resolve_over(&self, prepared: Arc<PreparedRegistry>, req: &ResolveRequest, started: Instant) -> ResolveResponse {
+    async fn resolve_over(
+        &self,
+        prepared: Arc<PreparedRegistry>,
+        req: &ResolveRequest,
+        started: Instant,
+    ) -> ResolveResponse {
         let deadline = tokio::time::Instant::from_std(started) + self.settings.retrieval_timeout;
-        let stale = prepared.synced_at.load(Ordering::Acquire) != self.generation.load(Ordering::Acquire);
+        let stale =
+            prepared.synced_at.load(Ordering::Acquire) != self.generation.load(Ordering::Acquire);
         if !prepared.is_ready() || stale {
             // Registered before the index starts, so its end is not missed.
             let indexed = prepared.indexed.notified();
             self.spawn_index(&prepared);
-            if !prepared.is_ready() && prepared.syncing.load(Ordering::Acquire) && self.all_embedded(&prepared).await {
+            if !prepared.is_ready()
+                && prepared.syncing.load(Ordering::Acquire)
+                && self.all_embedded(&prepared).await
+            {
                 // Nothing to embed (the configured registry sent in another
                 // order, or after an eviction): its index is a store write,
                 // so wait for it within the deadline. A registry that needs
@@ -493,7 +563,12 @@ impl Resolver {
             // Nothing to embed: the ranking keeps the session's prior set.
             Ok(Vec::new())
         } else if prepared.is_ready() {
-            match tokio::time::timeout_at(deadline, self.cosine(&prepared, &req.turn, Some(deadline), &mut timings)).await {
+            match tokio::time::timeout_at(
+                deadline,
+                self.cosine(&prepared, &req.turn, Some(deadline), &mut timings),
+            )
+            .await
+            {
                 Ok(Ok(Some(hits))) => Ok(hits),
                 Ok(Ok(None)) => {
                     // The collection is gone (dropped, or a fresh Qdrant): rank
@@ -551,7 +626,13 @@ impl Resolver {
                     Some(query) => self.search_registry(&prepared, query, deadline).await,
                     None => Found::default(),
                 };
-                recover(&mut resolution, prepared.registry(), req.phase, &found, &prior);
+                recover(
+                    &mut resolution,
+                    prepared.registry(),
+                    req.phase,
+                    &found,
+                    &prior,
+                );
                 query.map(|query| SearchAudit::new(query, &found, &resolution))
             }
             _ => None,
@@ -576,9 +657,13 @@ impl Resolver {
             );
         }
         if let Some(session) = &req.session {
-            let mut entry = AuditEntry::new(req, prepared.registry().len(), &resolution, how, timings);
+            let mut entry =
+                AuditEntry::new(req, prepared.registry().len(), &resolution, how, timings);
             entry.search = search;
-            self.sessions.lock().await.record(session, &resolution, entry);
+            self.sessions
+                .lock()
+                .await
+                .record(session, &resolution, entry);
         }
         response
     }
@@ -589,11 +674,23 @@ impl Resolver {
     /// `deadline`, else lexical. Never fails.
     ///
     /// [`pipeline::search`]: keyhole_core::rank::pipeline::search
-    async fn search_registry(&self, prepared: &PreparedRegistry, query: &str, deadline: tokio::time::Instant) -> Found {
+    async fn search_registry(
+        &self,
+        prepared: &PreparedRegistry,
+        query: &str,
+        deadline: tokio::time::Instant,
+    ) -> Found {
         let (cosine, retrieval) = if prepared.is_ready() {
-            match tokio::time::timeout_at(deadline, self.cosine(prepared, query, Some(deadline), &mut Timings::default())).await {
+            match tokio::time::timeout_at(
+                deadline,
+                self.cosine(prepared, query, Some(deadline), &mut Timings::default()),
+            )
+            .await
+            {
                 Ok(Ok(Some(hits))) => (hits, Retrieval::Hybrid),
-                Ok(Ok(None)) | Ok(Err(RetrievalError::Embed(EmbedError::Late))) | Err(_) => (Vec::new(), Retrieval::Lexical),
+                Ok(Ok(None)) | Ok(Err(RetrievalError::Embed(EmbedError::Late))) | Err(_) => {
+                    (Vec::new(), Retrieval::Lexical)
+                }
                 Ok(Err(e)) => {
                     tracing::warn!(error = %e, "tool search: retrieval failed; searching lexically");
                     (Vec::new(), Retrieval::Lexical)
@@ -602,15 +699,29 @@ impl Resolver {
         } else {
             (Vec::new(), Retrieval::Lexical)
         };
-        let hits = keyhole_core::rank::pipeline::search(prepared.registry(), &self.rank, query, &cosine, MAX_FOUND);
+        let hits = keyhole_core::rank::pipeline::search(
+            prepared.registry(),
+            &self.rank,
+            query,
+            &cosine,
+            MAX_FOUND,
+        );
         Found { hits, retrieval }
     }
 
     /// Whether every business tool's embedding text is in the embedder's cache.
     async fn all_embedded(&self, prepared: &PreparedRegistry) -> bool {
         let embedder = self.indexer.embedder();
-        for tool in prepared.registry().tools().iter().filter(|t| t.is_business()) {
-            if !embedder.is_cached(Side::Document, &tool.embedding_text()).await {
+        for tool in prepared
+            .registry()
+            .tools()
+            .iter()
+            .filter(|t| t.is_business())
+        {
+            if !embedder
+                .is_cached(Side::Document, &tool.embedding_text())
+                .await
+            {
                 return false;
             }
         }
@@ -637,7 +748,10 @@ impl Resolver {
         Ok(match found {
             Search::Missing => None,
             Search::Hits(hits) => Some(
-                hits.into_iter().filter(|h| registry.names().contains(&h.name)).map(|h| (h.name, h.score)).collect(),
+                hits.into_iter()
+                    .filter(|h| registry.names().contains(&h.name))
+                    .map(|h| (h.name, h.score))
+                    .collect(),
             ),
         })
     }
@@ -647,15 +761,26 @@ impl Resolver {
     /// ([`crate::embed::Embedder::embed_query`]). The caller's deadline
     /// bounds the wait; a turn that would come back after it is not sent
     /// ([`EmbedError::Late`]).
-    async fn embed_turn(&self, turn: &str, deadline: Option<tokio::time::Instant>) -> Result<Arc<[f32]>, RetrievalError> {
+    async fn embed_turn(
+        &self,
+        turn: &str,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Arc<[f32]>, RetrievalError> {
         Ok(self.indexer.embedder().embed_query(turn, deadline).await?)
     }
 
     /// The cosine similarity of `text` to every tool of an indexed registry,
     /// best first (empty when its collection does not exist). For discovery
     /// (`keyhole search`). Fails when the embedder or the store does.
-    pub async fn turn_cosine(&self, prepared: &PreparedRegistry, text: &str) -> Result<Vec<(String, f32)>, RetrievalError> {
-        Ok(self.cosine(prepared, text, None, &mut Timings::default()).await?.unwrap_or_default())
+    pub async fn turn_cosine(
+        &self,
+        prepared: &PreparedRegistry,
+        text: &str,
+    ) -> Result<Vec<(String, f32)>, RetrievalError> {
+        Ok(self
+            .cosine(prepared, text, None, &mut Timings::default())
+            .await?
+            .unwrap_or_default())
     }
 
     /// The full resolution of one turn against an already prepared registry
@@ -691,7 +816,13 @@ impl std::ops::Deref for Found {
 /// one place of the budget less, and the `found` tools first after forced
 /// ones, with the reason `recovery` ([`recovery::compose`]). The engine's
 /// candidates keep their scores; the found ones carry their search scores.
-fn recover(resolution: &mut Resolution, registry: &Registry, phase: keyhole_core::Phase, found: &[Candidate], prior: &[String]) {
+fn recover(
+    resolution: &mut Resolution,
+    registry: &Registry,
+    phase: keyhole_core::Phase,
+    found: &[Candidate],
+    prior: &[String],
+) {
     let tool = |c: &Candidate| SurfacedTool {
         name: c.name.clone(),
         reason: c.reason,
@@ -701,16 +832,35 @@ fn recover(resolution: &mut Resolution, registry: &Registry, phase: keyhole_core
     let found_tools: Vec<SurfacedTool> = found.iter().map(tool).collect();
     let composed = recovery::compose(phase, 1, &resolved, &found_tools, prior);
     let score = |name: &str| {
-        resolution.candidates.iter().chain(found).find(|c| c.name == name).map_or(0.0, |c| c.score)
+        resolution
+            .candidates
+            .iter()
+            .chain(found)
+            .find(|c| c.name == name)
+            .map_or(0.0, |c| c.score)
     };
-    resolution.candidates =
-        composed.iter().map(|t| Candidate { name: t.name.clone(), reason: t.reason, score: score(&t.name) }).collect();
-    resolution.mutating = composed.iter().filter(|t| t.mutating).map(|t| t.name.clone()).collect();
+    resolution.candidates = composed
+        .iter()
+        .map(|t| Candidate {
+            name: t.name.clone(),
+            reason: t.reason,
+            score: score(&t.name),
+        })
+        .collect();
+    resolution.mutating = composed
+        .iter()
+        .filter(|t| t.mutating)
+        .map(|t| t.name.clone())
+        .collect();
 }
 
 /// Syncs one registry and marks it ready at the generation it saw. A failed
 /// sync changes nothing: a registry that was ready keeps its stored vectors.
-async fn sync(indexer: &Indexer, generation: &AtomicU64, prepared: &PreparedRegistry) -> Result<SyncReport, SyncError> {
+async fn sync(
+    indexer: &Indexer,
+    generation: &AtomicU64,
+    prepared: &PreparedRegistry,
+) -> Result<SyncReport, SyncError> {
     sync_batched(indexer, generation, prepared, 0).await
 }
 

@@ -45,7 +45,9 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, kind) = match &self {
             ApiError::UnknownSession => (StatusCode::NOT_FOUND, "unknown_session"),
-            ApiError::BadRequest(_) | ApiError::Registry(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
+            ApiError::BadRequest(_) | ApiError::Registry(_) => {
+                (StatusCode::BAD_REQUEST, "invalid_request")
+            }
         };
         let body = serde_json::json!({"error": {"type": kind, "message": self.to_string()}});
         (status, Json(body)).into_response()
@@ -54,7 +56,9 @@ impl IntoResponse for ApiError {
 
 /// The routes over `state`.
 pub fn router(state: AppState) -> Router {
-    let aliases = crate::alias::routes(AliasState { store: state.aliases.clone() });
+    let aliases = crate::alias::routes(AliasState {
+        store: state.aliases.clone(),
+    });
     let metrics = Arc::new(Metrics::default());
     Router::new()
         .route("/healthz", get(healthz))
@@ -63,7 +67,10 @@ pub fn router(state: AppState) -> Router {
         .merge(aliases)
         .route("/metrics", get(render_metrics))
         // Counts every matched route (after routing, so the route is known).
-        .route_layer(axum::middleware::from_fn_with_state(metrics.clone(), crate::metrics::track))
+        .route_layer(axum::middleware::from_fn_with_state(
+            metrics.clone(),
+            crate::metrics::track,
+        ))
         .layer(axum::Extension(metrics))
         // A request carries the whole registry (tens of thousands of tools in
         // the largest deployments); the filter's own limit is 64 MiB.
@@ -82,7 +89,11 @@ async fn healthz(State(state): State<AppState>) -> Response {
     if index.is_ready() {
         return "ok\n".into_response();
     }
-    (StatusCode::SERVICE_UNAVAILABLE, Json(serde_json::json!({ "ready": false, "index": index }))).into_response()
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        Json(serde_json::json!({ "ready": false, "index": index })),
+    )
+        .into_response()
 }
 
 /// `GET /metrics`: Prometheus text, with the configured registry's index state.
@@ -104,14 +115,26 @@ async fn resolve(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
-    let req: ResolveRequest = serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    let via = if req.registry.is_none() || !req.tools.is_empty() { RegistryVia::Sent } else { RegistryVia::Known };
+    let req: ResolveRequest =
+        serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let via = if req.registry.is_none() || !req.tools.is_empty() {
+        RegistryVia::Sent
+    } else {
+        RegistryVia::Known
+    };
     let (answer, tools_in) = match state.resolver.answer(&req).await {
         Ok(answered) => answered,
         Err(ResolveError::UnknownRegistry) => {
             metrics.resolve_request(body.len(), RegistryVia::Unknown);
-            let status = StatusCode::from_u16(UNKNOWN_REGISTRY_STATUS).unwrap_or(StatusCode::CONFLICT);
-            return Ok((status, Json(UnknownRegistry { unknown_registry: true })).into_response());
+            let status =
+                StatusCode::from_u16(UNKNOWN_REGISTRY_STATUS).unwrap_or(StatusCode::CONFLICT);
+            return Ok((
+                status,
+                Json(UnknownRegistry {
+                    unknown_registry: true,
+                }),
+            )
+                .into_response());
         }
         Err(e) => return Err(ApiError::Registry(e)),
     };
@@ -131,8 +154,16 @@ async fn resolve(
 }
 
 /// A session's audit trail (names, reasons, source, timings; never prompt text).
-async fn audit(State(state): State<AppState>, UrlPath(session): UrlPath<String>) -> Result<Json<Vec<AuditEntry>>, ApiError> {
-    state.resolver.audit(&session).await.map(Json).ok_or(ApiError::UnknownSession)
+async fn audit(
+    State(state): State<AppState>,
+    UrlPath(session): UrlPath<String>,
+) -> Result<Json<Vec<AuditEntry>>, ApiError> {
+    state
+        .resolver
+        .audit(&session)
+        .await
+        .map(Json)
+        .ok_or(ApiError::UnknownSession)
 }
 
 /// Errors binding the socket.
@@ -152,8 +183,15 @@ pub enum ServeError {
 /// Serves `app` on a Unix socket at `path` (mode 0660) until `shutdown`
 /// resolves, then drains in-flight requests and removes the socket file.
 /// A stale socket file from a crashed run is replaced.
-pub async fn serve_unix(path: &Path, app: Router, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServeError> {
-    let io = |source| ServeError::Socket { path: path.to_owned(), source };
+pub async fn serve_unix(
+    path: &Path,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let io = |source| ServeError::Socket {
+        path: path.to_owned(),
+        source,
+    };
     if path.exists() {
         std::fs::remove_file(path).map_err(io)?;
     }
@@ -163,7 +201,9 @@ pub async fn serve_unix(path: &Path, app: Router, shutdown: impl Future<Output =
     let listener = tokio::net::UnixListener::bind(path).map_err(io)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(io)?;
     tracing::info!(socket = %path.display(), "control listening");
-    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await;
     let _ = std::fs::remove_file(path);
     served.map_err(io)
 }

@@ -33,8 +33,13 @@ struct FakeState {
 /// The bag-of-words vector of a text.
 pub(crate) fn bag_of_words(text: &str, dim: usize) -> Vec<f32> {
     let mut v = vec![0.0f32; dim];
-    for word in text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
-        let h = word.to_lowercase().bytes().fold(2166136261u32, |h, b| (h ^ u32::from(b)).wrapping_mul(16777619));
+    for word in text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+    {
+        let h = word.to_lowercase().bytes().fold(2166136261u32, |h, b| {
+            (h ^ u32::from(b)).wrapping_mul(16777619)
+        });
         v[h as usize % dim] += 1.0;
     }
     // Never the zero vector.
@@ -42,14 +47,21 @@ pub(crate) fn bag_of_words(text: &str, dim: usize) -> Vec<f32> {
     v
 }
 
-async fn embeddings(State(s): State<FakeState>, Json(body): Json<serde_json::Value>) -> Result<Json<serde_json::Value>, StatusCode> {
+async fn embeddings(
+    State(s): State<FakeState>,
+    Json(body): Json<serde_json::Value>,
+) -> Result<Json<serde_json::Value>, StatusCode> {
     if s.failing.load(Ordering::Relaxed) {
         return Err(StatusCode::SERVICE_UNAVAILABLE);
     }
     let dim = s.dim.load(Ordering::Relaxed);
     let data: Vec<serde_json::Value> = body["input"]
         .as_array()
-        .map(|a| a.iter().map(|t| t.as_str().unwrap_or("")).collect::<Vec<_>>())
+        .map(|a| {
+            a.iter()
+                .map(|t| t.as_str().unwrap_or(""))
+                .collect::<Vec<_>>()
+        })
         .unwrap_or_default()
         .into_iter()
         .enumerate()
@@ -65,7 +77,10 @@ impl FakeEmbedder {
         let dim = Arc::new(AtomicUsize::new(dim));
         let app = Router::new()
             .route("/v1/embeddings", post(embeddings))
-            .with_state(FakeState { failing: failing.clone(), dim: dim.clone() });
+            .with_state(FakeState {
+                failing: failing.clone(),
+                dim: dim.clone(),
+            });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -109,5 +124,8 @@ pub(crate) fn fresh_namespace(prefix: &str) -> String {
 
 /// Both vector-store backends, named: the embedded store and the test Qdrant.
 pub(crate) fn stores() -> Vec<(&'static str, Arc<dyn crate::index::VectorStore>)> {
-    vec![("memory", Arc::new(crate::index::MemoryStore::in_memory())), ("qdrant", Arc::new(qdrant_store()))]
+    vec![
+        ("memory", Arc::new(crate::index::MemoryStore::in_memory())),
+        ("qdrant", Arc::new(qdrant_store())),
+    ]
 }

@@ -15,15 +15,32 @@ use keyhole_core::Phase;
 use std::time::{Duration, Instant};
 
 fn main() {
-    let rounds: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(200);
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/catalog/openai_request.json");
+    let rounds: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(200);
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/catalog/openai_request.json"
+    );
     let body = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let names: Vec<String> = {
-        let req = format::parse("/v1/chat/completions", &body).ok().flatten().expect("catalog parses");
-        req.tools.iter().step_by(9).take(12).map(|t| t.name.to_string()).collect()
+        let req = format::parse("/v1/chat/completions", &body)
+            .ok()
+            .flatten()
+            .expect("catalog parses");
+        req.tools
+            .iter()
+            .step_by(9)
+            .take(12)
+            .map(|t| t.name.to_string())
+            .collect()
     };
     let answer = ResolveResponse {
-        tools: names.iter().map(|n| SurfacedTool::new(n.clone(), Reason::Rag)).collect(),
+        tools: names
+            .iter()
+            .map(|n| SurfacedTool::new(n.clone(), Reason::Rag))
+            .collect(),
         source: Source::Retrieval,
     };
     let tax = Taxonomy::default();
@@ -34,18 +51,37 @@ fn main() {
     let started = Instant::now();
     for _ in 0..rounds {
         let t = Instant::now();
-        let scan = PromptScan::new_skipping(&tax, &body, &|rest| memo.known_array(rest)).expect("scans");
-        let aliases: Vec<String> = (1..=scan.ids().len()).map(|n| format!("patient-k7q2-{n:03}")).collect();
+        let scan =
+            PromptScan::new_skipping(&tax, &body, &|rest| memo.known_array(rest)).expect("scans");
+        let aliases: Vec<String> = (1..=scan.ids().len())
+            .map(|n| format!("patient-k7q2-{n:03}"))
+            .collect();
         let aliased = scan.rewrite(&body, &aliases, &[]).expect("rewrites");
         let t1 = Instant::now();
-        let req = format::parse_memo("/v1/chat/completions", &aliased, &builtins, &mut memo).ok().flatten().expect("parses");
+        let req = format::parse_memo("/v1/chat/completions", &aliased, &builtins, &mut memo)
+            .ok()
+            .flatten()
+            .expect("parses");
         let t2 = Instant::now();
         // By digest, as the filter asks once control knows the registry.
         let question = surface::question(&req, Some("s"), Phase::Planner, false);
         let payload = serde_json::to_vec(&question).expect("serialises");
         let t3 = Instant::now();
-        let finished = surface::finish_with(&req, &aliased, Phase::Planner, Ok(&answer), &[], OnOutage::Reject, true);
-        let Finished::Forward { body: rewritten, .. } = finished else { panic!("refused") };
+        let finished = surface::finish_with(
+            &req,
+            &aliased,
+            Phase::Planner,
+            Ok(&answer),
+            &[],
+            OnOutage::Reject,
+            true,
+        );
+        let Finished::Forward {
+            body: rewritten, ..
+        } = finished
+        else {
+            panic!("refused")
+        };
         let t4 = Instant::now();
         for (stage, d) in stages.iter_mut().zip([t1 - t, t2 - t1, t3 - t2, t4 - t3]) {
             *stage += d;
@@ -59,7 +95,10 @@ fn main() {
         body.len(),
         out_bytes / rounds
     );
-    for (name, d) in ["prompt ids", "read", "question", "decide+rewrite+seal"].iter().zip(stages) {
+    for (name, d) in ["prompt ids", "read", "question", "decide+rewrite+seal"]
+        .iter()
+        .zip(stages)
+    {
         println!("  {name:<20} {:>8.1} µs", per(d));
     }
 }

@@ -56,12 +56,14 @@ pub enum AdmissionError {
 /// wrong type.
 pub fn tool_calls(format: Format, body: &[u8]) -> Result<Vec<String>, AdmissionError> {
     let mut names = Vec::new();
-    format.read_calls(body, &mut names).map_err(|source| AdmissionError::Json {
-        format: format.as_str(),
-        line: source.line(),
-        column: source.column(),
-        source,
-    })?;
+    format
+        .read_calls(body, &mut names)
+        .map_err(|source| AdmissionError::Json {
+            format: format.as_str(),
+            line: source.line(),
+            column: source.column(),
+            source,
+        })?;
     Ok(names)
 }
 
@@ -70,7 +72,11 @@ pub fn tool_calls(format: Format, body: &[u8]) -> Result<Vec<String>, AdmissionE
 /// response order, each name once. Empty when the answer stays on the surface.
 ///
 /// Fails as [`tool_calls`] does.
-pub fn off_surface<S: AsRef<str>>(format: Format, body: &[u8], surfaced: &[S]) -> Result<Vec<String>, AdmissionError> {
+pub fn off_surface<S: AsRef<str>>(
+    format: Format,
+    body: &[u8],
+    surfaced: &[S],
+) -> Result<Vec<String>, AdmissionError> {
     let mut names = tool_calls(format, body)?;
     names.retain(|n| !is_surfaced(n, surfaced));
     Ok(names)

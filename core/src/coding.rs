@@ -90,7 +90,11 @@ fn decode_one(body: &[u8], coding: Coding, limit: usize) -> Result<Vec<u8>, Codi
     match coding {
         Coding::Gzip => bounded(flate2::read::MultiGzDecoder::new(body), limit, coding),
         Coding::Deflate => bounded(flate2::read::ZlibDecoder::new(body), limit, coding),
-        Coding::Brotli => bounded(brotli_decompressor::Decompressor::new(body, 16 * 1024), limit, coding),
+        Coding::Brotli => bounded(
+            brotli_decompressor::Decompressor::new(body, 16 * 1024),
+            limit,
+            coding,
+        ),
         Coding::Zstd => {
             let decoder = ruzstd::decoding::StreamingDecoder::new(body).map_err(corrupt)?;
             bounded(decoder, limit, coding)

@@ -190,9 +190,15 @@ impl BuiltinToolsConfig {
             let field = format!("builtin_tools.{key}");
             let Some(format) = Format::from_name(&key) else {
                 let names: Vec<&str> = Format::ALL.iter().map(|f| f.as_str()).collect();
-                return Err(err(&field, format!("is not a format (expected one of {})", names.join(", "))));
+                return Err(err(
+                    &field,
+                    format!("is not a format (expected one of {})", names.join(", ")),
+                ));
             };
-            if let Some(bad) = given.iter().find(|t| t.trim().is_empty() || t.trim() != t.as_str()) {
+            if let Some(bad) = given
+                .iter()
+                .find(|t| t.trim().is_empty() || t.trim() != t.as_str())
+            {
                 return Err(err(&field, format!("must list tool names, got {bad:?}")));
             }
             tools.set(format, given);
@@ -251,8 +257,15 @@ pub const LLM_FIELDS: [&str; 13] = [
     "unbounded_tool_sources",
 ];
 /// See [`LLM_FIELDS`].
-pub const HMS_FIELDS: [&str; 7] =
-    ["control_cluster", "control_authority", "timeout_ms", "session_header", "max_body_bytes", "taxonomy", "raw_ids"];
+pub const HMS_FIELDS: [&str; 7] = [
+    "control_cluster",
+    "control_authority",
+    "timeout_ms",
+    "session_header",
+    "max_body_bytes",
+    "taxonomy",
+    "raw_ids",
+];
 
 mod defaults {
     use super::OnOutage;
@@ -360,18 +373,26 @@ pub enum Config {
 pub type ConfigError = crate::field::FieldError;
 
 fn err(field: &str, message: impl Into<String>) -> ConfigError {
-    ConfigError { field: field.to_owned(), message: message.into() }
+    ConfigError {
+        field: field.to_owned(),
+        message: message.into(),
+    }
 }
 
 /// Extracts the field name from serde's "unknown field `x`" / "missing field `x`"
 /// / "invalid type … for key `x`" style messages, so even a parse error names a field.
 fn field_of_serde_error(msg: &str) -> String {
-    msg.split('`').nth(1).map(str::to_owned).unwrap_or_else(|| "<root>".to_owned())
+    msg.split('`')
+        .nth(1)
+        .map(str::to_owned)
+        .unwrap_or_else(|| "<root>".to_owned())
 }
 
 fn valid_header_name(name: &str) -> bool {
     !name.is_empty()
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// Checks every key of `doc` against its mode's fields, so that a field of the
@@ -381,8 +402,15 @@ fn check_fields(doc: &serde_json::Map<String, serde_json::Value>) -> Result<(), 
         match doc.get("mode").and_then(serde_json::Value::as_str) {
             Some("llm") => (&LLM_FIELDS, &HMS_FIELDS, "llm", "hms"),
             Some("hms") => (&HMS_FIELDS, &LLM_FIELDS, "hms", "llm"),
-            Some(other) => return Err(err("mode", format!("must be `llm` or `hms`, got {other:?}"))),
-            None if doc.contains_key("mode") => return Err(err("mode", "must be a string (`llm` or `hms`)")),
+            Some(other) => {
+                return Err(err(
+                    "mode",
+                    format!("must be `llm` or `hms`, got {other:?}"),
+                ))
+            }
+            None if doc.contains_key("mode") => {
+                return Err(err("mode", "must be a string (`llm` or `hms`)"))
+            }
             None => return Err(err("mode", "missing field `mode`")),
         };
     for key in doc.keys().filter(|k| *k != "mode") {
@@ -390,7 +418,10 @@ fn check_fields(doc: &serde_json::Map<String, serde_json::Value>) -> Result<(), 
             continue;
         }
         return Err(if other.contains(&key.as_str()) {
-            err(key, format!("is a setting of mode {other_mode}, not of mode {mode}"))
+            err(
+                key,
+                format!("is a setting of mode {other_mode}, not of mode {mode}"),
+            )
         } else {
             err(key, format!("unknown field `{key}`"))
         });
@@ -417,7 +448,10 @@ fn blame(doc: &serde_json::Map<String, serde_json::Value>, msg: &str) -> ConfigE
             return err(key, e.to_string());
         }
     }
-    ConfigError { field: field_of_serde_error(msg), message: msg.to_owned() }
+    ConfigError {
+        field: field_of_serde_error(msg),
+        message: msg.to_owned(),
+    }
 }
 
 impl Config {
@@ -427,7 +461,8 @@ impl Config {
     /// `mode` is missing or unknown, a field is unknown or belongs to the other
     /// mode, or a value is out of range.
     pub fn from_json(bytes: &[u8]) -> Result<Config, ConfigError> {
-        let doc: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| err("<root>", e.to_string()))?;
+        let doc: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| err("<root>", e.to_string()))?;
         let serde_json::Value::Object(map) = &doc else {
             return Err(err("<root>", "must be a JSON object"));
         };
@@ -464,14 +499,24 @@ fn control(cluster: String, authority: String, timeout_ms: u64) -> Result<Contro
         return Err(err("control_authority", "must not be empty"));
     }
     if !(1..=60_000).contains(&timeout_ms) {
-        return Err(err("timeout_ms", format!("must be between 1 and 60000, got {timeout_ms}")));
+        return Err(err(
+            "timeout_ms",
+            format!("must be between 1 and 60000, got {timeout_ms}"),
+        ));
     }
-    Ok(Control { cluster, authority, timeout_ms })
+    Ok(Control {
+        cluster,
+        authority,
+        timeout_ms,
+    })
 }
 
 fn header(field: &str, value: &str) -> Result<String, ConfigError> {
     if !valid_header_name(value) {
-        return Err(err(field, format!("must be a header name ([A-Za-z0-9_-]+), got {value:?}")));
+        return Err(err(
+            field,
+            format!("must be a header name ([A-Za-z0-9_-]+), got {value:?}"),
+        ));
     }
     Ok(value.to_ascii_lowercase())
 }
@@ -487,12 +532,17 @@ fn taxonomy_field(inner: &str) -> String {
 
 /// The validated taxonomy; errors name the member under `taxonomy.`.
 fn taxonomy(raw: TaxonomyConfig) -> Result<Arc<Taxonomy>, ConfigError> {
-    Taxonomy::try_from(raw).map(Arc::new).map_err(|e| err(&taxonomy_field(&e.field), e.message))
+    Taxonomy::try_from(raw)
+        .map(Arc::new)
+        .map_err(|e| err(&taxonomy_field(&e.field), e.message))
 }
 
 fn max_body_bytes(value: usize) -> Result<usize, ConfigError> {
     if !(1024..=64 * 1024 * 1024).contains(&value) {
-        return Err(err("max_body_bytes", format!("must be between 1024 and 67108864, got {value}")));
+        return Err(err(
+            "max_body_bytes",
+            format!("must be between 1024 and 67108864, got {value}"),
+        ));
     }
     Ok(value)
 }
@@ -511,7 +561,9 @@ impl TryFrom<FilterConfig> for Config {
                 off_surface: raw.off_surface,
                 builtin_tools: {
                     let mut tools = raw.builtin_tools.validate()?;
-                    tools.set_pass_unbounded_sources(raw.unbounded_tool_sources == ToolSources::Pass);
+                    tools.set_pass_unbounded_sources(
+                        raw.unbounded_tool_sources == ToolSources::Pass,
+                    );
                     tools
                 },
                 taxonomy: taxonomy(raw.taxonomy)?,
@@ -535,20 +587,37 @@ mod tests {
 
     #[test]
     fn minimal_config_gets_defaults() {
-        let Config::Llm(c) = Config::from_json(br#"{"mode":"llm"}"#).unwrap() else { panic!("llm") };
+        let Config::Llm(c) = Config::from_json(br#"{"mode":"llm"}"#).unwrap() else {
+            panic!("llm")
+        };
         assert_eq!(c.control.cluster, "keyhole_control");
         assert_eq!(c.on_outage, OnOutage::Reject);
         assert_eq!(c.session_header, "x-keyhole-session");
         assert_eq!(c.aliases, Aliases::On);
         assert_eq!(c.tool_search, SearchTool::On);
-        let Config::Llm(c) = Config::from_json(br#"{"mode":"llm","tool_search":"off"}"#).unwrap() else { panic!("llm") };
+        let Config::Llm(c) = Config::from_json(br#"{"mode":"llm","tool_search":"off"}"#).unwrap()
+        else {
+            panic!("llm")
+        };
         assert_eq!(c.tool_search, SearchTool::Off);
-        assert!(!c.builtin_tools.pass_unbounded_sources(), "unbounded MCP servers are refused by default");
-        let Config::Llm(c) = Config::from_json(br#"{"mode":"llm","unbounded_tool_sources":"pass"}"#).unwrap() else { panic!("llm") };
+        assert!(
+            !c.builtin_tools.pass_unbounded_sources(),
+            "unbounded MCP servers are refused by default"
+        );
+        let Config::Llm(c) =
+            Config::from_json(br#"{"mode":"llm","unbounded_tool_sources":"pass"}"#).unwrap()
+        else {
+            panic!("llm")
+        };
         assert!(c.builtin_tools.pass_unbounded_sources());
-        let Config::Llm(c) = Config::from_json(br#"{"mode":"llm","aliases":"off"}"#).unwrap() else { panic!("llm") };
+        let Config::Llm(c) = Config::from_json(br#"{"mode":"llm","aliases":"off"}"#).unwrap()
+        else {
+            panic!("llm")
+        };
         assert_eq!(c.aliases, Aliases::Off);
-        let Config::Hms(c) = Config::from_json(br#"{"mode":"hms"}"#).unwrap() else { panic!("hms") };
+        let Config::Hms(c) = Config::from_json(br#"{"mode":"hms"}"#).unwrap() else {
+            panic!("hms")
+        };
         assert_eq!(c.control.timeout_ms, 500);
         assert_eq!(c.max_body_bytes, 1 << 20);
     }
@@ -557,15 +626,24 @@ mod tests {
     fn errors_name_the_field() {
         let cases: [(&[u8], &str); 23] = [
             (br#"{"mode":"llm","tool_search":"maybe"}"#, "tool_search"),
-            (br#"{"mode":"llm","unbounded_tool_sources":"allow"}"#, "unbounded_tool_sources"),
+            (
+                br#"{"mode":"llm","unbounded_tool_sources":"allow"}"#,
+                "unbounded_tool_sources",
+            ),
             (br#"{"mode":"hms","tool_search":"off"}"#, "tool_search"),
             (br#"{"mode":"llm","aliases":"maybe"}"#, "aliases"),
             (br#"{"mode":"llm","aliases":true}"#, "aliases"),
             (br#"{"mode":"llm","alias":"on"}"#, "alias"),
             (br#"{"mode":"llm","timeout_ms":0}"#, "timeout_ms"),
             (br#"{"mode":"llm","timeout_msec":5}"#, "timeout_msec"),
-            (br#"{"mode":"llm","session_header":"x y"}"#, "session_header"),
-            (br#"{"mode":"llm","control_cluster":" "}"#, "control_cluster"),
+            (
+                br#"{"mode":"llm","session_header":"x y"}"#,
+                "session_header",
+            ),
+            (
+                br#"{"mode":"llm","control_cluster":" "}"#,
+                "control_cluster",
+            ),
             (br#"{"mode":"llm","max_body_bytes":10}"#, "max_body_bytes"),
             (br#"{}"#, "mode"),
             (br#"{"mode":"sql"}"#, "mode"),
@@ -573,12 +651,30 @@ mod tests {
             (br#"{"mode":"hms","phase_header":"x-p"}"#, "phase_header"),
             (br#"{"mode":"hms","timeout_ms":"5"}"#, "timeout_ms"),
             (br#"{"mode":"llm","off_surface":"drop"}"#, "off_surface"),
-            (br#"{"mode":"llm","builtin_tools":{"anthropic":[""]}}"#, "builtin_tools.anthropic"),
-            (br#"{"mode":"llm","builtin_tools":{"bedrock":["x"]}}"#, "builtin_tools.bedrock"),
-            (br#"{"mode":"hms","taxonomy":{"kinds":[{"name":"a","prefix":"A"}]}}"#, "taxonomy.kinds[0].prefix"),
-            (br#"{"mode":"hms","taxonomy":{"prefixes":[]}}"#, "taxonomy.prefixes"),
-            (br#"{"mode":"hms","taxonomy":"config/taxonomy.json"}"#, "taxonomy"),
-            (br#"{"mode":"llm","taxonomy":{"maxIdLen":1}}"#, "taxonomy.maxIdLen"),
+            (
+                br#"{"mode":"llm","builtin_tools":{"anthropic":[""]}}"#,
+                "builtin_tools.anthropic",
+            ),
+            (
+                br#"{"mode":"llm","builtin_tools":{"bedrock":["x"]}}"#,
+                "builtin_tools.bedrock",
+            ),
+            (
+                br#"{"mode":"hms","taxonomy":{"kinds":[{"name":"a","prefix":"A"}]}}"#,
+                "taxonomy.kinds[0].prefix",
+            ),
+            (
+                br#"{"mode":"hms","taxonomy":{"prefixes":[]}}"#,
+                "taxonomy.prefixes",
+            ),
+            (
+                br#"{"mode":"hms","taxonomy":"config/taxonomy.json"}"#,
+                "taxonomy",
+            ),
+            (
+                br#"{"mode":"llm","taxonomy":{"maxIdLen":1}}"#,
+                "taxonomy.maxIdLen",
+            ),
         ];
         for (json, field) in cases {
             let e = Config::from_json(json).unwrap_err();
@@ -586,16 +682,27 @@ mod tests {
             assert!(e.to_string().starts_with(field), "{e}");
         }
         let e = Config::from_json(br#"{"mode":"hms","off_surface":"block"}"#).unwrap_err();
-        assert_eq!(e.to_string(), "off_surface: is a setting of mode llm, not of mode hms");
+        assert_eq!(
+            e.to_string(),
+            "off_surface: is a setting of mode llm, not of mode hms"
+        );
         let e = Config::from_json(br#"{"mode":"hms","aliases":"off"}"#).unwrap_err();
-        assert_eq!(e.to_string(), "aliases: is a setting of mode llm, not of mode hms");
+        assert_eq!(
+            e.to_string(),
+            "aliases: is a setting of mode llm, not of mode hms"
+        );
     }
 
     #[test]
     fn raw_ids_are_refused_unless_passed() {
-        let Config::Hms(c) = Config::from_json(br#"{"mode":"hms"}"#).unwrap() else { panic!("hms") };
+        let Config::Hms(c) = Config::from_json(br#"{"mode":"hms"}"#).unwrap() else {
+            panic!("hms")
+        };
         assert_eq!(c.raw_ids, RawIds::Refuse);
-        let Config::Hms(c) = Config::from_json(br#"{"mode":"hms","raw_ids":"pass"}"#).unwrap() else { panic!("hms") };
+        let Config::Hms(c) = Config::from_json(br#"{"mode":"hms","raw_ids":"pass"}"#).unwrap()
+        else {
+            panic!("hms")
+        };
         assert_eq!(c.raw_ids, RawIds::Pass);
         assert_eq!(c.raw_ids.as_str(), "pass");
         for (json, field) in [
@@ -607,31 +714,47 @@ mod tests {
             assert_eq!(e.field, field, "{e}");
         }
         let e = Config::from_json(br#"{"mode":"llm","raw_ids":"pass"}"#).unwrap_err();
-        assert_eq!(e.to_string(), "raw_ids: is a setting of mode hms, not of mode llm");
+        assert_eq!(
+            e.to_string(),
+            "raw_ids: is a setting of mode hms, not of mode llm"
+        );
     }
 
     #[test]
     fn both_modes_take_a_taxonomy_that_extends_the_defaults() {
-        let Config::Hms(plain) = Config::from_json(br#"{"mode":"hms"}"#).unwrap() else { panic!("hms") };
+        let Config::Hms(plain) = Config::from_json(br#"{"mode":"hms"}"#).unwrap() else {
+            panic!("hms")
+        };
         assert_eq!(*plain.taxonomy, Taxonomy::default());
-        let example = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../config/taxonomy.example.json"));
+        let example = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../config/taxonomy.example.json"
+        ));
         let file = Taxonomy::from_json(example.as_bytes()).unwrap();
         let json = format!(r#"{{"mode":"hms","timeout_ms":5000,"taxonomy":{example}}}"#);
-        let Config::Hms(c) = Config::from_json(json.as_bytes()).unwrap() else { panic!("hms") };
+        let Config::Hms(c) = Config::from_json(json.as_bytes()).unwrap() else {
+            panic!("hms")
+        };
         assert_eq!(c.taxonomy.digest(), file.digest());
         assert!(c.taxonomy.kind_by_name("specimen").is_some());
         assert_ne!(c, plain, "configurations with different taxonomies differ");
         let json = format!(r#"{{"mode":"llm","taxonomy":{example}}}"#);
-        let Config::Llm(c) = Config::from_json(json.as_bytes()).unwrap() else { panic!("llm") };
+        let Config::Llm(c) = Config::from_json(json.as_bytes()).unwrap() else {
+            panic!("llm")
+        };
         assert_eq!(c.taxonomy.digest(), file.digest());
-        let Config::Llm(c) = Config::from_json(br#"{"mode":"llm","taxonomy":{}}"#).unwrap() else { panic!("llm") };
+        let Config::Llm(c) = Config::from_json(br#"{"mode":"llm","taxonomy":{}}"#).unwrap() else {
+            panic!("llm")
+        };
         assert_eq!(c.taxonomy.digest(), Taxonomy::default().digest());
     }
 
     #[test]
     fn the_field_lists_are_the_struct_fields() {
         let keys = |c: FilterConfig| -> Vec<String> {
-            let serde_json::Value::Object(m) = serde_json::to_value(c).unwrap() else { panic!("object") };
+            let serde_json::Value::Object(m) = serde_json::to_value(c).unwrap() else {
+                panic!("object")
+            };
             m.keys().filter(|k| *k != "mode").cloned().collect()
         };
         let llm = serde_json::from_str::<FilterConfig>(r#"{"mode":"llm"}"#).unwrap();

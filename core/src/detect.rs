@@ -79,11 +79,18 @@ pub fn count_tool_shaped(body: &[u8]) -> Result<usize, DetectError> {
     }
     let count = Cell::new(0usize);
     let mut de = serde_json::Deserializer::from_slice(body);
-    let root = Node { at: Position::Plain, reference: false, count: &count };
+    let root = Node {
+        at: Position::Plain,
+        reference: false,
+        count: &count,
+    };
     let result = root.deserialize(&mut de).and_then(|_| de.end());
     match result {
         Ok(()) => Ok(count.get()),
-        Err(e) => Err(DetectError::Json { line: e.line(), column: e.column() }),
+        Err(e) => Err(DetectError::Json {
+            line: e.line(),
+            column: e.column(),
+        }),
     }
 }
 
@@ -178,14 +185,20 @@ fn classify(key: &str) -> Key {
             }
         }
         let folded = folded.get(..len).unwrap_or_default();
-        return TABLE.iter().find(|(target, _)| target.as_bytes() == folded).map_or(Key::Other, |(_, k)| *k);
+        return TABLE
+            .iter()
+            .find(|(target, _)| target.as_bytes() == folded)
+            .map_or(Key::Other, |(_, k)| *k);
     }
     classify_folding(key)
 }
 
 /// [`classify`], folding each character as it is compared.
 fn classify_folding(key: &str) -> Key {
-    TABLE.iter().find(|(target, _)| folds_to(key, target)).map_or(Key::Other, |(_, k)| *k)
+    TABLE
+        .iter()
+        .find(|(target, _)| folds_to(key, target))
+        .map_or(Key::Other, |(_, k)| *k)
 }
 
 /// Whether `key`, folded, equals `target` (lowercase ASCII, no separators).
@@ -232,7 +245,11 @@ impl<'de> Visitor<'de> for Node<'_> {
     }
 
     fn visit_str<E>(self, value: &str) -> Result<Kind, E> {
-        Ok(if is_function_word(value) { Kind::FunctionWord } else { Kind::String })
+        Ok(if is_function_word(value) {
+            Kind::FunctionWord
+        } else {
+            Kind::String
+        })
     }
 
     fn visit_bool<E>(self, _: bool) -> Result<Kind, E> {
@@ -261,7 +278,14 @@ impl<'de> Visitor<'de> for Node<'_> {
             Position::ToolsList => Position::ToolsElement,
             _ => Position::Element,
         };
-        while seq.next_element_seed(Node { at, reference: self.reference, count: self.count })?.is_some() {}
+        while seq
+            .next_element_seed(Node {
+                at,
+                reference: self.reference,
+                count: self.count,
+            })?
+            .is_some()
+        {}
         Ok(Kind::Other)
     }
 
@@ -269,7 +293,10 @@ impl<'de> Visitor<'de> for Node<'_> {
         let (mut named, mut defines, mut calls) = (false, false, false);
         // `type`: absent, `function` / `custom`, or anything else.
         let (mut typed_function, mut typed_other) = (false, false);
-        let element = matches!(self.at, Position::Element | Position::Declaration | Position::ToolsElement);
+        let element = matches!(
+            self.at,
+            Position::Element | Position::Declaration | Position::ToolsElement
+        );
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             let key = classify(&key);
             let at = match key {
@@ -279,7 +306,11 @@ impl<'de> Visitor<'de> for Node<'_> {
                 _ => Position::Plain,
             };
             let reference = self.reference || key == Key::Reference;
-            let kind = map.next_value_seed(Node { at, reference, count: self.count })?;
+            let kind = map.next_value_seed(Node {
+                at,
+                reference,
+                count: self.count,
+            })?;
             match key {
                 Key::Name => named |= matches!(kind, Kind::String | Kind::FunctionWord),
                 Key::Definition => defines = true,
@@ -288,7 +319,11 @@ impl<'de> Visitor<'de> for Node<'_> {
                     Kind::FunctionWord => typed_function = true,
                     Kind::String | Kind::Other => typed_other = true,
                 },
-                Key::Wrapper | Key::DeclarationList | Key::ToolsList | Key::Reference | Key::Other => {}
+                Key::Wrapper
+                | Key::DeclarationList
+                | Key::ToolsList
+                | Key::Reference
+                | Key::Other => {}
             }
         }
         let by_name_only = !self.reference

@@ -18,6 +18,9 @@ pub struct FieldError {
 impl FieldError {
     /// The error for `field`.
     pub fn new(field: impl Into<String>, message: impl Into<String>) -> FieldError {
-        FieldError { field: field.into(), message: message.into() }
+        FieldError {
+            field: field.into(),
+            message: message.into(),
+        }
     }
 }

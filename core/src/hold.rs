@@ -105,20 +105,34 @@ impl HeaderEdit {
     /// repeated), a removal alone for none.
     pub fn set_all(name: &str, values: Vec<String>) -> Vec<HeaderEdit> {
         if values.len() == 1 {
-            return values.into_iter().map(|v| HeaderEdit::Set(name.to_owned(), v)).collect();
+            return values
+                .into_iter()
+                .map(|v| HeaderEdit::Set(name.to_owned(), v))
+                .collect();
         }
         let mut edits = vec![HeaderEdit::Remove(name.to_owned())];
-        edits.extend(values.into_iter().map(|v| HeaderEdit::Add(name.to_owned(), v)));
+        edits.extend(
+            values
+                .into_iter()
+                .map(|v| HeaderEdit::Add(name.to_owned(), v)),
+        );
         edits
     }
 
     /// [`Self::set_all`] with values as bytes (some not UTF-8).
     pub fn set_all_bytes(name: &str, values: Vec<Vec<u8>>) -> Vec<HeaderEdit> {
         if values.len() == 1 {
-            return values.into_iter().map(|v| HeaderEdit::SetBytes(name.to_owned(), v)).collect();
+            return values
+                .into_iter()
+                .map(|v| HeaderEdit::SetBytes(name.to_owned(), v))
+                .collect();
         }
         let mut edits = vec![HeaderEdit::Remove(name.to_owned())];
-        edits.extend(values.into_iter().map(|v| HeaderEdit::AddBytes(name.to_owned(), v)));
+        edits.extend(
+            values
+                .into_iter()
+                .map(|v| HeaderEdit::AddBytes(name.to_owned(), v)),
+        );
         edits
     }
 
@@ -182,7 +196,8 @@ impl Verdict {
     /// Fails when a header name is not a token, a name or value holds a control
     /// character, or the line is too long for the hold filter.
     pub fn line(&self) -> Result<Vec<u8>, VerdictError> {
-        let mut line = format!("{VERDICT_PREFIX}{} {}", self.status, self.names.join(",")).into_bytes();
+        let mut line =
+            format!("{VERDICT_PREFIX}{} {}", self.status, self.names.join(",")).into_bytes();
         if self
             .names
             .iter()
@@ -250,7 +265,13 @@ fn lua_string(s: &str) -> String {
 /// A Lua pattern matching `s` literally.
 fn lua_pattern(s: &str) -> String {
     s.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == ' ' { c.to_string() } else { format!("%{c}") })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == ' ' {
+                c.to_string()
+            } else {
+                format!("%{c}")
+            }
+        })
         .collect()
 }
 
@@ -268,22 +289,44 @@ pub fn lua_protocol() -> String {
     kept.push_str(" }");
     let lines = [
         "-- keyhole's hold protocol, generated from keyhole-core (core/src/hold.rs and".to_owned(),
-        "-- core/src/reply.rs). Do not edit: `KEYHOLE_BLESS=1 cargo test -p keyhole-core hold`".to_owned(),
+        "-- core/src/reply.rs). Do not edit: `KEYHOLE_BLESS=1 cargo test -p keyhole-core hold`"
+            .to_owned(),
         "-- rewrites it, and a test fails while it differs.".to_owned(),
         format!("local HOLD_HEADER = {}", lua_string(HOLD_HEADER)),
         format!("local HOLD_CLOSED = {}", lua_string(HOLD_CLOSED)),
-        format!("local VERDICT_PATTERN = {}", lua_string(&format!("^{}(%d+) ?(.*)$", lua_pattern(VERDICT_PREFIX)))),
+        format!(
+            "local VERDICT_PATTERN = {}",
+            lua_string(&format!("^{}(%d+) ?(.*)$", lua_pattern(VERDICT_PREFIX)))
+        ),
         format!("local MAX_VERDICT_LINE = {MAX_VERDICT_LINE}"),
         format!("local NAMES_HEADER = {}", lua_string(NAMES_HEADER)),
         format!("local EDIT_REMOVE = {}", lua_string(EDIT_REMOVE)),
         format!("local EDIT_ADD = {}", lua_string(EDIT_ADD)),
-        format!("local EDIT_PATTERN = {}", lua_string(&format!("^(:?[%w_%-]+){}(.*)$", lua_pattern(EDIT_VALUE)))),
-        format!("local CONTENT_TYPE = {}", lua_string(crate::reply::CONTENT_TYPE)),
+        format!(
+            "local EDIT_PATTERN = {}",
+            lua_string(&format!("^(:?[%w_%-]+){}(.*)$", lua_pattern(EDIT_VALUE)))
+        ),
+        format!(
+            "local CONTENT_TYPE = {}",
+            lua_string(crate::reply::CONTENT_TYPE)
+        ),
         format!("local KEPT = {kept}"),
-        format!("local WITHHELD_STATUS = {}", lua_string(&withheld.status.to_string())),
-        format!("local WITHHELD = {}", lua_string(&String::from_utf8_lossy(&withheld.body))),
-        format!("local REFUSED_STATUS = {}", lua_string(&refused.status.to_string())),
-        format!("local REFUSED = {}", lua_string(&String::from_utf8_lossy(&refused.body))),
+        format!(
+            "local WITHHELD_STATUS = {}",
+            lua_string(&withheld.status.to_string())
+        ),
+        format!(
+            "local WITHHELD = {}",
+            lua_string(&String::from_utf8_lossy(&withheld.body))
+        ),
+        format!(
+            "local REFUSED_STATUS = {}",
+            lua_string(&refused.status.to_string())
+        ),
+        format!(
+            "local REFUSED = {}",
+            lua_string(&String::from_utf8_lossy(&refused.body))
+        ),
     ];
     let mut out = lines.join("\n");
     out.push('\n');
@@ -298,8 +341,14 @@ mod tests {
     /// for byte (a Latin-1 `0xfc` stays one byte, never U+FFFD).
     #[test]
     fn byte_values_keep_their_bytes_in_the_line() {
-        let mut edits = HeaderEdit::set_all_bytes("content-disposition", vec![b"attachment; filename=M\xfcller_patient-001.pdf".to_vec()]);
-        edits.extend(HeaderEdit::set_all_bytes("x-note", vec![b"a\xe9".to_vec(), b"b".to_vec()]));
+        let mut edits = HeaderEdit::set_all_bytes(
+            "content-disposition",
+            vec![b"attachment; filename=M\xfcller_patient-001.pdf".to_vec()],
+        );
+        edits.extend(HeaderEdit::set_all_bytes(
+            "x-note",
+            vec![b"a\xe9".to_vec(), b"b".to_vec()],
+        ));
         let line = Verdict::keep(edits).line().unwrap();
         let want: &[u8] = b"keyhole-verdict 0 \tcontent-disposition: attachment; filename=M\xfcller_patient-001.pdf\t-x-note\t+x-note: a\xe9\t+x-note: b\n";
         assert_eq!(line, want);
@@ -309,13 +358,17 @@ mod tests {
 
     #[test]
     fn the_lua_protocol_file_is_current() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../envoy/keyhole_hold_protocol.lua");
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../envoy/keyhole_hold_protocol.lua");
         let want = lua_protocol();
         if std::env::var_os("KEYHOLE_BLESS").is_some() {
             std::fs::write(&path, &want).unwrap();
         }
         let have = std::fs::read_to_string(&path).unwrap_or_default();
-        assert_eq!(have, want, "run `KEYHOLE_BLESS=1 cargo test -p keyhole-core hold`");
+        assert_eq!(
+            have, want,
+            "run `KEYHOLE_BLESS=1 cargo test -p keyhole-core hold`"
+        );
     }
 
     #[test]
@@ -349,7 +402,10 @@ mod tests {
             b"keyhole-verdict 0 \t:path: /p/1?q=2\n"
         );
         assert_eq!(llm.line().unwrap(), b"keyhole-verdict 502 a,b\n");
-        let links = Verdict::keep(HeaderEdit::set_all("link", vec!["<a>".into(), "<b>".into()]));
+        let links = Verdict::keep(HeaderEdit::set_all(
+            "link",
+            vec!["<a>".into(), "<b>".into()],
+        ));
         assert_eq!(
             links.line().unwrap(),
             b"keyhole-verdict 0 \t-link\t+link: <a>\t+link: <b>\n"

@@ -243,11 +243,12 @@ impl LastWord {
                 return Some(found(r));
             }
         }
-        self.decoded_views(&text, DECODE_DEPTH).map(|reason| Finding {
-            reason,
-            place,
-            decoded: true,
-        })
+        self.decoded_views(&text, DECODE_DEPTH)
+            .map(|reason| Finding {
+                reason,
+                place,
+                decoded: true,
+            })
     }
 
     /// The views of `text` that decoding makes: percent, quoted-printable,
@@ -283,7 +284,8 @@ impl LastWord {
                 if let Some(r) = self
                     .shapes(&view)
                     .or_else(|| {
-                        (self.id_numbers(&view) || self.pair_numbers(&view, true)).then_some(Reason::IdNumber)
+                        (self.id_numbers(&view) || self.pair_numbers(&view, true))
+                            .then_some(Reason::IdNumber)
                     })
                     .or_else(|| self.decoded_views(&view, depth - 1))
                 {
@@ -358,7 +360,9 @@ impl LastWord {
                         continue;
                     };
                     let last = v.last().copied().unwrap_or(0);
-                    let glued = t.get(e).is_some_and(|n| class(*n) != 0 && class(*n) == class(last));
+                    let glued = t
+                        .get(e)
+                        .is_some_and(|n| class(*n) != 0 && class(*n) == class(last));
                     if cand.eq_ignore_ascii_case(v) && !glued && !self.is_alias(t, i, e) {
                         return Some(Reason::KnownId);
                     }
@@ -372,7 +376,13 @@ impl LastWord {
 
     /// A prefixed FHIR id (`PAT-000123`) or a reference (`Patient/x1`)
     /// whose word is `t[i..word_end]`.
-    fn prefixed_or_reference(&self, t: &[u8], i: usize, word_end: usize, word: &[u8]) -> Option<Reason> {
+    fn prefixed_or_reference(
+        &self,
+        t: &[u8],
+        i: usize,
+        word_end: usize,
+        word: &[u8],
+    ) -> Option<Reason> {
         match t.get(word_end) {
             Some(b'-') => {
                 // The prefixes are few: compared in place, no word is
@@ -389,7 +399,8 @@ impl LastWord {
                 let e = word_end + 1 + digits;
                 // `TG-2025-000311` is a business number, `pat-000123-v7`
                 // an id with a suffix.
-                let longer_number = t.get(e) == Some(&b'-') && t.get(e + 1).is_some_and(u8::is_ascii_digit);
+                let longer_number =
+                    t.get(e) == Some(&b'-') && t.get(e + 1).is_some_and(u8::is_ascii_digit);
                 let glued = t.get(e).is_some_and(u8::is_ascii_alphanumeric) || longer_number;
                 (digits > 0 && !glued && !self.is_alias(t, i, e)).then_some(Reason::FhirId)
             }
@@ -437,14 +448,21 @@ impl LastWord {
             loop {
                 if in_array {
                     j += 1;
-                    while t.get(j).is_some_and(|b| b.is_ascii_whitespace() || *b == b',') {
+                    while t
+                        .get(j)
+                        .is_some_and(|b| b.is_ascii_whitespace() || *b == b',')
+                    {
                         j += 1;
                     }
                 }
                 let (value, next) = match t.get(j) {
                     Some(b'"') => {
                         let s = j + 1;
-                        let len = t.get(s..).unwrap_or_default().iter().position(|b| *b == b'"');
+                        let len = t
+                            .get(s..)
+                            .unwrap_or_default()
+                            .iter()
+                            .position(|b| *b == b'"');
                         let Some(len) = len else { break };
                         (t.get(s..s + len).unwrap_or_default(), s + len + 1)
                     }
@@ -453,7 +471,9 @@ impl LastWord {
                             .get(j..)
                             .unwrap_or_default()
                             .iter()
-                            .take_while(|b| b.is_ascii_digit() || matches!(b, b'-' | b'+' | b'.' | b'e' | b'E'))
+                            .take_while(|b| {
+                                b.is_ascii_digit() || matches!(b, b'-' | b'+' | b'.' | b'e' | b'E')
+                            })
                             .count();
                         (t.get(j..j + len).unwrap_or_default(), j + len)
                     }
@@ -484,9 +504,21 @@ impl LastWord {
     /// (a query, a form, text) or, in a body (`lines`), of a `key: value`
     /// line.
     fn pair_numbers(&self, t: &[u8], lines: bool) -> bool {
-        let opens = |i: usize| i == 0 || t.get(i - 1).is_some_and(|b| matches!(b, b'?' | b'&' | b';' | b'"' | b'\'') || b.is_ascii_whitespace());
+        let opens = |i: usize| {
+            i == 0
+                || t.get(i - 1).is_some_and(|b| {
+                    matches!(b, b'?' | b'&' | b';' | b'"' | b'\'') || b.is_ascii_whitespace()
+                })
+        };
         let key_at = |end: usize| {
-            let len = t.get(..end).unwrap_or_default().iter().rev().take(64).take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.')).count();
+            let len = t
+                .get(..end)
+                .unwrap_or_default()
+                .iter()
+                .rev()
+                .take(64)
+                .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+                .count();
             (len > 0).then(|| end - len)
         };
         for eq in memchr::memchr_iter(b'=', t) {
@@ -499,7 +531,15 @@ impl LastWord {
             }
             let mut j = eq + 1;
             loop {
-                let len = t.get(j..).unwrap_or_default().iter().take_while(|b| !matches!(b, b'&' | b';' | b'#' | b'"' | b'\'' | b',') && !b.is_ascii_whitespace()).count();
+                let len = t
+                    .get(j..)
+                    .unwrap_or_default()
+                    .iter()
+                    .take_while(|b| {
+                        !matches!(b, b'&' | b';' | b'#' | b'"' | b'\'' | b',')
+                            && !b.is_ascii_whitespace()
+                    })
+                    .count();
                 let v = t.get(j..j + len).unwrap_or_default();
                 if is_number(v) && !self.allowed.contains(&v.to_ascii_lowercase()) {
                     return true;
@@ -522,9 +562,16 @@ impl LastWord {
                 continue;
             }
             let rest = t.get(colon + 1..).unwrap_or_default();
-            let end = rest.iter().position(|b| matches!(b, b'\n' | b'\r' | b'#')).unwrap_or(rest.len());
+            let end = rest
+                .iter()
+                .position(|b| matches!(b, b'\n' | b'\r' | b'#'))
+                .unwrap_or(rest.len());
             let v = trim(rest.get(..end).unwrap_or_default());
-            let v = v.strip_prefix(b"\"").and_then(|v| v.strip_suffix(b"\"")).or_else(|| v.strip_prefix(b"'").and_then(|v| v.strip_suffix(b"'"))).unwrap_or(v);
+            let v = v
+                .strip_prefix(b"\"")
+                .and_then(|v| v.strip_suffix(b"\""))
+                .or_else(|| v.strip_prefix(b"'").and_then(|v| v.strip_suffix(b"'")))
+                .unwrap_or(v);
             let v = trim(v);
             if is_number(v) && !self.allowed.contains(&v.to_ascii_lowercase()) {
                 return true;
@@ -600,8 +647,11 @@ impl KeyFilter {
         match run {
             [a] => self.single.get(usize::from(a.to_ascii_lowercase())) == Some(&true),
             [a, b, ..] => {
-                let p = usize::from(a.to_ascii_lowercase()) << 8 | usize::from(b.to_ascii_lowercase());
-                self.pairs.get(p >> 6).is_some_and(|w| w & (1 << (p & 63)) != 0)
+                let p =
+                    usize::from(a.to_ascii_lowercase()) << 8 | usize::from(b.to_ascii_lowercase());
+                self.pairs
+                    .get(p >> 6)
+                    .is_some_and(|w| w & (1 << (p & 63)) != 0)
             }
             [] => false,
         }
@@ -616,7 +666,11 @@ impl KeyFilter {
 /// 1 MB body took 0.65 s).
 fn opens_line(t: &[u8], start: usize) -> bool {
     let head = t.get(..start).unwrap_or_default();
-    let indent = head.iter().rev().take_while(|b| matches!(b, b' ' | b'\t' | b'-')).count();
+    let indent = head
+        .iter()
+        .rev()
+        .take_while(|b| matches!(b, b' ' | b'\t' | b'-'))
+        .count();
     indent == head.len() || head.get(head.len() - indent - 1) == Some(&b'\n')
 }
 
@@ -643,7 +697,10 @@ fn names_no_record(t: &[u8], i: usize) -> bool {
     if head.ends_with(b"00-") {
         e -= 3;
     }
-    while e > 0 && t.get(e - 1).is_some_and(|b| matches!(b, b'"' | b' ' | b':' | b'=')) {
+    while e > 0
+        && t.get(e - 1)
+            .is_some_and(|b| matches!(b, b'"' | b' ' | b':' | b'='))
+    {
         e -= 1;
     }
     if e == i {
@@ -662,7 +719,9 @@ fn names_no_record(t: &[u8], i: usize) -> bool {
         .filter(|b| b.is_ascii_alphanumeric())
         .map(u8::to_ascii_lowercase)
         .collect();
-    NOT_RECORD_KEYS.iter().any(|n| key.windows(n.len()).any(|w| w == *n))
+    NOT_RECORD_KEYS
+        .iter()
+        .any(|n| key.windows(n.len()).any(|w| w == *n))
 }
 
 /// 0 other, 1 digit, 2 letter.
@@ -698,7 +757,9 @@ fn distinctive(v: &[u8]) -> bool {
     if digits == v.len() {
         return digits >= 5;
     }
-    digits >= 3 || v.iter().any(|b| matches!(b, b'-' | b'.' | b'_' | b':' | b'~'))
+    digits >= 3
+        || v.iter()
+            .any(|b| matches!(b, b'-' | b'.' | b'_' | b':' | b'~'))
 }
 
 /// A UUID at `i`: its length (36 with dashes, 32 without).
@@ -757,21 +818,32 @@ fn id_named(key: &[u8]) -> bool {
         b"version",
         b"link",
     ];
-    let key = key.strip_suffix(b"s").filter(|k| k.len() > 1).unwrap_or(key);
+    let key = key
+        .strip_suffix(b"s")
+        .filter(|k| k.len() > 1)
+        .unwrap_or(key);
     let lower = key.to_ascii_lowercase();
     let stem: &[u8] = if lower == b"id" || lower == b"uuid" || lower == b"guid" {
         return true;
     } else if let Some(stem) = key.strip_suffix(b"Id").or_else(|| key.strip_suffix(b"ID")) {
         // camelCase: the stem ends lower case or in a digit.
-        if !stem.last().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        if !stem
+            .last()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
             && !key.iter().all(|b| !b.is_ascii_lowercase())
         {
             return false;
         }
         stem
-    } else if let Some(stem) = lower.strip_suffix(b"_id").or_else(|| lower.strip_suffix(b"-id")) {
+    } else if let Some(stem) = lower
+        .strip_suffix(b"_id")
+        .or_else(|| lower.strip_suffix(b"-id"))
+    {
         return !NOT_RECORDS.iter().any(|n| stem.ends_with(n));
-    } else if let Some(stem) = key.strip_suffix(b"Uuid").or_else(|| lower.strip_suffix(b"_uuid")) {
+    } else if let Some(stem) = key
+        .strip_suffix(b"Uuid")
+        .or_else(|| lower.strip_suffix(b"_uuid"))
+    {
         stem
     } else {
         return false;
@@ -783,15 +855,24 @@ fn id_named(key: &[u8]) -> bool {
 
 /// `v` without the whitespace around it.
 fn trim(v: &[u8]) -> &[u8] {
-    let s = v.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(v.len());
-    let e = v.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(s, |p| p + 1);
+    let s = v
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(v.len());
+    let e = v
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(s, |p| p + 1);
     v.get(s..e).unwrap_or_default()
 }
 
 /// Whether `v` is a number in JSON's grammar (or a plain `+` / leading-zero
 /// variant of one).
 fn is_number(v: &[u8]) -> bool {
-    let v = v.strip_prefix(b"-").or_else(|| v.strip_prefix(b"+")).unwrap_or(v);
+    let v = v
+        .strip_prefix(b"-")
+        .or_else(|| v.strip_prefix(b"+"))
+        .unwrap_or(v);
     let mut seen_digit = false;
     let mut seen_e = false;
     let mut prev = 0u8;

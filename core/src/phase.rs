@@ -54,7 +54,10 @@ impl Phase {
     /// plus at most [`RECOVERY_NEW_TOOLS`], never beyond [`MAX_BUDGET`].
     pub fn budget(self) -> Budget {
         match self {
-            Phase::Planner | Phase::Recovery | Phase::Formatter => Budget { min: 6, max: MAX_BUDGET },
+            Phase::Planner | Phase::Recovery | Phase::Formatter => Budget {
+                min: 6,
+                max: MAX_BUDGET,
+            },
             Phase::ToolInput => Budget { min: 1, max: 1 },
             Phase::AgentCall => Budget { min: 3, max: 8 },
         }
@@ -146,14 +149,24 @@ pub struct Rules {
 impl Rules {
     /// The rules of `phase`, for an empty set.
     pub fn new(phase: Phase) -> Self {
-        Rules { phase, admitted: 0, new: 0, cap: phase.budget().max }
+        Rules {
+            phase,
+            admitted: 0,
+            new: 0,
+            cap: phase.budget().max,
+        }
     }
 
     /// The rules of `phase` with `reserved` places of its budget kept for
     /// tools keyhole adds itself ([`Phase::registry_budget`]). Every other
     /// rule is unchanged.
     pub fn reserving(phase: Phase, reserved: usize) -> Self {
-        Rules { phase, admitted: 0, new: 0, cap: phase.registry_budget(reserved) }
+        Rules {
+            phase,
+            admitted: 0,
+            new: 0,
+            cap: phase.registry_budget(reserved),
+        }
     }
 
     /// How many tools the set has taken.
@@ -203,14 +216,20 @@ mod tests {
     }
 
     fn offer(mutating: bool, forced: bool, outside_prior: bool) -> Offer {
-        Offer { mutating, forced, outside_prior }
+        Offer {
+            mutating,
+            forced,
+            outside_prior,
+        }
     }
 
     #[test]
     fn rules_hold_the_budget_even_for_forced_tools() {
         for p in Phase::ALL {
             let mut rules = Rules::new(p);
-            let taken = (0..40).filter(|_| rules.admit(offer(false, true, false))).count();
+            let taken = (0..40)
+                .filter(|_| rules.admit(offer(false, true, false)))
+                .count();
             assert_eq!(taken, p.budget().max, "{p}");
         }
     }
@@ -229,14 +248,19 @@ mod tests {
     fn a_reserved_place_is_never_given_away() {
         for p in Phase::ALL {
             let mut rules = Rules::reserving(p, 1);
-            let taken = (0..40).filter(|_| rules.admit(offer(false, true, false))).count();
+            let taken = (0..40)
+                .filter(|_| rules.admit(offer(false, true, false)))
+                .count();
             assert_eq!(taken, p.budget().max - 1, "{p}");
             assert_eq!(rules.admitted(), taken);
         }
         assert_eq!(Phase::ToolInput.registry_budget(5), 0);
         for p in Phase::ALL {
             // Only phases with a place to spare offer the control tool.
-            assert!(!p.offers_tool_search() || p.registry_budget(1) >= p.budget().min, "{p}");
+            assert!(
+                !p.offers_tool_search() || p.registry_budget(1) >= p.budget().min,
+                "{p}"
+            );
         }
         assert!(!Phase::ToolInput.offers_tool_search() && !Phase::Formatter.offers_tool_search());
     }
@@ -244,9 +268,17 @@ mod tests {
     #[test]
     fn recovery_adds_few_tools_outside_the_prior_set() {
         let mut rules = Rules::new(Phase::Recovery);
-        let new = (0..10).filter(|_| rules.admit(offer(false, false, true))).count();
+        let new = (0..10)
+            .filter(|_| rules.admit(offer(false, false, true)))
+            .count();
         assert_eq!(new, RECOVERY_NEW_TOOLS);
-        assert!(rules.admit(offer(false, true, true)), "a forced tool is always taken");
-        assert!(rules.admit(offer(false, false, false)), "the prior set still fits");
+        assert!(
+            rules.admit(offer(false, true, true)),
+            "a forced tool is always taken"
+        );
+        assert!(
+            rules.admit(offer(false, false, false)),
+            "the prior set still fits"
+        );
     }
 }

@@ -19,7 +19,11 @@ pub struct PriorSets<T = String> {
 impl<T> PriorSets<T> {
     /// A memory of at most `capacity` sessions, each at most `max_names` names.
     pub fn new(capacity: usize, max_names: usize) -> Self {
-        PriorSets { capacity, max_names, entries: VecDeque::new() }
+        PriorSets {
+            capacity,
+            max_names,
+            entries: VecDeque::new(),
+        }
     }
 
     /// Records the set surfaced for `session` (only after a successful retrieval).

@@ -60,7 +60,14 @@ pub fn query_of(raw: &str) -> Option<String> {
     if trimmed.is_empty() {
         return None;
     }
-    Some(trimmed.chars().take(MAX_QUERY_CHARS).collect::<String>().trim_end().to_owned())
+    Some(
+        trimmed
+            .chars()
+            .take(MAX_QUERY_CHARS)
+            .collect::<String>()
+            .trim_end()
+            .to_owned(),
+    )
 }
 
 /// One event of a request's history, as each dialect reads it.
@@ -118,13 +125,20 @@ pub fn compose(
             out.push(tool);
         }
     };
-    let (forced, rest): (Vec<&SurfacedTool>, Vec<&SurfacedTool>) =
-        resolved.iter().partition(|t| t.reason == Reason::ToolChoice);
+    let (forced, rest): (Vec<&SurfacedTool>, Vec<&SurfacedTool>) = resolved
+        .iter()
+        .partition(|t| t.reason == Reason::ToolChoice);
     for tool in forced {
         offer(tool.clone(), &mut out);
     }
     for tool in found.iter().take(MAX_FOUND) {
-        offer(SurfacedTool { reason: Reason::Recovery, ..tool.clone() }, &mut out);
+        offer(
+            SurfacedTool {
+                reason: Reason::Recovery,
+                ..tool.clone()
+            },
+            &mut out,
+        );
     }
     for tool in rest {
         offer(tool.clone(), &mut out);
@@ -138,15 +152,25 @@ mod tests {
     use proptest::prelude::*;
 
     fn tool(name: &str, reason: Reason) -> SurfacedTool {
-        SurfacedTool { name: name.into(), reason, mutating: false }
+        SurfacedTool {
+            name: name.into(),
+            reason,
+            mutating: false,
+        }
     }
 
     #[test]
     fn queries_are_trimmed_and_cut() {
-        assert_eq!(query_of("  body mass index \n"), Some("body mass index".into()));
+        assert_eq!(
+            query_of("  body mass index \n"),
+            Some("body mass index".into())
+        );
         assert_eq!(query_of(" \t"), None);
         let long = "é".repeat(1000);
-        assert_eq!(query_of(&long).map(|q| q.chars().count()), Some(MAX_QUERY_CHARS));
+        assert_eq!(
+            query_of(&long).map(|q| q.chars().count()),
+            Some(MAX_QUERY_CHARS)
+        );
     }
 
     #[test]
@@ -155,33 +179,57 @@ mod tests {
         let q = |s: &str| Search(Some(s.to_owned()));
         assert_eq!(latest_search(&[]), None);
         assert_eq!(latest_search(&[UserText, q("a")]), Some(Some("a".into())));
-        assert_eq!(latest_search(&[UserText, q("a"), q("b")]), Some(Some("b".into())));
-        assert_eq!(latest_search(&[q("a"), UserText]), None, "the user spoke since");
+        assert_eq!(
+            latest_search(&[UserText, q("a"), q("b")]),
+            Some(Some("b".into()))
+        );
+        assert_eq!(
+            latest_search(&[q("a"), UserText]),
+            None,
+            "the user spoke since"
+        );
         assert_eq!(latest_search(&[UserText, Search(None)]), Some(None));
-        assert_eq!(latest_search(&[q("a"), UserText, q("c")]), Some(Some("c".into())));
+        assert_eq!(
+            latest_search(&[q("a"), UserText, q("c")]),
+            Some(Some("c".into()))
+        );
     }
 
     #[test]
     fn found_tools_come_after_forced_ones_with_the_recovery_reason() {
-        let resolved = vec![tool("f", Reason::ToolChoice), tool("a", Reason::Rag), tool("x", Reason::Rag)];
+        let resolved = vec![
+            tool("f", Reason::ToolChoice),
+            tool("a", Reason::Rag),
+            tool("x", Reason::Rag),
+        ];
         let found = vec![tool("x", Reason::Rag), tool("y", Reason::Rag)];
         let set = compose(Phase::Planner, 1, &resolved, &found, &[]);
         let names: Vec<(&str, Reason)> = set.iter().map(|t| (t.name.as_str(), t.reason)).collect();
         assert_eq!(
             names,
-            [("f", Reason::ToolChoice), ("x", Reason::Recovery), ("y", Reason::Recovery), ("a", Reason::Rag)]
+            [
+                ("f", Reason::ToolChoice),
+                ("x", Reason::Recovery),
+                ("y", Reason::Recovery),
+                ("a", Reason::Rag)
+            ]
         );
     }
 
     #[test]
     fn a_search_never_widens_a_full_set() {
-        let resolved: Vec<SurfacedTool> = (0..12).map(|i| tool(&format!("t{i}"), Reason::Rag)).collect();
+        let resolved: Vec<SurfacedTool> = (0..12)
+            .map(|i| tool(&format!("t{i}"), Reason::Rag))
+            .collect();
         let found = vec![tool("x", Reason::Rag)];
         let set = compose(Phase::Planner, 1, &resolved, &found, &[]);
         assert_eq!(set.len(), 11);
         assert_eq!(set[0].name, "x", "the model's search outranks retrieval");
         // The formatter phase keeps its rule for found tools too.
-        let mutating = SurfacedTool { mutating: true, ..tool("w", Reason::Rag) };
+        let mutating = SurfacedTool {
+            mutating: true,
+            ..tool("w", Reason::Rag)
+        };
         assert!(compose(Phase::Formatter, 0, &[], &[mutating], &[]).is_empty());
     }
 

@@ -97,18 +97,36 @@ struct Detail<'a> {
 
 /// The reply for `kind` with `message` (which must not quote request data).
 pub fn error(kind: ErrorKind, message: &str) -> LocalReply {
-    let body = Body { kind: "error", error: Detail { kind: kind.as_str(), code: kind.status(), message } };
+    let body = Body {
+        kind: "error",
+        error: Detail {
+            kind: kind.as_str(),
+            code: kind.status(),
+            message,
+        },
+    };
     // Serialising a struct of strings and a number cannot fail; the fallback
     // keeps the reply well-formed regardless.
     let body = serde_json::to_vec(&body).unwrap_or_else(|_| {
-        format!(r#"{{"type":"error","error":{{"type":"{}","code":{}}}}}"#, kind.as_str(), kind.status()).into_bytes()
+        format!(
+            r#"{{"type":"error","error":{{"type":"{}","code":{}}}}}"#,
+            kind.as_str(),
+            kind.status()
+        )
+        .into_bytes()
     });
-    LocalReply { status: kind.status(), body }
+    LocalReply {
+        status: kind.status(),
+        body,
+    }
 }
 
 /// A request body the filter cannot read (400).
 pub fn invalid_request(err: &FormatError) -> LocalReply {
-    error(ErrorKind::InvalidRequest, &format!("keyhole cannot read this request: {err}"))
+    error(
+        ErrorKind::InvalidRequest,
+        &format!("keyhole cannot read this request: {err}"),
+    )
 }
 
 /// A request body that carries more tool definitions than its phase allows
@@ -146,14 +164,20 @@ pub fn off_surface_tool_call<S: AsRef<str>>(names: &[S]) -> LocalReply {
     let names: Vec<&str> = names.iter().map(AsRef::as_ref).collect();
     error(
         ErrorKind::OffSurfaceToolCall,
-        &format!("the model called tools it was not offered on this turn: {}", names.join(", ")),
+        &format!(
+            "the model called tools it was not offered on this turn: {}",
+            names.join(", ")
+        ),
     )
 }
 
 /// An alias not issued in this session (404). Aliases are opaque, so naming
 /// one is safe.
 pub fn unknown_alias(alias: &str) -> LocalReply {
-    error(ErrorKind::UnknownAlias, &format!("alias {alias:?} was not issued in this session"))
+    error(
+        ErrorKind::UnknownAlias,
+        &format!("alias {alias:?} was not issued in this session"),
+    )
 }
 
 /// An HMS response that cannot be passed on because an id in it could not be
@@ -169,13 +193,19 @@ pub fn unaliasable(reason: &str) -> LocalReply {
 /// held closed but that carries no valid verdict (502). Sent by the Lua side
 /// (see [`crate::hold::lua_protocol`]).
 pub fn withheld_without_verdict() -> LocalReply {
-    error(ErrorKind::Unaliasable, "keyhole withheld this response: it carried no valid verdict")
+    error(
+        ErrorKind::Unaliasable,
+        "keyhole withheld this response: it carried no valid verdict",
+    )
 }
 
 /// What the request hold filter answers for a held request without a valid
 /// verdict (500): the request is not sent. Sent by the Lua side.
 pub fn request_not_rewritten() -> LocalReply {
-    error(ErrorKind::Internal, "keyhole could not rewrite this request; it was not sent")
+    error(
+        ErrorKind::Internal,
+        "keyhole could not rewrite this request; it was not sent",
+    )
 }
 
 /// An internal failure (500); `message` says what could not be done.
@@ -191,13 +221,22 @@ mod tests {
     #[test]
     fn every_reply_has_the_one_shape() {
         let replies = [
-            (invalid_request(&FormatError::UnknownFormat), ErrorKind::InvalidRequest),
+            (
+                invalid_request(&FormatError::UnknownFormat),
+                ErrorKind::InvalidRequest,
+            ),
             (body_too_large(1024), ErrorKind::BodyTooLarge),
             (unavailable(), ErrorKind::Unavailable),
-            (off_surface_tool_call(&["drop__table"]), ErrorKind::OffSurfaceToolCall),
+            (
+                off_surface_tool_call(&["drop__table"]),
+                ErrorKind::OffSurfaceToolCall,
+            ),
             (unknown_alias("patient-042"), ErrorKind::UnknownAlias),
             (unaliasable("control unavailable"), ErrorKind::Unaliasable),
-            (error(ErrorKind::UnaliasableRequest, "conflicting ids"), ErrorKind::UnaliasableRequest),
+            (
+                error(ErrorKind::UnaliasableRequest, "conflicting ids"),
+                ErrorKind::UnaliasableRequest,
+            ),
         ];
         for (reply, kind) in replies {
             assert_eq!(reply.status, kind.status());
@@ -218,7 +257,10 @@ mod tests {
         );
         let reply = unknown_alias("a\"b");
         let v: Value = serde_json::from_slice(&reply.body).unwrap();
-        assert_eq!(v["error"]["message"], "alias \"a\\\"b\" was not issued in this session");
+        assert_eq!(
+            v["error"]["message"],
+            "alias \"a\\\"b\" was not issued in this session"
+        );
     }
 
     #[test]

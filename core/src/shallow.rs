@@ -75,7 +75,10 @@ impl<'de: 'a, 'a> Deserialize<'de> for Raw<'a> {
                 Ok(Raw(text))
             }
 
-            fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<Raw<'de>, D::Error> {
+            fn visit_newtype_struct<D: Deserializer<'de>>(
+                self,
+                d: D,
+            ) -> Result<Raw<'de>, D::Error> {
                 <&'de RawValue>::deserialize(d).map(Raw::from)
             }
         }
@@ -86,13 +89,22 @@ impl<'de: 'a, 'a> Deserialize<'de> for Raw<'a> {
 /// Deserializes `T` from `text`, one JSON value serde_json has accepted (see
 /// the module's contract).
 pub(crate) fn from_str<'a, T: Deserialize<'a>>(text: &'a str) -> Result<T, serde_json::Error> {
-    T::deserialize(Shallow { text: trim(text), index: None })
+    T::deserialize(Shallow {
+        text: trim(text),
+        index: None,
+    })
 }
 
 /// [`from_str`] of `raw`; when it lies inside the text `index` covers, the
 /// end of every object and array in it is looked up, not searched for.
-pub(crate) fn from_raw<'a, T: Deserialize<'a>>(index: Option<&Index<'a>>, raw: Raw<'a>) -> Result<T, serde_json::Error> {
-    T::deserialize(Shallow { text: raw.get(), index })
+pub(crate) fn from_raw<'a, T: Deserialize<'a>>(
+    index: Option<&Index<'a>>,
+    raw: Raw<'a>,
+) -> Result<T, serde_json::Error> {
+    T::deserialize(Shallow {
+        text: raw.get(),
+        index,
+    })
 }
 
 /// Where each object and array of a checked JSON text ends, found in one
@@ -114,7 +126,9 @@ impl<'a> Index<'a> {
         let mut at = 0;
         let complete = u32::try_from(bytes.len()).is_ok()
             && loop {
-                let Some(&b) = bytes.get(at) else { break open.is_empty() };
+                let Some(&b) = bytes.get(at) else {
+                    break open.is_empty();
+                };
                 match b {
                     b'"' => match string_end(bytes, at) {
                         Some(end) => {
@@ -203,7 +217,10 @@ pub(crate) fn value_end(bytes: &[u8], start: usize) -> Option<usize> {
         }
         _ => {
             let rest = bytes.get(start..)?;
-            let len = rest.iter().position(|&b| is_ws(b) || matches!(b, b',' | b']' | b'}')).unwrap_or(rest.len());
+            let len = rest
+                .iter()
+                .position(|&b| is_ws(b) || matches!(b, b',' | b']' | b'}'))
+                .unwrap_or(rest.len());
             (len > 0).then_some(start + len)
         }
     }
@@ -235,7 +252,12 @@ impl<'de> Deserializer<'de> for Shallow<'de, '_> {
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
         match self.text.as_bytes().first() {
-            Some(b'{') => visitor.visit_map(Members { text: self.text, index: self.index, at: 1, value: None }),
+            Some(b'{') => visitor.visit_map(Members {
+                text: self.text,
+                index: self.index,
+                at: 1,
+                value: None,
+            }),
             Some(b'[') => visitor.visit_seq(Elements::open(self.text, self.index)?),
             _ => serde_json::Deserializer::from_str(self.text).deserialize_any(visitor),
         }
@@ -253,11 +275,17 @@ impl<'de> Deserializer<'de> for Shallow<'de, '_> {
         }
     }
 
-    fn deserialize_newtype_struct<V: Visitor<'de>>(self, name: &'static str, visitor: V) -> Result<V::Value, Self::Error> {
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
         match name {
             RAW_TOKEN => visitor.visit_borrowed_str(self.text),
             // serde_json's own borrowed raw value: its protocol is private.
-            "$serde_json::private::RawValue" => Err(de::Error::custom("read a borrowed value as shallow::Raw")),
+            "$serde_json::private::RawValue" => {
+                Err(de::Error::custom("read a borrowed value as shallow::Raw"))
+            }
             _ => visitor.visit_newtype_struct(self),
         }
     }
@@ -326,17 +354,30 @@ impl<'a> Members<'a, '_> {
 impl<'de> MapAccess<'de> for Members<'de, '_> {
     type Error = serde_json::Error;
 
-    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, Self::Error> {
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, Self::Error> {
         let Some((key, value)) = self.next_member()? else {
             return Ok(None);
         };
         self.value = Some(value);
-        seed.deserialize(Shallow { text: key, index: None }).map(Some)
+        seed.deserialize(Shallow {
+            text: key,
+            index: None,
+        })
+        .map(Some)
     }
 
-    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, Self::Error> {
+    fn next_value_seed<V: DeserializeSeed<'de>>(
+        &mut self,
+        seed: V,
+    ) -> Result<V::Value, Self::Error> {
         let text = self.value.take().ok_or_else(broken)?;
-        seed.deserialize(Shallow { text, index: self.index })
+        seed.deserialize(Shallow {
+            text,
+            index: self.index,
+        })
     }
 }
 
@@ -353,7 +394,10 @@ impl<'a, 'i> Elements<'a, 'i> {
     fn open(text: &'a str, index: Option<&'i Index<'a>>) -> Result<Self, serde_json::Error> {
         match text.as_bytes().first() {
             Some(b'[') => Ok(Elements { text, index, at: 1 }),
-            _ => Err(de::Error::invalid_type(de::Unexpected::Other("a value that is not an array"), &"an array")),
+            _ => Err(de::Error::invalid_type(
+                de::Unexpected::Other("a value that is not an array"),
+                &"an array",
+            )),
         }
     }
 
@@ -382,9 +426,17 @@ impl<'a, 'i> Elements<'a, 'i> {
 impl<'de> SeqAccess<'de> for Elements<'de, '_> {
     type Error = serde_json::Error;
 
-    fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>, Self::Error> {
+    fn next_element_seed<T: DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, Self::Error> {
         match self.next_raw()? {
-            Some(Raw(text)) => seed.deserialize(Shallow { text, index: self.index }).map(Some),
+            Some(Raw(text)) => seed
+                .deserialize(Shallow {
+                    text,
+                    index: self.index,
+                })
+                .map(Some),
             None => Ok(None),
         }
     }

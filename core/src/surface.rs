@@ -16,9 +16,9 @@
 use crate::config::OnOutage;
 use crate::detect;
 use crate::format::{self, BuiltinTools, ParsedRequest};
-use crate::reply::{self, ErrorKind, LocalReply};
 use crate::phase::{Offer, Rules};
 use crate::recovery;
+use crate::reply::{self, ErrorKind, LocalReply};
 use crate::wire::{
     Reason, ResolveRequest, ResolveResponse, Source, SurfacedTool, ToolSearch, UnknownRegistry,
     UNKNOWN_REGISTRY_STATUS,
@@ -122,7 +122,13 @@ pub enum Read<'a> {
 /// the places of MCP servers the provider reads itself) takes places of the
 /// budget; the set is chosen in the places left ([`finish_with`]). Only a
 /// body whose rest alone is over the budget is refused.
-pub fn read<'a>(path: &str, body: &'a [u8], phase: Phase, builtins: &BuiltinTools, memo: &mut format::Memo) -> Read<'a> {
+pub fn read<'a>(
+    path: &str,
+    body: &'a [u8],
+    phase: Phase,
+    builtins: &BuiltinTools,
+    memo: &mut format::Memo,
+) -> Read<'a> {
     match format::parse_memo(path, body, builtins, memo) {
         Ok(Some(mut parsed)) if !parsed.tools.is_empty() => match rest_of(&parsed, body) {
             Ok(rest) => {
@@ -130,7 +136,13 @@ pub fn read<'a>(path: &str, body: &'a [u8], phase: Phase, builtins: &BuiltinTool
                 let taken = rest.saturating_add(parsed.sourced);
                 let budget = phase.budget().max;
                 if taken > budget {
-                    return Read::Refuse(Refusal::OverBudget { found: taken, budget }, reply::too_many_tools(taken, budget, phase));
+                    return Read::Refuse(
+                        Refusal::OverBudget {
+                            found: taken,
+                            budget,
+                        },
+                        reply::too_many_tools(taken, budget, phase),
+                    );
                 }
                 Read::Resolve(parsed)
             }
@@ -140,7 +152,9 @@ pub fn read<'a>(path: &str, body: &'a [u8], phase: Phase, builtins: &BuiltinTool
             Ok(()) => Read::Pass,
             Err((refusal, reply)) => Read::Refuse(refusal, reply),
         },
-        Err(e) if e.is_unknown_format() => Read::Refuse(Refusal::UnknownFormat, reply::invalid_request(&e)),
+        Err(e) if e.is_unknown_format() => {
+            Read::Refuse(Refusal::UnknownFormat, reply::invalid_request(&e))
+        }
         Err(e) => Read::Refuse(Refusal::Unreadable, reply::invalid_request(&e)),
     }
 }
@@ -154,7 +168,13 @@ fn rest_of(req: &ParsedRequest<'_>, body: &[u8]) -> Result<usize, (Refusal, Loca
 }
 
 fn unreadable(e: detect::DetectError) -> (Refusal, LocalReply) {
-    (Refusal::Unreadable, reply::error(ErrorKind::InvalidRequest, &format!("keyhole cannot read this request: {e}")))
+    (
+        Refusal::Unreadable,
+        reply::error(
+            ErrorKind::InvalidRequest,
+            &format!("keyhole cannot read this request: {e}"),
+        ),
+    )
 }
 
 /// The last word before a body leaves: the independent detector counts tool
@@ -172,7 +192,10 @@ fn seal_with(body: &[u8], phase: Phase, sourced: usize) -> Result<(), (Refusal, 
         Ok(found) if found.saturating_add(sourced) <= budget => Ok(()),
         Ok(found) => {
             let found = found.saturating_add(sourced);
-            Err((Refusal::OverBudget { found, budget }, reply::too_many_tools(found, budget, phase)))
+            Err((
+                Refusal::OverBudget { found, budget },
+                reply::too_many_tools(found, budget, phase),
+            ))
         }
         Err(e) => Err(unreadable(e)),
     }
@@ -246,21 +269,47 @@ pub fn finish_with(
         // The places the rest of the body takes pushed out a tool the
         // request forces, which the budget alone would have kept: forwarding
         // without it would change what the client asked the model to call.
-        Decision::Forward { ref surfaced, .. } if forced_kept(surfaced) < forced_fitting(req, phase) => {
+        Decision::Forward { ref surfaced, .. }
+            if forced_kept(surfaced) < forced_fitting(req, phase) =>
+        {
             let found = taken.saturating_add(forced_fitting(req, phase));
             let budget = phase.budget().max;
-            Finished::Refuse(Refusal::OverBudget { found, budget }, reply::too_many_tools(found, budget, phase))
+            Finished::Refuse(
+                Refusal::OverBudget { found, budget },
+                reply::too_many_tools(found, budget, phase),
+            )
         }
-        Decision::Forward { mut keep, mut surfaced, source, mut clamped, search_tool } => loop {
-            let rewritten =
-                if search_tool { req.rewrite_with_search_tool(body, &keep) } else { req.rewrite(body, &keep) };
+        Decision::Forward {
+            mut keep,
+            mut surfaced,
+            source,
+            mut clamped,
+            search_tool,
+        } => loop {
+            let rewritten = if search_tool {
+                req.rewrite_with_search_tool(body, &keep)
+            } else {
+                req.rewrite(body, &keep)
+            };
             match seal_with(&rewritten, phase, req.sourced) {
-                Ok(()) => return Finished::Forward { body: rewritten, keep, surfaced, source, clamped, search_tool },
+                Ok(()) => {
+                    return Finished::Forward {
+                        body: rewritten,
+                        keep,
+                        surfaced,
+                        source,
+                        clamped,
+                        search_tool,
+                    }
+                }
                 // A kept tool can count as more than one (its schema holds
                 // an object with a name and a description, or its namespace
                 // counts): the last chosen tool that is not forced gives its
                 // place, until the body fits. A forced one never does.
-                Err(refused) => match surfaced.iter().rposition(|t| t.reason != Reason::ToolChoice) {
+                Err(refused) => match surfaced
+                    .iter()
+                    .rposition(|t| t.reason != Reason::ToolChoice)
+                {
                     Some(last) if last < keep.len() => {
                         keep.remove(last);
                         surfaced.remove(last);
@@ -275,13 +324,20 @@ pub fn finish_with(
 
 /// How many tools of `surfaced` are there because the request forces them.
 fn forced_kept(surfaced: &[SurfacedTool]) -> usize {
-    surfaced.iter().filter(|t| t.reason == Reason::ToolChoice).count()
+    surfaced
+        .iter()
+        .filter(|t| t.reason == Reason::ToolChoice)
+        .count()
 }
 
 /// How many forced tools the phase's budget alone keeps: those the request
 /// carries, at most the budget.
 fn forced_fitting(req: &ParsedRequest<'_>, phase: Phase) -> usize {
-    req.forced.iter().filter(|name| req.carries(name)).count().min(phase.budget().max)
+    req.forced
+        .iter()
+        .filter(|name| req.carries(name))
+        .count()
+        .min(phase.budget().max)
 }
 
 /// Decides the function tools to forward.
@@ -321,7 +377,15 @@ pub fn decide_with(
     on_outage: OnOutage,
     search_tool: bool,
 ) -> Decision {
-    decide_in(req, phase, answer, prior, on_outage, search_tool, req.rest.unwrap_or(0).saturating_add(req.sourced))
+    decide_in(
+        req,
+        phase,
+        answer,
+        prior,
+        on_outage,
+        search_tool,
+        req.rest.unwrap_or(0).saturating_add(req.sourced),
+    )
 }
 
 /// [`decide_with`], with `taken` places of the budget taken by what the body
@@ -338,21 +402,38 @@ fn decide_in(
     let reserved = usize::from(search_tool).saturating_add(taken);
     let max = phase.registry_budget(reserved);
     let rules = Rules::reserving(phase, reserved);
-    let mut set = Set { req, prior, rules, keep: Vec::with_capacity(max), surfaced: Vec::with_capacity(max) };
+    let mut set = Set {
+        req,
+        prior,
+        rules,
+        keep: Vec::with_capacity(max),
+        surfaced: Vec::with_capacity(max),
+    };
 
     // A forced function is always visible, whatever else happens (within the
     // budget: a client may list the whole registry as "allowed").
     let metadata = |name: &str| {
         let offered = answer.ok().into_iter().flat_map(|a| a.tools.iter());
-        offered.chain(prior).find(|t| t.name == name).map_or(true, |t| t.mutating)
+        offered
+            .chain(prior)
+            .find(|t| t.name == name)
+            .map_or(true, |t| t.mutating)
     };
     for forced in &req.forced {
-        set.offer(SurfacedTool { name: forced.clone(), reason: Reason::ToolChoice, mutating: metadata(forced) });
+        set.offer(SurfacedTool {
+            name: forced.clone(),
+            reason: Reason::ToolChoice,
+            mutating: metadata(forced),
+        });
     }
 
     let (source, clamped) = match answer {
         Ok(answer) => {
-            let offered = answer.tools.iter().filter(|t| req.tools.iter().any(|r| r.name == t.name)).count();
+            let offered = answer
+                .tools
+                .iter()
+                .filter(|t| req.tools.iter().any(|r| r.name == t.name))
+                .count();
             for tool in &answer.tools {
                 set.offer(tool.clone());
             }
@@ -360,19 +441,34 @@ fn decide_in(
         }
         Err(_) => {
             for tool in prior {
-                set.offer(SurfacedTool { reason: Reason::PriorSet, ..tool.clone() });
+                set.offer(SurfacedTool {
+                    reason: Reason::PriorSet,
+                    ..tool.clone()
+                });
             }
             if set.keep.is_empty() && on_outage == OnOutage::Reject {
                 return Decision::Reject;
             }
             if set.keep.is_empty() {
                 // Stripped: no function tool at all, the control tool included.
-                return Decision::Forward { keep: Vec::new(), surfaced: Vec::new(), source: Source::FilterFallback, clamped: false, search_tool: false };
+                return Decision::Forward {
+                    keep: Vec::new(),
+                    surfaced: Vec::new(),
+                    source: Source::FilterFallback,
+                    clamped: false,
+                    search_tool: false,
+                };
             }
             (Source::FilterFallback, false)
         }
     };
-    Decision::Forward { keep: set.keep, surfaced: set.surfaced, source, clamped, search_tool }
+    Decision::Forward {
+        keep: set.keep,
+        surfaced: set.surfaced,
+        source,
+        clamped,
+        search_tool,
+    }
 }
 
 /// The set being composed under the phase's rules.
@@ -397,7 +493,8 @@ impl Set<'_, '_> {
         let offer = Offer {
             mutating: tool.mutating,
             forced: tool.reason == Reason::ToolChoice,
-            outside_prior: !self.prior.is_empty() && !self.prior.iter().any(|p| p.name == tool.name),
+            outside_prior: !self.prior.is_empty()
+                && !self.prior.iter().any(|p| p.name == tool.name),
         };
         if self.rules.admit(offer) {
             self.keep.push(i);
@@ -410,7 +507,12 @@ impl Set<'_, '_> {
 /// (`with_registry`, when control did not know the digest) with every tool
 /// descriptor as well. Without the tool-search control tool
 /// ([`question_with`]).
-pub fn question(req: &ParsedRequest<'_>, session: Option<&str>, phase: Phase, with_registry: bool) -> ResolveRequest {
+pub fn question(
+    req: &ParsedRequest<'_>,
+    session: Option<&str>,
+    phase: Phase,
+    with_registry: bool,
+) -> ResolveRequest {
     question_with(req, session, phase, with_registry, false)
 }
 
@@ -425,13 +527,18 @@ pub fn question_with(
     with_registry: bool,
     search_tool: bool,
 ) -> ResolveRequest {
-    let tool_search =
-        search_tool.then(|| ToolSearch { query: req.search_call.as_ref().and_then(|c| c.query.clone()) });
+    let tool_search = search_tool.then(|| ToolSearch {
+        query: req.search_call.as_ref().and_then(|c| c.query.clone()),
+    });
     ResolveRequest {
         session: session.map(str::to_owned),
         phase,
         turn: req.turn.clone(),
-        tools: if with_registry { req.descriptors() } else { Vec::new() },
+        tools: if with_registry {
+            req.descriptors()
+        } else {
+            Vec::new()
+        },
         registry: Some(req.registry_digest()),
         forced: req.forced.clone(),
         tool_search,
@@ -462,7 +569,9 @@ pub fn reply(status: u16, body: Option<&[u8]>, registry_sent: bool) -> Reply {
         },
         UNKNOWN_REGISTRY_STATUS if !registry_sent => {
             match body.and_then(|b| serde_json::from_slice::<UnknownRegistry>(b).ok()) {
-                Some(UnknownRegistry { unknown_registry: true }) => Reply::SendRegistry,
+                Some(UnknownRegistry {
+                    unknown_registry: true,
+                }) => Reply::SendRegistry,
                 _ => Reply::Outage(Outage::Status(status)),
             }
         }
@@ -480,10 +589,19 @@ mod tests {
     fn an_unknown_registry_is_sent_once() {
         let unknown = br#"{"unknown_registry":true}"#;
         assert_eq!(reply(409, Some(unknown), false), Reply::SendRegistry);
-        assert_eq!(reply(409, Some(unknown), true), Reply::Outage(Outage::Status(409)));
-        assert_eq!(reply(409, Some(b"{}"), false), Reply::Outage(Outage::Status(409)));
+        assert_eq!(
+            reply(409, Some(unknown), true),
+            Reply::Outage(Outage::Status(409))
+        );
+        assert_eq!(
+            reply(409, Some(b"{}"), false),
+            Reply::Outage(Outage::Status(409))
+        );
         assert_eq!(reply(409, None, false), Reply::Outage(Outage::Status(409)));
-        assert_eq!(reply(200, Some(b"nope"), false), Reply::Outage(Outage::Garbage));
+        assert_eq!(
+            reply(200, Some(b"nope"), false),
+            Reply::Outage(Outage::Garbage)
+        );
         assert_eq!(reply(503, None, false), Reply::Outage(Outage::Status(503)));
         let ok = br#"{"tools":[{"name":"t1","reason":"rag"}]}"#;
         assert!(matches!(reply(200, Some(ok), true), Reply::Answer(a) if a.tools.len() == 1));
@@ -498,7 +616,10 @@ mod tests {
         assert!(short.tools.is_empty());
         assert_eq!(full.tools.len(), 5);
         assert_eq!(short.registry, full.registry);
-        assert_eq!(short.registry.as_deref(), Some(crate::wire::descriptors_digest(&full.tools).as_str()));
+        assert_eq!(
+            short.registry.as_deref(),
+            Some(crate::wire::descriptors_digest(&full.tools).as_str())
+        );
         assert_eq!(short.forced, vec!["t2".to_owned()]);
     }
 
@@ -514,7 +635,14 @@ mod tests {
 
     fn answer(names: &[&str]) -> ResolveResponse {
         ResolveResponse {
-            tools: names.iter().map(|n| SurfacedTool { name: (*n).into(), reason: Reason::Rag, mutating: false }).collect(),
+            tools: names
+                .iter()
+                .map(|n| SurfacedTool {
+                    name: (*n).into(),
+                    reason: Reason::Rag,
+                    mutating: false,
+                })
+                .collect(),
             source: Source::Retrieval,
         }
     }
@@ -543,8 +671,16 @@ mod tests {
     fn tool_choice_is_kept_first_even_when_control_omits_it() {
         let b = body(20, Some("t19"));
         let req = format::parse("/", &b).unwrap().unwrap();
-        let d = decide(&req, Phase::ToolInput, Ok(&answer(&["t1"])), &[], OnOutage::Reject);
-        let Decision::Forward { keep, surfaced, .. } = d else { panic!("rejected") };
+        let d = decide(
+            &req,
+            Phase::ToolInput,
+            Ok(&answer(&["t1"])),
+            &[],
+            OnOutage::Reject,
+        );
+        let Decision::Forward { keep, surfaced, .. } = d else {
+            panic!("rejected")
+        };
         assert_eq!(keep, vec![19]);
         assert_eq!(surfaced[0].reason, Reason::ToolChoice);
     }
@@ -553,9 +689,19 @@ mod tests {
     fn outage_uses_the_prior_set_within_budget() {
         let b = body(108, None);
         let req = format::parse("/", &b).unwrap().unwrap();
-        let prior: Vec<SurfacedTool> = (0..40).map(|i| SurfacedTool::new(format!("t{i}"), Reason::Rag)).collect();
-        let d = decide(&req, Phase::AgentCall, Err(Outage::Status(503)), &prior, OnOutage::Reject);
-        let Decision::Forward { keep, source, .. } = d else { panic!("rejected") };
+        let prior: Vec<SurfacedTool> = (0..40)
+            .map(|i| SurfacedTool::new(format!("t{i}"), Reason::Rag))
+            .collect();
+        let d = decide(
+            &req,
+            Phase::AgentCall,
+            Err(Outage::Status(503)),
+            &prior,
+            OnOutage::Reject,
+        );
+        let Decision::Forward { keep, source, .. } = d else {
+            panic!("rejected")
+        };
         assert_eq!(keep.len(), 8);
         assert_eq!(source, Source::FilterFallback);
     }
@@ -564,8 +710,23 @@ mod tests {
     fn outage_with_nothing_known_follows_policy() {
         let b = body(108, None);
         let req = format::parse("/", &b).unwrap().unwrap();
-        assert_eq!(decide(&req, Phase::Planner, Err(Outage::Garbage), &[], OnOutage::Reject), Decision::Reject);
-        let d = decide(&req, Phase::Planner, Err(Outage::Dispatch), &[], OnOutage::Strip);
+        assert_eq!(
+            decide(
+                &req,
+                Phase::Planner,
+                Err(Outage::Garbage),
+                &[],
+                OnOutage::Reject
+            ),
+            Decision::Reject
+        );
+        let d = decide(
+            &req,
+            Phase::Planner,
+            Err(Outage::Dispatch),
+            &[],
+            OnOutage::Strip,
+        );
         assert_eq!(kept(&d), 0);
         assert!(matches!(d, Decision::Forward { .. }));
     }
@@ -574,7 +735,13 @@ mod tests {
     fn unknown_and_duplicate_names_from_control_are_ignored() {
         let b = body(5, None);
         let req = format::parse("/", &b).unwrap().unwrap();
-        let d = decide(&req, Phase::Planner, Ok(&answer(&["x", "t1", "t1", "t2"])), &[], OnOutage::Reject);
+        let d = decide(
+            &req,
+            Phase::Planner,
+            Ok(&answer(&["x", "t1", "t1", "t2"])),
+            &[],
+            OnOutage::Reject,
+        );
         assert_eq!(kept(&d), 2);
     }
 
@@ -586,13 +753,29 @@ mod tests {
         answer.tools[1].mutating = true;
         answer.tools[3].mutating = true;
         let d = decide(&req, Phase::Formatter, Ok(&answer), &[], OnOutage::Reject);
-        let Decision::Forward { keep, .. } = d else { panic!("rejected") };
+        let Decision::Forward { keep, .. } = d else {
+            panic!("rejected")
+        };
         // The forced tool (no metadata: mutating) is kept; t1 and t3 are not.
         assert_eq!(keep, vec![19, 0, 2]);
         // The same rule holds for the prior set on an outage.
-        let prior = vec![SurfacedTool::new("t5", Reason::Rag), SurfacedTool { mutating: false, ..SurfacedTool::new("t6", Reason::Rag) }];
-        let d = decide(&req, Phase::Formatter, Err(Outage::Garbage), &prior, OnOutage::Reject);
-        let Decision::Forward { keep, .. } = d else { panic!("rejected") };
+        let prior = vec![
+            SurfacedTool::new("t5", Reason::Rag),
+            SurfacedTool {
+                mutating: false,
+                ..SurfacedTool::new("t6", Reason::Rag)
+            },
+        ];
+        let d = decide(
+            &req,
+            Phase::Formatter,
+            Err(Outage::Garbage),
+            &prior,
+            OnOutage::Reject,
+        );
+        let Decision::Forward { keep, .. } = d else {
+            panic!("rejected")
+        };
         assert_eq!(keep, vec![19, 6]);
     }
 
@@ -605,19 +788,51 @@ mod tests {
         for phase in Phase::ALL {
             let search = offers_search_tool(&req, phase, true);
             assert_eq!(search, phase.offers_tool_search(), "{phase}");
-            let finished = finish_with(&req, &b, phase, Ok(&answer(&refs)), &[], OnOutage::Reject, search);
-            let Finished::Forward { body: out, keep, search_tool, clamped, .. } = finished else { panic!("{phase}: refused") };
+            let finished = finish_with(
+                &req,
+                &b,
+                phase,
+                Ok(&answer(&refs)),
+                &[],
+                OnOutage::Reject,
+                search,
+            );
+            let Finished::Forward {
+                body: out,
+                keep,
+                search_tool,
+                clamped,
+                ..
+            } = finished
+            else {
+                panic!("{phase}: refused")
+            };
             assert_eq!(search_tool, search);
-            assert_eq!(keep.len(), phase.budget().max - usize::from(search), "{phase}");
+            assert_eq!(
+                keep.len(),
+                phase.budget().max - usize::from(search),
+                "{phase}"
+            );
             assert!(clamped);
             // The body that leaves: at most the budget, the control tool counted.
-            assert_eq!(detect::count_tool_shaped(&out).unwrap(), phase.budget().max, "{phase}");
+            assert_eq!(
+                detect::count_tool_shaped(&out).unwrap(),
+                phase.budget().max,
+                "{phase}"
+            );
             let names = format::parse("/", &out).unwrap().unwrap();
             assert_eq!(names.carries(recovery::TOOL_NAME), search, "{phase}");
         }
         // Off: no place is kept and no tool added.
         assert!(!offers_search_tool(&req, Phase::Planner, false));
-        let d = decide_with(&req, Phase::Planner, Ok(&answer(&refs)), &[], OnOutage::Reject, false);
+        let d = decide_with(
+            &req,
+            Phase::Planner,
+            Ok(&answer(&refs)),
+            &[],
+            OnOutage::Reject,
+            false,
+        );
         assert_eq!(kept(&d), 12);
     }
 
@@ -632,12 +847,32 @@ mod tests {
     fn a_stripped_request_carries_no_control_tool() {
         let b = body(20, None);
         let req = format::parse("/", &b).unwrap().unwrap();
-        let d = decide_with(&req, Phase::Planner, Err(Outage::Garbage), &[], OnOutage::Strip, true);
-        assert!(matches!(d, Decision::Forward { search_tool: false, ref keep, .. } if keep.is_empty()));
+        let d = decide_with(
+            &req,
+            Phase::Planner,
+            Err(Outage::Garbage),
+            &[],
+            OnOutage::Strip,
+            true,
+        );
+        assert!(
+            matches!(d, Decision::Forward { search_tool: false, ref keep, .. } if keep.is_empty())
+        );
         // With a prior set, the fallback keeps the place for it.
-        let prior: Vec<SurfacedTool> = (0..20).map(|i| SurfacedTool::new(format!("t{i}"), Reason::Rag)).collect();
-        let d = decide_with(&req, Phase::Planner, Err(Outage::Garbage), &prior, OnOutage::Strip, true);
-        assert!(matches!(d, Decision::Forward { search_tool: true, ref keep, .. } if keep.len() == 11));
+        let prior: Vec<SurfacedTool> = (0..20)
+            .map(|i| SurfacedTool::new(format!("t{i}"), Reason::Rag))
+            .collect();
+        let d = decide_with(
+            &req,
+            Phase::Planner,
+            Err(Outage::Garbage),
+            &prior,
+            OnOutage::Strip,
+            true,
+        );
+        assert!(
+            matches!(d, Decision::Forward { search_tool: true, ref keep, .. } if keep.len() == 11)
+        );
     }
 
     #[test]
@@ -645,13 +880,27 @@ mod tests {
         let b = br#"{"messages":[{"role":"user","content":"bmi please"},{"role":"assistant","tool_calls":[{"function":{"name":"keyhole_tool_search","arguments":"{\"query\":\"body mass index\"}"}}]}],"tools":[{"type":"function","function":{"name":"a"}}]}"#;
         let req = format::parse("/", b).unwrap().unwrap();
         let q = question_with(&req, Some("s"), Phase::Planner, false, true);
-        assert_eq!(q.tool_search, Some(ToolSearch { query: Some("body mass index".into()) }));
+        assert_eq!(
+            q.tool_search,
+            Some(ToolSearch {
+                query: Some("body mass index".into())
+            })
+        );
         assert_eq!(q.turn, "bmi please");
-        assert_eq!(question_with(&req, Some("s"), Phase::Planner, false, false).tool_search, None);
-        assert_eq!(question(&req, Some("s"), Phase::Planner, false).tool_search, None);
+        assert_eq!(
+            question_with(&req, Some("s"), Phase::Planner, false, false).tool_search,
+            None
+        );
+        assert_eq!(
+            question(&req, Some("s"), Phase::Planner, false).tool_search,
+            None
+        );
         let three = body(3, None);
         let plain = format::parse("/", &three).unwrap().unwrap();
-        assert_eq!(question_with(&plain, None, Phase::Planner, false, true).tool_search, Some(ToolSearch { query: None }));
+        assert_eq!(
+            question_with(&plain, None, Phase::Planner, false, true).tool_search,
+            Some(ToolSearch { query: None })
+        );
     }
 
     proptest::proptest! {
@@ -697,11 +946,21 @@ mod tests {
     fn recovery_adds_at_most_three_tools_to_a_known_prior_set() {
         let b = body(30, None);
         let req = format::parse("/", &b).unwrap().unwrap();
-        let prior: Vec<SurfacedTool> = (0..4).map(|i| SurfacedTool::new(format!("t{i}"), Reason::Rag)).collect();
+        let prior: Vec<SurfacedTool> = (0..4)
+            .map(|i| SurfacedTool::new(format!("t{i}"), Reason::Rag))
+            .collect();
         let names: Vec<String> = (0..30).rev().map(|i| format!("t{i}")).collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let d = decide(&req, Phase::Recovery, Ok(&answer(&refs)), &prior, OnOutage::Reject);
-        let Decision::Forward { keep, .. } = d else { panic!("rejected") };
+        let d = decide(
+            &req,
+            Phase::Recovery,
+            Ok(&answer(&refs)),
+            &prior,
+            OnOutage::Reject,
+        );
+        let Decision::Forward { keep, .. } = d else {
+            panic!("rejected")
+        };
         let new = keep.iter().filter(|&&i| i >= 4).count();
         assert_eq!(new, RECOVERY_NEW_TOOLS);
         assert_eq!(keep.len(), 4 + RECOVERY_NEW_TOOLS);

@@ -127,7 +127,11 @@ pub struct SurfacedTool {
 impl SurfacedTool {
     /// A surfaced tool whose operation is unknown (so: mutating).
     pub fn new(name: impl Into<String>, reason: Reason) -> Self {
-        SurfacedTool { name: name.into(), reason, mutating: true }
+        SurfacedTool {
+            name: name.into(),
+            reason,
+            mutating: true,
+        }
     }
 }
 
@@ -236,7 +240,11 @@ pub fn parse_digest(hex: &str) -> Option<[u8; 32]> {
 
 /// The digest of a descriptor list ([`registry_digest`]).
 pub fn descriptors_digest(tools: &[ToolDescriptor]) -> String {
-    registry_digest(tools.iter().map(|t| (t.name.as_str(), t.description.as_str())))
+    registry_digest(
+        tools
+            .iter()
+            .map(|t| (t.name.as_str(), t.description.as_str())),
+    )
 }
 
 #[cfg(test)]
@@ -263,7 +271,13 @@ mod tests {
 
     #[test]
     fn sources_serialise_as_their_header_values() {
-        for s in [Source::Retrieval, Source::ControlFallback, Source::FilterFallback, Source::Lexical, Source::NoTurn] {
+        for s in [
+            Source::Retrieval,
+            Source::ControlFallback,
+            Source::FilterFallback,
+            Source::Lexical,
+            Source::NoTurn,
+        ] {
             let json = serde_json::to_string(&s).unwrap();
             assert_eq!(json, format!("\"{}\"", s.as_str()));
             assert_eq!(serde_json::from_str::<Source>(&json).unwrap(), s);
@@ -283,20 +297,29 @@ mod tests {
 
     #[test]
     fn a_tool_without_metadata_counts_as_mutating() {
-        let answer: ResolveResponse = serde_json::from_str(r#"{"tools":[{"name":"a","reason":"rag"}]}"#).unwrap();
+        let answer: ResolveResponse =
+            serde_json::from_str(r#"{"tools":[{"name":"a","reason":"rag"}]}"#).unwrap();
         assert!(answer.tools[0].mutating);
         let answer: ResolveResponse =
-            serde_json::from_str(r#"{"tools":[{"name":"a","reason":"rag","mutating":false}]}"#).unwrap();
+            serde_json::from_str(r#"{"tools":[{"name":"a","reason":"rag","mutating":false}]}"#)
+                .unwrap();
         assert!(!answer.tools[0].mutating);
     }
 
     #[test]
     fn digests_are_hex_sha256_and_round_trip() {
-        let tools = [ToolDescriptor { name: "a".into(), description: "b".into() }];
+        let tools = [ToolDescriptor {
+            name: "a".into(),
+            description: "b".into(),
+        }];
         let d = descriptors_digest(&tools);
         assert_eq!(d.len(), 64);
         assert_eq!(d, registry_digest([("a", "b")]));
-        assert_ne!(d, registry_digest([("ab", "")]), "length prefixes separate fields");
+        assert_ne!(
+            d,
+            registry_digest([("ab", "")]),
+            "length prefixes separate fields"
+        );
         assert_eq!(parse_digest(&d).map(|b| b.len()), Some(32));
         assert!(parse_digest("zz").is_none());
         assert!(parse_digest(&"g".repeat(64)).is_none());
@@ -308,7 +331,10 @@ mod tests {
         assert!(req.tools.is_empty());
         assert_eq!(req.registry.as_deref(), Some("ab"));
         let json = serde_json::to_string(&ResolveRequest::default()).unwrap();
-        assert!(!json.contains("registry"), "an older control never sees the field unless used");
+        assert!(
+            !json.contains("registry"),
+            "an older control never sees the field unless used"
+        );
         assert!(!json.contains("tool_search"), "nor the tool search");
     }
 
@@ -318,10 +344,18 @@ mod tests {
         assert_eq!(old.tool_search, None);
         let req: ResolveRequest = serde_json::from_str(r#"{"turn":"x","tool_search":{}}"#).unwrap();
         assert_eq!(req.tool_search, Some(ToolSearch { query: None }));
-        let req = ResolveRequest { tool_search: Some(ToolSearch { query: Some("bmi".into()) }), ..Default::default() };
+        let req = ResolveRequest {
+            tool_search: Some(ToolSearch {
+                query: Some("bmi".into()),
+            }),
+            ..Default::default()
+        };
         let json = serde_json::to_string(&req).unwrap();
         assert!(json.contains(r#""tool_search":{"query":"bmi"}"#), "{json}");
         assert_eq!(serde_json::from_str::<ResolveRequest>(&json).unwrap(), req);
-        assert_eq!(serde_json::to_string(&Reason::Recovery).unwrap(), r#""recovery""#);
+        assert_eq!(
+            serde_json::to_string(&Reason::Recovery).unwrap(),
+            r#""recovery""#
+        );
     }
 }

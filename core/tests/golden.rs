@@ -17,9 +17,21 @@ struct Case {
 }
 
 const CASES: [Case; 4] = [
-    Case { file: "catalog/openai_request.json", path: "/v1/chat/completions", format: Format::OpenAiChat },
-    Case { file: "fixtures/responses_request.json", path: "/v1/responses", format: Format::OpenAiResponses },
-    Case { file: "catalog/anthropic_request.json", path: "/v1/messages", format: Format::Anthropic },
+    Case {
+        file: "catalog/openai_request.json",
+        path: "/v1/chat/completions",
+        format: Format::OpenAiChat,
+    },
+    Case {
+        file: "fixtures/responses_request.json",
+        path: "/v1/responses",
+        format: Format::OpenAiResponses,
+    },
+    Case {
+        file: "catalog/anthropic_request.json",
+        path: "/v1/messages",
+        format: Format::Anthropic,
+    },
     Case {
         file: "fixtures/gemini_request.json",
         path: "/v1beta/models/gemma-3-27b-it:generateContent",
@@ -39,12 +51,21 @@ fn read(file: &str) -> Vec<u8> {
 /// The catalog's user turn and tool names, in order.
 fn catalog_truth() -> (String, Vec<String>) {
     let chat: Value = serde_json::from_slice(&read("catalog/openai_request.json")).unwrap();
-    let turn = chat["messages"].as_array().unwrap().iter().find(|m| m["role"] == "user").unwrap()["content"]
+    let turn = chat["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "user")
+        .unwrap()["content"]
         .as_str()
         .unwrap()
         .to_owned();
-    let names =
-        chat["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap().to_owned()).collect();
+    let names = chat["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+        .collect();
     (turn, names)
 }
 
@@ -83,7 +104,10 @@ fn layout(body: &[u8], format: Format) -> Layout {
     let elements: Vec<&RawValue> = serde_json::from_str(array.get()).unwrap();
     Layout {
         array: offset(body, array),
-        elements: elements.iter().map(|e| (e.get().to_owned(), offset(body, e))).collect(),
+        elements: elements
+            .iter()
+            .map(|e| (e.get().to_owned(), offset(body, e)))
+            .collect(),
     }
 }
 
@@ -96,9 +120,17 @@ fn every_format_reads_the_catalog_request() {
         assert_eq!(req.format, case.format, "{}", case.file);
         let got: Vec<&str> = req.tools.iter().map(|t| t.name.as_ref()).collect();
         assert_eq!(got, names, "{}: tool names in request order", case.file);
-        assert!(req.tools.iter().all(|t| !t.description.is_empty()), "{}", case.file);
+        assert!(
+            req.tools.iter().all(|t| !t.description.is_empty()),
+            "{}",
+            case.file
+        );
         assert_eq!(req.turn, turn, "{}", case.file);
-        assert_eq!(req.tool_choice, None, "{}: auto names no function", case.file);
+        assert_eq!(
+            req.tool_choice, None,
+            "{}: auto names no function",
+            case.file
+        );
         assert!(req.forced.is_empty(), "{}", case.file);
         assert_eq!(req.descriptors().len(), 108);
     }
@@ -116,7 +148,12 @@ fn body_shape_alone_detects_every_format() {
 
 #[test]
 fn rewrite_is_the_original_with_only_the_kept_tools_spliced_in() {
-    let wanted = ["visit__manage", "appointment__manage", "patient__search__smart", "no__such__tool"];
+    let wanted = [
+        "visit__manage",
+        "appointment__manage",
+        "patient__search__smart",
+        "no__such__tool",
+    ];
     for case in &CASES {
         let body = read(case.file);
         let req = parse(case.path, &body).unwrap().unwrap();
@@ -128,11 +165,18 @@ fn rewrite_is_the_original_with_only_the_kept_tools_spliced_in() {
         let layout = layout(&body, case.format);
         let mut kept: Vec<usize> = keep.clone();
         kept.sort_unstable();
-        let joined: Vec<&str> = kept.iter().map(|&i| layout.elements[i].0.as_str()).collect();
+        let joined: Vec<&str> = kept
+            .iter()
+            .map(|&i| layout.elements[i].0.as_str())
+            .collect();
         let mut expected = body[..layout.array.start].to_vec();
         expected.extend_from_slice(format!("[{}]", joined.join(",")).as_bytes());
         expected.extend_from_slice(&body[layout.array.end..]);
-        assert!(out == expected, "{}: rewrite differs from the spliced original", case.file);
+        assert!(
+            out == expected,
+            "{}: rewrite differs from the spliced original",
+            case.file
+        );
 
         // And the result reads back as the same format with the kept tools, in request order.
         let again = parse(case.path, &out).unwrap().unwrap();
@@ -141,7 +185,13 @@ fn rewrite_is_the_original_with_only_the_kept_tools_spliced_in() {
         assert_eq!(names, in_order, "{}", case.file);
         assert_eq!(names.len(), 3);
         assert_eq!(again.turn, req.turn);
-        assert!(out.len() < body.len() / 10, "{}: {} of {} bytes", case.file, out.len(), body.len());
+        assert!(
+            out.len() < body.len() / 10,
+            "{}: {} of {} bytes",
+            case.file,
+            out.len(),
+            body.len()
+        );
     }
 }
 
@@ -168,7 +218,11 @@ fn built_in_tools_are_kept_and_not_counted() {
         assert!(req.tools.iter().all(|t| t.name != "web_search"));
         let out = req.rewrite(&body, &req.select(&["note__write"], 12));
         let text = String::from_utf8(out).unwrap();
-        assert!(text.contains(builtin), "{}: built-in kept byte for byte", case.file);
+        assert!(
+            text.contains(builtin),
+            "{}: built-in kept byte for byte",
+            case.file
+        );
         let again = parse(case.path, text.as_bytes()).unwrap().unwrap();
         assert_eq!(again.tools.len(), 1);
         // Nothing kept: the built-in still goes out, and a Gemini entry of
@@ -188,19 +242,39 @@ fn built_in_tools_are_kept_and_not_counted() {
 #[test]
 fn a_forced_tool_is_read_in_every_format() {
     let forcing = [
-        (r#""tool_choice":"auto""#, r#""tool_choice":{"type":"function","function":{"name":"lab__order"}}"#),
-        (r#""tool_choice":"auto""#, r#""tool_choice":{"type":"function","name":"lab__order"}"#),
-        (r#""tool_choice":{"type":"auto"}"#, r#""tool_choice":{"type":"tool","name":"lab__order"}"#),
-        (r#""mode": "AUTO""#, r#""mode": "ANY", "allowedFunctionNames": ["lab__order", "note__write", "lab__order"]"#),
+        (
+            r#""tool_choice":"auto""#,
+            r#""tool_choice":{"type":"function","function":{"name":"lab__order"}}"#,
+        ),
+        (
+            r#""tool_choice":"auto""#,
+            r#""tool_choice":{"type":"function","name":"lab__order"}"#,
+        ),
+        (
+            r#""tool_choice":{"type":"auto"}"#,
+            r#""tool_choice":{"type":"tool","name":"lab__order"}"#,
+        ),
+        (
+            r#""mode": "AUTO""#,
+            r#""mode": "ANY", "allowedFunctionNames": ["lab__order", "note__write", "lab__order"]"#,
+        ),
     ];
     for (case, (from, to)) in CASES.iter().zip(forcing) {
         let text = String::from_utf8(read(case.file)).unwrap();
         assert_eq!(text.matches(from).count(), 1, "{}", case.file);
         let body = text.replace(from, to).into_bytes();
         let req = parse(case.path, &body).unwrap().unwrap();
-        assert_eq!(req.tool_choice.as_deref(), Some("lab__order"), "{}", case.file);
-        let expected: &[&str] =
-            if case.format == Format::Gemini { &["lab__order", "note__write"] } else { &["lab__order"] };
+        assert_eq!(
+            req.tool_choice.as_deref(),
+            Some("lab__order"),
+            "{}",
+            case.file
+        );
+        let expected: &[&str] = if case.format == Format::Gemini {
+            &["lab__order", "note__write"]
+        } else {
+            &["lab__order"]
+        };
         assert_eq!(req.forced, expected, "{}", case.file);
     }
 }
@@ -215,5 +289,8 @@ fn an_unrecognised_path_still_needs_a_known_shape() {
     // The same body on a known path is an unreadable request of that format.
     let err = parse("/v1/chat/completions", body).unwrap_err();
     assert!(!err.is_unknown_format());
-    assert_eq!(err.to_string(), "tools[0] is not a openai-chat tool: a function tool without a `function` object");
+    assert_eq!(
+        err.to_string(),
+        "tools[0] is not a openai-chat tool: a function tool without a `function` object"
+    );
 }

@@ -56,8 +56,16 @@ extern "C" {
         value_data: *const u8,
         value_size: usize,
     ) -> u32;
-    fn proxy_remove_header_map_value(map_type: MapType, key_data: *const u8, key_size: usize) -> u32;
-    fn proxy_get_header_map_pairs(map_type: MapType, return_map_data: *mut *mut u8, return_map_size: *mut usize) -> u32;
+    fn proxy_remove_header_map_value(
+        map_type: MapType,
+        key_data: *const u8,
+        key_size: usize,
+    ) -> u32;
+    fn proxy_get_header_map_pairs(
+        map_type: MapType,
+        return_map_data: *mut *mut u8,
+        return_map_size: *mut usize,
+    ) -> u32;
     fn proxy_get_buffer_bytes(
         buffer_type: BufferType,
         start: usize,
@@ -83,7 +91,12 @@ extern "C" {
         grpc_status: i32,
     ) -> u32;
     fn proxy_continue_stream(stream_type: StreamType) -> u32;
-    fn proxy_define_metric(metric_type: MetricType, name_data: *const u8, name_size: usize, return_id: *mut u32) -> u32;
+    fn proxy_define_metric(
+        metric_type: MetricType,
+        name_data: *const u8,
+        name_size: usize,
+        return_id: *mut u32,
+    ) -> u32;
     fn proxy_increment_metric(metric_id: u32, offset: i64) -> u32;
 }
 
@@ -117,7 +130,8 @@ pub fn get_header(map: MapType, key: &str) -> Result<Option<Vec<u8>>, HostStatus
     let mut data: *mut u8 = null_mut();
     let mut size: usize = 0;
     // SAFETY: pointers are valid for the call; the host fills `data`/`size`.
-    let status = unsafe { proxy_get_header_map_value(map, key.as_ptr(), key.len(), &mut data, &mut size) };
+    let status =
+        unsafe { proxy_get_header_map_value(map, key.as_ptr(), key.len(), &mut data, &mut size) };
     match status {
         OK => Ok(Some(owned(data, size))),
         NOT_FOUND => Ok(None),
@@ -151,13 +165,17 @@ pub fn get_header_pairs_raw(map: MapType) -> Result<Vec<(String, Vec<u8>)>, Host
 /// Replaces a header (adds it when absent).
 pub fn replace_header(map: MapType, key: &str, value: &[u8]) -> Result<(), HostStatus> {
     // SAFETY: pointers are valid for the call.
-    check(unsafe { proxy_replace_header_map_value(map, key.as_ptr(), key.len(), value.as_ptr(), value.len()) })
+    check(unsafe {
+        proxy_replace_header_map_value(map, key.as_ptr(), key.len(), value.as_ptr(), value.len())
+    })
 }
 
 /// Adds a value to a header (after the values it has).
 pub fn add_header(map: MapType, key: &str, value: &[u8]) -> Result<(), HostStatus> {
     // SAFETY: pointers are valid for the call.
-    check(unsafe { proxy_add_header_map_value(map, key.as_ptr(), key.len(), value.as_ptr(), value.len()) })
+    check(unsafe {
+        proxy_add_header_map_value(map, key.as_ptr(), key.len(), value.as_ptr(), value.len())
+    })
 }
 
 /// Removes a header.
@@ -180,17 +198,35 @@ pub fn get_buffer(kind: BufferType, start: usize, max: usize) -> Result<Vec<u8>,
 }
 
 /// Replaces bytes `[start, start + size)` of a buffer with `value`.
-pub fn set_buffer(kind: BufferType, start: usize, size: usize, value: &[u8]) -> Result<(), HostStatus> {
+pub fn set_buffer(
+    kind: BufferType,
+    start: usize,
+    size: usize,
+    value: &[u8],
+) -> Result<(), HostStatus> {
     // SAFETY: pointers are valid for the call.
     check(unsafe { proxy_set_buffer_bytes(kind, start, size, value.as_ptr(), value.len()) })
 }
 
 /// Sends a local response with `headers` and `body`.
-pub fn send_local_response(status: u32, headers: &[(&str, &str)], body: &[u8]) -> Result<(), HostStatus> {
+pub fn send_local_response(
+    status: u32,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Result<(), HostStatus> {
     let map = serialize_map(headers);
     // SAFETY: pointers are valid for the call.
     check(unsafe {
-        proxy_send_local_response(status, null(), 0, body.as_ptr(), body.len(), map.as_ptr(), map.len(), -1)
+        proxy_send_local_response(
+            status,
+            null(),
+            0,
+            body.as_ptr(),
+            body.len(),
+            map.as_ptr(),
+            map.len(),
+            -1,
+        )
     })
 }
 
@@ -269,7 +305,10 @@ fn deserialize_map(bytes: &[u8]) -> Vec<(String, Vec<u8>)> {
         let Some(key) = slice(at, key_len) else {
             break;
         };
-        let Some(value) = at.checked_add(key_len + 1).and_then(|start| slice(start, value_len)) else {
+        let Some(value) = at
+            .checked_add(key_len + 1)
+            .and_then(|start| slice(start, value_len))
+        else {
             break;
         };
         at += key_len + 1 + value_len + 1;
@@ -287,9 +326,15 @@ mod tests {
         let bytes = serialize_map(&[("location", "/a/b"), (":status", "201")]);
         assert_eq!(
             deserialize_map(&bytes),
-            vec![("location".to_owned(), "/a/b".to_owned()), (":status".to_owned(), "201".to_owned())]
+            vec![
+                ("location".to_owned(), "/a/b".to_owned()),
+                (":status".to_owned(), "201".to_owned())
+            ]
         );
-        assert_eq!(deserialize_map(bytes.get(..bytes.len() - 6).unwrap()).len(), 1);
+        assert_eq!(
+            deserialize_map(bytes.get(..bytes.len() - 6).unwrap()).len(),
+            1
+        );
         assert!(deserialize_map(&[]).is_empty());
     }
 
@@ -307,6 +352,9 @@ mod tests {
     #[test]
     fn header_maps_use_the_abi_layout() {
         let bytes = serialize_map(&[("a", "bc")]);
-        assert_eq!(bytes, [1, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, b'a', 0, b'b', b'c', 0]);
+        assert_eq!(
+            bytes,
+            [1, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, b'a', 0, b'b', b'c', 0]
+        );
     }
 }

@@ -67,7 +67,12 @@ impl Callout {
         self.early = None;
         // A send from a handler running inside an outer dispatch stays inside it.
         let outer = std::mem::replace(&mut self.dispatching, true);
-        let dispatched = host::dispatch(&control.cluster, headers, body, Duration::from_millis(control.timeout_ms));
+        let dispatched = host::dispatch(
+            &control.cluster,
+            headers,
+            body,
+            Duration::from_millis(control.timeout_ms),
+        );
         self.dispatching = outer;
         match (dispatched, self.early.take()) {
             (_, Some(action)) => Ok(Sent::Answered(action)),
@@ -149,11 +154,16 @@ pub struct Failure {
 pub fn answer<T: DeserializeOwned>(body_size: usize) -> Answer<T> {
     let status = status();
     if status != 200 {
-        let code = body(body_size).and_then(|b| serde_json::from_slice::<ErrorBody>(&b).ok()).map(|e| e.error.code);
+        let code = body(body_size)
+            .and_then(|b| serde_json::from_slice::<ErrorBody>(&b).ok())
+            .map(|e| e.error.code);
         return Answer::Failed(Failure { status, code });
     }
     match body(body_size).and_then(|b| serde_json::from_slice(&b).ok()) {
         Some(value) => Answer::Ok(value),
-        None => Answer::Failed(Failure { status: 0, code: None }),
+        None => Answer::Failed(Failure {
+            status: 0,
+            code: None,
+        }),
     }
 }

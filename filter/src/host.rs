@@ -20,7 +20,10 @@ pub struct HostError {
 /// Logs a refusal of `op` on `target` and turns it into a [`HostError`].
 fn refused(op: &'static str, target: impl std::fmt::Debug, status: HostStatus) -> HostError {
     log::warn!("keyhole.host op={op} target={target:?} status={}", status.0);
-    HostError { op, status: status.0 }
+    HostError {
+        op,
+        status: status.0,
+    }
 }
 
 /// A request header's value; `Ok(None)` when absent or not UTF-8.
@@ -118,7 +121,8 @@ pub fn replace_buffer(kind: BufferType, old_size: usize, value: &[u8]) -> Result
 pub fn send_json(status: u16, body: &[u8], extra: &[(&str, &str)]) -> Result<(), HostError> {
     let mut headers = vec![("content-type", "application/json")];
     headers.extend_from_slice(extra);
-    abi::send_local_response(u32::from(status), &headers, body).map_err(|e| refused("send_local_response", status, e))
+    abi::send_local_response(u32::from(status), &headers, body)
+        .map_err(|e| refused("send_local_response", status, e))
 }
 
 /// Resumes a paused request or response.
@@ -127,7 +131,12 @@ pub fn resume(stream: StreamType) -> Result<(), HostError> {
 }
 
 /// Dispatches an HTTP call to `cluster` and returns its token.
-pub fn dispatch(cluster: &str, headers: Vec<(&str, &str)>, body: &[u8], timeout: Duration) -> Result<u32, HostError> {
+pub fn dispatch(
+    cluster: &str,
+    headers: Vec<(&str, &str)>,
+    body: &[u8],
+    timeout: Duration,
+) -> Result<u32, HostError> {
     abi::dispatch_http_call(cluster, headers, body, timeout)
         .map_err(|status| refused("dispatch_http_call", cluster, status))
 }

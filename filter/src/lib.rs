@@ -19,7 +19,12 @@
 #![deny(unsafe_code)]
 #![cfg_attr(
     not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
 )]
 
 mod abi;
@@ -71,7 +76,10 @@ impl Root {
             config: None,
             metrics: Metrics::default(),
             shared: Rc::new(llm::Shared {
-                prior: RefCell::new(PriorSets::new(PRIOR_SESSIONS, keyhole_core::phase::MAX_BUDGET)),
+                prior: RefCell::new(PriorSets::new(
+                    PRIOR_SESSIONS,
+                    keyhole_core::phase::MAX_BUDGET,
+                )),
                 memo: RefCell::new(Memo::new()),
             }),
         }
@@ -82,17 +90,26 @@ impl Context for Root {}
 
 impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
-        let bytes = match host::buffer(proxy_wasm::types::BufferType::PluginConfiguration, usize::MAX) {
+        let bytes = match host::buffer(
+            proxy_wasm::types::BufferType::PluginConfiguration,
+            usize::MAX,
+        ) {
             Ok(bytes) if !bytes.is_empty() => bytes,
             _ => {
-                log::error!("keyhole.config field=<root> error=\"plugin configuration is missing\"");
+                log::error!(
+                    "keyhole.config field=<root> error=\"plugin configuration is missing\""
+                );
                 return false;
             }
         };
         match Config::from_json(&bytes) {
             Ok(config) => {
                 self.metrics = Metrics::define();
-                log::info!("keyhole.config mode={:?} cluster={}", config.mode(), config.control().cluster);
+                log::info!(
+                    "keyhole.config mode={:?} cluster={}",
+                    config.mode(),
+                    config.control().cluster
+                );
                 self.config = Some(match config {
                     Config::Llm(c) => Configured::Llm(Rc::new(c)),
                     Config::Hms(c) => Configured::Hms(Rc::new(c)),
@@ -113,10 +130,17 @@ impl RootContext for Root {
             return Some(Box::new(Unconfigured));
         };
         match config {
-            Configured::Llm(config) => {
-                Some(Box::new(llm::LlmStream::new(context_id, config, self.metrics, self.shared.clone())))
-            }
-            Configured::Hms(config) => Some(Box::new(hms::HmsStream::new(context_id, config, self.metrics))),
+            Configured::Llm(config) => Some(Box::new(llm::LlmStream::new(
+                context_id,
+                config,
+                self.metrics,
+                self.shared.clone(),
+            ))),
+            Configured::Hms(config) => Some(Box::new(hms::HmsStream::new(
+                context_id,
+                config,
+                self.metrics,
+            ))),
         }
     }
 

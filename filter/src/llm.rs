@@ -54,10 +54,10 @@ use keyhole_core::alias::prompt::Refusal as AliasRefusal;
 use keyhole_core::alias::wire::WithTaxonomy;
 use keyhole_core::alias::{EncodeRequest, EncodeResponse, PromptScan};
 use keyhole_core::config::{Aliases, LlmConfig, OffSurface, SearchTool};
-use keyhole_core::hold::HeaderEdit;
-use keyhole_core::recovery;
 use keyhole_core::format::{Format, Memo, ParsedRequest};
+use keyhole_core::hold::HeaderEdit;
 use keyhole_core::prior::PriorSets;
+use keyhole_core::recovery;
 use keyhole_core::reply::{self, ErrorKind, LocalReply};
 use keyhole_core::surface::{self, Finished, Outage, Read, Refusal, Reply};
 use keyhole_core::wire::{Reason, ResolveResponse, Source, SurfacedTool};
@@ -88,18 +88,38 @@ enum State {
     /// Buffering the request body.
     Reading,
     /// Waiting for control's encode answer: the body as read and its scan.
-    Aliasing { body: Vec<u8>, scan: Box<PromptScan<'static>> },
+    Aliasing {
+        body: Vec<u8>,
+        scan: Box<PromptScan<'static>>,
+    },
     /// Waiting for control's answer. The request is kept as read, with the
     /// body its spans refer to. `registry_sent`: the question carried the
     /// descriptors (the second ask).
-    Resolving { body: Vec<u8>, parsed: ParsedRequest<'static>, registry_sent: bool },
+    Resolving {
+        body: Vec<u8>,
+        parsed: ParsedRequest<'static>,
+        registry_sent: bool,
+    },
     /// The request was decided; the response is checked against `surfaced`
     /// (and the control tool, when `search_tool`).
-    Decided { surfaced: Vec<SurfacedTool>, source: Source, format: Format, search_tool: bool },
+    Decided {
+        surfaced: Vec<SurfacedTool>,
+        source: Source,
+        format: Format,
+        search_tool: bool,
+    },
     /// Reading a non-streaming answer whole, to check its tool calls.
-    CheckingAnswer { surfaced: Vec<SurfacedTool>, format: Format, search_tool: bool },
+    CheckingAnswer {
+        surfaced: Vec<SurfacedTool>,
+        format: Format,
+        search_tool: bool,
+    },
     /// Passing a streamed answer through, checking tool calls as they appear.
-    CheckingStream { surfaced: Vec<SurfacedTool>, scanner: StreamScanner, search_tool: bool },
+    CheckingStream {
+        surfaced: Vec<SurfacedTool>,
+        scanner: StreamScanner,
+        search_tool: bool,
+    },
     /// Answered locally.
     Answered,
 }
@@ -113,8 +133,14 @@ pub struct Shared {
 }
 
 /// The response headers only keyhole writes.
-const OWN_HEADERS: [&str; 6] =
-    [HOLD_HEADER, OFF_SURFACE_HEADER, AUDIT_HEADER, SOURCE_HEADER, ALIASED_HEADER, TOOL_SEARCH_HEADER];
+const OWN_HEADERS: [&str; 6] = [
+    HOLD_HEADER,
+    OFF_SURFACE_HEADER,
+    AUDIT_HEADER,
+    SOURCE_HEADER,
+    ALIASED_HEADER,
+    TOOL_SEARCH_HEADER,
+];
 
 /// One LLM stream.
 pub struct LlmStream {
@@ -161,7 +187,11 @@ impl LlmStream {
 
     /// Answers locally with a JSON error and counts it.
     fn reject(&mut self, reply: LocalReply) -> Action {
-        log::warn!("keyhole.reject context={} status={}", self.context_id, reply.status);
+        log::warn!(
+            "keyhole.reject context={} status={}",
+            self.context_id,
+            reply.status
+        );
         count(self.metrics.rejected, 1);
         // Refused, the stream stays paused until Envoy times it out: still closed.
         let _ = host::send_json(reply.status, &reply.body, &[]);
@@ -180,7 +210,12 @@ impl LlmStream {
                 self.phase
             );
         } else {
-            log::warn!("keyhole.refused context={} reason={} phase={}", self.context_id, refusal.as_str(), self.phase);
+            log::warn!(
+                "keyhole.refused context={} reason={} phase={}",
+                self.context_id,
+                refusal.as_str(),
+                self.phase
+            );
         }
         self.reject(reply)
     }
@@ -188,7 +223,11 @@ impl LlmStream {
     /// Reads the complete body, has its ids aliased, asks control, and
     /// pauses; or decides at once.
     fn on_complete_body(&mut self, size: usize) -> Action {
-        let body = if size == 0 { Ok(Vec::new()) } else { host::buffer(BufferType::HttpRequestBody, size) };
+        let body = if size == 0 {
+            Ok(Vec::new())
+        } else {
+            host::buffer(BufferType::HttpRequestBody, size)
+        };
         let Ok(body) = body else {
             if self.config.aliases == Aliases::On {
                 return self.refuse_alias(AliasRefusal::Host, 0);
@@ -223,13 +262,26 @@ impl LlmStream {
             }
             return self.refuse_alias(AliasRefusal::NoSession, scan.ids().len());
         };
-        let question = WithTaxonomy::new(EncodeRequest { session, ids: scan.ids().to_vec(), prompt: true }, tax);
+        let question = WithTaxonomy::new(
+            EncodeRequest {
+                session,
+                ids: scan.ids().to_vec(),
+                prompt: true,
+            },
+            tax,
+        );
         let Ok(payload) = serde_json::to_vec(&question) else {
             return self.refuse_alias(AliasRefusal::Control, scan.ids().len());
         };
         let ids = scan.ids().len();
-        self.state = State::Aliasing { body, scan: Box::new(scan) };
-        match self.callout.send(&self.config.control, "/v1/alias/encode", &payload) {
+        self.state = State::Aliasing {
+            body,
+            scan: Box::new(scan),
+        };
+        match self
+            .callout
+            .send(&self.config.control, "/v1/alias/encode", &payload)
+        {
             Ok(Sent::Waiting) => Action::Pause,
             Ok(Sent::Answered(action)) => action,
             Err(_) => self.refuse_alias(AliasRefusal::Control, ids),
@@ -239,23 +291,37 @@ impl LlmStream {
     /// Applies control's encode answer (`status`, `answer` its body): the
     /// rewritten body replaces the buffered one, and the tool surface is
     /// decided on it.
-    fn on_encoded(&mut self, body: Vec<u8>, scan: &PromptScan<'_>, status: u16, answer: Option<Vec<u8>>) -> Action {
+    fn on_encoded(
+        &mut self,
+        body: Vec<u8>,
+        scan: &PromptScan<'_>,
+        status: u16,
+        answer: Option<Vec<u8>>,
+    ) -> Action {
         let ids = scan.ids().len();
         if status != 200 {
             return self.refuse_alias(AliasRefusal::of_answer(status, answer.as_deref()), ids);
         }
-        let Some(Ok(encoded)) = answer.as_deref().map(serde_json::from_slice::<EncodeResponse>) else {
+        let Some(Ok(encoded)) = answer
+            .as_deref()
+            .map(serde_json::from_slice::<EncodeResponse>)
+        else {
             return self.refuse_alias(AliasRefusal::Control, ids);
         };
         let rewritten = match scan.rewrite_counted(&body, &encoded.aliases, &encoded.known) {
             Ok(rewritten) => rewritten,
             Err(e) => {
-                log::warn!("keyhole.prompt-alias-error context={} error={:?}", self.context_id, e.reason());
+                log::warn!(
+                    "keyhole.prompt-alias-error context={} error={:?}",
+                    self.context_id,
+                    e.reason()
+                );
                 return self.refuse_alias(AliasRefusal::Rewrite, ids);
             }
         };
         if rewritten.body != body
-            && host::replace_buffer(BufferType::HttpRequestBody, body.len(), &rewritten.body).is_err()
+            && host::replace_buffer(BufferType::HttpRequestBody, body.len(), &rewritten.body)
+                .is_err()
         {
             return self.refuse_alias(AliasRefusal::Host, ids);
         }
@@ -296,11 +362,26 @@ impl LlmStream {
         let (read, recalled) = match self.shared.memo.try_borrow_mut() {
             Ok(mut memo) => {
                 let before = memo.hits();
-                let read = surface::read(&self.path, &body, self.phase, &self.config.builtin_tools, &mut memo);
+                let read = surface::read(
+                    &self.path,
+                    &body,
+                    self.phase,
+                    &self.config.builtin_tools,
+                    &mut memo,
+                );
                 (read, memo.hits() > before)
             }
             // Busy (never expected): read without remembering.
-            Err(_) => (surface::read(&self.path, &body, self.phase, &self.config.builtin_tools, &mut Memo::new()), false),
+            Err(_) => (
+                surface::read(
+                    &self.path,
+                    &body,
+                    self.phase,
+                    &self.config.builtin_tools,
+                    &mut Memo::new(),
+                ),
+                false,
+            ),
         };
         if recalled {
             count(self.metrics.registry_recalled, 1);
@@ -320,18 +401,38 @@ impl LlmStream {
     /// Asks control about `parsed` by its registry digest (`with_registry`:
     /// with the descriptors as well) and waits; or decides at once when the
     /// call cannot be dispatched or is answered synchronously.
-    fn ask(&mut self, body: Vec<u8>, parsed: ParsedRequest<'static>, with_registry: bool) -> Action {
+    fn ask(
+        &mut self,
+        body: Vec<u8>,
+        parsed: ParsedRequest<'static>,
+        with_registry: bool,
+    ) -> Action {
         let search_tool = self.search_tool(&parsed);
-        let question = surface::question_with(&parsed, self.session.as_deref(), self.phase, with_registry, search_tool);
+        let question = surface::question_with(
+            &parsed,
+            self.session.as_deref(),
+            self.phase,
+            with_registry,
+            search_tool,
+        );
         let Ok(payload) = serde_json::to_vec(&question) else {
             return self.apply(&parsed, &body, Err(Outage::Dispatch));
         };
-        self.state = State::Resolving { body, parsed, registry_sent: with_registry };
-        match self.callout.send(&self.config.control, "/v1/resolve", &payload) {
+        self.state = State::Resolving {
+            body,
+            parsed,
+            registry_sent: with_registry,
+        };
+        match self
+            .callout
+            .send(&self.config.control, "/v1/resolve", &payload)
+        {
             Ok(Sent::Waiting) => Action::Pause,
             Ok(Sent::Answered(action)) => action,
             Err(_) => match std::mem::replace(&mut self.state, State::Answered) {
-                State::Resolving { body, parsed, .. } => self.apply(&parsed, &body, Err(Outage::Dispatch)),
+                State::Resolving { body, parsed, .. } => {
+                    self.apply(&parsed, &body, Err(Outage::Dispatch))
+                }
                 other => {
                     self.state = other;
                     Action::Pause
@@ -342,12 +443,21 @@ impl LlmStream {
 
     /// Whether the control tool goes out with `parsed` (core decides).
     fn search_tool(&self, parsed: &ParsedRequest<'_>) -> bool {
-        surface::offers_search_tool(parsed, self.phase, self.config.tool_search == SearchTool::On)
+        surface::offers_search_tool(
+            parsed,
+            self.phase,
+            self.config.tool_search == SearchTool::On,
+        )
     }
 
     /// Applies core's decision to the buffered body. Returns `Continue` when the
     /// request may go on, `Pause` when it was answered locally.
-    fn apply(&mut self, parsed: &ParsedRequest<'_>, body: &[u8], answer: Result<&ResolveResponse, Outage>) -> Action {
+    fn apply(
+        &mut self,
+        parsed: &ParsedRequest<'_>,
+        body: &[u8],
+        answer: Result<&ResolveResponse, Outage>,
+    ) -> Action {
         let prior: Vec<SurfacedTool> = match &self.session {
             Some(s) => self.shared.prior.borrow().get(s).to_vec(),
             None => Vec::new(),
@@ -363,12 +473,25 @@ impl LlmStream {
             );
         }
         let offered = self.search_tool(parsed);
-        let finished = surface::finish_with(parsed, body, self.phase, answer, &prior, self.config.on_outage, offered);
+        let finished = surface::finish_with(
+            parsed,
+            body,
+            self.phase,
+            answer,
+            &prior,
+            self.config.on_outage,
+            offered,
+        );
         let (rewritten, keep, surfaced, source, clamped, search_tool) = match finished {
             Finished::Refuse(refusal, reply) => return self.refuse(refusal, reply),
-            Finished::Forward { body, keep, surfaced, source, clamped, search_tool } => {
-                (body, keep, surfaced, source, clamped, search_tool)
-            }
+            Finished::Forward {
+                body,
+                keep,
+                surfaced,
+                source,
+                clamped,
+                search_tool,
+            } => (body, keep, surfaced, source, clamped, search_tool),
         };
         if host::replace_buffer(BufferType::HttpRequestBody, body.len(), &rewritten).is_err() {
             return self.reject(reply::internal("the request body could not be rewritten"));
@@ -381,16 +504,25 @@ impl LlmStream {
         count(self.metrics.tools_out, keep.len() as i64);
         if matches!(source, Source::Retrieval | Source::Lexical) {
             if let Some(session) = &self.session {
-                self.shared.prior.borrow_mut().remember(session, surfaced.iter().cloned());
+                self.shared
+                    .prior
+                    .borrow_mut()
+                    .remember(session, surfaced.iter().cloned());
             }
         }
         // The query never goes into the log (model-written text): only whether there was one.
-        let tool_search = match (search_tool, parsed.search_call.as_ref().and_then(|c| c.query.as_ref())) {
+        let tool_search = match (
+            search_tool,
+            parsed.search_call.as_ref().and_then(|c| c.query.as_ref()),
+        ) {
             (false, _) => "off",
             (true, None) => "offered",
             (true, Some(_)) => "query",
         };
-        let recovered = surfaced.iter().filter(|t| t.reason == Reason::Recovery).count();
+        let recovered = surfaced
+            .iter()
+            .filter(|t| t.reason == Reason::Recovery)
+            .count();
         log::info!(
             "keyhole.candidate-set session={} phase={} source={} format={} tools_in={} tools_out={} bytes_in={} bytes_out={} clamped={} ids_aliased={} tool_search={} recovered={}",
             self.session.as_deref().unwrap_or("-"),
@@ -406,7 +538,12 @@ impl LlmStream {
             tool_search,
             recovered
         );
-        self.state = State::Decided { surfaced, source, format: parsed.format, search_tool };
+        self.state = State::Decided {
+            surfaced,
+            source,
+            format: parsed.format,
+            search_tool,
+        };
         Action::Continue
     }
 
@@ -414,7 +551,9 @@ impl LlmStream {
     /// phase and path, and gets the body ready to be read. Fails when the host
     /// refuses to read a header (the caller refuses the request).
     fn read_request_headers(&mut self) -> Result<Action, HostError> {
-        if let Some(len) = host::request_header("content-length")?.and_then(|v| v.trim().parse::<usize>().ok()) {
+        if let Some(len) =
+            host::request_header("content-length")?.and_then(|v| v.trim().parse::<usize>().ok())
+        {
             if len > self.config.max_body_bytes {
                 return Ok(self.reject(reply::body_too_large(self.config.max_body_bytes)));
             }
@@ -424,7 +563,9 @@ impl LlmStream {
         if let Some(value) = host::request_header(&self.config.phase_header)? {
             match value.parse::<Phase>() {
                 Ok(phase) => self.phase = phase,
-                Err(e) => return Ok(self.reject(reply::error(ErrorKind::InvalidRequest, &e.to_string()))),
+                Err(e) => {
+                    return Ok(self.reject(reply::error(ErrorKind::InvalidRequest, &e.to_string())))
+                }
             }
         }
         // The body may be rewritten after the headers have gone on; the buffer
@@ -439,7 +580,11 @@ impl LlmStream {
 
     /// Logs a call of the tool-search control tool in an answer (never its query).
     fn note_search_call(&self) {
-        log::info!("keyhole.tool-search-called session={} phase={}", self.session.as_deref().unwrap_or("-"), self.phase);
+        log::info!(
+            "keyhole.tool-search-called session={} phase={}",
+            self.session.as_deref().unwrap_or("-"),
+            self.phase
+        );
     }
 
     /// Counts and logs tool calls outside the surfaced set.
@@ -459,7 +604,18 @@ fn header_safe(names: &[String]) -> Vec<String> {
     names
         .iter()
         .take(16)
-        .map(|n| n.chars().take(64).map(|c| if c.is_ascii_graphic() && c != ',' { c } else { '?' }).collect())
+        .map(|n| {
+            n.chars()
+                .take(64)
+                .map(|c| {
+                    if c.is_ascii_graphic() && c != ',' {
+                        c
+                    } else {
+                        '?'
+                    }
+                })
+                .collect()
+        })
         .collect()
 }
 
@@ -482,32 +638,55 @@ fn split_search_call(mut off: Vec<String>, search_tool: bool) -> (bool, Vec<Stri
 
 /// `name=reason,name=reason`.
 fn audit_value(surfaced: &[SurfacedTool]) -> String {
-    let pairs: Vec<String> = surfaced.iter().map(|t| format!("{}={}", t.name, t.reason.as_str())).collect();
+    let pairs: Vec<String> = surfaced
+        .iter()
+        .map(|t| format!("{}={}", t.name, t.reason.as_str()))
+        .collect();
     pairs.join(",")
 }
 
 impl Context for LlmStream {
-    fn on_http_call_response(&mut self, token_id: u32, _headers: usize, body_size: usize, _trailers: usize) {
+    fn on_http_call_response(
+        &mut self,
+        token_id: u32,
+        _headers: usize,
+        body_size: usize,
+        _trailers: usize,
+    ) {
         if !self.callout.claim(token_id) {
             return;
         }
-        let (body, parsed, registry_sent) = match std::mem::replace(&mut self.state, State::Answered) {
-            State::Resolving { body, parsed, registry_sent } => (body, parsed, registry_sent),
-            State::Aliasing { body, scan } => {
-                let action = self.on_encoded(body, &scan, callout::status(), callout::body(body_size));
-                self.callout.settle(action, StreamType::HttpRequest);
-                return;
-            }
-            other => {
-                self.state = other;
-                return;
-            }
-        };
-        let action = match surface::reply(callout::status(), callout::body(body_size).as_deref(), registry_sent) {
+        let (body, parsed, registry_sent) =
+            match std::mem::replace(&mut self.state, State::Answered) {
+                State::Resolving {
+                    body,
+                    parsed,
+                    registry_sent,
+                } => (body, parsed, registry_sent),
+                State::Aliasing { body, scan } => {
+                    let action =
+                        self.on_encoded(body, &scan, callout::status(), callout::body(body_size));
+                    self.callout.settle(action, StreamType::HttpRequest);
+                    return;
+                }
+                other => {
+                    self.state = other;
+                    return;
+                }
+            };
+        let action = match surface::reply(
+            callout::status(),
+            callout::body(body_size).as_deref(),
+            registry_sent,
+        ) {
             Reply::Answer(answer) => self.apply(&parsed, &body, Ok(&answer)),
             Reply::Outage(outage) => self.apply(&parsed, &body, Err(outage)),
             Reply::SendRegistry => {
-                log::info!("keyhole.registry-unknown context={} tools={}", self.context_id, parsed.tools.len());
+                log::info!(
+                    "keyhole.registry-unknown context={} tools={}",
+                    self.context_id,
+                    parsed.tools.len()
+                );
                 self.ask(body, parsed, true)
             }
         };
@@ -531,7 +710,9 @@ impl HttpContext for LlmStream {
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         match self.state {
             State::Reading => {}
-            State::Aliasing { .. } | State::Resolving { .. } | State::Answered => return Action::Pause,
+            State::Aliasing { .. } | State::Resolving { .. } | State::Answered => {
+                return Action::Pause
+            }
             _ => return Action::Continue,
         }
         if body_size > self.config.max_body_bytes {
@@ -574,7 +755,12 @@ impl HttpContext for LlmStream {
         if let Some(n) = self.ids_aliased {
             let _ = host::set_response_header(ALIASED_HEADER, Some(&n.to_string()));
         }
-        let State::Decided { surfaced, source, format, search_tool } = std::mem::replace(&mut self.state, State::Answered)
+        let State::Decided {
+            surfaced,
+            source,
+            format,
+            search_tool,
+        } = std::mem::replace(&mut self.state, State::Answered)
         else {
             return Action::Continue;
         };
@@ -589,12 +775,18 @@ impl HttpContext for LlmStream {
             return Action::Continue;
         }
         // An unreadable content type counts as an unknown one: not checked.
-        let content_type = host::response_header("content-type").ok().flatten().unwrap_or_default();
+        let content_type = host::response_header("content-type")
+            .ok()
+            .flatten()
+            .unwrap_or_default();
         if content_type.starts_with("text/event-stream") {
             // Streams pass in real time; calls are checked as they appear and
             // can only be counted (the headers are already gone).
-            self.state =
-                State::CheckingStream { surfaced, scanner: StreamScanner::new(format, ScanLimits::default()), search_tool };
+            self.state = State::CheckingStream {
+                surfaced,
+                scanner: StreamScanner::new(format, ScanLimits::default()),
+                search_tool,
+            };
             return Action::Continue;
         }
         if !content_type.contains("json") {
@@ -605,15 +797,24 @@ impl HttpContext for LlmStream {
         // filter's body callbacks too; the hold filter after us keeps the
         // headers instead.
         let _ = host::set_response_header(HOLD_HEADER, Some(HOLD_OPEN));
-        self.state = State::CheckingAnswer { surfaced, format, search_tool };
+        self.state = State::CheckingAnswer {
+            surfaced,
+            format,
+            search_tool,
+        };
         Action::Continue
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         match &mut self.state {
-            State::CheckingStream { surfaced, scanner, search_tool } => {
+            State::CheckingStream {
+                surfaced,
+                scanner,
+                search_tool,
+            } => {
                 // An unreadable chunk is passed on unscanned (it cannot be held).
-                let chunk = host::buffer(BufferType::HttpResponseBody, body_size).unwrap_or_default();
+                let chunk =
+                    host::buffer(BufferType::HttpResponseBody, body_size).unwrap_or_default();
                 let mut fresh = scanner.feed(&chunk);
                 if end_of_stream {
                     fresh.extend(scanner.finish());
@@ -621,11 +822,18 @@ impl HttpContext for LlmStream {
                     let skipped = stats.oversized + stats.unreadable;
                     if skipped > 0 {
                         count(self.metrics.stream_events_skipped, skipped as i64);
-                        log::warn!("keyhole.stream-skipped context={} oversized={} unreadable={}", self.context_id, stats.oversized, stats.unreadable);
+                        log::warn!(
+                            "keyhole.stream-skipped context={} oversized={} unreadable={}",
+                            self.context_id,
+                            stats.oversized,
+                            stats.unreadable
+                        );
                     }
                 }
-                let off: Vec<String> =
-                    fresh.into_iter().filter(|n| !admission::is_surfaced(n, &names(surfaced))).collect();
+                let off: Vec<String> = fresh
+                    .into_iter()
+                    .filter(|n| !admission::is_surfaced(n, &names(surfaced)))
+                    .collect();
                 let (searched, off) = split_search_call(off, *search_tool);
                 if searched {
                     self.note_search_call();
@@ -635,14 +843,19 @@ impl HttpContext for LlmStream {
                 }
                 Action::Continue
             }
-            State::CheckingAnswer { surfaced, format, search_tool } => {
+            State::CheckingAnswer {
+                surfaced,
+                format,
+                search_tool,
+            } => {
                 if !end_of_stream {
                     return Action::Pause;
                 }
                 let Ok(body) = host::buffer(BufferType::HttpResponseBody, body_size) else {
                     return Action::Continue;
                 };
-                let off = admission::off_surface(*format, &body, &names(surfaced)).unwrap_or_default();
+                let off =
+                    admission::off_surface(*format, &body, &names(surfaced)).unwrap_or_default();
                 let (searched, off) = split_search_call(off, *search_tool);
                 if searched {
                     self.note_search_call();
@@ -659,20 +872,31 @@ impl HttpContext for LlmStream {
                 };
                 // The verdict travels to the hold filter in the body's first line.
                 let edits = if searched && replacement.is_none() {
-                    vec![HeaderEdit::Set(TOOL_SEARCH_HEADER.to_owned(), "called".to_owned())]
+                    vec![HeaderEdit::Set(
+                        TOOL_SEARCH_HEADER.to_owned(),
+                        "called".to_owned(),
+                    )]
                 } else {
                     Vec::new()
                 };
-                let verdict = Verdict { status, names: header_safe(&off), edits };
+                let verdict = Verdict {
+                    status,
+                    names: header_safe(&off),
+                    edits,
+                };
                 let framed = match verdict.frame(replacement.as_deref().unwrap_or(&body)) {
                     Ok(framed) => framed,
                     Err(e) => {
                         // Tool names that cannot travel in a header: withhold the answer.
                         log::error!("keyhole.verdict error={e}");
                         let reply = reply::internal("the answer's verdict could not be written");
-                        Verdict { status: reply.status, names: Vec::new(), edits: Vec::new() }
-                            .frame(&reply.body)
-                            .unwrap_or_default()
+                        Verdict {
+                            status: reply.status,
+                            names: Vec::new(),
+                            edits: Vec::new(),
+                        }
+                        .frame(&reply.body)
+                        .unwrap_or_default()
                     }
                 };
                 // A refused replacement leaves the answer without a verdict

@@ -108,8 +108,13 @@ pub enum Refused {
 
 impl Refused {
     /// Every reason, in counter order.
-    pub const ALL: [Refused; 5] =
-        [Refused::Invalid, Refused::UnknownAlias, Refused::TooLarge, Refused::Unavailable, Refused::Internal];
+    pub const ALL: [Refused; 5] = [
+        Refused::Invalid,
+        Refused::UnknownAlias,
+        Refused::TooLarge,
+        Refused::Unavailable,
+        Refused::Internal,
+    ];
 
     /// The counter's name suffix.
     pub fn as_str(self) -> &'static str {
@@ -231,15 +236,19 @@ impl Metrics {
             llm: LlmAliasMetrics {
                 ids_aliased: counter("keyhole.llm.ids_aliased"),
                 requests_aliased: counter("keyhole.llm.requests_aliased"),
-                refused: AliasRefusal::ALL.map(|r| counter(&format!("keyhole.llm.alias_refused.{}", r.as_str()))),
+                refused: AliasRefusal::ALL
+                    .map(|r| counter(&format!("keyhole.llm.alias_refused.{}", r.as_str()))),
             },
             hms: HmsMetrics {
                 responses_aliased: counter("keyhole.hms_responses_aliased"),
                 aliases_decoded: counter("keyhole.hms_aliases_decoded"),
                 raw_ids: counter("keyhole.hms_raw_ids"),
-                withheld: Withheld::ALL.map(|r| counter(&format!("keyhole.hms_withheld.{}", r.as_str()))),
-                refused: Refused::ALL.map(|r| counter(&format!("keyhole.hms_refused.{}", r.as_str()))),
-                last_word: LastWordReason::ALL.map(|r| counter(&format!("keyhole.hms_last_word.{}", r.as_str()))),
+                withheld: Withheld::ALL
+                    .map(|r| counter(&format!("keyhole.hms_withheld.{}", r.as_str()))),
+                refused: Refused::ALL
+                    .map(|r| counter(&format!("keyhole.hms_refused.{}", r.as_str()))),
+                last_word: LastWordReason::ALL
+                    .map(|r| counter(&format!("keyhole.hms_last_word.{}", r.as_str()))),
             },
         }
     }

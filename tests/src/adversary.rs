@@ -59,7 +59,12 @@ pub enum Dialect {
     Gemini,
 }
 
-const DIALECTS: [Dialect; 4] = [Dialect::Chat, Dialect::Responses, Dialect::Anthropic, Dialect::Gemini];
+const DIALECTS: [Dialect; 4] = [
+    Dialect::Chat,
+    Dialect::Responses,
+    Dialect::Anthropic,
+    Dialect::Gemini,
+];
 
 impl Dialect {
     /// The path that names this format.
@@ -106,8 +111,13 @@ pub struct Request {
     pub clean: bool,
 }
 
-const PHASES: [(&str, usize); 5] =
-    [("planner", 12), ("tool-input", 1), ("agent-call", 8), ("recovery", 12), ("formatter", 12)];
+const PHASES: [(&str, usize); 5] = [
+    ("planner", 12),
+    ("tool-input", 1),
+    ("agent-call", 8),
+    ("recovery", 12),
+    ("formatter", 12),
+];
 
 /// A JSON string literal.
 fn lit(s: &str) -> String {
@@ -133,9 +143,13 @@ fn function(rng: &mut Rng, dialect: Dialect, i: usize) -> String {
             r#"{{"type":"function","function":{{"name":{name},"description":{description},"parameters":{params}}}}}"#
         ),
         Dialect::Responses => {
-            format!(r#"{{"type":"function","name":{name},"description":{description},"parameters":{params}}}"#)
+            format!(
+                r#"{{"type":"function","name":{name},"description":{description},"parameters":{params}}}"#
+            )
         }
-        Dialect::Anthropic => format!(r#"{{"name":{name},"description":{description},"input_schema":{params}}}"#),
+        Dialect::Anthropic => {
+            format!(r#"{{"name":{name},"description":{description},"input_schema":{params}}}"#)
+        }
         Dialect::Gemini => format!(
             r#"{{"functionDeclarations":[{{"name":{name},"description":{description},"parameters":{params}}}]}}"#
         ),
@@ -148,18 +162,28 @@ fn disguised(rng: &mut Rng, i: usize) -> String {
     let name = lit(&format!("hidden_{i}"));
     let d = lit("Hidden tool: full description of what it does.");
     let variants = [
-        format!(r#"{{"type":"function_v2","function":{{"name":{name},"description":{d},"parameters":{{}}}}}}"#),
+        format!(
+            r#"{{"type":"function_v2","function":{{"name":{name},"description":{d},"parameters":{{}}}}}}"#
+        ),
         format!(r#"{{"type":"Function","function":{{"name":{name},"description":{d}}}}}"#),
-        format!(r#"{{"type":"\u0066unction_v2","name":{name},"description":{d},"parameters":{{}}}}"#),
-        format!(r#"{{"type":"x","TYPE":"function","name":{name},"description":{d},"parameters":{{}}}}"#),
+        format!(
+            r#"{{"type":"\u0066unction_v2","name":{name},"description":{d},"parameters":{{}}}}"#
+        ),
+        format!(
+            r#"{{"type":"x","TYPE":"function","name":{name},"description":{d},"parameters":{{}}}}"#
+        ),
         format!(r#"{{"type":"custom_v2","name":{name},"description":{d},"input_schema":{{}}}}"#),
         format!(r#"{{"type":"Custom","name":{name},"input_schema":{{"type":"object"}}}}"#),
-        format!(r#"{{"type":"web_search_20250305","name":{name},"description":{d},"input_schema":{{}}}}"#),
+        format!(
+            r#"{{"type":"web_search_20250305","name":{name},"description":{d},"input_schema":{{}}}}"#
+        ),
         format!(r#"{{"FunctionDeclarations":[{{"name":{name},"description":{d}}}]}}"#),
         format!(r#"{{"Name":{name},"Description":{d},"Input_Schema":{{}}}}"#),
         format!(r#"{{"n\u0061me":{name},"DESCRIPTION":{d},"inputSchema":{{}}}}"#),
         format!(r#"{{"type":"function","Function":{{"name":{name},"description":{d}}}}}"#),
-        format!(r#"{{"type":"function","name":{name},"parameters":{{}},"function":{{"name":{name}}}}}"#),
+        format!(
+            r#"{{"type":"function","name":{name},"parameters":{{}},"function":{{"name":{name}}}}}"#
+        ),
     ];
     rng.pick(&variants).clone()
 }
@@ -182,7 +206,11 @@ pub fn generate(rng: &mut Rng) -> Request {
     let dialect = *rng.pick(&DIALECTS);
     let (phase, budget) = *rng.pick(&PHASES);
     let clean = rng.chance(20);
-    let count = if rng.chance(50) { 8 + rng.below(120) } else { rng.below(20) };
+    let count = if rng.chance(50) {
+        8 + rng.below(120)
+    } else {
+        rng.below(20)
+    };
 
     let mut placed = 0usize;
     let mut elements = Vec::with_capacity(count + 4);
@@ -225,12 +253,24 @@ pub fn generate(rng: &mut Rng) -> Request {
     if !clean {
         if rng.chance(25) {
             // Decoy top-level keys of another format.
-            top.push(rng.pick(&[r#""contents":[]"#, r#""input":"x""#, r#""messages":[]"#, r#""system":"s""#]).to_string());
+            top.push(
+                rng.pick(&[
+                    r#""contents":[]"#,
+                    r#""input":"x""#,
+                    r#""messages":[]"#,
+                    r#""system":"s""#,
+                ])
+                .to_string(),
+            );
         }
         if rng.chance(25) {
             let n = 1 + rng.below(40);
             let fns: Vec<String> = (0..n)
-                .map(|i| format!(r#"{{"name":"legacy_{i}","description":"old style","parameters":{{}}}}"#))
+                .map(|i| {
+                    format!(
+                        r#"{{"name":"legacy_{i}","description":"old style","parameters":{{}}}}"#
+                    )
+                })
                 .collect();
             placed += n;
             top.push(format!(r#""functions":[{}]"#, fns.join(",")));
@@ -239,7 +279,11 @@ pub fn generate(rng: &mut Rng) -> Request {
             // Definitions nested where no parser looks for tools.
             let n = 1 + rng.below(20);
             let nested: Vec<String> = (0..n)
-                .map(|i| format!(r#"{{"tool":{{"name":"nested_{i}","description":"d","parameters":{{}}}}}}"#))
+                .map(|i| {
+                    format!(
+                        r#"{{"tool":{{"name":"nested_{i}","description":"d","parameters":{{}}}}}}"#
+                    )
+                })
                 .collect();
             placed += n;
             top.push(format!(r#""metadata":{{"extra":[{}]}}"#, nested.join(",")));
@@ -251,12 +295,20 @@ pub fn generate(rng: &mut Rng) -> Request {
             // Name-only definitions the provider loads into the context:
             // OpenAI's tool search output, a Realtime session's tools.
             let n = 1 + rng.below(108);
-            let loaded: Vec<String> = (0..n).map(|i| format!(r#"{{"type":"function","name":"loaded_{i}"}}"#)).collect();
+            let loaded: Vec<String> = (0..n)
+                .map(|i| format!(r#"{{"type":"function","name":"loaded_{i}"}}"#))
+                .collect();
             placed += n;
             if rng.chance(50) {
-                top.push(format!(r#""extra_input":[{{"type":"tool_search_output","tools":[{}]}}]"#, loaded.join(",")));
+                top.push(format!(
+                    r#""extra_input":[{{"type":"tool_search_output","tools":[{}]}}]"#,
+                    loaded.join(",")
+                ));
             } else {
-                top.push(format!(r#""session":{{"type":"realtime","tools":[{}]}}"#, loaded.join(",")));
+                top.push(format!(
+                    r#""session":{{"type":"realtime","tools":[{}]}}"#,
+                    loaded.join(",")
+                ));
             }
         }
     }
@@ -276,13 +328,29 @@ pub fn generate(rng: &mut Rng) -> Request {
         ])
         .clone()
     };
-    let method = if clean { "POST" } else { *rng.pick(&["POST", "POST", "POST", "PUT", "PATCH", "DELETE", "GET"]) };
-    let mut headers = vec![("x-keyhole-phase", phase.to_owned()), ("x-keyhole-session", format!("s{}", rng.below(50)))];
+    let method = if clean {
+        "POST"
+    } else {
+        *rng.pick(&["POST", "POST", "POST", "PUT", "PATCH", "DELETE", "GET"])
+    };
+    let mut headers = vec![
+        ("x-keyhole-phase", phase.to_owned()),
+        ("x-keyhole-session", format!("s{}", rng.below(50))),
+    ];
     if method != "POST" && rng.chance(50) {
         headers.push(("x-http-method-override", "POST".into()));
     }
     let transport = *rng.pick(&[Transport::Http1, Transport::Http2, Transport::Http2Trailers]);
-    Request { method, path, headers, body, transport, budget, placed, clean }
+    Request {
+        method,
+        path,
+        headers,
+        body,
+        transport,
+        budget,
+        placed,
+        clean,
+    }
 }
 
 fn builtin_of(dialect: Dialect) -> &'static str {
@@ -321,23 +389,41 @@ pub fn tool_definitions(body: &[u8]) -> usize {
 /// its label), an Anthropic `mcp_toolset` enabled by default, or an
 /// `mcp_servers` entry with neither a toolset nor `allowed_tools`.
 pub fn unbounded_source(v: &Value) -> bool {
-    let tools = v.get("tools").and_then(Value::as_array).cloned().unwrap_or_default();
+    let tools = v
+        .get("tools")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     let responses_mcp = tools.iter().any(|t| {
         t.get("type").and_then(Value::as_str) == Some("mcp")
             && t.get("allowed_tools").is_none()
-            && !v.get("input").and_then(Value::as_array).is_some_and(|items| {
-                items.iter().any(|i| i.get("type").and_then(Value::as_str) == Some("mcp_list_tools") && i.get("server_label") == t.get("server_label"))
-            })
+            && !v
+                .get("input")
+                .and_then(Value::as_array)
+                .is_some_and(|items| {
+                    items.iter().any(|i| {
+                        i.get("type").and_then(Value::as_str) == Some("mcp_list_tools")
+                            && i.get("server_label") == t.get("server_label")
+                    })
+                })
     });
     let toolset_on = |t: &Value| {
         t.get("type").and_then(Value::as_str) == Some("mcp_toolset")
-            && t.pointer("/default_config/enabled").and_then(Value::as_bool) != Some(false)
+            && t.pointer("/default_config/enabled")
+                .and_then(Value::as_bool)
+                != Some(false)
     };
-    let servers = v.get("mcp_servers").and_then(Value::as_array).cloned().unwrap_or_default();
+    let servers = v
+        .get("mcp_servers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     let bare_server = servers.iter().any(|s| {
         let named = |t: &Value| t.get("mcp_server_name") == s.get("name");
         s.pointer("/tool_configuration/allowed_tools").is_none()
-            && s.pointer("/tool_configuration/enabled").and_then(Value::as_bool) != Some(false)
+            && s.pointer("/tool_configuration/enabled")
+                .and_then(Value::as_bool)
+                != Some(false)
             && !tools.iter().any(named)
     });
     responses_mcp || tools.iter().any(toolset_on) || bare_server
@@ -355,7 +441,11 @@ enum Place {
 }
 
 fn squash(key: &str) -> String {
-    key.chars().filter(|c| !matches!(c, '_' | '-')).flat_map(char::to_lowercase).collect::<String>().replace('ſ', "s")
+    key.chars()
+        .filter(|c| !matches!(c, '_' | '-'))
+        .flat_map(char::to_lowercase)
+        .collect::<String>()
+        .replace('ſ', "s")
 }
 
 fn count(v: &Value, place: Place, reference: bool) -> usize {
@@ -383,11 +473,17 @@ fn count(v: &Value, place: Place, reference: bool) -> usize {
                     "tools" => Place::ToolsList,
                     _ => Place::Other,
                 };
-                let inner_reference = reference || matches!(k.as_str(), "toolchoice" | "toolconfig" | "allowedtools");
+                let inner_reference =
+                    reference || matches!(k.as_str(), "toolchoice" | "toolconfig" | "allowedtools");
                 n += count(v, child, inner_reference);
                 match k.as_str() {
                     "name" => named |= v.is_string(),
-                    "description" | "parameters" | "inputschema" | "parametersjsonschema" | "schema" | "inputjsonschema" => defines = true,
+                    "description"
+                    | "parameters"
+                    | "inputschema"
+                    | "parametersjsonschema"
+                    | "schema"
+                    | "inputjsonschema" => defines = true,
                     "arguments" | "input" | "args" => call = true,
                     "type" => typed = Some(v.as_str().map(|t| squash(t)).unwrap_or_default()),
                     _ => {}

@@ -51,7 +51,12 @@ pub fn client_tools(tools: Vec<String>) -> Vec<String> {
 /// The function names of an OpenAI chat body's tools.
 pub fn tool_names(body: &[u8]) -> Vec<String> {
     let v: Value = serde_json::from_slice(body).expect("json body");
-    v["tools"].as_array().into_iter().flatten().filter_map(|t| t["function"]["name"].as_str().map(str::to_owned)).collect()
+    v["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
+        .collect()
 }
 
 /// The body as JSON without its `tools` member: what must pass unchanged.

@@ -20,10 +20,18 @@ pub struct Control {
 
 impl Control {
     /// Starts `keyhole serve` on `socket` and waits for `/healthz`.
-    pub async fn start(socket: &Path, data_dir: &Path, extra: &[String]) -> anyhow::Result<Control> {
+    pub async fn start(
+        socket: &Path,
+        data_dir: &Path,
+        extra: &[String],
+    ) -> anyhow::Result<Control> {
         let child = spawn(socket, data_dir, extra)?;
-        let mut control =
-            Control { child, socket: socket.to_owned(), data_dir: data_dir.to_owned(), args: extra.to_vec() };
+        let mut control = Control {
+            child,
+            socket: socket.to_owned(),
+            data_dir: data_dir.to_owned(),
+            args: extra.to_vec(),
+        };
         control.wait_ready().await?;
         Ok(control)
     }
@@ -56,7 +64,10 @@ impl Control {
                 }
             }
             if Instant::now() > deadline {
-                bail!("control did not become healthy on {}", self.socket.display());
+                bail!(
+                    "control did not become healthy on {}",
+                    self.socket.display()
+                );
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -71,13 +82,19 @@ fn spawn(socket: &Path, data_dir: &Path, extra: &[String]) -> anyhow::Result<Chi
         .open(data_dir.with_extension("log"))
         .context("opening control's log")?;
     let mut cmd = Command::new(&bin);
-    cmd.arg("serve").arg("--socket").arg(socket).arg("--data-dir").arg(data_dir);
+    cmd.arg("serve")
+        .arg("--socket")
+        .arg(socket)
+        .arg("--data-dir")
+        .arg(data_dir);
     // The shared embedder, unless the caller names another.
     if !extra.iter().any(|a| a == "--embedder-url") {
         cmd.arg("--embedder-url").arg(crate::paths::embedder_url());
     }
     // The taxonomy the filter gets too (`$KEYHOLE_TAXONOMY`), unless the caller names one.
-    if let Some(taxonomy) = crate::paths::taxonomy().filter(|_| !extra.iter().any(|a| a == "--taxonomy")) {
+    if let Some(taxonomy) =
+        crate::paths::taxonomy().filter(|_| !extra.iter().any(|a| a == "--taxonomy"))
+    {
         cmd.arg("--taxonomy").arg(taxonomy);
     }
     cmd.args(extra)
@@ -90,7 +107,12 @@ fn spawn(socket: &Path, data_dir: &Path, extra: &[String]) -> anyhow::Result<Chi
 }
 
 /// A plain HTTP/1.1 request over the Unix socket; returns the whole response text.
-pub async fn request(socket: &Path, method: &str, path: &str, body: Option<&str>) -> anyhow::Result<String> {
+pub async fn request(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> anyhow::Result<String> {
     let mut stream = tokio::net::UnixStream::connect(socket).await?;
     let body = body.unwrap_or("");
     let head = format!(

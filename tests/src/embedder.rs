@@ -17,8 +17,13 @@ pub const DIMENSIONS: usize = 384;
 /// never the zero vector.
 pub fn vector(text: &str) -> Vec<f32> {
     let mut v = vec![0.0f32; DIMENSIONS];
-    for word in text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
-        let h = word.to_lowercase().bytes().fold(2166136261u32, |h, b| (h ^ u32::from(b)).wrapping_mul(16777619));
+    for word in text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+    {
+        let h = word.to_lowercase().bytes().fold(2166136261u32, |h, b| {
+            (h ^ u32::from(b)).wrapping_mul(16777619)
+        });
         v[h as usize % DIMENSIONS] += 1.0;
     }
     v[0] += 0.01;
@@ -39,16 +44,24 @@ pub async fn start(failures: usize) -> String {
                 }
                 let inputs: Vec<String> = match &req["input"] {
                     Value::String(s) => vec![s.clone()],
-                    Value::Array(a) => a.iter().map(|v| v.as_str().unwrap_or("").to_owned()).collect(),
+                    Value::Array(a) => a
+                        .iter()
+                        .map(|v| v.as_str().unwrap_or("").to_owned())
+                        .collect(),
                     _ => Vec::new(),
                 };
-                let data: Vec<Value> =
-                    inputs.iter().enumerate().map(|(i, t)| json!({"index": i, "embedding": vector(t)})).collect();
+                let data: Vec<Value> = inputs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| json!({"index": i, "embedding": vector(t)}))
+                    .collect();
                 Ok(axum::Json(json!({"data": data, "model": "bag-of-words"})))
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;

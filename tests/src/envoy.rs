@@ -100,7 +100,12 @@ pub fn vars(o: &EnvoyOptions) -> Vec<(&'static str, String)> {
         ("HMS_FILTER_CONFIG", o.hms_filter_config.clone()),
         ("MAX_BODY_BYTES", o.max_body_bytes.to_string()),
         // render.py inlines it into both filter configurations ("" = built-in).
-        ("KEYHOLE_TAXONOMY", crate::paths::taxonomy().map(|p| p.display().to_string()).unwrap_or_default()),
+        (
+            "KEYHOLE_TAXONOMY",
+            crate::paths::taxonomy()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+        ),
     ]
 }
 
@@ -113,14 +118,22 @@ pub fn validate(config: &str, dir: &std::path::Path) -> anyhow::Result<(bool, St
         .arg(&path)
         .output()
         .context("running envoy --mode validate")?;
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     Ok((out.status.success(), text))
 }
 
 impl Envoy {
     /// Renders the config, starts Envoy and waits until its listeners are up.
     pub async fn start(o: EnvoyOptions) -> anyhow::Result<Envoy> {
-        let template = if o.baseline { "envoy/baseline.yaml.tmpl" } else { "envoy/envoy.yaml.tmpl" };
+        let template = if o.baseline {
+            "envoy/baseline.yaml.tmpl"
+        } else {
+            "envoy/envoy.yaml.tmpl"
+        };
         Envoy::start_template(template, o).await
     }
 
@@ -135,7 +148,13 @@ impl Envoy {
         let child = Command::new(crate::paths::envoy_bin())
             .arg("-c")
             .arg(&config_path)
-            .args(["--disable-hot-restart", "--concurrency", "1", "--log-level", "info"])
+            .args([
+                "--disable-hot-restart",
+                "--concurrency",
+                "1",
+                "--log-level",
+                "info",
+            ])
             .arg("--admin-address-path")
             .arg(&admin_path)
             .stdout(Stdio::null())
@@ -165,17 +184,31 @@ impl Envoy {
                 bail!("envoy did not become ready:\n{}", self.log_tail());
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
-            let Ok(addr) = std::fs::read_to_string(admin_path) else { continue };
-            let Ok(admin) = addr.trim().parse::<SocketAddr>() else { continue };
+            let Ok(addr) = std::fs::read_to_string(admin_path) else {
+                continue;
+            };
+            let Ok(admin) = addr.trim().parse::<SocketAddr>() else {
+                continue;
+            };
             self.admin = admin;
             let ready = http.get(format!("http://{admin}/ready")).send().await;
             if !matches!(ready, Ok(r) if r.status().is_success()) {
                 continue;
             }
-            let listeners: serde_json::Value =
-                http.get(format!("http://{admin}/listeners?format=json")).send().await?.json().await?;
-            for l in listeners["listener_statuses"].as_array().into_iter().flatten() {
-                let port = l["local_address"]["socket_address"]["port_value"].as_u64().unwrap_or(0) as u16;
+            let listeners: serde_json::Value = http
+                .get(format!("http://{admin}/listeners?format=json"))
+                .send()
+                .await?
+                .json()
+                .await?;
+            for l in listeners["listener_statuses"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                let port = l["local_address"]["socket_address"]["port_value"]
+                    .as_u64()
+                    .unwrap_or(0) as u16;
                 let addr = SocketAddr::from(([127, 0, 0, 1], port));
                 match l["name"].as_str() {
                     Some("llm") => self.llm = addr,
@@ -201,7 +234,10 @@ impl Envoy {
 
     /// The value of a counter from `/stats` (e.g. `wasmcustom.keyhole.requests`); 0 when absent.
     pub async fn stat(&self, name: &str) -> anyhow::Result<u64> {
-        let text = reqwest::get(format!("http://{}/stats?filter={}", self.admin, name)).await?.text().await?;
+        let text = reqwest::get(format!("http://{}/stats?filter={}", self.admin, name))
+            .await?
+            .text()
+            .await?;
         Ok(text
             .lines()
             .filter_map(|l| l.split_once(": "))

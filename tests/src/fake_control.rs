@@ -8,7 +8,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use keyhole_core::wire::{
-    Reason, ResolveRequest, ResolveResponse, Source, SurfacedTool, UnknownRegistry, UNKNOWN_REGISTRY_STATUS,
+    Reason, ResolveRequest, ResolveResponse, Source, SurfacedTool, UnknownRegistry,
+    UNKNOWN_REGISTRY_STATUS,
 };
 use std::path::Path;
 use std::time::Duration;
@@ -37,7 +38,9 @@ impl FakeControl {
     pub async fn start(socket: &Path, fault: Fault) -> anyhow::Result<FakeControl> {
         let _ = std::fs::remove_file(socket);
         let listener = tokio::net::UnixListener::bind(socket)?;
-        let app = axum::Router::new().route("/v1/resolve", axum::routing::post(resolve)).with_state(fault);
+        let app = axum::Router::new()
+            .route("/v1/resolve", axum::routing::post(resolve))
+            .with_state(fault);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
             let _ = axum::serve(listener, app)
@@ -57,20 +60,37 @@ async fn resolve(State(fault): State<Fault>, Json(req): Json<ResolveRequest>) ->
             if !d.is_zero() {
                 tokio::time::sleep(d).await;
             }
-            Json(ResolveResponse { tools: Vec::new(), source: Source::Retrieval }).into_response()
+            Json(ResolveResponse {
+                tools: Vec::new(),
+                source: Source::Retrieval,
+            })
+            .into_response()
         }
-        Fault::Status(s) => (StatusCode::from_u16(s).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), "{\"error\":\"injected\"}")
+        Fault::Status(s) => (
+            StatusCode::from_u16(s).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            "{\"error\":\"injected\"}",
+        )
             .into_response(),
         Fault::Garbage => (StatusCode::OK, "{\"tools\": [\"not\", \"a\", \"set\"").into_response(),
         // Keeps no registry: a question by digest alone is answered "unknown",
         // so the filter asks again with the descriptors.
         Fault::Everything if req.tools.is_empty() && req.registry.is_some() => (
             StatusCode::from_u16(UNKNOWN_REGISTRY_STATUS).unwrap_or(StatusCode::CONFLICT),
-            Json(UnknownRegistry { unknown_registry: true }),
+            Json(UnknownRegistry {
+                unknown_registry: true,
+            }),
         )
             .into_response(),
         Fault::Everything => Json(ResolveResponse {
-            tools: req.tools.into_iter().map(|t| SurfacedTool { name: t.name, reason: Reason::Rag, mutating: false }).collect(),
+            tools: req
+                .tools
+                .into_iter()
+                .map(|t| SurfacedTool {
+                    name: t.name,
+                    reason: Reason::Rag,
+                    mutating: false,
+                })
+                .collect(),
             source: Source::Retrieval,
         })
         .into_response(),

@@ -30,7 +30,8 @@ pub async fn send(
     trailers: bool,
 ) -> anyhow::Result<Reply> {
     let stream = tokio::net::TcpStream::connect(addr).await?;
-    let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await?;
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await?;
     tokio::spawn(async move {
         let _ = conn.await;
     });

@@ -22,17 +22,23 @@ impl Reply {
 
     /// The body as JSON; panics with the body when it is not.
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
     }
 
     /// A header's value.
     pub fn header(&self, name: &str) -> Option<String> {
-        self.headers.get(name).map(|v| v.to_str().unwrap().to_owned())
+        self.headers
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
     }
 
     /// Every header as `name: value` lines.
     pub fn header_text(&self) -> String {
-        self.headers.iter().map(|(k, v)| format!("{k}: {}\n", v.to_str().unwrap_or("?"))).collect()
+        self.headers
+            .iter()
+            .map(|(k, v)| format!("{k}: {}\n", v.to_str().unwrap_or("?")))
+            .collect()
     }
 
     /// Reads a response whole.
@@ -40,14 +46,24 @@ impl Reply {
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
         let body = resp.bytes().await.expect("body").to_vec();
-        Reply { status, headers, body }
+        Reply {
+            status,
+            headers,
+            body,
+        }
     }
 }
 
 /// Sends `method path` to `base` (the HMS listener's URL) in `session`, with
 /// a JSON `body`; asserts that a `content-length` the answer carries is its
 /// body's.
-pub async fn send(base: &str, method: &str, path: &str, session: Option<&str>, body: Option<Vec<u8>>) -> Reply {
+pub async fn send(
+    base: &str,
+    method: &str,
+    path: &str,
+    session: Option<&str>,
+    body: Option<Vec<u8>>,
+) -> Reply {
     let mut req = reqwest::Client::new().request(method.parse().unwrap(), format!("{base}{path}"));
     if let Some(s) = session {
         req = req.header(SESSION_HEADER, s);
@@ -57,7 +73,11 @@ pub async fn send(base: &str, method: &str, path: &str, session: Option<&str>, b
     }
     let reply = Reply::read(req.send().await.expect("request through envoy")).await;
     if let Some(len) = reply.headers.get("content-length") {
-        assert_eq!(len.to_str().unwrap().parse::<usize>().unwrap(), reply.body.len(), "content-length is the body's");
+        assert_eq!(
+            len.to_str().unwrap().parse::<usize>().unwrap(),
+            reply.body.len(),
+            "content-length is the body's"
+        );
     }
     reply
 }

@@ -44,8 +44,10 @@ pub struct Legit {
 
 /// The catalog's tools as `(name, description, parameters)`.
 pub fn catalog_tools() -> Vec<(String, String, Value)> {
-    let body: Value =
-        serde_json::from_slice(&std::fs::read(paths::catalog().join("openai_request.json")).unwrap_or_default()).unwrap_or_default();
+    let body: Value = serde_json::from_slice(
+        &std::fs::read(paths::catalog().join("openai_request.json")).unwrap_or_default(),
+    )
+    .unwrap_or_default();
     body["tools"]
         .as_array()
         .map(|tools| {
@@ -53,15 +55,24 @@ pub fn catalog_tools() -> Vec<(String, String, Value)> {
                 .iter()
                 .map(|t| {
                     let f = &t["function"];
-                    (f["name"].as_str().unwrap_or_default().to_owned(), f["description"].as_str().unwrap_or_default().to_owned(), f["parameters"].clone())
+                    (
+                        f["name"].as_str().unwrap_or_default().to_owned(),
+                        f["description"].as_str().unwrap_or_default().to_owned(),
+                        f["parameters"].clone(),
+                    )
                 })
                 .collect()
         })
         .unwrap_or_default()
 }
 
-const PHASES: [(&str, usize); 5] =
-    [("planner", 12), ("tool-input", 1), ("agent-call", 8), ("recovery", 12), ("formatter", 12)];
+const PHASES: [(&str, usize); 5] = [
+    ("planner", 12),
+    ("tool-input", 1),
+    ("agent-call", 8),
+    ("recovery", 12),
+    ("formatter", 12),
+];
 
 const TURNS: [&str; 6] = [
     "Book Anna Schmidt a follow-up with me next Tuesday at 10:30.",
@@ -110,7 +121,10 @@ pub fn generate(rng: &mut Rng, tools: &[(String, String, Value)]) -> Legit {
         2 => anthropic(rng, tools, &mut label, &mut forced, budget),
         _ => gemini(rng, tools, &mut label, &mut forced, budget),
     };
-    let headers = vec![("x-keyhole-phase", phase.to_owned()), ("x-keyhole-session", format!("legit-{}", rng.below(20)))];
+    let headers = vec![
+        ("x-keyhole-phase", phase.to_owned()),
+        ("x-keyhole-session", format!("legit-{}", rng.below(20))),
+    ];
     Legit {
         label: format!("{phase}:{}", label.join("+")),
         path,
@@ -127,7 +141,13 @@ fn forcing(rng: &mut Rng, tools: &[(String, String, Value)], budget: usize) -> V
     some_names(rng, tools, n)
 }
 
-fn chat(rng: &mut Rng, tools: &[(String, String, Value)], label: &mut Vec<&'static str>, forced: &mut Vec<String>, budget: usize) -> (String, Value) {
+fn chat(
+    rng: &mut Rng,
+    tools: &[(String, String, Value)],
+    label: &mut Vec<&'static str>,
+    forced: &mut Vec<String>,
+    budget: usize,
+) -> (String, Value) {
     label.push("chat");
     // Schemas whose examples hold objects with a name and a description:
     // the detector counts each such tool twice, and the set gives places.
@@ -164,7 +184,8 @@ fn chat(rng: &mut Rng, tools: &[(String, String, Value)], label: &mut Vec<&'stat
             json!("")
         }
     };
-    let mut messages = vec![json!({"role": "developer", "content": "You are the clinical assistant."})];
+    let mut messages =
+        vec![json!({"role": "developer", "content": "You are the clinical assistant."})];
     if rng.chance(40) {
         label.push("tool-loop");
         messages.push(json!({"role": "user", "content": pick_turn(rng)}));
@@ -184,18 +205,27 @@ fn chat(rng: &mut Rng, tools: &[(String, String, Value)], label: &mut Vec<&'stat
         0 => {
             label.push("allowed_tools");
             let names = forcing(rng, tools, budget);
-            let refs: Vec<Value> = names.iter().map(|n| json!({"type": "function", "function": {"name": n}})).collect();
+            let refs: Vec<Value> = names
+                .iter()
+                .map(|n| json!({"type": "function", "function": {"name": n}}))
+                .collect();
             body.insert("tool_choice".into(), json!({"type": "allowed_tools", "allowed_tools": {"mode": *rng.pick(&["auto", "required"]), "tools": refs}}));
             forced.extend(names);
         }
         1 => {
             label.push("named-choice");
             let name = some_names(rng, tools, 1).remove(0);
-            body.insert("tool_choice".into(), json!({"type": "function", "function": {"name": name}}));
+            body.insert(
+                "tool_choice".into(),
+                json!({"type": "function", "function": {"name": name}}),
+            );
             forced.push(name);
         }
         2 => {
-            body.insert("tool_choice".into(), json!(*rng.pick(&["auto", "required", "none"])));
+            body.insert(
+                "tool_choice".into(),
+                json!(*rng.pick(&["auto", "required", "none"])),
+            );
         }
         _ => {}
     }
@@ -210,22 +240,39 @@ fn chat(rng: &mut Rng, tools: &[(String, String, Value)], label: &mut Vec<&'stat
 }
 
 /// `metadata`, `user`, `safety_identifier`, `prompt_cache_key` holding an id.
-fn bookkeeping(rng: &mut Rng, body: &mut Map<String, Value>, label: &mut Vec<&'static str>, openai: bool) {
+fn bookkeeping(
+    rng: &mut Rng,
+    body: &mut Map<String, Value>,
+    label: &mut Vec<&'static str>,
+    openai: bool,
+) {
     if !rng.chance(60) {
         return;
     }
     label.push("bookkeeping");
     if openai {
-        body.insert("metadata".into(), json!({"trace_id": BOOKKEEPING_ID, "patient_ref": format!("Patient/{BOOKKEEPING_ID}")}));
+        body.insert(
+            "metadata".into(),
+            json!({"trace_id": BOOKKEEPING_ID, "patient_ref": format!("Patient/{BOOKKEEPING_ID}")}),
+        );
         body.insert("user".into(), json!(BOOKKEEPING_ID));
         body.insert("safety_identifier".into(), json!(BOOKKEEPING_ID));
-        body.insert("prompt_cache_key".into(), json!(format!("clinic-{BOOKKEEPING_ID}")));
+        body.insert(
+            "prompt_cache_key".into(),
+            json!(format!("clinic-{BOOKKEEPING_ID}")),
+        );
     } else {
         body.insert("metadata".into(), json!({"user_id": BOOKKEEPING_ID}));
     }
 }
 
-fn responses(rng: &mut Rng, tools: &[(String, String, Value)], label: &mut Vec<&'static str>, forced: &mut Vec<String>, budget: usize) -> (String, Value) {
+fn responses(
+    rng: &mut Rng,
+    tools: &[(String, String, Value)],
+    label: &mut Vec<&'static str>,
+    forced: &mut Vec<String>,
+    budget: usize,
+) -> (String, Value) {
     label.push("responses");
     let defer = rng.chance(25);
     let function = |(n, d, p): &(String, String, Value)| {
@@ -269,7 +316,11 @@ fn responses(rng: &mut Rng, tools: &[(String, String, Value)], label: &mut Vec<&
     if mcp {
         label.push("mcp");
         let replayed = rng.chance(50);
-        let allowed = if budget >= 8 || !replayed { Some(vec!["lookup_drug", "interaction_check"]) } else { None };
+        let allowed = if budget >= 8 || !replayed {
+            Some(vec!["lookup_drug", "interaction_check"])
+        } else {
+            None
+        };
         let mut server = json!({"type": "mcp", "server_label": "drugdb", "server_url": "https://mcp.example.org/sse", "require_approval": "never"});
         match &allowed {
             Some(names) if rng.chance(50) => server["allowed_tools"] = json!(names),
@@ -290,7 +341,10 @@ fn responses(rng: &mut Rng, tools: &[(String, String, Value)], label: &mut Vec<&
         }
         1 => {
             label.push("previous_response_id+function_call_output");
-            body.insert("previous_response_id".into(), json!("resp_68af3c1e2b8481a0b1f3d7e9c4a20f5d"));
+            body.insert(
+                "previous_response_id".into(),
+                json!("resp_68af3c1e2b8481a0b1f3d7e9c4a20f5d"),
+            );
             input.push(json!({"type": "function_call_output", "call_id": "call_7", "output": "{\"status\":\"booked\"}"}));
             body.insert("input".into(), json!(input));
         }
@@ -308,7 +362,10 @@ fn responses(rng: &mut Rng, tools: &[(String, String, Value)], label: &mut Vec<&
     if !body.contains_key("input") {
         body.insert("input".into(), json!(input));
     }
-    body.insert("instructions".into(), json!("You are the clinical assistant."));
+    body.insert(
+        "instructions".into(),
+        json!("You are the clinical assistant."),
+    );
     body.insert("tools".into(), json!(list));
     if budget > 1 && rng.chance(50) {
         label.push("text.format");
@@ -318,7 +375,10 @@ fn responses(rng: &mut Rng, tools: &[(String, String, Value)], label: &mut Vec<&
         0 => {
             label.push("allowed_tools");
             let names = forcing(rng, tools, budget);
-            let mut refs: Vec<Value> = names.iter().map(|n| json!({"type": "function", "name": n})).collect();
+            let mut refs: Vec<Value> = names
+                .iter()
+                .map(|n| json!({"type": "function", "name": n}))
+                .collect();
             if mcp {
                 refs.push(json!({"type": "mcp", "server_label": "drugdb"}));
             }
@@ -328,7 +388,10 @@ fn responses(rng: &mut Rng, tools: &[(String, String, Value)], label: &mut Vec<&
         1 => {
             label.push("named-choice");
             let name = some_names(rng, tools, 1).remove(0);
-            body.insert("tool_choice".into(), json!({"type": "function", "name": name}));
+            body.insert(
+                "tool_choice".into(),
+                json!({"type": "function", "name": name}),
+            );
             forced.push(name);
         }
         _ => {}
@@ -338,14 +401,26 @@ fn responses(rng: &mut Rng, tools: &[(String, String, Value)], label: &mut Vec<&
         label.push("stream");
         body.insert("stream".into(), json!(true));
     }
-    body.insert("reasoning".into(), json!({"effort": "low", "summary": "auto"}));
+    body.insert(
+        "reasoning".into(),
+        json!({"effort": "low", "summary": "auto"}),
+    );
     body.insert("store".into(), json!(false));
     ("/v1/responses".into(), Value::Object(body))
 }
 
-fn anthropic(rng: &mut Rng, tools: &[(String, String, Value)], label: &mut Vec<&'static str>, forced: &mut Vec<String>, budget: usize) -> (String, Value) {
+fn anthropic(
+    rng: &mut Rng,
+    tools: &[(String, String, Value)],
+    label: &mut Vec<&'static str>,
+    forced: &mut Vec<String>,
+    budget: usize,
+) -> (String, Value) {
     label.push("anthropic");
-    let mut list: Vec<Value> = tools.iter().map(|(n, d, p)| json!({"name": n, "description": d, "input_schema": p})).collect();
+    let mut list: Vec<Value> = tools
+        .iter()
+        .map(|(n, d, p)| json!({"name": n, "description": d, "input_schema": p}))
+        .collect();
     if let Some(last) = list.last_mut() {
         last["cache_control"] = json!({"type": "ephemeral"});
     }
@@ -403,17 +478,26 @@ fn anthropic(rng: &mut Rng, tools: &[(String, String, Value)], label: &mut Vec<&
         0 => {
             label.push("tool-choice");
             let name = some_names(rng, tools, 1).remove(0);
-            body.insert("tool_choice".into(), json!({"type": "tool", "name": name, "disable_parallel_tool_use": true}));
+            body.insert(
+                "tool_choice".into(),
+                json!({"type": "tool", "name": name, "disable_parallel_tool_use": true}),
+            );
             forced.push(name);
         }
         1 => {
-            body.insert("tool_choice".into(), json!({"type": *rng.pick(&["auto", "any", "none"])}));
+            body.insert(
+                "tool_choice".into(),
+                json!({"type": *rng.pick(&["auto", "any", "none"])}),
+            );
         }
         _ => {}
     }
     if budget > 1 && rng.chance(30) {
         label.push("thinking");
-        body.insert("thinking".into(), json!({"type": "enabled", "budget_tokens": 2048}));
+        body.insert(
+            "thinking".into(),
+            json!({"type": "enabled", "budget_tokens": 2048}),
+        );
     }
     bookkeeping(rng, &mut body, label, false);
     if rng.chance(30) {
@@ -424,7 +508,11 @@ fn anthropic(rng: &mut Rng, tools: &[(String, String, Value)], label: &mut Vec<&
         0 => {
             label.push("vertex");
             body.insert("anthropic_version".into(), json!("vertex-2023-10-16"));
-            let method = if body.contains_key("stream") { "streamRawPredict" } else { "rawPredict" };
+            let method = if body.contains_key("stream") {
+                "streamRawPredict"
+            } else {
+                "rawPredict"
+            };
             format!("/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-sonnet-4-5:{method}")
         }
         1 => {
@@ -441,11 +529,24 @@ fn anthropic(rng: &mut Rng, tools: &[(String, String, Value)], label: &mut Vec<&
     (path, Value::Object(body))
 }
 
-fn gemini(rng: &mut Rng, tools: &[(String, String, Value)], label: &mut Vec<&'static str>, forced: &mut Vec<String>, budget: usize) -> (String, Value) {
+fn gemini(
+    rng: &mut Rng,
+    tools: &[(String, String, Value)],
+    label: &mut Vec<&'static str>,
+    forced: &mut Vec<String>,
+    budget: usize,
+) -> (String, Value) {
     label.push("gemini");
-    let declarations: Vec<Value> = tools.iter().map(|(n, d, p)| json!({"name": n, "description": d, "parameters": p})).collect();
+    let declarations: Vec<Value> = tools
+        .iter()
+        .map(|(n, d, p)| json!({"name": n, "description": d, "parameters": p}))
+        .collect();
     let mut list = vec![json!({"functionDeclarations": declarations})];
-    let builtins = [json!({"googleSearch": {}}), json!({"codeExecution": {}}), json!({"urlContext": {}})];
+    let builtins = [
+        json!({"googleSearch": {}}),
+        json!({"codeExecution": {}}),
+        json!({"urlContext": {}}),
+    ];
     for _ in 0..rng.below(2) {
         label.push("builtin");
         list.push(rng.pick(&builtins).clone());
@@ -469,12 +570,18 @@ fn gemini(rng: &mut Rng, tools: &[(String, String, Value)], label: &mut Vec<&'st
     }
     let mut body = Map::new();
     body.insert("contents".into(), json!(contents));
-    body.insert("systemInstruction".into(), json!({"parts": [{"text": "You are the clinical assistant."}]}));
+    body.insert(
+        "systemInstruction".into(),
+        json!({"parts": [{"text": "You are the clinical assistant."}]}),
+    );
     body.insert("tools".into(), json!(list));
     if rng.chance(40) {
         label.push("allowedFunctionNames");
         let names = forcing(rng, tools, budget);
-        body.insert("toolConfig".into(), json!({"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": names}}));
+        body.insert(
+            "toolConfig".into(),
+            json!({"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": names}}),
+        );
         forced.extend(names);
     }
     if rng.chance(40) {
@@ -495,8 +602,10 @@ fn gemini(rng: &mut Rng, tools: &[(String, String, Value)], label: &mut Vec<&'st
 
 /// What is wrong with `forwarded` as the forwarding of `sent`, if anything.
 pub fn check(sent: &Legit, forwarded: &[u8]) -> Result<(), String> {
-    let before: Map<String, Value> = serde_json::from_slice(&sent.body).map_err(|e| format!("sent: {e}"))?;
-    let after: Map<String, Value> = serde_json::from_slice(forwarded).map_err(|e| format!("forwarded is not JSON: {e}"))?;
+    let before: Map<String, Value> =
+        serde_json::from_slice(&sent.body).map_err(|e| format!("sent: {e}"))?;
+    let after: Map<String, Value> =
+        serde_json::from_slice(forwarded).map_err(|e| format!("forwarded is not JSON: {e}"))?;
     for (key, value) in &before {
         if key != "tools" && after.get(key) != Some(value) {
             return Err(format!("member {key:?} was altered"));
@@ -507,11 +616,15 @@ pub fn check(sent: &Legit, forwarded: &[u8]) -> Result<(), String> {
     }
     let found = adversary::tool_definitions(forwarded);
     if found > sent.budget {
-        return Err(format!("{found} tool definitions left (budget {})", sent.budget));
+        return Err(format!(
+            "{found} tool definitions left (budget {})",
+            sent.budget
+        ));
     }
     // Function tools byte for byte; everything else kept.
     let sent_text = String::from_utf8_lossy(&sent.body);
-    let raw: RawTools<'_> = serde_json::from_slice(forwarded).map_err(|e| format!("forwarded tools: {e}"))?;
+    let raw: RawTools<'_> =
+        serde_json::from_slice(forwarded).map_err(|e| format!("forwarded tools: {e}"))?;
     let mut names: Vec<String> = Vec::new();
     for element in raw.tools.unwrap_or_default() {
         let value: Value = serde_json::from_str(element.get()).map_err(|e| e.to_string())?;
@@ -530,12 +643,25 @@ pub fn check(sent: &Legit, forwarded: &[u8]) -> Result<(), String> {
             return Err(format!("forced tool {name:?} was dropped"));
         }
     }
-    let kept_others = |v: &Value| after.get("tools").and_then(Value::as_array).is_some_and(|a| a.contains(v));
-    for element in before.get("tools").and_then(Value::as_array).into_iter().flatten() {
+    let kept_others = |v: &Value| {
+        after
+            .get("tools")
+            .and_then(Value::as_array)
+            .is_some_and(|a| a.contains(v))
+    };
+    for element in before
+        .get("tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         let function_like = element.get("function").is_some()
             || element.get("input_schema").is_some()
             || element.get("functionDeclarations").is_some()
-            || matches!(element.get("type").and_then(Value::as_str), Some("function" | "custom" | "namespace"));
+            || matches!(
+                element.get("type").and_then(Value::as_str),
+                Some("function" | "custom" | "namespace")
+            );
         if !function_like && !kept_others(element) {
             return Err(format!("built-in or tool source {element} was dropped"));
         }
@@ -551,7 +677,10 @@ struct RawTools<'a> {
 
 /// The function tools of one forwarded tools element, as `(raw text, name)`:
 /// the element itself, or the elements of its namespace or declarations.
-fn functions_of<'a>(element: &'a RawValue, value: &Value) -> Result<Vec<(&'a str, String)>, String> {
+fn functions_of<'a>(
+    element: &'a RawValue,
+    value: &Value,
+) -> Result<Vec<(&'a str, String)>, String> {
     #[derive(serde::Deserialize)]
     struct Group<'a> {
         #[serde(borrow, default, rename = "functionDeclarations")]
@@ -560,14 +689,24 @@ fn functions_of<'a>(element: &'a RawValue, value: &Value) -> Result<Vec<(&'a str
         tools: Option<Vec<&'a RawValue>>,
     }
     let name_of = |v: &Value| {
-        v.get("function").or_else(|| v.get("custom")).unwrap_or(v).get("name").and_then(Value::as_str).map(str::to_owned)
+        v.get("function")
+            .or_else(|| v.get("custom"))
+            .unwrap_or(v)
+            .get("name")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
     };
     let group: Group<'a> = serde_json::from_str(element.get()).map_err(|e| e.to_string())?;
     let kind = value.get("type").and_then(Value::as_str);
     let inner = match (kind, group.declarations, group.tools) {
         (_, Some(declarations), _) => declarations,
         (Some("namespace"), _, Some(tools)) => tools,
-        (Some("function" | "custom") | None, _, _) => return Ok(name_of(value).map(|n| (element.get(), n)).into_iter().collect()),
+        (Some("function" | "custom") | None, _, _) => {
+            return Ok(name_of(value)
+                .map(|n| (element.get(), n))
+                .into_iter()
+                .collect())
+        }
         _ => return Ok(Vec::new()),
     };
     inner

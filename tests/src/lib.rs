@@ -71,7 +71,10 @@ impl Default for StackOptions {
             hms_filter_config: r#"{"mode":"hms","timeout_ms":5000}"#.into(),
             max_body_bytes: 4 * 1024 * 1024,
             // The catalog's metadata overlay, as `make run` and compose use it.
-            control_args: vec!["--overlay".into(), paths::catalog().join("tools.json").display().to_string()],
+            control_args: vec![
+                "--overlay".into(),
+                paths::catalog().join("tools.json").display().to_string(),
+            ],
         }
     }
 }
@@ -101,7 +104,10 @@ impl Stack {
         let llm = upstream::Upstream::start().await?;
         let hms = upstream::Upstream::start().await?;
         let control = if options.control {
-            Some(control::Control::start(&socket, &dir.path().join("data"), &options.control_args).await?)
+            Some(
+                control::Control::start(&socket, &dir.path().join("data"), &options.control_args)
+                    .await?,
+            )
         } else {
             None
         };
@@ -121,7 +127,13 @@ impl Stack {
             baseline: false,
         })
         .await?;
-        Ok(Stack { llm, hms, control, envoy, dir })
+        Ok(Stack {
+            llm,
+            hms,
+            control,
+            envoy,
+            dir,
+        })
     }
 
     /// The control socket path.

@@ -9,11 +9,15 @@ pub fn repo() -> PathBuf {
 
 /// `../shared/catalog` next to the repository, or `$KEYHOLE_CATALOG`.
 pub fn catalog() -> PathBuf {
-    std::env::var_os("KEYHOLE_CATALOG").map(PathBuf::from).unwrap_or_else(|| repo().join("../shared/catalog"))
+    std::env::var_os("KEYHOLE_CATALOG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("../shared/catalog"))
 }
 
 fn target() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| repo().join("target"))
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target"))
 }
 
 /// The filter built by `make build` (`--profile wasm-release`), or `$KEYHOLE_WASM`.
@@ -25,12 +29,16 @@ pub fn wasm() -> PathBuf {
 
 /// The control binary built by `make build` (release), or `$KEYHOLE_BIN`.
 pub fn keyhole_bin() -> PathBuf {
-    std::env::var_os("KEYHOLE_BIN").map(PathBuf::from).unwrap_or_else(|| target().join("release/keyhole"))
+    std::env::var_os("KEYHOLE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target().join("release/keyhole"))
 }
 
 /// Envoy from the project venv, or `$ENVOY_BIN`.
 pub fn envoy_bin() -> PathBuf {
-    std::env::var_os("ENVOY_BIN").map(PathBuf::from).unwrap_or_else(|| repo().join(".venv/bin/envoy"))
+    std::env::var_os("ENVOY_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".venv/bin/envoy"))
 }
 
 /// The alias taxonomy file every test's control and filter run with, from

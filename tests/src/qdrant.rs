@@ -39,12 +39,17 @@ pub fn bin() -> PathBuf {
 pub fn fresh_namespace(prefix: &str) -> String {
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
     format!("{prefix}-{}-{n}-{nanos}", std::process::id())
 }
 
 fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 /// A private Qdrant server on loopback: its own ports and storage, fixed for
@@ -68,7 +73,12 @@ impl Qdrant {
         while grpc_port == http_port {
             grpc_port = free_port()?;
         }
-        Ok(Qdrant { http_port, grpc_port, dir: tempfile::tempdir()?, child: None })
+        Ok(Qdrant {
+            http_port,
+            grpc_port,
+            dir: tempfile::tempdir()?,
+            child: None,
+        })
     }
 
     /// Reserves and starts one.
@@ -90,14 +100,19 @@ impl Qdrant {
 
     /// Whether it runs.
     pub fn is_running(&mut self) -> bool {
-        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
     /// Starts the server (again) on its ports and storage and waits until
     /// `GET /` answers.
     pub async fn start(&mut self) -> anyhow::Result<()> {
         let root = self.dir.path();
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(root.join("qdrant.log"))?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(root.join("qdrant.log"))?;
         let child = Command::new(bin())
             .current_dir(root)
             .env("QDRANT__SERVICE__HOST", "127.0.0.1")
@@ -119,12 +134,18 @@ impl Qdrant {
                 bail!("qdrant exited early: {}", self.log_tail());
             }
             if let Ok(r) = client.get(self.http_url()).send().await {
-                if r.status().is_success() && r.text().await.unwrap_or_default().contains("\"version\"") {
+                if r.status().is_success()
+                    && r.text().await.unwrap_or_default().contains("\"version\"")
+                {
                     return Ok(());
                 }
             }
             if Instant::now() > deadline {
-                bail!("qdrant did not answer on {}: {}", self.http_url(), self.log_tail());
+                bail!(
+                    "qdrant did not answer on {}: {}",
+                    self.http_url(),
+                    self.log_tail()
+                );
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -178,12 +199,18 @@ pub async fn points(http_url: &str, collection: &str) -> anyhow::Result<Option<u
         .await?
         .json()
         .await?;
-    count["result"]["count"].as_u64().map(Some).with_context(|| format!("count of {collection}: {count}"))
+    count["result"]["count"]
+        .as_u64()
+        .map(Some)
+        .with_context(|| format!("count of {collection}: {count}"))
 }
 
 /// Deletes `collection` through the REST API, behind control's back.
 pub async fn delete_collection(http_url: &str, collection: &str) -> anyhow::Result<()> {
-    let resp = reqwest::Client::new().delete(format!("{http_url}/collections/{collection}")).send().await?;
+    let resp = reqwest::Client::new()
+        .delete(format!("{http_url}/collections/{collection}"))
+        .send()
+        .await?;
     if !resp.status().is_success() {
         bail!("DELETE /collections/{collection}: {}", resp.status());
     }

@@ -43,7 +43,12 @@ pub struct Canned {
 impl Canned {
     /// A 200 JSON answer.
     pub fn json(body: impl Into<Bytes>) -> Canned {
-        Canned { status: 200, headers: Vec::new(), body: body.into(), stream_delay: None }
+        Canned {
+            status: 200,
+            headers: Vec::new(),
+            body: body.into(),
+            stream_delay: None,
+        }
     }
 }
 
@@ -71,7 +76,9 @@ impl Upstream {
     /// Binds `addr` and serves in the background.
     pub async fn start_on(addr: SocketAddr) -> anyhow::Result<Upstream> {
         let shared = Arc::new(Shared::default());
-        let app = axum::Router::new().fallback(handle).with_state(shared.clone());
+        let app = axum::Router::new()
+            .fallback(handle)
+            .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -82,7 +89,11 @@ impl Upstream {
                 })
                 .await;
         });
-        Ok(Upstream { addr, shared, _stop: stop })
+        Ok(Upstream {
+            addr,
+            shared,
+            _stop: stop,
+        })
     }
 
     /// Answers `path` with `canned` from now on.
@@ -94,7 +105,11 @@ impl Upstream {
 
     /// Every request received so far.
     pub fn seen(&self) -> Vec<Recorded> {
-        self.shared.seen.lock().map(|v| v.clone()).unwrap_or_default()
+        self.shared
+            .seen
+            .lock()
+            .map(|v| v.clone())
+            .unwrap_or_default()
     }
 
     /// Forgets the requests received so far.
@@ -120,14 +135,25 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
             body: body.clone(),
         });
     }
-    let canned = shared.canned.lock().ok().and_then(|m| m.get(&path).cloned());
+    let canned = shared
+        .canned
+        .lock()
+        .ok()
+        .and_then(|m| m.get(&path).cloned());
     match canned {
         Some(c) if c.stream_delay.is_some() => stream(c),
         Some(c) => {
-            let mut resp = (StatusCode::from_u16(c.status).unwrap_or(StatusCode::OK), c.body).into_response();
-            resp.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+            let mut resp = (
+                StatusCode::from_u16(c.status).unwrap_or(StatusCode::OK),
+                c.body,
+            )
+                .into_response();
+            resp.headers_mut()
+                .insert("content-type", HeaderValue::from_static("application/json"));
             for (k, v) in c.headers {
-                let Ok(k) = axum::http::HeaderName::try_from(k) else { continue };
+                let Ok(k) = axum::http::HeaderName::try_from(k) else {
+                    continue;
+                };
                 if v.is_empty() {
                     resp.headers_mut().remove(k);
                 } else if let Ok(v) = HeaderValue::try_from(v) {
@@ -144,7 +170,11 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
                 .unwrap_or_else(|| HeaderValue::from_static("application/octet-stream"));
             let mut resp = (StatusCode::OK, body).into_response();
             resp.headers_mut().insert("content-type", content_type);
-            resp.headers_mut().insert("x-echo-method", HeaderValue::from_str(parts.method.as_str()).unwrap_or(HeaderValue::from_static("?")));
+            resp.headers_mut().insert(
+                "x-echo-method",
+                HeaderValue::from_str(parts.method.as_str())
+                    .unwrap_or(HeaderValue::from_static("?")),
+            );
             resp
         }
     }
@@ -165,8 +195,15 @@ fn stream(c: Canned) -> Response {
         }
     });
     let body = axum::body::Body::from_stream(tokio_stream_from(rx));
-    let mut resp = (StatusCode::from_u16(c.status).unwrap_or(StatusCode::OK), body).into_response();
-    resp.headers_mut().insert("content-type", HeaderValue::from_static("text/event-stream"));
+    let mut resp = (
+        StatusCode::from_u16(c.status).unwrap_or(StatusCode::OK),
+        body,
+    )
+        .into_response();
+    resp.headers_mut().insert(
+        "content-type",
+        HeaderValue::from_static("text/event-stream"),
+    );
     resp
 }
 

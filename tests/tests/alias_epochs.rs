@@ -41,10 +41,19 @@ impl Reply {
     }
 }
 
-async fn send(stack: &Stack, session: &str, method: &str, path: &str, body: Option<Value>) -> Reply {
+async fn send(
+    stack: &Stack,
+    session: &str,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> Reply {
     let client = reqwest::Client::new();
     let mut req = client
-        .request(method.parse().unwrap(), format!("{}{path}", stack.envoy.hms_url()))
+        .request(
+            method.parse().unwrap(),
+            format!("{}{path}", stack.envoy.hms_url()),
+        )
         .header(SESSION_HEADER, session);
     if let Some(b) = body {
         req = req
@@ -71,7 +80,11 @@ async fn search(stack: &Stack, session: &str, patients: &[(&str, &str)]) -> Vec<
         .map(|p| p["id"].as_str().unwrap().to_owned())
         .collect();
     for (a, p) in out.iter().zip(v["data"].as_array().unwrap()) {
-        assert_eq!(p["fhirId"].as_str(), Some(a.as_str()), "one alias per patient");
+        assert_eq!(
+            p["fhirId"].as_str(),
+            Some(a.as_str()),
+            "one alias per patient"
+        );
     }
     assert!(!reply.text().contains(ANNA) && !reply.text().contains(BOB));
     out
@@ -92,9 +105,13 @@ fn assert_refused(stack: &Stack, reply: &Reply, alias: &str, case: &str) {
         reply.status,
         reply.text()
     );
-    let v: Value = serde_json::from_slice(&reply.body).unwrap_or_else(|e| panic!("{case}: not JSON ({e}): {}", reply.text()));
+    let v: Value = serde_json::from_slice(&reply.body)
+        .unwrap_or_else(|e| panic!("{case}: not JSON ({e}): {}", reply.text()));
     let message = v["error"]["message"].as_str().unwrap_or_default();
-    assert!(message.contains(alias), "{case}: the error names {alias}: {message}");
+    assert!(
+        message.contains(alias),
+        "{case}: the error names {alias}: {message}"
+    );
     let seen = stack.hms.seen();
     assert!(
         seen.is_empty(),
@@ -122,7 +139,14 @@ async fn scenario(stack: &mut Stack, session: &str, loss: Loss) {
     let (old_anna, old_bob) = (old[0].clone(), old[1].clone());
     // The old map decodes: a sanity check of the set-up.
     stack.hms.clear();
-    let r = send(stack, session, "GET", &format!("/api/v2/patients/{old_anna}"), None).await;
+    let r = send(
+        stack,
+        session,
+        "GET",
+        &format!("/api/v2/patients/{old_anna}"),
+        None,
+    )
+    .await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(stack.hms.seen()[0].uri, format!("/api/v2/patients/{ANNA}"));
 
@@ -142,12 +166,25 @@ async fn scenario(stack: &mut Stack, session: &str, loss: Loss) {
     let new_bob = new[0].clone();
     let (old_epoch, old_n) = epoch_and_number(&old_anna);
     let (new_epoch, new_n) = epoch_and_number(&new_bob);
-    assert_eq!(old_n, new_n, "{loss:?}: the new map reissued Anna's number to Bob");
-    assert_ne!(old_epoch, new_epoch, "{loss:?}: a recreated map has a new epoch");
+    assert_eq!(
+        old_n, new_n,
+        "{loss:?}: the new map reissued Anna's number to Bob"
+    );
+    assert_ne!(
+        old_epoch, new_epoch,
+        "{loss:?}: a recreated map has a new epoch"
+    );
     // The new map's alias decodes to Bob, and only to Bob (checked first: with
     // a 1 s TTL the new map must not expire before it is used).
     stack.hms.clear();
-    let r = send(stack, session, "GET", &format!("/api/v2/patients/{new_bob}"), None).await;
+    let r = send(
+        stack,
+        session,
+        "GET",
+        &format!("/api/v2/patients/{new_bob}"),
+        None,
+    )
+    .await;
     assert_eq!(r.status, 200, "{}", r.text());
     let seen = stack.hms.seen();
     assert_eq!(seen.len(), 1);
@@ -156,7 +193,12 @@ async fn scenario(stack: &mut Stack, session: &str, loss: Loss) {
     for alias in [&old_anna, &old_bob] {
         let cases: Vec<(&str, &str, String, Option<Value>)> = vec![
             ("path", "GET", format!("/api/v2/patients/{alias}"), None),
-            ("query", "GET", format!("/api/v2/appointments?patientId={alias}"), None),
+            (
+                "query",
+                "GET",
+                format!("/api/v2/appointments?patientId={alias}"),
+                None,
+            ),
             (
                 "body",
                 "POST",
@@ -167,13 +209,20 @@ async fn scenario(stack: &mut Stack, session: &str, loss: Loss) {
                 "FHIR reference",
                 "POST",
                 "/fhir/R4/Appointment".into(),
-                Some(serde_json::json!({"participant": [{"actor": {"reference": format!("Patient/{alias}")}}]})),
+                Some(
+                    serde_json::json!({"participant": [{"actor": {"reference": format!("Patient/{alias}")}}]}),
+                ),
             ),
         ];
         for (place, method, path, body) in cases {
             stack.hms.clear();
             let reply = send(stack, session, method, &path, body).await;
-            assert_refused(stack, &reply, alias, &format!("{loss:?}, old alias {alias} in the {place}"));
+            assert_refused(
+                stack,
+                &reply,
+                alias,
+                &format!("{loss:?}, old alias {alias} in the {place}"),
+            );
             if alias == &old_anna {
                 assert!(
                     reply.text().contains("earlier map"),
@@ -206,7 +255,12 @@ async fn flushall(url: &str) {
     s.write_all(b"*1\r\n$8\r\nFLUSHALL\r\n").await.unwrap();
     let mut buf = [0u8; 5];
     s.read_exact(&mut buf).await.unwrap();
-    assert_eq!(&buf, b"+OK\r\n", "FLUSHALL answered {:?}", String::from_utf8_lossy(&buf));
+    assert_eq!(
+        &buf,
+        b"+OK\r\n",
+        "FLUSHALL answered {:?}",
+        String::from_utf8_lossy(&buf)
+    );
 }
 
 /// Distinguishes Redis key prefixes of runs that share one server.
@@ -220,7 +274,9 @@ fn prefix() -> String {
 
 fn options(extra: &[&str]) -> StackOptions {
     let mut options = StackOptions::default();
-    options.control_args.extend(extra.iter().map(|s| (*s).to_owned()));
+    options
+        .control_args
+        .extend(extra.iter().map(|s| (*s).to_owned()));
     options
 }
 
@@ -232,7 +288,9 @@ async fn embedded_store_killed_and_deleted_never_decodes_an_old_alias() {
 
 #[tokio::test]
 async fn embedded_session_expired_and_name_reused_never_decodes_an_old_alias() {
-    let mut stack = Stack::start(options(&["--session-ttl-secs", "1"])).await.expect("stack");
+    let mut stack = Stack::start(options(&["--session-ttl-secs", "1"]))
+        .await
+        .expect("stack");
     scenario(&mut stack, "s-epoch-expired", Loss::Expiry).await;
 }
 

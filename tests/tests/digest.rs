@@ -16,7 +16,16 @@ fn catalog_request() -> Vec<u8> {
 /// A chat request with `n` synthetic function tools (schemas included, so the
 /// body is registry-sized) and one user turn.
 fn synthetic_request(n: usize) -> Vec<u8> {
-    let kinds = ["patient", "encounter", "observation", "invoice", "appointment", "medication", "report", "claim"];
+    let kinds = [
+        "patient",
+        "encounter",
+        "observation",
+        "invoice",
+        "appointment",
+        "medication",
+        "report",
+        "claim",
+    ];
     let verbs = ["search", "read", "create", "update", "list", "cancel"];
     let tools: Vec<Value> = (0..n)
         .map(|i| {
@@ -50,7 +59,9 @@ async fn send(stack: &Stack, body: &[u8], session: &str) -> reqwest::Response {
 
 /// One counter of control's `/metrics` (`name` with its labels, as printed).
 async fn metric(stack: &Stack, name: &str) -> u64 {
-    let text = control::get(&stack.socket(), "/metrics").await.expect("control's metrics");
+    let text = control::get(&stack.socket(), "/metrics")
+        .await
+        .expect("control's metrics");
     text.lines()
         .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
         .and_then(|v| v.trim().parse().ok())
@@ -64,7 +75,11 @@ const UNKNOWN: &str = r#"keyhole_control_resolve_registry_total{via="unknown"}"#
 
 /// (known, sent, unknown) resolve requests so far.
 async fn vias(stack: &Stack) -> (u64, u64, u64) {
-    (metric(stack, KNOWN).await, metric(stack, SENT).await, metric(stack, UNKNOWN).await)
+    (
+        metric(stack, KNOWN).await,
+        metric(stack, SENT).await,
+        metric(stack, UNKNOWN).await,
+    )
 }
 
 /// A stack whose control has no embedder: nothing gets indexed, every turn is
@@ -91,14 +106,31 @@ async fn lexical_stack() -> Stack {
 async fn answer(stack: &Stack, body: &[u8], session: &str) -> String {
     let resp = send(stack, body, session).await;
     assert_eq!(resp.status(), 200, "{}", stack.envoy.log_tail());
-    assert_eq!(resp.headers()["x-keyhole-source"], "lexical", "{}", stack.envoy.log_tail());
-    let tools = resp.headers()["x-keyhole-tools"].to_str().unwrap_or_default().to_owned();
-    let audit = control::get(&stack.socket(), &format!("/v1/audit/{session}")).await.expect("audit");
+    assert_eq!(
+        resp.headers()["x-keyhole-source"],
+        "lexical",
+        "{}",
+        stack.envoy.log_tail()
+    );
+    let tools = resp.headers()["x-keyhole-tools"]
+        .to_str()
+        .unwrap_or_default()
+        .to_owned();
+    let audit = control::get(&stack.socket(), &format!("/v1/audit/{session}"))
+        .await
+        .expect("audit");
     let body = audit.split_once("\r\n\r\n").map_or("", |(_, b)| b);
     let trail: Value = serde_json::from_str(body).expect("audit json");
-    let last = trail.as_array().and_then(|t| t.last()).cloned().unwrap_or(Value::Null);
+    let last = trail
+        .as_array()
+        .and_then(|t| t.last())
+        .cloned()
+        .unwrap_or(Value::Null);
     assert_eq!(last["retrieval"], "lexical", "{last}");
-    assert_eq!(last["toolsIn"], 108, "control ranked the whole registry: {last}");
+    assert_eq!(
+        last["toolsIn"], 108,
+        "control ranked the whole registry: {last}"
+    );
     tools
 }
 
@@ -109,16 +141,44 @@ async fn control_restarted_between_turns_is_sent_the_registry_again_and_answers_
 
     // First sight: asked by digest, answered unknown, asked again with the tools.
     let before = answer(&stack, &body, "first").await;
-    assert_eq!(vias(&stack).await, (0, 1, 1), "one unknown digest, then the descriptors once");
-    assert_eq!(answer(&stack, &body, "second").await, before, "by digest alone, the same answer");
-    assert_eq!(vias(&stack).await, (1, 1, 1), "the next turn went by digest alone");
-    assert!(!before.is_empty() && before.split(',').count() <= 12, "{before}");
+    assert_eq!(
+        vias(&stack).await,
+        (0, 1, 1),
+        "one unknown digest, then the descriptors once"
+    );
+    assert_eq!(
+        answer(&stack, &body, "second").await,
+        before,
+        "by digest alone, the same answer"
+    );
+    assert_eq!(
+        vias(&stack).await,
+        (1, 1, 1),
+        "the next turn went by digest alone"
+    );
+    assert!(
+        !before.is_empty() && before.split(',').count() <= 12,
+        "{before}"
+    );
 
     // A restart forgets every registry: the next turn sends it again, once.
-    stack.control.as_mut().expect("control").restart().await.expect("restart");
+    stack
+        .control
+        .as_mut()
+        .expect("control")
+        .restart()
+        .await
+        .expect("restart");
     let after = answer(&stack, &body, "first").await;
-    assert_eq!(vias(&stack).await, (0, 1, 1), "after the restart: unknown, then sent once");
-    assert_eq!(after, before, "the same turn gets the same answer across the restart");
+    assert_eq!(
+        vias(&stack).await,
+        (0, 1, 1),
+        "after the restart: unknown, then sent once"
+    );
+    assert_eq!(
+        after, before,
+        "the same turn gets the same answer across the restart"
+    );
     assert_eq!(answer(&stack, &body, "second").await, before);
     assert_eq!(vias(&stack).await, (1, 1, 1));
     // Every request reached the upstream bounded.
@@ -150,9 +210,15 @@ async fn requests_to_control_do_not_grow_with_the_registry() {
         "bytes filter→control per turn: 108 tools {first_108} first, {second_108} after; \
          5,000 tools {first_5000} first, {second_5000} after"
     );
-    assert!(first_5000 > 200_000, "the first turn sends the 5,000 descriptors ({first_5000} B)");
+    assert!(
+        first_5000 > 200_000,
+        "the first turn sends the 5,000 descriptors ({first_5000} B)"
+    );
     assert!(second_108 < 1_024, "{second_108} B");
     assert!(second_5000 < 1_024, "{second_5000} B");
     // The same turn, session length and digest length: the registry adds nothing.
-    assert!(second_5000.abs_diff(second_108) < 16, "{second_108} B vs {second_5000} B");
+    assert!(
+        second_5000.abs_diff(second_108) < 16,
+        "{second_108} B vs {second_5000} B"
+    );
 }

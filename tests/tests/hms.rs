@@ -13,7 +13,6 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-
 /// The HMS filter configuration of most tests here: they fetch the samples at
 /// their HMS paths, which hold raw ids (`/api/v2/patients/<uuid>`), so raw ids
 /// pass (counted). The default, refusing them, is tested on its own.
@@ -454,7 +453,12 @@ async fn foreign_invented_sentinel_and_near_miss_aliases_never_reach_hms() {
     );
     let stat = |name: &'static str| {
         let envoy = &stack.envoy;
-        async move { envoy.stat(&format!("wasmcustom.keyhole.{name}")).await.unwrap() }
+        async move {
+            envoy
+                .stat(&format!("wasmcustom.keyhole.{name}"))
+                .await
+                .unwrap()
+        }
     };
     assert!(stat("hms_refused.unknown_alias").await >= 1);
     assert!(stat("hms_aliases_decoded").await >= 1);
@@ -612,7 +616,12 @@ async fn conflicting_ids_and_unreadable_bodies_are_withheld() {
     // the sample before them was aliased. None of this is an LLM rejection.
     let stat = |name: &'static str| {
         let envoy = &stack.envoy;
-        async move { envoy.stat(&format!("wasmcustom.keyhole.{name}")).await.unwrap() }
+        async move {
+            envoy
+                .stat(&format!("wasmcustom.keyhole.{name}"))
+                .await
+                .unwrap()
+        }
     };
     assert_eq!(stat("hms_withheld.conflict").await, 1);
     assert_eq!(stat("hms_withheld.unreadable").await, 3);
@@ -644,7 +653,11 @@ fn zstd(data: &[u8]) -> Vec<u8> {
     // Frame header: a 4-byte content size, a single segment, no checksum.
     out.push(0xa0);
     out.extend_from_slice(&u32::try_from(data.len()).unwrap().to_le_bytes());
-    let chunks: Vec<&[u8]> = if data.is_empty() { vec![&[]] } else { data.chunks(65_536).collect() };
+    let chunks: Vec<&[u8]> = if data.is_empty() {
+        vec![&[]]
+    } else {
+        data.chunks(65_536).collect()
+    };
     for (i, chunk) in chunks.iter().enumerate() {
         let last = u32::from(i + 1 == chunks.len());
         // Block header: last flag, type raw (0), size.
@@ -681,7 +694,11 @@ fn brotli(data: &[u8]) -> Vec<u8> {
             }
         }
     }
-    let mut bits = Bits { out: Vec::new(), acc: 0, n: 0 };
+    let mut bits = Bits {
+        out: Vec::new(),
+        acc: 0,
+        n: 0,
+    };
     bits.put(0, 1); // window: 16 bits
     for chunk in data.chunks(65_536) {
         bits.put(0, 1); // not the last meta-block
@@ -707,35 +724,74 @@ async fn compressed_responses_are_decoded_and_aliased_and_unreadable_ones_withhe
         if let Some(e) = encoding {
             canned.headers.push(("content-encoding".into(), e.into()));
         }
-        canned.headers.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        canned
+            .headers
+            .extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         canned
     };
     // A large body too, so that it arrives in many chunks.
     let mut big = Vec::from(&b"{\"data\":["[..]);
     for i in 0..3_000 {
-        big.extend_from_slice(format!("{}{{\"id\":\"pat-{:06}\",\"note\":\"seen\"}}", if i > 0 { "," } else { "" }, 100_000 + i).as_bytes());
+        big.extend_from_slice(
+            format!(
+                "{}{{\"id\":\"pat-{:06}\",\"note\":\"seen\"}}",
+                if i > 0 { "," } else { "" },
+                100_000 + i
+            )
+            .as_bytes(),
+        );
     }
     big.extend_from_slice(b"]}");
     let cases: [(&str, &str, Vec<(&str, &str)>, Vec<u8>, &[u8]); 7] = [
         ("gzip", "gzip", vec![], gzip(&original), &original),
         ("deflate", "deflate", vec![], zlib(&original), &original),
-        ("gzip, no-transform", "gzip", vec![("cache-control", "no-transform")], gzip(&original), &original),
+        (
+            "gzip, no-transform",
+            "gzip",
+            vec![("cache-control", "no-transform")],
+            gzip(&original),
+            &original,
+        ),
         ("gzip, 200 KB", "gzip", vec![], gzip(&big), &big),
         ("brotli", "br", vec![], brotli(&original), &original),
         ("zstd", "zstd", vec![], zstd(&original), &original),
-        ("zstd inside gzip", "zstd, gzip", vec![], gzip(&zstd(&original)), &original),
+        (
+            "zstd inside gzip",
+            "zstd, gzip",
+            vec![],
+            gzip(&zstd(&original)),
+            &original,
+        ),
     ];
     for (case, encoding, extra, body, plain) in cases {
         stack.hms.set(path, canned(Some(encoding), &extra, body));
         let reply = get(&stack, "s-compressed", path).await;
-        assert_eq!(reply.status, 200, "{case}: {}\n{}", reply.text(), stack.envoy.log_tail());
-        assert!(reply.header("content-encoding").is_none(), "{case}: {}", reply.header_text());
+        assert_eq!(
+            reply.status,
+            200,
+            "{case}: {}\n{}",
+            reply.text(),
+            stack.envoy.log_tail()
+        );
+        assert!(
+            reply.header("content-encoding").is_none(),
+            "{case}: {}",
+            reply.header_text()
+        );
         let plain_text = std::str::from_utf8(plain).unwrap();
         assert_no_raw_id(file, plain_text, &reply.text());
         let (a, b): (Value, Value) = (serde_json::from_slice(plain).unwrap(), reply.json());
         assert_eq!(skeleton(&a), skeleton(&b), "{case}");
-        let first = if plain == big.as_slice() { "/data/0/id" } else { "/data/id" };
-        assert!(str_at(&b, first).starts_with("patient-"), "{case}: {}", str_at(&b, first));
+        let first = if plain == big.as_slice() {
+            "/data/0/id"
+        } else {
+            "/data/id"
+        };
+        assert!(
+            str_at(&b, first).starts_with("patient-"),
+            "{case}: {}",
+            str_at(&b, first)
+        );
     }
     // Withheld: gzip bytes without content-encoding (core reads the magic
     // bytes), an encoding keyhole does not decode, a gzip body cut short, one
@@ -745,18 +801,30 @@ async fn compressed_responses_are_decoded_and_aliased_and_unreadable_ones_withhe
     for (case, encoding, body) in [
         ("gzip without content-encoding", None, gzipped.clone()),
         ("compress", Some("compress"), original.clone()),
-        ("gzip cut short", Some("gzip"), gzipped[..gzipped.len() / 2].to_vec()),
+        (
+            "gzip cut short",
+            Some("gzip"),
+            gzipped[..gzipped.len() / 2].to_vec(),
+        ),
         ("not gzip", Some("gzip"), original.clone()),
         ("3 MiB of spaces in 3 KB", Some("gzip"), bomb),
     ] {
         stack.hms.set(path, canned(encoding, &[], body));
         let reply = get(&stack, "s-compressed", path).await;
         assert_eq!(reply.status, 502, "{case}: {}", reply.text());
-        assert_eq!(reply.json()["error"]["type"], "keyhole_unaliasable_response", "{case}");
+        assert_eq!(
+            reply.json()["error"]["type"],
+            "keyhole_unaliasable_response",
+            "{case}"
+        );
         assert_no_raw_id(case, &original_text, &reply.text());
         assert_no_raw_id(case, &original_text, &reply.header_text());
     }
-    let withheld = stack.envoy.stat("wasmcustom.keyhole.hms_withheld.unreadable").await.unwrap();
+    let withheld = stack
+        .envoy
+        .stat("wasmcustom.keyhole.hms_withheld.unreadable")
+        .await
+        .unwrap();
     assert_eq!(withheld, 5);
 }
 
@@ -767,7 +835,14 @@ async fn a_one_megabyte_patient_list_is_aliased_whole() {
     let mut uuids = Vec::new();
     let mut i = 0u64;
     while body.len() < 1 << 20 {
-        let uuid = format!("{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}", i * 7919 + 1, i % 65536, i % 4096, (i * 3) % 4096, i * 104_729);
+        let uuid = format!(
+            "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+            i * 7919 + 1,
+            i % 65536,
+            i % 4096,
+            (i * 3) % 4096,
+            i * 104_729
+        );
         body.push_str(&format!(
             r#"{}{{"id":"{uuid}","fhirId":"pat-{i:06}","note":"record {uuid} reviewed","self":"/api/v2/patients/{uuid}"}}"#,
             if i > 0 { "," } else { "" }
@@ -776,12 +851,27 @@ async fn a_one_megabyte_patient_list_is_aliased_whole() {
         i += 1;
     }
     body.push_str("]}");
-    stack.hms.set("/api/v2/patients", Canned::json(body.clone().into_bytes()));
+    stack
+        .hms
+        .set("/api/v2/patients", Canned::json(body.clone().into_bytes()));
     let reply = get(&stack, "s-1mb", "/api/v2/patients").await;
-    assert_eq!(reply.status, 200, "{} B: {}\n{}", body.len(), reply.text(), stack.envoy.log_tail());
+    assert_eq!(
+        reply.status,
+        200,
+        "{} B: {}\n{}",
+        body.len(),
+        reply.text(),
+        stack.envoy.log_tail()
+    );
     let out = reply.text();
-    assert!(uuids.iter().all(|u| !out.contains(u.as_str())), "a raw UUID reached the client");
-    assert!(!Regex::new(r"pat-\d{6}").unwrap().is_match(&out), "a raw FHIR id reached the client");
+    assert!(
+        uuids.iter().all(|u| !out.contains(u.as_str())),
+        "a raw UUID reached the client"
+    );
+    assert!(
+        !Regex::new(r"pat-\d{6}").unwrap().is_match(&out),
+        "a raw FHIR id reached the client"
+    );
     let v = reply.json();
     assert_eq!(v["data"].as_array().map(Vec::len), Some(uuids.len()));
 }
@@ -794,23 +884,44 @@ async fn windows_1252_text_declared_so_is_read_as_utf8_and_aliased() {
     let mut html = b"<html><body><p>Patientin M\xfcller (\x93".to_vec();
     html.extend_from_slice(format!("/api/v2/patients/{uuid}").as_bytes());
     html.extend_from_slice(b"\x94), pat-000777, Kosten 12 \x80</p></body></html>");
-    for (case, content_type) in
-        [("iso-8859-1", "text/html; charset=ISO-8859-1"), ("windows-1252", "text/html;charset=\"windows-1252\"")]
-    {
+    for (case, content_type) in [
+        ("iso-8859-1", "text/html; charset=ISO-8859-1"),
+        ("windows-1252", "text/html;charset=\"windows-1252\""),
+    ] {
         let mut canned = Canned::json(html.clone());
-        canned.headers.push(("content-type".into(), content_type.into()));
+        canned
+            .headers
+            .push(("content-type".into(), content_type.into()));
         stack.hms.set("/api/v2/patients/letter", canned);
         let reply = get(&stack, "s-latin1", "/api/v2/patients/letter").await;
-        assert_eq!(reply.status, 200, "{case}: {}\n{}", reply.text(), stack.envoy.log_tail());
-        assert_eq!(reply.header("content-type").as_deref(), Some("text/html; charset=utf-8"), "{case}");
+        assert_eq!(
+            reply.status,
+            200,
+            "{case}: {}\n{}",
+            reply.text(),
+            stack.envoy.log_tail()
+        );
+        assert_eq!(
+            reply.header("content-type").as_deref(),
+            Some("text/html; charset=utf-8"),
+            "{case}"
+        );
         let text = String::from_utf8(reply.body.clone()).expect("UTF-8 out");
-        assert!(text.contains("Patientin Müller (“/api/v2/patients/patient-"), "{case}: {text}");
+        assert!(
+            text.contains("Patientin Müller (“/api/v2/patients/patient-"),
+            "{case}: {text}"
+        );
         assert!(text.contains("Kosten 12 €"), "{case}: {text}");
-        assert!(!text.contains(uuid) && !text.contains("pat-000777"), "{case}: raw id in {text}");
+        assert!(
+            !text.contains(uuid) && !text.contains("pat-000777"),
+            "{case}: raw id in {text}"
+        );
     }
     // Another declared charset is not guessed at: its bytes are withheld.
     let mut canned = Canned::json(html.clone());
-    canned.headers.push(("content-type".into(), "text/html; charset=shift_jis".into()));
+    canned
+        .headers
+        .push(("content-type".into(), "text/html; charset=shift_jis".into()));
     stack.hms.set("/api/v2/patients/letter", canned);
     let reply = get(&stack, "s-latin1", "/api/v2/patients/letter").await;
     assert_eq!(reply.status, 502, "{}", reply.text());
@@ -1214,12 +1325,21 @@ async fn raw_upstream(routes: Vec<(&'static str, Vec<u8>)>) -> SocketAddr {
                 let Some(head) = read_head(&mut sock).await else {
                     return;
                 };
-                let line = String::from_utf8_lossy(&head).lines().next().unwrap_or("").to_owned();
+                let line = String::from_utf8_lossy(&head)
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .to_owned();
                 let target = line.split(' ').nth(1).unwrap_or("");
                 let path = target.split('?').next().unwrap_or("");
-                let answer = routes.iter().find(|(p, _)| *p == path).map(|(_, r)| r.clone()).unwrap_or_else(|| {
-                    b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_vec()
-                });
+                let answer = routes
+                    .iter()
+                    .find(|(p, _)| *p == path)
+                    .map(|(_, r)| r.clone())
+                    .unwrap_or_else(|| {
+                        b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                            .to_vec()
+                    });
                 let _ = sock.write_all(&answer).await;
                 let _ = sock.flush().await;
             });
@@ -1235,7 +1355,13 @@ fn raw_response(status: &str, headers: &[(&str, String)], body: &[u8]) -> Vec<u8
     for (name, value) in headers {
         out.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
     }
-    out.extend_from_slice(format!("content-length: {}\r\nconnection: close\r\n\r\n", body.len()).as_bytes());
+    out.extend_from_slice(
+        format!(
+            "content-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    );
     out.extend_from_slice(body);
     out
 }
@@ -1286,15 +1412,24 @@ async fn every_response_header_but_a_safe_few_is_aliased_and_repeated_headers_st
     // upstream service time) forged with ids too: Envoy sets those itself.
     let headers = |ct: &str| -> Vec<(&'static str, String)> {
         vec![
-            ("content-type", format!("{ct}; profile=\"https://hms.example/fhir/Patient/{FHIR}\"")),
+            (
+                "content-type",
+                format!("{ct}; profile=\"https://hms.example/fhir/Patient/{FHIR}\""),
+            ),
             ("x-patient-id", UUID.to_owned()),
             ("etag", format!("\"{FHIR}-v7\"")),
-            ("link", format!("</api/v2/patients/{UUID}>; rel=\"patient\"")),
+            (
+                "link",
+                format!("</api/v2/patients/{UUID}>; rel=\"patient\""),
+            ),
             ("link", "</api/v2/help>; rel=\"help\"".to_owned()),
             ("link", format!("</fhir/R4/Patient/{FHIR}>; rel=\"fhir\"")),
             ("location", format!("/api/v2/patients/{UUID}")),
             ("content-location", format!("/fhir/R4/Patient/{FHIR}")),
-            ("content-disposition", format!("attachment; filename=\"Arztbrief_{FHIR}_2025.pdf\"")),
+            (
+                "content-disposition",
+                format!("attachment; filename=\"Arztbrief_{FHIR}_2025.pdf\""),
+            ),
             ("x-envoy-patient", FHIR.to_owned()),
             ("date", FHIR.to_owned()),
             ("server", UUID.to_owned()),
@@ -1303,10 +1438,22 @@ async fn every_response_header_but_a_safe_few_is_aliased_and_repeated_headers_st
     };
     let search_head = [("content-type", "application/json".to_owned())];
     let upstream = raw_upstream(vec![
-        (search_path.split('?').next().unwrap(), raw_response("200 OK", &search_head, &search)),
-        ("/api/v2/letters/latest", raw_response("200 OK", &headers("application/json"), br#"{"ok":true}"#)),
-        ("/api/v2/letters", raw_response("201 Created", &headers("application/json"), b"")),
-        ("/api/v2/letters/latest.txt", raw_response("200 OK", &headers("text/plain"), b"no ids here")),
+        (
+            search_path.split('?').next().unwrap(),
+            raw_response("200 OK", &search_head, &search),
+        ),
+        (
+            "/api/v2/letters/latest",
+            raw_response("200 OK", &headers("application/json"), br#"{"ok":true}"#),
+        ),
+        (
+            "/api/v2/letters",
+            raw_response("201 Created", &headers("application/json"), b""),
+        ),
+        (
+            "/api/v2/letters/latest.txt",
+            raw_response("200 OK", &headers("text/plain"), b"no ids here"),
+        ),
     ])
     .await;
     // Raw ids refused in requests (the default): Envoy's own UUID-shaped
@@ -1325,14 +1472,31 @@ async fn every_response_header_but_a_safe_few_is_aliased_and_repeated_headers_st
     for (case, method, path, status) in cases {
         let body = (method == "POST").then(|| b"{}".to_vec());
         let reply = send(&hms, method, path, Some("s-rh"), body).await;
-        assert_eq!(reply.status, status, "{case}: {}\n{}", reply.text(), envoy.log_tail());
+        assert_eq!(
+            reply.status,
+            status,
+            "{case}: {}\n{}",
+            reply.text(),
+            envoy.log_tail()
+        );
         let text = reply.header_text();
         for raw in [UUID, FHIR, "039b70b8"] {
-            assert!(!text.contains(raw), "{case}: {raw} reached the client:\n{text}");
+            assert!(
+                !text.contains(raw),
+                "{case}: {raw} reached the client:\n{text}"
+            );
         }
         assert_eq!(reply.header("x-patient-id").unwrap(), anna, "{case}");
-        assert_eq!(reply.header("location").unwrap(), format!("/api/v2/patients/{anna}"), "{case}");
-        assert_eq!(reply.header("content-location").unwrap(), format!("/fhir/R4/Patient/{anna}"), "{case}");
+        assert_eq!(
+            reply.header("location").unwrap(),
+            format!("/api/v2/patients/{anna}"),
+            "{case}"
+        );
+        assert_eq!(
+            reply.header("content-location").unwrap(),
+            format!("/fhir/R4/Patient/{anna}"),
+            "{case}"
+        );
         assert_eq!(reply.header("x-envoy-patient").unwrap(), anna, "{case}");
         assert_eq!(
             all(&reply, "link"),
@@ -1343,11 +1507,21 @@ async fn every_response_header_but_a_safe_few_is_aliased_and_repeated_headers_st
             ],
             "{case}: repeated headers stay repeated, in order"
         );
-        assert!(reply.header("etag").unwrap().contains(&anna), "{case}: {text}");
-        assert!(reply.header("content-disposition").unwrap().contains(&anna), "{case}: {text}");
+        assert!(
+            reply.header("etag").unwrap().contains(&anna),
+            "{case}: {text}"
+        );
+        assert!(
+            reply.header("content-disposition").unwrap().contains(&anna),
+            "{case}: {text}"
+        );
         let ct = reply.header("content-type").unwrap();
         assert!(ct.contains(&format!("Patient/{anna}")), "{case}: {ct}");
-        assert_ne!(reply.header("date").unwrap_or_default(), "", "{case}: Envoy's date");
+        assert_ne!(
+            reply.header("date").unwrap_or_default(),
+            "",
+            "{case}: Envoy's date"
+        );
         if method == "GET" && path.ends_with("latest") {
             assert_eq!(reply.json(), serde_json::json!({"ok": true}), "{case}");
         }
@@ -1370,7 +1544,9 @@ async fn aliases_in_request_headers_are_decoded_and_unknown_ones_never_reach_hms
             req = req.header(*name, value.as_str());
         }
         if body {
-            req = req.header("content-type", "application/json").body(r#"{"note":"x"}"#);
+            req = req
+                .header("content-type", "application/json")
+                .body(r#"{"note":"x"}"#);
         }
         req.send()
     };
@@ -1378,8 +1554,14 @@ async fn aliases_in_request_headers_are_decoded_and_unknown_ones_never_reach_hms
     let headers = vec![
         ("x-patient-id", anna.clone()),
         ("if-match", format!("\"{anna}\"")),
-        ("referer", format!("http://agent.local/api/v2/patients/{encoded}?tab=1")),
-        ("link", format!("</fhir/R4/Patient/{anna}>; rel=\"subject\"")),
+        (
+            "referer",
+            format!("http://agent.local/api/v2/patients/{encoded}?tab=1"),
+        ),
+        (
+            "link",
+            format!("</fhir/R4/Patient/{anna}>; rel=\"subject\""),
+        ),
         ("link", "</api/v2/help>; rel=\"help\"".to_owned()),
         ("authorization", format!("Bearer {anna}")),
     ];
@@ -1389,14 +1571,25 @@ async fn aliases_in_request_headers_are_decoded_and_unknown_ones_never_reach_hms
         assert_eq!(r.status(), 200, "{method}: {}", r.text().await.unwrap());
         let seen = only_seen(&stack);
         let h = |name: &str| -> Vec<String> {
-            seen.headers.get_all(name).iter().map(|v| v.to_str().unwrap().to_owned()).collect()
+            seen.headers
+                .get_all(name)
+                .iter()
+                .map(|v| v.to_str().unwrap().to_owned())
+                .collect()
         };
         assert_eq!(h("x-patient-id"), [UUID], "{method}");
         assert_eq!(h("if-match"), [format!("\"{UUID}\"")], "{method}");
-        assert_eq!(h("referer"), [format!("http://agent.local/api/v2/patients/{UUID}?tab=1")], "{method}");
+        assert_eq!(
+            h("referer"),
+            [format!("http://agent.local/api/v2/patients/{UUID}?tab=1")],
+            "{method}"
+        );
         assert_eq!(
             h("link"),
-            ["</fhir/R4/Patient/pat-000123>; rel=\"subject\"", "</api/v2/help>; rel=\"help\""],
+            [
+                "</fhir/R4/Patient/pat-000123>; rel=\"subject\"",
+                "</api/v2/help>; rel=\"help\""
+            ],
             "{method}: a FHIR reference gets the FHIR id; the repeated header stays repeated"
         );
         // Credentials and the session header pass untouched.
@@ -1411,14 +1604,34 @@ async fn aliases_in_request_headers_are_decoded_and_unknown_ones_never_reach_hms
     // nothing reaches HMS; with a body, and from another session.
     let invented = format!("{}-777", anna.rsplit_once('-').unwrap().0);
     let cases = [
-        ("invented", "s-qh", ("x-patient-id", invented.clone()), invented.clone()),
-        ("invented, encoded", "s-qh", ("referer", format!("http://a/p/{}", invented.replace('-', "%2D"))), invented.clone()),
-        ("foreign", "s-other", ("if-match", format!("\"{anna}\"")), anna.clone()),
+        (
+            "invented",
+            "s-qh",
+            ("x-patient-id", invented.clone()),
+            invented.clone(),
+        ),
+        (
+            "invented, encoded",
+            "s-qh",
+            (
+                "referer",
+                format!("http://a/p/{}", invented.replace('-', "%2D")),
+            ),
+            invented.clone(),
+        ),
+        (
+            "foreign",
+            "s-other",
+            ("if-match", format!("\"{anna}\"")),
+            anna.clone(),
+        ),
     ];
     for (case, session, header, alias) in cases {
         for (method, body) in [("GET", false), ("POST", true)] {
             stack.hms.clear();
-            let r = request(method, session, &[header.clone()], body).await.unwrap();
+            let r = request(method, session, &[header.clone()], body)
+                .await
+                .unwrap();
             let reply = Reply::read(r).await;
             assert_refused(&stack, &reply, 404, &alias, &format!("{case} ({method})"));
         }
@@ -1430,16 +1643,57 @@ async fn raw_ids_in_requests_are_refused_by_default_and_counted_when_passed() {
     const UUID: &str = "039b70b8-92f7-44b7-9c91-4e3f0e900c71";
     let refusing = Stack::start(StackOptions::default()).await.expect("stack");
     let hms = refusing.envoy.hms_url();
-    refusing.hms.set("/api/v2/visits", Canned::json(b"{}".to_vec()));
+    refusing
+        .hms
+        .set("/api/v2/visits", Canned::json(b"{}".to_vec()));
     let client = reqwest::Client::new();
     let cases: Vec<(&str, &str, &str, Option<(&str, &str)>, Option<&str>)> = vec![
-        ("path", "GET", "/api/v2/patients/039b70b8-92f7-44b7-9c91-4e3f0e900c71", None, None),
+        (
+            "path",
+            "GET",
+            "/api/v2/patients/039b70b8-92f7-44b7-9c91-4e3f0e900c71",
+            None,
+            None,
+        ),
         ("path", "GET", "/api/v2/patients/482913", None, None),
-        ("query", "GET", "/api/v2/visits?patientId=039b70b8-92f7-44b7-9c91-4e3f0e900c71", None, None),
-        ("headers", "GET", "/api/v2/visits", Some(("x-patient-id", "pat-000123")), None),
-        ("headers", "GET", "/api/v2/visits", Some(("referer", "http://a/patients/039b70b892f744b79c914e3f0e900c71")), None),
-        ("body", "POST", "/api/v2/visits", None, Some(r#"{"patientId":"039b70b8-92f7-44b7-9c91-4e3f0e900c71"}"#)),
-        ("body", "POST", "/api/v2/visits", None, Some(r#"{"note":"see %70at-000123"}"#)),
+        (
+            "query",
+            "GET",
+            "/api/v2/visits?patientId=039b70b8-92f7-44b7-9c91-4e3f0e900c71",
+            None,
+            None,
+        ),
+        (
+            "headers",
+            "GET",
+            "/api/v2/visits",
+            Some(("x-patient-id", "pat-000123")),
+            None,
+        ),
+        (
+            "headers",
+            "GET",
+            "/api/v2/visits",
+            Some((
+                "referer",
+                "http://a/patients/039b70b892f744b79c914e3f0e900c71",
+            )),
+            None,
+        ),
+        (
+            "body",
+            "POST",
+            "/api/v2/visits",
+            None,
+            Some(r#"{"patientId":"039b70b8-92f7-44b7-9c91-4e3f0e900c71"}"#),
+        ),
+        (
+            "body",
+            "POST",
+            "/api/v2/visits",
+            None,
+            Some(r#"{"note":"see %70at-000123"}"#),
+        ),
     ];
     for (place, method, path, header, body) in &cases {
         refusing.hms.clear();
@@ -1450,19 +1704,31 @@ async fn raw_ids_in_requests_are_refused_by_default_and_counted_when_passed() {
             req = req.header(*name, *value);
         }
         if let Some(body) = body {
-            req = req.header("content-type", "application/json").body(body.to_string());
+            req = req
+                .header("content-type", "application/json")
+                .body(body.to_string());
         }
         let r = req.send().await.unwrap();
         let status = r.status().as_u16();
         let text = r.text().await.unwrap();
         assert_eq!(status, 400, "{place} {path}: {text}");
-        assert!(text.contains(&format!("in the {place}")), "the error names the place: {text}");
+        assert!(
+            text.contains(&format!("in the {place}")),
+            "the error names the place: {text}"
+        );
         for raw in [UUID, "039b70b8", "482913", "pat-000123", "at-000123"] {
             assert!(!text.contains(raw), "the error quotes a raw id: {text}");
         }
-        assert!(refusing.hms.seen().is_empty(), "{place} {path}: a raw id reached HMS");
+        assert!(
+            refusing.hms.seen().is_empty(),
+            "{place} {path}: a raw id reached HMS"
+        );
     }
-    let counted = refusing.envoy.stat("wasmcustom.keyhole.hms_raw_ids").await.unwrap();
+    let counted = refusing
+        .envoy
+        .stat("wasmcustom.keyhole.hms_raw_ids")
+        .await
+        .unwrap();
     assert!(counted >= cases.len() as u64, "counted {counted}");
     // A request with no raw id goes on (Envoy's x-request-id is no raw id).
     let ok = send(&hms, "GET", "/api/v2/visits", Some("s-raw"), None).await;
@@ -1475,8 +1741,18 @@ async fn raw_ids_in_requests_are_refused_by_default_and_counted_when_passed() {
     let reply = send(&passing.envoy.hms_url(), "GET", path, Some("s-raw"), None).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(only_seen(&passing).uri, path);
-    let counted = passing.envoy.stat("wasmcustom.keyhole.hms_raw_ids").await.unwrap();
+    let counted = passing
+        .envoy
+        .stat("wasmcustom.keyhole.hms_raw_ids")
+        .await
+        .unwrap();
     assert_eq!(counted, 1);
-    assert!(passing.envoy.log_tail().contains("keyhole.raw-ids"), "logged");
-    assert!(!passing.envoy.log_tail().contains(UUID), "the log holds no raw id");
+    assert!(
+        passing.envoy.log_tail().contains("keyhole.raw-ids"),
+        "logged"
+    );
+    assert!(
+        !passing.envoy.log_tail().contains(UUID),
+        "the log holds no raw id"
+    );
 }

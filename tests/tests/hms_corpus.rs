@@ -34,7 +34,10 @@ struct Counts {
 
 async fn fetch(stack: &Stack, session: &str, sample: &Sample) -> (u16, String) {
     let mut canned = Canned::json(sample.body.clone());
-    canned.headers.push(("content-type".into(), sample.content_type.unwrap_or_default().into()));
+    canned.headers.push((
+        "content-type".into(),
+        sample.content_type.unwrap_or_default().into(),
+    ));
     stack.hms.set(corpus::PATH, canned);
     let resp = reqwest::Client::new()
         .get(format!("{}{}", stack.envoy.hms_url(), corpus::PATH))
@@ -43,17 +46,29 @@ async fn fetch(stack: &Stack, session: &str, sample: &Sample) -> (u16, String) {
         .await
         .expect("request through envoy");
     let status = resp.status().as_u16();
-    let headers: String = resp.headers().iter().map(|(k, v)| format!("{k}: {}\n", v.to_str().unwrap_or("?"))).collect();
+    let headers: String = resp
+        .headers()
+        .iter()
+        .map(|(k, v)| format!("{k}: {}\n", v.to_str().unwrap_or("?")))
+        .collect();
     let body = resp.bytes().await.expect("body");
-    (status, format!("{headers}\n{}", String::from_utf8_lossy(&body)))
+    (
+        status,
+        format!("{headers}\n{}", String::from_utf8_lossy(&body)),
+    )
 }
 
 #[tokio::test]
 async fn generated_sessions_through_envoy_leak_no_id_and_lose_no_lookalike() {
     let stack = Stack::start(StackOptions::default()).await.expect("stack");
-    let base = std::env::var("PROPTEST_RNG_SEED").ok().and_then(|s| s.parse::<u64>().ok()).unwrap_or(20_261_130);
-    let sessions: u64 =
-        std::env::var("KEYHOLE_CORPUS_SESSIONS").ok().and_then(|s| s.parse().ok()).unwrap_or(1_000);
+    let base = std::env::var("PROPTEST_RNG_SEED")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(20_261_130);
+    let sessions: u64 = std::env::var("KEYHOLE_CORPUS_SESSIONS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000);
     let mut c = Counts::default();
     for i in 0..sessions {
         // Other seeds than core's generator draws (it starts at `base * K + 0`).
@@ -68,26 +83,37 @@ async fn generated_sessions_through_envoy_leak_no_id_and_lose_no_lookalike() {
             let body = String::from_utf8_lossy(&sample.body);
             if status != 200 {
                 c.withheld += 1;
-                eprintln!("{} withheld ({status}), seed {seed}:\n in: {body}\nout: {out}", sample.label);
+                eprintln!(
+                    "{} withheld ({status}), seed {seed}:\n in: {body}\nout: {out}",
+                    sample.label
+                );
             }
             for id in &session.ids {
                 if leaked(&out, id) {
                     c.leaks += 1;
-                    eprintln!("leak of {id} ({}), seed {seed}:\n in: {body}\nout: {out}", sample.label);
+                    eprintln!(
+                        "leak of {id} ({}), seed {seed}:\n in: {body}\nout: {out}",
+                        sample.label
+                    );
                 }
             }
             for l in lookalikes_in(&body) {
                 c.lookalikes += 1;
                 if status == 200 && body.matches(l).count() > out.matches(l).count() {
                     c.lost += 1;
-                    eprintln!("look-alike {l} lost ({}), seed {seed}:\n in: {body}\nout: {out}", sample.label);
+                    eprintln!(
+                        "look-alike {l} lost ({}), seed {seed}:\n in: {body}\nout: {out}",
+                        sample.label
+                    );
                 }
             }
         }
         if let Some((sample, _)) = &session.unreadable {
             // Latin-1 text declared so is read as UTF-8 at the edge (core
             // alone refuses it as binary): it must arrive, with no raw id.
-            let declared_latin1 = sample.content_type.is_some_and(|ct| ct.ends_with("charset=iso-8859-1"));
+            let declared_latin1 = sample
+                .content_type
+                .is_some_and(|ct| ct.ends_with("charset=iso-8859-1"));
             let (status, out) = fetch(&stack, &name, sample).await;
             if declared_latin1 {
                 c.transcoded += 1;
@@ -117,5 +143,8 @@ async fn generated_sessions_through_envoy_leak_no_id_and_lose_no_lookalike() {
     println!("corpus through envoy: formats {:?}", c.formats);
     assert_eq!((c.leaks, c.lost, c.withheld), (0, 0, 0), "{c:?}");
     assert_eq!(c.refused, c.unreadable, "{c:?}");
-    assert!(c.bodies >= 2 * sessions && c.unreadable > 0 && c.transcoded > 0, "{c:?}");
+    assert!(
+        c.bodies >= 2 * sessions && c.unreadable > 0 && c.transcoded > 0,
+        "{c:?}"
+    );
 }

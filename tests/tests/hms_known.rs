@@ -36,15 +36,17 @@ fn text_canned(text: &str) -> Canned {
 fn assert_raw_free(what: &str, text: &str) {
     for raw in [NUMBER_ID, SLUG_ID, "anna%2Dk%2D4471", "anna&#45;k&#45;4471"] {
         assert!(
-            !text.to_ascii_lowercase().contains(&raw.to_ascii_lowercase()),
+            !text
+                .to_ascii_lowercase()
+                .contains(&raw.to_ascii_lowercase()),
             "{what}: raw id {raw} reached the client: {text}"
         );
     }
 }
 
 #[tokio::test]
-async fn an_id_learned_from_a_detail_is_replaced_in_later_prose_text_and_urls_of_its_session_only(
-) {
+async fn an_id_learned_from_a_detail_is_replaced_in_later_prose_text_and_urls_of_its_session_only()
+{
     let stack = Stack::start(StackOptions::default()).await.expect("stack");
 
     // Response 1: the detail teaches the session both ids.
@@ -78,7 +80,10 @@ async fn an_id_learned_from_a_detail_is_replaced_in_later_prose_text_and_urls_of
     assert_eq!(status, 200, "{body}");
     assert_raw_free("prose", &body);
     assert!(body.contains(&format!("Seen {alias} today")), "{body}");
-    assert!(body.contains(&format!("Arztbrief_{slug_alias}_2025.pdf")), "{body}");
+    assert!(
+        body.contains(&format!("Arztbrief_{slug_alias}_2025.pdf")),
+        "{body}"
+    );
 
     // Response 2', text/plain: no structured id at all in the body.
     let text = format!(
@@ -88,14 +93,20 @@ async fn an_id_learned_from_a_detail_is_replaced_in_later_prose_text_and_urls_of
     let (status, body) = get(&stack, "s-known", "/api/v2/export.txt").await;
     assert_eq!(status, 200, "{body}");
     assert_raw_free("text/plain", &body);
-    assert!(body.starts_with(&format!("Anna ({alias}) moved.")), "{body}");
+    assert!(
+        body.starts_with(&format!("Anna ({alias}) moved.")),
+        "{body}"
+    );
 
     // Another session never learned these ids: they are not rewritten with
     // the first session's alias (its own scan finds no id in prose).
     let (status, body) = get(&stack, "s-other", "/api/v2/export.txt").await;
     assert_eq!(status, 200, "{body}");
     for a in [&alias, &slug_alias] {
-        assert!(!body.contains(a.as_str()), "first session's alias leaked: {body}");
+        assert!(
+            !body.contains(a.as_str()),
+            "first session's alias leaked: {body}"
+        );
     }
     assert_eq!(body, text, "unknown in this session: the text is unchanged");
 }

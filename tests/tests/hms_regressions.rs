@@ -24,12 +24,17 @@ use keyhole_e2e::{Stack, StackOptions};
 use regex::Regex;
 use serde_json::Value;
 
-
 /// Anna's HMS UUID and FHIR id (as in the catalog's samples).
 const ANNA_UUID: &str = "039b70b8-92f7-44b7-9c91-4e3f0e900c71";
 const ANNA_FHIR: &str = "pat-000123";
 
-async fn send(stack: &Stack, session: &str, method: &str, path: &str, body: Option<Value>) -> Reply {
+async fn send(
+    stack: &Stack,
+    session: &str,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> Reply {
     let body = body.map(|b| serde_json::to_vec(&b).unwrap());
     hms_client::send(&stack.envoy.hms_url(), method, path, Some(session), body).await
 }
@@ -39,24 +44,41 @@ async fn get(stack: &Stack, session: &str, path: &str) -> Reply {
 }
 
 fn str_at<'v>(v: &'v Value, pointer: &str) -> &'v str {
-    v.pointer(pointer).and_then(Value::as_str).unwrap_or_else(|| panic!("{pointer} missing in {v}"))
+    v.pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("{pointer} missing in {v}"))
 }
 
 /// A canned answer with these extra headers.
 fn canned(body: &[u8], headers: &[(&str, &str)]) -> Canned {
     let mut c = Canned::json(body.to_vec());
-    c.headers.extend(headers.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+    c.headers.extend(
+        headers
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
     c
 }
 
 /// Asserts that none of `raw` appears in the client's body or headers, in any
 /// letter case.
 fn assert_no_raw(what: &str, raw: &[&str], reply: &Reply) {
-    let (body, headers) = (reply.text().to_ascii_lowercase(), reply.header_text().to_ascii_lowercase());
+    let (body, headers) = (
+        reply.text().to_ascii_lowercase(),
+        reply.header_text().to_ascii_lowercase(),
+    );
     for id in raw {
         let id_lower = id.to_ascii_lowercase();
-        assert!(!body.contains(&id_lower), "{what}: raw id {id} reached the client in the body:\n{}", reply.text());
-        assert!(!headers.contains(&id_lower), "{what}: raw id {id} reached the client in a header:\n{}", reply.header_text());
+        assert!(
+            !body.contains(&id_lower),
+            "{what}: raw id {id} reached the client in the body:\n{}",
+            reply.text()
+        );
+        assert!(
+            !headers.contains(&id_lower),
+            "{what}: raw id {id} reached the client in a header:\n{}",
+            reply.header_text()
+        );
     }
 }
 
@@ -64,9 +86,20 @@ fn assert_no_raw(what: &str, raw: &[&str], reply: &Reply) {
 async fn reaches_hms(stack: &Stack, session: &str, path: &str) -> String {
     stack.hms.clear();
     let reply = get(stack, session, path).await;
-    assert_eq!(reply.status, 200, "{path}: {}\n{}", reply.text(), stack.envoy.log_tail());
+    assert_eq!(
+        reply.status,
+        200,
+        "{path}: {}\n{}",
+        reply.text(),
+        stack.envoy.log_tail()
+    );
     let seen = stack.hms.seen();
-    assert_eq!(seen.len(), 1, "{path}: HMS saw {:?}", seen.iter().map(|r| &r.uri).collect::<Vec<_>>());
+    assert_eq!(
+        seen.len(),
+        1,
+        "{path}: HMS saw {:?}",
+        seen.iter().map(|r| &r.uri).collect::<Vec<_>>()
+    );
     seen[0].uri.clone()
 }
 
@@ -75,7 +108,9 @@ fn skeleton(v: &Value) -> Value {
     match v {
         Value::String(_) => Value::String(String::new()),
         Value::Array(a) => Value::Array(a.iter().map(skeleton).collect()),
-        Value::Object(o) => Value::Object(o.iter().map(|(k, x)| (k.clone(), skeleton(x))).collect()),
+        Value::Object(o) => {
+            Value::Object(o.iter().map(|(k, x)| (k.clone(), skeleton(x))).collect())
+        }
         other => other.clone(),
     }
 }
@@ -85,7 +120,10 @@ fn base64url(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let mut out = String::new();
     for chunk in bytes.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
         for i in 0..=chunk.len() {
             out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
         }
@@ -94,7 +132,11 @@ fn base64url(bytes: &[u8]) -> String {
 }
 
 async fn counter(stack: &Stack, name: &str) -> u64 {
-    stack.envoy.stat(&format!("wasmcustom.keyhole.{name}")).await.unwrap()
+    stack
+        .envoy
+        .stat(&format!("wasmcustom.keyhole.{name}"))
+        .await
+        .unwrap()
 }
 
 // ---------------------------------------------------------------------------
@@ -260,15 +302,33 @@ async fn encounter_lists_in_unsampled_envelopes_are_aliased_not_withheld() {
             &serde_json::to_vec(&bundle).unwrap(),
             &[
                 ("content-type", "application/fhir+json; charset=utf-8"),
-                ("content-location", "https://hms.example/fhir/Encounter?subject=Patient/pat-000123"),
+                (
+                    "content-location",
+                    "https://hms.example/fhir/Encounter?subject=Patient/pat-000123",
+                ),
             ],
         ),
     );
-    let reply = get(&stack, session, "/fhir/Encounter?status=in-progress,finished,planned&_count=20").await;
-    assert_eq!(reply.status, 200, "the Bundle was withheld: {}\n{}", reply.text(), stack.envoy.log_tail());
+    let reply = get(
+        &stack,
+        session,
+        "/fhir/Encounter?status=in-progress,finished,planned&_count=20",
+    )
+    .await;
+    assert_eq!(
+        reply.status,
+        200,
+        "the Bundle was withheld: {}\n{}",
+        reply.text(),
+        stack.envoy.log_tail()
+    );
     assert_no_raw("Bundle", BUNDLE_IDS, &reply);
     let out = reply.json();
-    assert_eq!(skeleton(&out), skeleton(&bundle), "the Bundle's shape changed");
+    assert_eq!(
+        skeleton(&out),
+        skeleton(&bundle),
+        "the Bundle's shape changed"
+    );
     // The look-alikes are still there, where they were.
     let text = reply.text();
     for kept in [
@@ -288,53 +348,133 @@ async fn encounter_lists_in_unsampled_envelopes_are_aliased_not_withheld() {
         "AMB",
         "http://terminology.hl7.org/CodeSystem/v3-ActCode",
     ] {
-        assert!(text.contains(kept), "Bundle: the look-alike {kept} was changed:\n{text}");
+        assert!(
+            text.contains(kept),
+            "Bundle: the look-alike {kept} was changed:\n{text}"
+        );
     }
-    assert_eq!(str_at(&out, "/entry/0/resource/meta/versionId"), "3", "a version counter is no record");
+    assert_eq!(
+        str_at(&out, "/entry/0/resource/meta/versionId"),
+        "3",
+        "a version counter is no record"
+    );
     assert_eq!(str_at(&out, "/entry/0/resource/status"), "in-progress");
-    assert_eq!(str_at(&out, "/entry/0/resource/period/start"), "2025-03-01T08:00:00Z");
-    assert_eq!(str_at(&out, "/entry/1/resource/reasonCode/0/coding/0/code"), "8-930");
+    assert_eq!(
+        str_at(&out, "/entry/0/resource/period/start"),
+        "2025-03-01T08:00:00Z"
+    );
+    assert_eq!(
+        str_at(&out, "/entry/1/resource/reasonCode/0/coding/0/code"),
+        "8-930"
+    );
     assert_eq!(out["total"], 3);
     // One alias per Encounter, the same in its fullUrl and its id; one for the
     // patient in every entry.
     let mut encounter_aliases = Vec::new();
     for i in 0..3 {
         let id = str_at(&out, &format!("/entry/{i}/resource/id")).to_owned();
-        assert_eq!(str_at(&out, &format!("/entry/{i}/fullUrl")), format!("https://hms.example/fhir/Encounter/{id}"));
+        assert_eq!(
+            str_at(&out, &format!("/entry/{i}/fullUrl")),
+            format!("https://hms.example/fhir/Encounter/{id}")
+        );
         encounter_aliases.push(id);
     }
     let distinct: std::collections::BTreeSet<&String> = encounter_aliases.iter().collect();
     assert_eq!(distinct.len(), 3, "{encounter_aliases:?}");
     let patient = str_at(&out, "/entry/0/resource/subject/reference").to_owned();
     for i in 1..3 {
-        assert_eq!(str_at(&out, &format!("/entry/{i}/resource/subject/reference")), patient);
+        assert_eq!(
+            str_at(&out, &format!("/entry/{i}/resource/subject/reference")),
+            patient
+        );
     }
     let content_location = reply.header("content-location").expect("content-location");
-    assert_eq!(content_location, format!("https://hms.example/fhir/Encounter?subject={patient}"));
+    assert_eq!(
+        content_location,
+        format!("https://hms.example/fhir/Encounter?subject={patient}")
+    );
     // Requests built from the aliases reach HMS with the raw ids.
     for (alias, raw) in encounter_aliases.iter().zip(BUNDLE_ENCOUNTERS) {
-        assert_eq!(reaches_hms(&stack, session, &format!("/fhir/Encounter/{alias}")).await, format!("/fhir/Encounter/{raw}"));
+        assert_eq!(
+            reaches_hms(&stack, session, &format!("/fhir/Encounter/{alias}")).await,
+            format!("/fhir/Encounter/{raw}")
+        );
     }
-    assert_eq!(reaches_hms(&stack, session, &format!("/fhir/{patient}")).await, format!("/fhir/Patient/{ANNA_FHIR}"));
+    assert_eq!(
+        reaches_hms(&stack, session, &format!("/fhir/{patient}")).await,
+        format!("/fhir/Patient/{ANNA_FHIR}")
+    );
     for (pointer, resource, raw) in [
-        ("/entry/0/resource/participant/0/individual/reference", "Practitioner", "prac-00042"),
-        ("/entry/0/resource/serviceProvider/reference", "Organization", "org-0007"),
-        ("/entry/2/resource/episodeOfCare/0/reference", "EpisodeOfCare", "eoc-000318"),
-        ("/entry/0/resource/location/0/location/reference", "Location", "loc-00017"),
+        (
+            "/entry/0/resource/participant/0/individual/reference",
+            "Practitioner",
+            "prac-00042",
+        ),
+        (
+            "/entry/0/resource/serviceProvider/reference",
+            "Organization",
+            "org-0007",
+        ),
+        (
+            "/entry/2/resource/episodeOfCare/0/reference",
+            "EpisodeOfCare",
+            "eoc-000318",
+        ),
+        (
+            "/entry/0/resource/location/0/location/reference",
+            "Location",
+            "loc-00017",
+        ),
     ] {
         let reference = str_at(&out, pointer);
-        assert!(reference.starts_with(&format!("{resource}/")), "{pointer}: {reference}");
-        assert_eq!(reaches_hms(&stack, session, &format!("/fhir/{reference}")).await, format!("/fhir/{resource}/{raw}"), "{pointer}");
+        assert!(
+            reference.starts_with(&format!("{resource}/")),
+            "{pointer}: {reference}"
+        );
+        assert_eq!(
+            reaches_hms(&stack, session, &format!("/fhir/{reference}")).await,
+            format!("/fhir/{resource}/{raw}"),
+            "{pointer}"
+        );
     }
 
     // The HMS `items` list.
     let list = encounter_list();
     let cursor = list_cursor();
     let next_link = format!("</api/v2/encounters?cursor={cursor}&limit=20>; rel=\"next\"");
-    stack.hms.set("/api/v2/encounters", canned(&serde_json::to_vec(&list).unwrap(), &[("link", next_link.as_str())]));
-    let reply = get(&stack, session, "/api/v2/encounters?status=in-progress&limit=20").await;
-    assert_eq!(reply.status, 200, "the list was withheld: {}\n{}", reply.text(), stack.envoy.log_tail());
-    assert_no_raw("items list", &[ENC_1, ENC_2, ANNA_UUID, BOB_UUID, WEBER_UUID, WARD, cursor.as_str()], &reply);
+    stack.hms.set(
+        "/api/v2/encounters",
+        canned(
+            &serde_json::to_vec(&list).unwrap(),
+            &[("link", next_link.as_str())],
+        ),
+    );
+    let reply = get(
+        &stack,
+        session,
+        "/api/v2/encounters?status=in-progress&limit=20",
+    )
+    .await;
+    assert_eq!(
+        reply.status,
+        200,
+        "the list was withheld: {}\n{}",
+        reply.text(),
+        stack.envoy.log_tail()
+    );
+    assert_no_raw(
+        "items list",
+        &[
+            ENC_1,
+            ENC_2,
+            ANNA_UUID,
+            BOB_UUID,
+            WEBER_UUID,
+            WARD,
+            cursor.as_str(),
+        ],
+        &reply,
+    );
     let out = reply.json();
     assert_eq!(skeleton(&out), skeleton(&list), "the list's shape changed");
     let text = reply.text();
@@ -350,25 +490,54 @@ async fn encounter_lists_in_unsampled_envelopes_are_aliased_not_withheld() {
         "ICD-10-GM",
         "limit=20",
     ] {
-        assert!(text.contains(kept), "items list: the look-alike {kept} was changed:\n{text}");
+        assert!(
+            text.contains(kept),
+            "items list: the look-alike {kept} was changed:\n{text}"
+        );
     }
     assert_eq!(out["total"], 57);
     assert!(out["items"][0]["end"].is_null());
     let enc1 = str_at(&out, "/items/0/encounterId").to_owned();
-    assert_eq!(str_at(&out, "/items/0/href"), format!("/api/v2/encounters/{enc1}"));
+    assert_eq!(
+        str_at(&out, "/items/0/href"),
+        format!("/api/v2/encounters/{enc1}")
+    );
     let anna = str_at(&out, "/items/0/patient/id").to_owned();
-    assert_ne!(str_at(&out, "/items/1/patient/id"), anna, "two patients, two aliases");
+    assert_ne!(
+        str_at(&out, "/items/1/patient/id"),
+        anna,
+        "two patients, two aliases"
+    );
     let ward = str_at(&out, "/items/0/ward").to_owned();
     assert_eq!(str_at(&out, "/items/1/ward"), ward);
-    assert_eq!(str_at(&out, "/items/0/attendingPractitioner/id"), str_at(&out, "/items/1/attendingPractitioner/id"));
+    assert_eq!(
+        str_at(&out, "/items/0/attendingPractitioner/id"),
+        str_at(&out, "/items/1/attendingPractitioner/id")
+    );
     let next = str_at(&out, "/next").to_owned();
     let link = reply.header("link").expect("link header");
-    assert!(link.contains(&next), "the Link header and next carry the same alias: {link} / {next}");
+    assert!(
+        link.contains(&next),
+        "the Link header and next carry the same alias: {link} / {next}"
+    );
     // Requests built from the aliases reach HMS with the raw ids.
-    assert_eq!(reaches_hms(&stack, session, &format!("/api/v2/encounters/{enc1}")).await, format!("/api/v2/encounters/{ENC_1}"));
-    assert_eq!(reaches_hms(&stack, session, &format!("/api/v2/patients/{anna}")).await, format!("/api/v2/patients/{ANNA_UUID}"));
-    assert_eq!(reaches_hms(&stack, session, &format!("/api/v2/wards/{ward}")).await, format!("/api/v2/wards/{WARD}"));
-    assert_eq!(reaches_hms(&stack, session, &next).await, format!("/api/v2/encounters?cursor={cursor}&limit=20"), "the next link");
+    assert_eq!(
+        reaches_hms(&stack, session, &format!("/api/v2/encounters/{enc1}")).await,
+        format!("/api/v2/encounters/{ENC_1}")
+    );
+    assert_eq!(
+        reaches_hms(&stack, session, &format!("/api/v2/patients/{anna}")).await,
+        format!("/api/v2/patients/{ANNA_UUID}")
+    );
+    assert_eq!(
+        reaches_hms(&stack, session, &format!("/api/v2/wards/{ward}")).await,
+        format!("/api/v2/wards/{WARD}")
+    );
+    assert_eq!(
+        reaches_hms(&stack, session, &next).await,
+        format!("/api/v2/encounters?cursor={cursor}&limit=20"),
+        "the next link"
+    );
 
     assert_eq!(counter(&stack, "hms_withheld.conflict").await, 0);
     assert_eq!(counter(&stack, "hms_withheld.unreadable").await, 0);
@@ -382,10 +551,19 @@ async fn encounter_lists_in_unsampled_envelopes_are_aliased_not_withheld() {
 /// 200, no raw UUID, the look-alikes kept; returns the alias the UUID got.
 async fn prose_alias(stack: &Stack, session: &str) -> String {
     let reply = get(stack, session, "/api/v2/handover/summary").await;
-    assert_eq!(reply.status, 200, "{session}: prose withheld: {}\n{}", reply.text(), stack.envoy.log_tail());
+    assert_eq!(
+        reply.status,
+        200,
+        "{session}: prose withheld: {}\n{}",
+        reply.text(),
+        stack.envoy.log_tail()
+    );
     assert_no_raw("prose", &[ANNA_UUID], &reply);
     let text = reply.text();
-    assert!(text.contains("01.03.2025 07:45") && text.contains("2025-03-01T14:00"), "{text}");
+    assert!(
+        text.contains("01.03.2025 07:45") && text.contains("2025-03-01T14:00"),
+        "{text}"
+    );
     let m = Regex::new(r"Anna Schmidt \(([a-z][a-z-]*-[a-z0-9]{4}-[0-9]{3,})\) aufgenommen")
         .unwrap()
         .captures(&text)
@@ -398,12 +576,21 @@ async fn prose_alias(stack: &Stack, session: &str) -> String {
 /// returns the alias of its `Patient/` reference.
 async fn flag_alias(stack: &Stack, session: &str) -> String {
     let reply = get(stack, session, "/api/v2/alerts/active").await;
-    assert_eq!(reply.status, 200, "{session}: FHIR-only answer withheld: {}\n{}", reply.text(), stack.envoy.log_tail());
+    assert_eq!(
+        reply.status,
+        200,
+        "{session}: FHIR-only answer withheld: {}\n{}",
+        reply.text(),
+        stack.envoy.log_tail()
+    );
     assert_no_raw("FHIR-only", &[ANNA_FHIR], &reply);
     let v = reply.json();
     assert_eq!(str_at(&v, "/data/category"), "fall-risk");
     let reference = str_at(&v, "/data/subject/reference");
-    reference.strip_prefix("Patient/").unwrap_or_else(|| panic!("{reference}")).to_owned()
+    reference
+        .strip_prefix("Patient/")
+        .unwrap_or_else(|| panic!("{reference}"))
+        .to_owned()
 }
 
 /// A patient's UUID seen only in prose (`text/plain`), its FHIR id seen only in
@@ -420,7 +607,10 @@ async fn sightings_of_one_patient_merge_instead_of_a_502() {
     );
     stack.hms.set(
         "/api/v2/handover/summary",
-        canned(prose.as_bytes(), &[("content-type", "text/plain; charset=utf-8")]),
+        canned(
+            prose.as_bytes(),
+            &[("content-type", "text/plain; charset=utf-8")],
+        ),
     );
     let flag = serde_json::json!({
         "data": {
@@ -430,7 +620,10 @@ async fn sightings_of_one_patient_merge_instead_of_a_502() {
             "period": {"start": "2025-03-01"}
         }
     });
-    stack.hms.set("/api/v2/alerts/active", canned(&serde_json::to_vec(&flag).unwrap(), &[]));
+    stack.hms.set(
+        "/api/v2/alerts/active",
+        canned(&serde_json::to_vec(&flag).unwrap(), &[]),
+    );
     let detail = serde_json::json!({
         "data": {
             "id": ANNA_UUID,
@@ -441,10 +634,17 @@ async fn sightings_of_one_patient_merge_instead_of_a_502() {
             "gender": "female"
         }
     });
-    stack.hms.set(&format!("/api/v2/patients/{ANNA_UUID}"), canned(&serde_json::to_vec(&detail).unwrap(), &[]));
+    stack.hms.set(
+        &format!("/api/v2/patients/{ANNA_UUID}"),
+        canned(&serde_json::to_vec(&detail).unwrap(), &[]),
+    );
 
     for prose_first in [true, false] {
-        let session = if prose_first { "s-merge-prose-first" } else { "s-merge-fhir-first" };
+        let session = if prose_first {
+            "s-merge-prose-first"
+        } else {
+            "s-merge-fhir-first"
+        };
         let (from_prose, from_fhir) = if prose_first {
             let p = prose_alias(&stack, session).await;
             (p, flag_alias(&stack, session).await)
@@ -452,19 +652,35 @@ async fn sightings_of_one_patient_merge_instead_of_a_502() {
             let f = flag_alias(&stack, session).await;
             (prose_alias(&stack, session).await, f)
         };
-        assert_ne!(from_prose, from_fhir, "{session}: two sightings, two aliases so far");
+        assert_ne!(
+            from_prose, from_fhir,
+            "{session}: two sightings, two aliases so far"
+        );
         let older = if prose_first { &from_prose } else { &from_fhir };
 
         // The detail, asked for by the prose alias (HMS gets the UUID).
         stack.hms.clear();
         let reply = get(&stack, session, &format!("/api/v2/patients/{from_prose}")).await;
-        assert_eq!(reply.status, 200, "{session}: the detail was withheld (the sightings did not merge): {}\n{}", reply.text(), stack.envoy.log_tail());
+        assert_eq!(
+            reply.status,
+            200,
+            "{session}: the detail was withheld (the sightings did not merge): {}\n{}",
+            reply.text(),
+            stack.envoy.log_tail()
+        );
         assert_eq!(stack.hms.seen().len(), 1);
-        assert_eq!(stack.hms.seen()[0].uri, format!("/api/v2/patients/{ANNA_UUID}"));
+        assert_eq!(
+            stack.hms.seen()[0].uri,
+            format!("/api/v2/patients/{ANNA_UUID}")
+        );
         assert_no_raw("detail", &[ANNA_UUID, ANNA_FHIR], &reply);
         let v = reply.json();
         let id = str_at(&v, "/data/id");
-        assert_eq!(str_at(&v, "/data/fhirId"), id, "{session}: one record, one alias");
+        assert_eq!(
+            str_at(&v, "/data/fhirId"),
+            id,
+            "{session}: one record, one alias"
+        );
         assert_eq!(str_at(&v, "/data/fhirReference"), format!("Patient/{id}"));
         assert_eq!(id, older, "{session}: the older alias stays the record's");
         assert_eq!(str_at(&v, "/data/birthDate"), "1961-07-14");
@@ -483,8 +699,16 @@ async fn sightings_of_one_patient_merge_instead_of_a_502() {
             );
         }
         // Every later sighting, in either form, gets the one alias.
-        assert_eq!(&prose_alias(&stack, session).await, older, "{session}: prose after the merge");
-        assert_eq!(&flag_alias(&stack, session).await, older, "{session}: FHIR id after the merge");
+        assert_eq!(
+            &prose_alias(&stack, session).await,
+            older,
+            "{session}: prose after the merge"
+        );
+        assert_eq!(
+            &flag_alias(&stack, session).await,
+            older,
+            "{session}: FHIR id after the merge"
+        );
     }
     assert_eq!(counter(&stack, "hms_withheld.conflict").await, 0);
 }
@@ -504,7 +728,10 @@ async fn near_miss_aliases_decode_only_to_issued_aliases() {
     let stack = Stack::start(StackOptions::default()).await.expect("stack");
     let session = "s-near-miss";
     let search = serde_json::json!({"data": [{"id": ANNA_UUID, "fhirId": ANNA_FHIR, "name": "Anna Schmidt"}]});
-    stack.hms.set("/api/v2/patients/search", canned(&serde_json::to_vec(&search).unwrap(), &[]));
+    stack.hms.set(
+        "/api/v2/patients/search",
+        canned(&serde_json::to_vec(&search).unwrap(), &[]),
+    );
     let reply = get(&stack, session, "/api/v2/patients/search?q=anna").await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     let v = reply.json();
@@ -543,7 +770,12 @@ async fn near_miss_aliases_decode_only_to_issued_aliases() {
             "{written} in a FHIR path"
         );
         assert_eq!(
-            reaches_hms(&stack, session, &format!("/api/v2/appointments?patientId={written}&status=booked")).await,
+            reaches_hms(
+                &stack,
+                session,
+                &format!("/api/v2/appointments?patientId={written}&status=booked")
+            )
+            .await,
             format!("/api/v2/appointments?patientId={ANNA_UUID}&status=booked"),
             "{written} in the query"
         );
@@ -552,13 +784,27 @@ async fn near_miss_aliases_decode_only_to_issued_aliases() {
     stack.hms.clear();
     let body = serde_json::json!({"patientId": repaired[5], "note": format!("Kontrolle für {}", repaired[1])});
     let reply = send(&stack, session, "POST", "/api/v2/appointments", Some(body)).await;
-    assert_eq!(reply.status, 200, "{}\n{}", reply.text(), stack.envoy.log_tail());
+    assert_eq!(
+        reply.status,
+        200,
+        "{}\n{}",
+        reply.text(),
+        stack.envoy.log_tail()
+    );
     let seen = stack.hms.seen();
     assert_eq!(seen.len(), 1);
     let got: Value = serde_json::from_slice(&seen[0].body).unwrap();
     assert_eq!(got["patientId"], ANNA_UUID, "near miss in a body field");
-    assert_eq!(got["note"], format!("Kontrolle für {ANNA_UUID}"), "near miss in body prose");
-    assert_eq!(reply.json()["patientId"], alias.as_str(), "the echo comes back with the issued alias");
+    assert_eq!(
+        got["note"],
+        format!("Kontrolle für {ANNA_UUID}"),
+        "near miss in body prose"
+    );
+    assert_eq!(
+        reply.json()["patientId"],
+        alias.as_str(),
+        "the echo comes back with the issued alias"
+    );
     assert_no_raw("echo", &[ANNA_UUID], &reply);
 
     // Never issued: refused by name, nothing reaches HMS.
@@ -573,14 +819,35 @@ async fn near_miss_aliases_decode_only_to_issued_aliases() {
     for written in &refused {
         for (place, method, path, body) in [
             ("path", "GET", format!("/api/v2/patients/{written}"), None),
-            ("query", "GET", format!("/api/v2/appointments?patientId={written}"), None),
-            ("body", "POST", "/api/v2/appointments".to_owned(), Some(serde_json::json!({"patientId": written}))),
+            (
+                "query",
+                "GET",
+                format!("/api/v2/appointments?patientId={written}"),
+                None,
+            ),
+            (
+                "body",
+                "POST",
+                "/api/v2/appointments".to_owned(),
+                Some(serde_json::json!({"patientId": written})),
+            ),
         ] {
             stack.hms.clear();
             let reply = send(&stack, session, method, &path, body).await;
-            assert_eq!(reply.status, 404, "{written} in the {place}: {}", reply.text());
-            let message = reply.json()["error"]["message"].as_str().unwrap_or_default().to_owned();
-            assert!(message.contains(written.as_str()), "{written} in the {place}: the error names it: {message}");
+            assert_eq!(
+                reply.status,
+                404,
+                "{written} in the {place}: {}",
+                reply.text()
+            );
+            let message = reply.json()["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            assert!(
+                message.contains(written.as_str()),
+                "{written} in the {place}: the error names it: {message}"
+            );
             assert!(
                 stack.hms.seen().is_empty(),
                 "{written} in the {place}: HMS received {:?}",
@@ -589,10 +856,20 @@ async fn near_miss_aliases_decode_only_to_issued_aliases() {
             assert_no_raw("refusal", &[ANNA_UUID, ANNA_FHIR], &reply);
         }
     }
-    assert_eq!(counter(&stack, "hms_refused.unknown_alias").await, 3 * refused.len() as u64);
-    assert_eq!(counter(&stack, "hms_raw_ids").await, 0, "no near miss is taken for a raw id");
+    assert_eq!(
+        counter(&stack, "hms_refused.unknown_alias").await,
+        3 * refused.len() as u64
+    );
+    assert_eq!(
+        counter(&stack, "hms_raw_ids").await,
+        0,
+        "no near miss is taken for a raw id"
+    );
     // The refusals changed nothing: the issued alias still decodes.
-    assert_eq!(reaches_hms(&stack, session, &format!("/api/v2/patients/{alias}")).await, format!("/api/v2/patients/{ANNA_UUID}"));
+    assert_eq!(
+        reaches_hms(&stack, session, &format!("/api/v2/patients/{alias}")).await,
+        format!("/api/v2/patients/{ANNA_UUID}")
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -610,23 +887,54 @@ async fn one_id_under_two_resource_types_is_two_aliases_end_to_end() {
             {"resource": {"resourceType": "Patient", "id": "1", "name": [{"family": "Kuehn"}]}}
         ]
     });
-    stack.hms.set("/fhir/Encounter", canned(&serde_json::to_vec(&bundle).unwrap(), &[("content-type", "application/fhir+json")]));
-    let reply = get(&stack, session, "/fhir/Encounter?_include=Encounter:subject").await;
-    assert_eq!(reply.status, 200, "{}\n{}", reply.text(), stack.envoy.log_tail());
+    stack.hms.set(
+        "/fhir/Encounter",
+        canned(
+            &serde_json::to_vec(&bundle).unwrap(),
+            &[("content-type", "application/fhir+json")],
+        ),
+    );
+    let reply = get(
+        &stack,
+        session,
+        "/fhir/Encounter?_include=Encounter:subject",
+    )
+    .await;
+    assert_eq!(
+        reply.status,
+        200,
+        "{}\n{}",
+        reply.text(),
+        stack.envoy.log_tail()
+    );
     let v = reply.json();
     let encounter = str_at(&v, "/entry/0/resource/id").to_owned();
     let patient = str_at(&v, "/entry/1/resource/id").to_owned();
     assert_ne!(encounter, patient, "two records, two aliases: {v}");
-    assert_eq!(str_at(&v, "/entry/0/resource/subject/reference"), format!("Patient/{patient}"));
+    assert_eq!(
+        str_at(&v, "/entry/0/resource/subject/reference"),
+        format!("Patient/{patient}")
+    );
     assert_eq!(skeleton(&v), skeleton(&bundle));
     for (alias, kind) in [(&encounter, "Encounter"), (&patient, "Patient")] {
-        assert_eq!(reaches_hms(&stack, session, &format!("/fhir/{kind}/{alias}")).await, format!("/fhir/{kind}/1"));
+        assert_eq!(
+            reaches_hms(&stack, session, &format!("/fhir/{kind}/{alias}")).await,
+            format!("/fhir/{kind}/1")
+        );
     }
     for (alias, kind) in [(&encounter, "Patient"), (&patient, "Encounter")] {
         stack.hms.clear();
         let reply = get(&stack, session, &format!("/fhir/{kind}/{alias}")).await;
-        assert_eq!(reply.status, 404, "{alias} in a {kind} path: {}", reply.text());
-        assert!(stack.hms.seen().is_empty(), "{alias} in a {kind} path reached HMS");
+        assert_eq!(
+            reply.status,
+            404,
+            "{alias} in a {kind} path: {}",
+            reply.text()
+        );
+        assert!(
+            stack.hms.seen().is_empty(),
+            "{alias} in a {kind} path reached HMS"
+        );
     }
 }
 
@@ -644,10 +952,30 @@ async fn event_streams_forms_yaml_and_wrapped_json_are_read_or_withheld() {
             "id: 7\ndata: {\"patientId\": 482913, \"status\": \"arrived\"}\n\n".into(),
             "\"patientId\": \"patient-".into(),
         ),
-        ("/api/v2/form", "application/x-www-form-urlencoded", "patientId=482914&count=3".into(), "patientId=patient-".into()),
-        ("/api/v2/yaml", "application/yaml", "patient:\n  patientId: 482915\ncount: 2\n".into(), "patientId: patient-".into()),
-        ("/api/v2/jsonp", "application/javascript", "cb({\"patientId\": 482916});".into(), "cb({\"patientId\": \"patient-".into()),
-        ("/api/v2/xssi", "application/json", ")]}'\n{\"patientId\": 482917}".into(), ")]}'\n{\"patientId\": \"patient-".into()),
+        (
+            "/api/v2/form",
+            "application/x-www-form-urlencoded",
+            "patientId=482914&count=3".into(),
+            "patientId=patient-".into(),
+        ),
+        (
+            "/api/v2/yaml",
+            "application/yaml",
+            "patient:\n  patientId: 482915\ncount: 2\n".into(),
+            "patientId: patient-".into(),
+        ),
+        (
+            "/api/v2/jsonp",
+            "application/javascript",
+            "cb({\"patientId\": 482916});".into(),
+            "cb({\"patientId\": \"patient-".into(),
+        ),
+        (
+            "/api/v2/xssi",
+            "application/json",
+            ")]}'\n{\"patientId\": 482917}".into(),
+            ")]}'\n{\"patientId\": \"patient-".into(),
+        ),
         (
             "/api/v2/link",
             "application/json",
@@ -656,18 +984,41 @@ async fn event_streams_forms_yaml_and_wrapped_json_are_read_or_withheld() {
         ),
     ];
     for (path, ct, body, want) in &cases {
-        stack.hms.set(path, canned(body.as_bytes(), &[("content-type", ct)]));
+        stack
+            .hms
+            .set(path, canned(body.as_bytes(), &[("content-type", ct)]));
         let reply = get(&stack, session, path).await;
-        assert_eq!(reply.status, 200, "{ct}: {}\n{}", reply.text(), stack.envoy.log_tail());
-        assert!(reply.text().contains(want.as_str()), "{ct}: {}", reply.text());
-        assert_no_raw(ct, &["482913", "482914", "482915", "482916", "482917", "482918"], &reply);
+        assert_eq!(
+            reply.status,
+            200,
+            "{ct}: {}\n{}",
+            reply.text(),
+            stack.envoy.log_tail()
+        );
+        assert!(
+            reply.text().contains(want.as_str()),
+            "{ct}: {}",
+            reply.text()
+        );
+        assert_no_raw(
+            ct,
+            &["482913", "482914", "482915", "482916", "482917", "482918"],
+            &reply,
+        );
     }
     // JSON with a comment is no JSON: withheld, and counted by its reason.
     let before = counter(&stack, "hms_withheld.unreadable").await;
-    stack.hms.set("/api/v2/commented", canned(b"{\"patientId\": 482919, // x\n}", &[]));
+    stack.hms.set(
+        "/api/v2/commented",
+        canned(b"{\"patientId\": 482919, // x\n}", &[]),
+    );
     let reply = get(&stack, session, "/api/v2/commented").await;
     assert_eq!(reply.status, 502, "{}", reply.text());
     assert_no_raw("commented", &["482919"], &reply);
     assert_eq!(counter(&stack, "hms_withheld.unreadable").await, before + 1);
-    assert_eq!(counter(&stack, "hms_withheld.last_word").await, 0, "what was aliased was all there was");
+    assert_eq!(
+        counter(&stack, "hms_withheld.last_word").await,
+        0,
+        "what was aliased was all there was"
+    );
 }

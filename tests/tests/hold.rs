@@ -6,7 +6,9 @@
 //! not in this config (`tests/envoy/hold.yaml.tmpl`): the upstream and the
 //! client play keyhole's part, so every verdict shape can be sent.
 
-use keyhole_core::hold::{HeaderEdit, Verdict, HOLD_CLOSED, HOLD_HEADER, HOLD_OPEN, KEPT_ON_WITHHOLD, NAMES_HEADER};
+use keyhole_core::hold::{
+    HeaderEdit, Verdict, HOLD_CLOSED, HOLD_HEADER, HOLD_OPEN, KEPT_ON_WITHHOLD, NAMES_HEADER,
+};
 use keyhole_core::reply;
 use keyhole_e2e::envoy::{Envoy, EnvoyOptions};
 use keyhole_e2e::upstream::{Canned, Upstream};
@@ -16,14 +18,18 @@ async fn start() -> (tempfile::TempDir, Upstream, Envoy) {
     let upstream = Upstream::start().await.unwrap();
     let mut options = EnvoyOptions::for_validation(dir.path());
     options.hms_upstream = upstream.addr;
-    let envoy = Envoy::start_template("tests/envoy/hold.yaml.tmpl", options).await.unwrap();
+    let envoy = Envoy::start_template("tests/envoy/hold.yaml.tmpl", options)
+        .await
+        .unwrap();
     (dir, upstream, envoy)
 }
 
 fn held(hold: &str, body: Vec<u8>, headers: &[(&str, &str)]) -> Canned {
     let mut canned = Canned::json(body);
     canned.headers.push((HOLD_HEADER.into(), hold.into()));
-    canned.headers.extend(headers.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    canned
+        .headers
+        .extend(headers.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     canned
 }
 
@@ -40,9 +46,17 @@ async fn response_verdicts_written_by_rust_are_applied_by_the_lua_hold() {
     let body = br#"{"id":"patient-001"}"#;
     upstream.set(
         "/edits",
-        held(HOLD_CLOSED, verdict.frame(body).unwrap(), &[("link", "<raw>"), ("location", "/raw")]),
+        held(
+            HOLD_CLOSED,
+            verdict.frame(body).unwrap(),
+            &[("link", "<raw>"), ("location", "/raw")],
+        ),
     );
-    let r = http.get(format!("{}/edits", envoy.hms_url())).send().await.unwrap();
+    let r = http
+        .get(format!("{}/edits", envoy.hms_url()))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["location"], "/api/v2/patients/patient-001");
     assert!(r.headers().get("link").is_none());
@@ -52,24 +66,45 @@ async fn response_verdicts_written_by_rust_are_applied_by_the_lua_hold() {
 
     // A repeated header set to several values, and one value added: each
     // stays a header of its own, in order.
-    let mut edits = HeaderEdit::set_all("link", vec!["<a/patient-001>; rel=\"a\"".into(), "<b>; rel=\"b\"".into()]);
+    let mut edits = HeaderEdit::set_all(
+        "link",
+        vec!["<a/patient-001>; rel=\"a\"".into(), "<b>; rel=\"b\"".into()],
+    );
     edits.push(HeaderEdit::Add("x-patient-id".into(), "patient-002".into()));
-    edits.extend(HeaderEdit::set_all("etag", vec!["\"patient-001-v7\"".into()]));
+    edits.extend(HeaderEdit::set_all(
+        "etag",
+        vec!["\"patient-001-v7\"".into()],
+    ));
     let verdict = Verdict::keep(edits);
     upstream.set(
         "/repeated",
         held(
             HOLD_CLOSED,
             verdict.frame(body).unwrap(),
-            &[("link", "<raw-1>"), ("x-patient-id", "patient-001"), ("etag", "\"raw\"")],
+            &[
+                ("link", "<raw-1>"),
+                ("x-patient-id", "patient-001"),
+                ("etag", "\"raw\""),
+            ],
         ),
     );
-    let r = http.get(format!("{}/repeated", envoy.hms_url())).send().await.unwrap();
+    let r = http
+        .get(format!("{}/repeated", envoy.hms_url()))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     let all = |name: &str| -> Vec<String> {
-        r.headers().get_all(name).iter().map(|v| v.to_str().unwrap().to_owned()).collect()
+        r.headers()
+            .get_all(name)
+            .iter()
+            .map(|v| v.to_str().unwrap().to_owned())
+            .collect()
     };
-    assert_eq!(all("link"), ["<a/patient-001>; rel=\"a\"", "<b>; rel=\"b\""]);
+    assert_eq!(
+        all("link"),
+        ["<a/patient-001>; rel=\"a\"", "<b>; rel=\"b\""]
+    );
     assert_eq!(all("x-patient-id"), ["patient-001", "patient-002"]);
     assert_eq!(all("etag"), ["\"patient-001-v7\""]);
     assert_eq!(r.bytes().await.unwrap().as_ref(), body);
@@ -77,9 +112,24 @@ async fn response_verdicts_written_by_rust_are_applied_by_the_lua_hold() {
     // A new status and off-surface names (the LLM listener's shape): the body
     // is the filter's error reply.
     let blocked = reply::off_surface_tool_call(&["drop_table", "exfiltrate"]);
-    let verdict = Verdict { status: blocked.status, names: vec!["drop_table".into(), "exfiltrate".into()], edits: vec![] };
-    upstream.set("/status", held(HOLD_OPEN, verdict.frame(&blocked.body).unwrap(), &[("content-type", "text/event-stream")]));
-    let r = http.get(format!("{}/status", envoy.hms_url())).send().await.unwrap();
+    let verdict = Verdict {
+        status: blocked.status,
+        names: vec!["drop_table".into(), "exfiltrate".into()],
+        edits: vec![],
+    };
+    upstream.set(
+        "/status",
+        held(
+            HOLD_OPEN,
+            verdict.frame(&blocked.body).unwrap(),
+            &[("content-type", "text/event-stream")],
+        ),
+    );
+    let r = http
+        .get(format!("{}/status", envoy.hms_url()))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status().as_u16(), blocked.status);
     assert_eq!(r.headers()[NAMES_HEADER], "drop_table,exfiltrate");
     assert_eq!(r.headers()["content-type"], reply::CONTENT_TYPE);
@@ -87,38 +137,68 @@ async fn response_verdicts_written_by_rust_are_applied_by_the_lua_hold() {
 
     // Open hold without a verdict: the body passes unchanged.
     upstream.set("/open", held(HOLD_OPEN, b"{\"plain\":true}".to_vec(), &[]));
-    let r = http.get(format!("{}/open", envoy.hms_url())).send().await.unwrap();
+    let r = http
+        .get(format!("{}/open", envoy.hms_url()))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.bytes().await.unwrap().as_ref(), b"{\"plain\":true}");
 
     // Closed hold without a valid verdict: the Lua side's 502 is the Rust
     // reply, and only the kept headers survive.
     for (path, body) in [
-        ("/closed-plain", b"{\"id\":\"039b70b8-92f7-44b7-9c91-4e3f0e900c71\"}".to_vec()),
+        (
+            "/closed-plain",
+            b"{\"id\":\"039b70b8-92f7-44b7-9c91-4e3f0e900c71\"}".to_vec(),
+        ),
         ("/closed-bad-verdict", b"keyhole-verdict x\n{}".to_vec()),
         ("/closed-no-newline", b"keyhole-verdict 0 ".to_vec()),
     ] {
         upstream.set(
             path,
-            held(HOLD_CLOSED, body, &[("x-record", "039b70b8"), ("server", "hms"), ("date", "039b70b8")]),
+            held(
+                HOLD_CLOSED,
+                body,
+                &[
+                    ("x-record", "039b70b8"),
+                    ("server", "hms"),
+                    ("date", "039b70b8"),
+                ],
+            ),
         );
-        let r = http.get(format!("{}{path}", envoy.hms_url())).send().await.unwrap();
+        let r = http
+            .get(format!("{}{path}", envoy.hms_url()))
+            .send()
+            .await
+            .unwrap();
         let want = reply::withheld_without_verdict();
         assert_eq!(r.status().as_u16(), want.status, "{path}");
         for name in r.headers().keys() {
             let name = name.as_str();
             // `date`: Envoy's own, once the upstream's is removed.
             assert!(
-                KEPT_ON_WITHHOLD.contains(&name) || ["content-type", "content-length", "date"].contains(&name),
+                KEPT_ON_WITHHOLD.contains(&name)
+                    || ["content-type", "content-length", "date"].contains(&name),
                 "{path}: header {name} survived a withheld response"
             );
         }
         for (name, value) in r.headers() {
-            assert!(!value.to_str().unwrap_or("").contains("039b70b8"), "{path}: {name} holds the id");
+            assert!(
+                !value.to_str().unwrap_or("").contains("039b70b8"),
+                "{path}: {name} holds the id"
+            );
         }
-        assert!(r.headers().get("x-record").is_none(), "{path}: a header that may hold an id survived");
+        assert!(
+            r.headers().get("x-record").is_none(),
+            "{path}: a header that may hold an id survived"
+        );
         assert_eq!(r.headers()["content-type"], reply::CONTENT_TYPE);
-        assert_eq!(r.bytes().await.unwrap().as_ref(), want.body.as_slice(), "{path}");
+        assert_eq!(
+            r.bytes().await.unwrap().as_ref(),
+            want.body.as_slice(),
+            "{path}"
+        );
     }
 }
 
@@ -128,7 +208,10 @@ async fn request_verdicts_written_by_rust_are_applied_by_the_lua_request_hold() 
     let http = reqwest::Client::new();
 
     // The decoded `:path` travels in the verdict; the body follows it.
-    let verdict = Verdict::keep(vec![HeaderEdit::Set(":path".into(), "/api/v2/patients/039b70b8?x=1".into())]);
+    let verdict = Verdict::keep(vec![HeaderEdit::Set(
+        ":path".into(),
+        "/api/v2/patients/039b70b8?x=1".into(),
+    )]);
     let r = http
         .post(format!("{}/api/v2/patients/patient-001", envoy.hms_url()))
         .header(HOLD_HEADER, HOLD_CLOSED)
@@ -146,7 +229,10 @@ async fn request_verdicts_written_by_rust_are_applied_by_the_lua_request_hold() 
 
     // Header edits on a request: a repeated header stays repeated.
     let mut edits = vec![HeaderEdit::Set(":path".into(), "/api/v2/visits".into())];
-    edits.extend(HeaderEdit::set_all("link", vec!["<Patient/pat-000123>".into(), "<help>".into()]));
+    edits.extend(HeaderEdit::set_all(
+        "link",
+        vec!["<Patient/pat-000123>".into(), "<help>".into()],
+    ));
     edits.push(HeaderEdit::Set("x-patient-id".into(), "039b70b8".into()));
     let r = http
         .post(format!("{}/api/v2/visits", envoy.hms_url()))
@@ -161,7 +247,14 @@ async fn request_verdicts_written_by_rust_are_applied_by_the_lua_request_hold() 
     assert_eq!(r.status(), 200);
     let seen = upstream.seen();
     assert_eq!(seen.len(), 1);
-    let all = |name: &str| -> Vec<&str> { seen[0].headers.get_all(name).iter().map(|v| v.to_str().unwrap()).collect() };
+    let all = |name: &str| -> Vec<&str> {
+        seen[0]
+            .headers
+            .get_all(name)
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect()
+    };
     assert_eq!(all("link"), ["<Patient/pat-000123>", "<help>"]);
     assert_eq!(all("x-patient-id"), ["039b70b8"]);
     assert_eq!(seen[0].body.as_ref(), b"{}");
@@ -170,8 +263,20 @@ async fn request_verdicts_written_by_rust_are_applied_by_the_lua_request_hold() 
     // No verdict, a status, or names: refused with the Rust reply, never sent.
     let refusals: [Vec<u8>; 3] = [
         br#"{"a":1}"#.to_vec(),
-        Verdict { status: 502, names: vec![], edits: vec![] }.frame(b"{}").unwrap(),
-        Verdict { status: 0, names: vec!["x".into()], edits: vec![] }.frame(b"{}").unwrap(),
+        Verdict {
+            status: 502,
+            names: vec![],
+            edits: vec![],
+        }
+        .frame(b"{}")
+        .unwrap(),
+        Verdict {
+            status: 0,
+            names: vec!["x".into()],
+            edits: vec![],
+        }
+        .frame(b"{}")
+        .unwrap(),
     ];
     for body in refusals {
         let r = http
@@ -186,5 +291,8 @@ async fn request_verdicts_written_by_rust_are_applied_by_the_lua_request_hold() 
         assert_eq!(r.headers()["content-type"], reply::CONTENT_TYPE);
         assert_eq!(r.bytes().await.unwrap().as_ref(), want.body.as_slice());
     }
-    assert!(upstream.seen().is_empty(), "a refused request reached the upstream");
+    assert!(
+        upstream.seen().is_empty(),
+        "a refused request reached the upstream"
+    );
 }

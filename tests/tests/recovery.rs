@@ -27,7 +27,12 @@ enum Dialect {
 }
 
 impl Dialect {
-    const ALL: [Dialect; 4] = [Dialect::Chat, Dialect::Responses, Dialect::Anthropic, Dialect::Gemini];
+    const ALL: [Dialect; 4] = [
+        Dialect::Chat,
+        Dialect::Responses,
+        Dialect::Anthropic,
+        Dialect::Gemini,
+    ];
 
     fn path(self) -> &'static str {
         match self {
@@ -122,11 +127,19 @@ impl Dialect {
         let tools = v["tools"].as_array().cloned().unwrap_or_default();
         let name = |t: &Value| t["name"].as_str().map(str::to_owned);
         match self {
-            Dialect::Chat => tools.iter().filter_map(|t| t["function"]["name"].as_str().map(str::to_owned)).collect(),
+            Dialect::Chat => tools
+                .iter()
+                .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
+                .collect(),
             Dialect::Responses | Dialect::Anthropic => tools.iter().filter_map(name).collect(),
             Dialect::Gemini => tools
                 .iter()
-                .flat_map(|t| t["functionDeclarations"].as_array().cloned().unwrap_or_default())
+                .flat_map(|t| {
+                    t["functionDeclarations"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default()
+                })
                 .filter_map(|d| name(&d))
                 .collect(),
         }
@@ -145,14 +158,24 @@ async fn send(stack: &Stack, path: &str, body: Vec<u8>, session: &str) -> reqwes
 }
 
 fn header(resp: &reqwest::Response, name: &str) -> String {
-    resp.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned()
+    resp.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// The session's audit trail from control's socket.
 async fn trail(stack: &Stack, session: &str) -> Vec<Value> {
-    let answer = control::get(&stack.socket(), &format!("/v1/audit/{session}")).await.expect("audit");
+    let answer = control::get(&stack.socket(), &format!("/v1/audit/{session}"))
+        .await
+        .expect("audit");
     let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    serde_json::from_str::<Value>(body).expect("audit json").as_array().cloned().unwrap_or_default()
+    serde_json::from_str::<Value>(body)
+        .expect("audit json")
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
 }
 
 /// The last body the LLM upstream received, checked against the registry
@@ -174,7 +197,12 @@ async fn stack() -> Stack {
         llm_filter_config: r#"{"mode":"llm","timeout_ms":30000,"off_surface":"block"}"#.into(),
         ..Default::default()
     };
-    options.control_args.extend(["--embedder-url".into(), embedder, "--retrieval-timeout-ms".into(), "5000".into()]);
+    options.control_args.extend([
+        "--embedder-url".into(),
+        embedder,
+        "--retrieval-timeout-ms".into(),
+        "5000".into(),
+    ]);
     Stack::start(options).await.expect("stack")
 }
 
@@ -185,42 +213,88 @@ async fn a_search_call_brings_the_missed_tool_into_the_next_turn_in_every_format
         let session = format!("recovery-{dialect:?}");
         let path = dialect.path();
         let registry = dialect.names(&dialect.body(false, false, None));
-        assert!(registry.len() >= 100 && registry.iter().any(|n| n == MISSED), "{dialect:?}: the fixture's registry");
+        assert!(
+            registry.len() >= 100 && registry.iter().any(|n| n == MISSED),
+            "{dialect:?}: the fixture's registry"
+        );
 
         // Turn 1: a booking; the set misses the converter, and carries the control tool.
         let resp = send(&stack, path, dialect.body(false, false, None), &session).await;
-        assert_eq!(resp.status(), 200, "{dialect:?}: {}", stack.envoy.log_tail());
-        assert_eq!(header(&resp, "x-keyhole-tool-search"), "offered", "{dialect:?}");
+        assert_eq!(
+            resp.status(),
+            200,
+            "{dialect:?}: {}",
+            stack.envoy.log_tail()
+        );
+        assert_eq!(
+            header(&resp, "x-keyhole-tool-search"),
+            "offered",
+            "{dialect:?}"
+        );
         let first = dialect.names(&forwarded(&stack));
         assert!(first.iter().any(|n| n == SEARCH), "{dialect:?}: {first:?}");
-        assert!(!first.iter().any(|n| n == MISSED), "{dialect:?}: retrieval must miss it for this test: {first:?}");
+        assert!(
+            !first.iter().any(|n| n == MISSED),
+            "{dialect:?}: retrieval must miss it for this test: {first:?}"
+        );
         assert!(first.len() <= 12, "{dialect:?}: {}", first.len());
 
         // Turn 2: the model searched; the agent answered with an error, or
         // sent the call alone. Either way the converter is surfaced.
         for result in [true, false] {
             let resp = send(&stack, path, dialect.body(true, result, None), &session).await;
-            assert_eq!(resp.status(), 200, "{dialect:?}: {}", stack.envoy.log_tail());
+            assert_eq!(
+                resp.status(),
+                200,
+                "{dialect:?}: {}",
+                stack.envoy.log_tail()
+            );
             let audit = header(&resp, "x-keyhole-tools");
-            assert!(audit.contains(&format!("{MISSED}=recovery")), "{dialect:?} result={result}: {audit}");
-            assert!(!audit.contains(SEARCH), "the control tool is keyhole's, not an audited registry tool: {audit}");
+            assert!(
+                audit.contains(&format!("{MISSED}=recovery")),
+                "{dialect:?} result={result}: {audit}"
+            );
+            assert!(
+                !audit.contains(SEARCH),
+                "the control tool is keyhole's, not an audited registry tool: {audit}"
+            );
             let body = forwarded(&stack);
             let second = dialect.names(&body);
-            assert!(second.iter().any(|n| n == MISSED), "{dialect:?}: {second:?}");
-            assert_eq!(second.iter().filter(|n| *n == SEARCH).count(), 1, "{dialect:?}: {second:?}");
-            assert!(second.len() <= 12 && second.len() < registry.len(), "{dialect:?}: {}", second.len());
+            assert!(
+                second.iter().any(|n| n == MISSED),
+                "{dialect:?}: {second:?}"
+            );
+            assert_eq!(
+                second.iter().filter(|n| *n == SEARCH).count(),
+                1,
+                "{dialect:?}: {second:?}"
+            );
+            assert!(
+                second.len() <= 12 && second.len() < registry.len(),
+                "{dialect:?}: {}",
+                second.len()
+            );
             // The recovered tool is the client's own definition, byte for byte.
             let original = String::from_utf8(dialect.body(false, false, None)).expect("utf-8");
             let sent = String::from_utf8_lossy(&body);
             let v: Value = serde_json::from_slice(&body).expect("json");
             let kept = match dialect {
-                Dialect::Chat => v["tools"].as_array().and_then(|t| t.iter().find(|t| t["function"]["name"] == MISSED)).cloned(),
+                Dialect::Chat => v["tools"]
+                    .as_array()
+                    .and_then(|t| t.iter().find(|t| t["function"]["name"] == MISSED))
+                    .cloned(),
                 Dialect::Gemini => None,
-                _ => v["tools"].as_array().and_then(|t| t.iter().find(|t| t["name"] == MISSED)).cloned(),
+                _ => v["tools"]
+                    .as_array()
+                    .and_then(|t| t.iter().find(|t| t["name"] == MISSED))
+                    .cloned(),
             };
             if let Some(kept) = kept {
                 let raw = serde_json::to_string(&kept).expect("json");
-                assert!(original.contains(&raw) && sent.contains(&raw), "{dialect:?}: not byte-identical");
+                assert!(
+                    original.contains(&raw) && sent.contains(&raw),
+                    "{dialect:?}: not byte-identical"
+                );
             }
         }
 
@@ -229,20 +303,39 @@ async fn a_search_call_brings_the_missed_tool_into_the_next_turn_in_every_format
         let search = &entries.last().expect("entries")["search"];
         assert_eq!(search["query"], QUERY, "{dialect:?}: {entries:?}");
         assert_eq!(search["found"][0], MISSED, "{dialect:?}: {search}");
-        assert!(search["surfaced"].as_array().expect("surfaced").iter().any(|n| n == MISSED));
+        assert!(search["surfaced"]
+            .as_array()
+            .expect("surfaced")
+            .iter()
+            .any(|n| n == MISSED));
         assert!(entries[0]["search"].is_null(), "turn 1 searched nothing");
 
         // The user speaks again: that search is over.
-        let resp = send(&stack, path, dialect.body(true, true, Some("Thanks. Now show her appointments.")), &session).await;
+        let resp = send(
+            &stack,
+            path,
+            dialect.body(true, true, Some("Thanks. Now show her appointments.")),
+            &session,
+        )
+        .await;
         assert_eq!(resp.status(), 200);
-        assert!(!header(&resp, "x-keyhole-tools").contains("=recovery"), "{dialect:?}");
+        assert!(
+            !header(&resp, "x-keyhole-tools").contains("=recovery"),
+            "{dialect:?}"
+        );
         assert!(trail(&stack, &session).await.last().expect("entries")["search"].is_null());
         stack.llm.clear();
     }
     let log = stack.envoy.log_text();
-    assert!(log.contains("tool_search=query recovered="), "the per-turn log line says so");
+    assert!(
+        log.contains("tool_search=query recovered="),
+        "the per-turn log line says so"
+    );
     assert!(log.contains("tool_search=offered recovered=0"));
-    assert!(!log.contains(QUERY), "the query is never logged by the filter");
+    assert!(
+        !log.contains(QUERY),
+        "the query is never logged by the filter"
+    );
 }
 
 #[tokio::test]
@@ -256,33 +349,91 @@ async fn an_answer_calling_the_control_tool_is_announced_not_flagged() {
         .to_string()
     };
     stack.llm.set(path, Canned::json(call(SEARCH)));
-    let resp = send(&stack, path, Dialect::Chat.body(false, false, None), "answer").await;
-    assert_eq!(resp.status(), 200, "off_surface: block does not block the control tool");
+    let resp = send(
+        &stack,
+        path,
+        Dialect::Chat.body(false, false, None),
+        "answer",
+    )
+    .await;
+    assert_eq!(
+        resp.status(),
+        200,
+        "off_surface: block does not block the control tool"
+    );
     assert_eq!(header(&resp, "x-keyhole-tool-search"), "called");
     assert!(resp.headers().get("x-keyhole-off-surface").is_none());
     let answer: Value = resp.json().await.expect("the answer, untouched");
-    assert_eq!(answer["choices"][0]["message"]["tool_calls"][0]["function"]["name"], SEARCH);
-    assert!(stack.envoy.log_text().contains("keyhole.tool-search-called"));
+    assert_eq!(
+        answer["choices"][0]["message"]["tool_calls"][0]["function"]["name"],
+        SEARCH
+    );
+    assert!(stack
+        .envoy
+        .log_text()
+        .contains("keyhole.tool-search-called"));
 
     // A tool the model was not shown is still blocked.
-    stack.llm.set(path, Canned::json(call("fhir__bundle__export_everything")));
-    let resp = send(&stack, path, Dialect::Chat.body(false, false, None), "answer").await;
+    stack
+        .llm
+        .set(path, Canned::json(call("fhir__bundle__export_everything")));
+    let resp = send(
+        &stack,
+        path,
+        Dialect::Chat.body(false, false, None),
+        "answer",
+    )
+    .await;
     assert_eq!(resp.status(), 502);
-    assert_eq!(stack.envoy.stat("wasmcustom.keyhole.off_surface_calls").await.unwrap(), 1);
+    assert_eq!(
+        stack
+            .envoy
+            .stat("wasmcustom.keyhole.off_surface_calls")
+            .await
+            .unwrap(),
+        1
+    );
 
     // Streamed: the headers are gone before the call appears; it is logged,
     // never counted off-surface.
     let events = format!(
         "data: {{\"choices\":[{{\"delta\":{{\"tool_calls\":[{{\"index\":0,\"id\":\"c1\",\"type\":\"function\",\"function\":{{\"name\":\"{SEARCH}\",\"arguments\":\"\"}}}}]}}}}]}}\n\ndata: [DONE]\n\n"
     );
-    let stream = Canned { stream_delay: Some(std::time::Duration::from_millis(50)), ..Canned::json(events.clone()) };
+    let stream = Canned {
+        stream_delay: Some(std::time::Duration::from_millis(50)),
+        ..Canned::json(events.clone())
+    };
     stack.llm.set(path, stream);
-    let resp = send(&stack, path, Dialect::Chat.body(false, false, None), "answer").await;
+    let resp = send(
+        &stack,
+        path,
+        Dialect::Chat.body(false, false, None),
+        "answer",
+    )
+    .await;
     assert_eq!(resp.status(), 200);
     assert_eq!(header(&resp, "x-keyhole-tool-search"), "offered");
-    assert_eq!(resp.text().await.expect("stream"), events, "the stream passes untouched");
-    assert_eq!(stack.envoy.stat("wasmcustom.keyhole.off_surface_calls").await.unwrap(), 1);
-    assert_eq!(stack.envoy.log_text().matches("keyhole.tool-search-called").count(), 2);
+    assert_eq!(
+        resp.text().await.expect("stream"),
+        events,
+        "the stream passes untouched"
+    );
+    assert_eq!(
+        stack
+            .envoy
+            .stat("wasmcustom.keyhole.off_surface_calls")
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        stack
+            .envoy
+            .log_text()
+            .matches("keyhole.tool-search-called")
+            .count(),
+        2
+    );
 }
 
 #[tokio::test]
@@ -292,7 +443,9 @@ async fn tool_search_off_adds_nothing_and_reads_no_calls() {
         llm_filter_config: r#"{"mode":"llm","timeout_ms":30000,"tool_search":"off"}"#.into(),
         ..Default::default()
     };
-    options.control_args.extend(["--embedder-url".into(), embedder]);
+    options
+        .control_args
+        .extend(["--embedder-url".into(), embedder]);
     let stack = Stack::start(options).await.expect("stack");
     let path = Dialect::Chat.path();
     let resp = send(&stack, path, Dialect::Chat.body(true, true, None), "off").await;
@@ -300,7 +453,10 @@ async fn tool_search_off_adds_nothing_and_reads_no_calls() {
     assert!(resp.headers().get("x-keyhole-tool-search").is_none());
     assert!(!header(&resp, "x-keyhole-tools").contains("=recovery"));
     let names = Dialect::Chat.names(&forwarded(&stack));
-    assert!(!names.iter().any(|n| n == SEARCH) && !names.iter().any(|n| n == MISSED), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n == SEARCH) && !names.iter().any(|n| n == MISSED),
+        "{names:?}"
+    );
     assert!(trail(&stack, "off").await[0]["search"].is_null());
 }
 
@@ -308,10 +464,23 @@ async fn tool_search_off_adds_nothing_and_reads_no_calls() {
 async fn a_control_that_surfaces_everything_still_leaves_the_budget_with_the_control_tool() {
     // The bound is the filter's: a control answering every tool, on a turn
     // with a search, gets eleven registry tools and the control tool through.
-    let stack = Stack::start(StackOptions { control: false, ..Default::default() }).await.expect("stack");
-    let _fake = FakeControl::start(&stack.socket(), Fault::Everything).await.expect("fake control");
+    let stack = Stack::start(StackOptions {
+        control: false,
+        ..Default::default()
+    })
+    .await
+    .expect("stack");
+    let _fake = FakeControl::start(&stack.socket(), Fault::Everything)
+        .await
+        .expect("fake control");
     for dialect in Dialect::ALL {
-        for phase in ["planner", "agent-call", "recovery", "tool-input", "formatter"] {
+        for phase in [
+            "planner",
+            "agent-call",
+            "recovery",
+            "tool-input",
+            "formatter",
+        ] {
             stack.llm.clear();
             let resp = reqwest::Client::new()
                 .post(format!("{}{}", stack.envoy.llm_url(), dialect.path()))
@@ -322,7 +491,12 @@ async fn a_control_that_surfaces_everything_still_leaves_the_budget_with_the_con
                 .send()
                 .await
                 .expect("send");
-            assert_eq!(resp.status(), 200, "{dialect:?} {phase}: {}", stack.envoy.log_tail());
+            assert_eq!(
+                resp.status(),
+                200,
+                "{dialect:?} {phase}: {}",
+                stack.envoy.log_tail()
+            );
             let body = forwarded(&stack);
             let budget = match phase {
                 "tool-input" => 1,
@@ -339,7 +513,11 @@ async fn a_control_that_surfaces_everything_still_leaves_the_budget_with_the_con
                 assert_eq!(n, budget, "{dialect:?} {phase}: {names:?}");
             }
             let offered = matches!(phase, "planner" | "agent-call" | "recovery");
-            assert_eq!(names.iter().any(|n| n == SEARCH), offered, "{dialect:?} {phase}");
+            assert_eq!(
+                names.iter().any(|n| n == SEARCH),
+                offered,
+                "{dialect:?} {phase}"
+            );
         }
     }
 }

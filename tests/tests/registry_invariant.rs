@@ -19,8 +19,15 @@ use serde_json::Value;
 
 /// The stack with a control that surfaces every tool it is shown.
 async fn adversarial() -> (Stack, FakeControl) {
-    let stack = Stack::start(StackOptions { control: false, ..Default::default() }).await.expect("stack");
-    let fake = FakeControl::start(&stack.socket(), Fault::Everything).await.expect("fake control");
+    let stack = Stack::start(StackOptions {
+        control: false,
+        ..Default::default()
+    })
+    .await
+    .expect("stack");
+    let fake = FakeControl::start(&stack.socket(), Fault::Everything)
+        .await
+        .expect("fake control");
     (stack, fake)
 }
 
@@ -42,29 +49,53 @@ async fn deliver(stack: &Stack, request: &adversary::Request) -> (u16, Option<us
         }
         Transport::Http2 | Transport::Http2Trailers => {
             let trailers = request.transport == Transport::Http2Trailers;
-            let reply = h2::send(stack.envoy.llm, request.method, &request.path, &request.headers, request.body.clone(), trailers)
-                .await
-                .expect("h2 send");
+            let reply = h2::send(
+                stack.envoy.llm,
+                request.method,
+                &request.path,
+                &request.headers,
+                request.body.clone(),
+                trailers,
+            )
+            .await
+            .expect("h2 send");
             reply.status
         }
     };
-    let forwarded = stack.llm.seen().last().map(|r| adversary::tool_definitions(&r.body));
+    let forwarded = stack
+        .llm
+        .seen()
+        .last()
+        .map(|r| adversary::tool_definitions(&r.body));
     (status, forwarded)
 }
 
 /// Asserts the invariant for one outcome.
 fn holds(label: &str, request: &adversary::Request, status: u16, forwarded: Option<usize>) {
     match forwarded {
-        Some(n) => assert!(n <= request.budget, "{label}: {n} tool definitions reached the LLM (budget {})", request.budget),
-        None => assert!(status >= 400, "{label}: nothing forwarded, yet status {status}"),
+        Some(n) => assert!(
+            n <= request.budget,
+            "{label}: {n} tool definitions reached the LLM (budget {})",
+            request.budget
+        ),
+        None => assert!(
+            status >= 400,
+            "{label}: nothing forwarded, yet status {status}"
+        ),
     }
 }
 
 fn catalog(file: &str) -> Value {
-    serde_json::from_slice(&std::fs::read(paths::catalog().join(file)).expect("catalog")).expect("json")
+    serde_json::from_slice(&std::fs::read(paths::catalog().join(file)).expect("catalog"))
+        .expect("json")
 }
 
-fn request(method: &'static str, path: &str, body: &Value, transport: Transport) -> adversary::Request {
+fn request(
+    method: &'static str,
+    path: &str,
+    body: &Value,
+    transport: Transport,
+) -> adversary::Request {
     adversary::Request {
         method,
         path: path.to_owned(),
@@ -93,12 +124,21 @@ fn chat_tools_mapped(f: impl Fn(&mut Value)) -> Value {
 async fn http2_request_trailers_do_not_carry_the_registry_past() {
     let (stack, _fake) = adversarial().await;
     for transport in [Transport::Http2, Transport::Http2Trailers, Transport::Http1] {
-        for (path, file) in [("/v1/chat/completions", "openai_request.json"), ("/v1/messages", "anthropic_request.json")] {
+        for (path, file) in [
+            ("/v1/chat/completions", "openai_request.json"),
+            ("/v1/messages", "anthropic_request.json"),
+        ] {
             let req = request("POST", path, &catalog(file), transport);
             let (status, forwarded) = deliver(&stack, &req).await;
-            assert_eq!(status, 200, "{transport:?} {path}: a valid request is served");
+            assert_eq!(
+                status, 200,
+                "{transport:?} {path}: a valid request is served"
+            );
             let n = forwarded.expect("forwarded");
-            assert!((1..=12).contains(&n), "{transport:?} {path}: {n} tools forwarded");
+            assert!(
+                (1..=12).contains(&n),
+                "{transport:?} {path}: {n} tools forwarded"
+            );
         }
     }
 }
@@ -110,16 +150,32 @@ async fn unknown_tool_types_are_refused_not_kept() {
     let mut cases: Vec<(String, adversary::Request)> = Vec::new();
     for kind in ["function_v2", "Function", "FUNCTION", "web_search_20250305"] {
         let body = chat_tools_mapped(|t| t["type"] = Value::from(kind));
-        cases.push((format!("chat type {kind}"), request("POST", "/v1/chat/completions", &body, Transport::Http1)));
+        cases.push((
+            format!("chat type {kind}"),
+            request("POST", "/v1/chat/completions", &body, Transport::Http1),
+        ));
     }
     // `"type":"x","TYPE":"function"` and an escaped type, written as raw text.
     let raw = serde_json::to_string(&catalog("openai_request.json")).expect("text");
     for (label, from, to) in [
-        ("TYPE twin", r#""type":"function""#, r#""type":"x","TYPE":"function""#),
-        ("escaped type", r#""type":"function""#, r#""type":"\u0066unction_v2""#),
+        (
+            "TYPE twin",
+            r#""type":"function""#,
+            r#""type":"x","TYPE":"function""#,
+        ),
+        (
+            "escaped type",
+            r#""type":"function""#,
+            r#""type":"\u0066unction_v2""#,
+        ),
     ] {
         let text = raw.replace(from, to);
-        let mut req = request("POST", "/v1/chat/completions", &Value::Null, Transport::Http1);
+        let mut req = request(
+            "POST",
+            "/v1/chat/completions",
+            &Value::Null,
+            Transport::Http1,
+        );
         req.body = text.into_bytes();
         cases.push((label.into(), req));
     }
@@ -128,7 +184,10 @@ async fn unknown_tool_types_are_refused_not_kept() {
         for tool in body["tools"].as_array_mut().expect("tools") {
             tool["type"] = Value::from(kind);
         }
-        cases.push((format!("anthropic type {kind}"), request("POST", "/v1/messages", &body, Transport::Http1)));
+        cases.push((
+            format!("anthropic type {kind}"),
+            request("POST", "/v1/messages", &body, Transport::Http1),
+        ));
     }
     // Responses function_v2, Gemini FunctionDeclarations.
     let tools: Vec<Value> = catalog("openai_request.json")["tools"]
@@ -147,7 +206,12 @@ async fn unknown_tool_types_are_refused_not_kept() {
         .collect();
     cases.push((
         "responses function_v2".into(),
-        request("POST", "/v1/responses", &serde_json::json!({"input": "hi", "tools": responses}), Transport::Http1),
+        request(
+            "POST",
+            "/v1/responses",
+            &serde_json::json!({"input": "hi", "tools": responses}),
+            Transport::Http1,
+        ),
     ));
     cases.push((
         "gemini FunctionDeclarations".into(),
@@ -161,9 +225,20 @@ async fn unknown_tool_types_are_refused_not_kept() {
     for (label, req) in &cases {
         let (status, forwarded) = deliver(&stack, req).await;
         holds(label, req, status, forwarded);
-        assert_eq!((status, forwarded), (400, None), "{label}: refused, nothing forwarded");
+        assert_eq!(
+            (status, forwarded),
+            (400, None),
+            "{label}: refused, nothing forwarded"
+        );
     }
-    assert_eq!(stack.envoy.stat("wasmcustom.keyhole.rejected").await.expect("stat") as usize, cases.len());
+    assert_eq!(
+        stack
+            .envoy
+            .stat("wasmcustom.keyhole.rejected")
+            .await
+            .expect("stat") as usize,
+        cases.len()
+    );
 }
 
 /// 3. A body whose shape disagrees with its path, including via dot segments.
@@ -174,8 +249,24 @@ async fn bodies_that_disagree_with_their_path_are_read_as_they_are_or_refused() 
     let anthropic = catalog("anthropic_request.json");
     let mut refused = 0;
     for (body, paths) in [
-        (&chat, ["/v1/messages", "/v1beta/models/m:generateContent", "/x/../../messages", "/v1/responses"]),
-        (&anthropic, ["/v1/chat/completions", "/v1beta/models/m:generateContent", "/v1/responses", "/a/./b/../v1/chat/completions"]),
+        (
+            &chat,
+            [
+                "/v1/messages",
+                "/v1beta/models/m:generateContent",
+                "/x/../../messages",
+                "/v1/responses",
+            ],
+        ),
+        (
+            &anthropic,
+            [
+                "/v1/chat/completions",
+                "/v1beta/models/m:generateContent",
+                "/v1/responses",
+                "/a/./b/../v1/chat/completions",
+            ],
+        ),
     ] {
         for path in paths {
             let req = request("POST", path, body, Transport::Http1);
@@ -186,7 +277,10 @@ async fn bodies_that_disagree_with_their_path_are_read_as_they_are_or_refused() 
             }
         }
     }
-    assert!(refused > 0, "cross-format bodies are refused where they cannot be read");
+    assert!(
+        refused > 0,
+        "cross-format bodies are refused where they cannot be read"
+    );
 }
 
 /// 4. Decoys on an unrecognised path: another format's keys, a first tool of
@@ -197,11 +291,21 @@ async fn decoys_on_unrecognised_paths_do_not_steer_the_reading() {
     let mut chat = catalog("openai_request.json");
     chat["contents"] = serde_json::json!([]);
     let mut mixed = catalog("openai_request.json");
-    mixed["tools"].as_array_mut().expect("tools").insert(0, serde_json::json!({"name": "decoy", "input_schema": {}}));
+    mixed["tools"]
+        .as_array_mut()
+        .expect("tools")
+        .insert(0, serde_json::json!({"name": "decoy", "input_schema": {}}));
     let mut gemini_first = catalog("openai_request.json");
-    gemini_first["tools"].as_array_mut().expect("tools").insert(0, serde_json::json!({"functionDeclarations": [{"name": "d"}]}));
+    gemini_first["tools"].as_array_mut().expect("tools").insert(
+        0,
+        serde_json::json!({"functionDeclarations": [{"name": "d"}]}),
+    );
     for (label, path, body) in [
-        ("percent-encoded path + contents", "/v1/chat/%63ompletions", &chat),
+        (
+            "percent-encoded path + contents",
+            "/v1/chat/%63ompletions",
+            &chat,
+        ),
         ("unknown path + contents", "/proxy/llm", &chat),
         ("anthropic-shaped first tool", "/proxy/llm", &mixed),
         ("gemini-shaped first tool", "/proxy/llm", &gemini_first),
@@ -223,16 +327,28 @@ async fn legacy_functions_are_read_on_every_path() {
         .map(|t| t["function"].clone())
         .collect();
     for (path, mut body) in [
-        ("/v1/responses", serde_json::json!({"input": "book an appointment"})),
-        ("/v1/messages", serde_json::json!({"system": "s", "messages": [{"role": "user", "content": "book"}]})),
-        ("/v1beta/models/m:generateContent", serde_json::json!({"contents": [{"parts": [{"text": "book"}]}]})),
+        (
+            "/v1/responses",
+            serde_json::json!({"input": "book an appointment"}),
+        ),
+        (
+            "/v1/messages",
+            serde_json::json!({"system": "s", "messages": [{"role": "user", "content": "book"}]}),
+        ),
+        (
+            "/v1beta/models/m:generateContent",
+            serde_json::json!({"contents": [{"parts": [{"text": "book"}]}]}),
+        ),
     ] {
         body["functions"] = Value::from(functions.clone());
         let req = request("POST", path, &body, Transport::Http1);
         let (status, forwarded) = deliver(&stack, &req).await;
         assert_eq!(status, 200, "{path}");
         let n = forwarded.expect("forwarded");
-        assert!((1..=12).contains(&n), "{path}: {n} legacy functions forwarded");
+        assert!(
+            (1..=12).contains(&n),
+            "{path}: {n} legacy functions forwarded"
+        );
     }
 }
 
@@ -260,24 +376,44 @@ async fn every_method_with_a_body_is_read() {
 async fn definitions_hidden_elsewhere_in_the_body_are_counted() {
     let (stack, _fake) = adversarial().await;
     let mut body = catalog("openai_request.json");
-    let functions: Vec<Value> =
-        body["tools"].as_array().expect("tools").iter().map(|t| t["function"].clone()).collect();
+    let functions: Vec<Value> = body["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| t["function"].clone())
+        .collect();
     body["metadata"] = serde_json::json!({"registry": functions});
     let req = request("POST", "/v1/chat/completions", &body, Transport::Http1);
     let (status, forwarded) = deliver(&stack, &req).await;
     assert_eq!((status, forwarded), (400, None));
-    assert_eq!(stack.envoy.stat("wasmcustom.keyhole.over_budget").await.expect("stat"), 1);
-    assert!(stack.envoy.log_text().contains("reason=over-budget"), "the refusal is logged with its reason");
+    assert_eq!(
+        stack
+            .envoy
+            .stat("wasmcustom.keyhole.over_budget")
+            .await
+            .expect("stat"),
+        1
+    );
+    assert!(
+        stack.envoy.log_text().contains("reason=over-budget"),
+        "the refusal is logged with its reason"
+    );
 }
 
 // === generated ===
 
 fn cases(default: usize) -> usize {
-    std::env::var("KEYHOLE_INVARIANT_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var("KEYHOLE_INVARIANT_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn seed() -> u64 {
-    std::env::var("KEYHOLE_INVARIANT_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x6b65_7968_6f6c_65)
+    std::env::var("KEYHOLE_INVARIANT_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x6b65_7968_6f6c_65)
 }
 
 /// Generated requests through Envoy: every method, transport and phase;
@@ -287,7 +423,8 @@ fn seed() -> u64 {
 async fn generated_requests_never_reach_the_llm_over_budget() {
     let (stack, _fake) = adversarial().await;
     let mut rng = Rng::new(seed());
-    let (mut refused, mut forwarded_n, mut max_forwarded, mut clean) = (0usize, 0usize, 0usize, 0usize);
+    let (mut refused, mut forwarded_n, mut max_forwarded, mut clean) =
+        (0usize, 0usize, 0usize, 0usize);
     let total = cases(300);
     for i in 0..total {
         let req = adversary::generate(&mut rng);
@@ -305,12 +442,37 @@ async fn generated_requests_never_reach_the_llm_over_budget() {
             r
         };
         let read = deliver(&stack, &alone("read")).await;
-        holds(&format!("case {i} read ({} {} {:?})", req.method, req.path, req.transport), &req, read.0, read.1);
+        holds(
+            &format!(
+                "case {i} read ({} {} {:?})",
+                req.method, req.path, req.transport
+            ),
+            &req,
+            read.0,
+            read.1,
+        );
         let (status, forwarded) = deliver(&stack, &req).await;
-        holds(&format!("case {i} ({} {} {:?})", req.method, req.path, req.transport), &req, status, forwarded);
+        holds(
+            &format!("case {i} ({} {} {:?})", req.method, req.path, req.transport),
+            &req,
+            status,
+            forwarded,
+        );
         let recalled = deliver(&stack, &alone("recalled")).await;
-        holds(&format!("case {i} recalled ({} {} {:?})", req.method, req.path, req.transport), &req, recalled.0, recalled.1);
-        assert_eq!(recalled, read, "case {i}: the recalled reading ended differently ({})", req.path);
+        holds(
+            &format!(
+                "case {i} recalled ({} {} {:?})",
+                req.method, req.path, req.transport
+            ),
+            &req,
+            recalled.0,
+            recalled.1,
+        );
+        assert_eq!(
+            recalled, read,
+            "case {i}: the recalled reading ended differently ({})",
+            req.path
+        );
         match forwarded {
             Some(n) => {
                 forwarded_n += 1;
@@ -320,16 +482,29 @@ async fn generated_requests_never_reach_the_llm_over_budget() {
         }
         if req.clean {
             clean += 1;
-            assert!(status < 400 && forwarded.is_some(), "case {i}: a clean request was refused ({status})");
+            assert!(
+                status < 400 && forwarded.is_some(),
+                "case {i}: a clean request was refused ({status})"
+            );
         }
     }
-    let recalled = stack.envoy.stat("wasmcustom.keyhole.registry_recalled").await.unwrap_or(0);
+    let recalled = stack
+        .envoy
+        .stat("wasmcustom.keyhole.registry_recalled")
+        .await
+        .unwrap_or(0);
     println!(
         "registry invariant through Envoy: generated={total} refused={refused} forwarded={forwarded_n} \
          clean={clean} max_tool_definitions_forwarded={max_forwarded} registries_recalled={recalled}"
     );
-    assert!(recalled as usize > forwarded_n, "the filter's memo was exercised ({recalled} recalled)");
-    assert!(refused > total / 10 && forwarded_n > total / 10, "the generator exercises both outcomes");
+    assert!(
+        recalled as usize > forwarded_n,
+        "the filter's memo was exercised ({recalled} recalled)"
+    );
+    assert!(
+        refused > total / 10 && forwarded_n > total / 10,
+        "the generator exercises both outcomes"
+    );
 }
 
 /// The same generator against the filter's own decision code, without
@@ -343,40 +518,70 @@ fn generated_requests_never_leave_core_over_budget() {
     let total = cases(10_000);
     for i in 0..total {
         let req = adversary::generate(&mut rng);
-        let phase = req.headers.iter().find(|(k, _)| *k == "x-keyhole-phase").and_then(|(_, v)| v.parse::<Phase>().ok());
+        let phase = req
+            .headers
+            .iter()
+            .find(|(k, _)| *k == "x-keyhole-phase")
+            .and_then(|(_, v)| v.parse::<Phase>().ok());
         let phase = phase.unwrap_or_default();
-        let leave = |memo: &mut Memo| match surface::read(&req.path, &req.body, phase, &builtins, memo) {
-            Read::Pass => Some(req.body.clone()),
-            Read::Refuse(..) => None,
-            Read::Resolve(parsed) => {
-                let everything = ResolveResponse {
-                    tools: parsed
-                        .tools
-                        .iter()
-                        .map(|t| SurfacedTool { name: t.name.to_string(), reason: Reason::Rag, mutating: false })
-                        .collect(),
-                    source: Source::Retrieval,
-                };
-                match surface::finish(&parsed, &req.body, phase, Ok(&everything), &[], OnOutage::Reject) {
-                    Finished::Forward { body, .. } => Some(body),
-                    Finished::Refuse(..) => None,
+        let leave =
+            |memo: &mut Memo| match surface::read(&req.path, &req.body, phase, &builtins, memo) {
+                Read::Pass => Some(req.body.clone()),
+                Read::Refuse(..) => None,
+                Read::Resolve(parsed) => {
+                    let everything = ResolveResponse {
+                        tools: parsed
+                            .tools
+                            .iter()
+                            .map(|t| SurfacedTool {
+                                name: t.name.to_string(),
+                                reason: Reason::Rag,
+                                mutating: false,
+                            })
+                            .collect(),
+                        source: Source::Retrieval,
+                    };
+                    match surface::finish(
+                        &parsed,
+                        &req.body,
+                        phase,
+                        Ok(&everything),
+                        &[],
+                        OnOutage::Reject,
+                    ) {
+                        Finished::Forward { body, .. } => Some(body),
+                        Finished::Refuse(..) => None,
+                    }
                 }
-            }
-        };
+            };
         // Read twice through the memo every request goes through: the second
         // reading recalls the tools arrays of the first (the first may recall
         // an earlier request's), and what leaves must not change.
         let leaving = leave(&mut memo);
-        assert_eq!(leave(&mut memo), leaving, "case {i}: a recalled reading differs ({})", req.path);
+        assert_eq!(
+            leave(&mut memo),
+            leaving,
+            "case {i}: a recalled reading differs ({})",
+            req.path
+        );
         match leaving {
             Some(body) => {
                 let n = adversary::tool_definitions(&body);
-                assert!(n <= phase.budget().max, "case {i}: {n} definitions leave ({} {})", req.method, req.path);
+                assert!(
+                    n <= phase.budget().max,
+                    "case {i}: {n} definitions leave ({} {})",
+                    req.method,
+                    req.path
+                );
                 forwarded += 1;
                 max_forwarded = max_forwarded.max(n);
             }
             None => {
-                assert!(!req.clean, "case {i}: a clean request was refused ({})", req.path);
+                assert!(
+                    !req.clean,
+                    "case {i}: a clean request was refused ({})",
+                    req.path
+                );
                 refused += 1;
             }
         }
@@ -386,6 +591,9 @@ fn generated_requests_never_leave_core_over_budget() {
          max_tool_definitions_forwarded={max_forwarded} recalled_arrays={}",
         memo.hits()
     );
-    assert!(memo.hits() as usize > forwarded / 2, "the memo was exercised");
+    assert!(
+        memo.hits() as usize > forwarded / 2,
+        "the memo was exercised"
+    );
     assert!(refused > total / 10 && forwarded > total / 10);
 }

@@ -25,17 +25,28 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A loopback port nobody listens on now.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Whether any process of process group `pgid` is alive.
 fn group_alive(pgid: u32) -> bool {
-    Command::new("kill").args(["-0", "--", &format!("-{pgid}")]).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+    Command::new("kill")
+        .args(["-0", "--", &format!("-{pgid}")])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// Sends `signal` (`INT`, `TERM`, `KILL`) to process group `pgid`.
 fn signal_group(pgid: u32, signal: &str) {
-    let _ = Command::new("kill").args([&format!("-{signal}"), "--", &format!("-{pgid}")]).stderr(Stdio::null()).status();
+    let _ = Command::new("kill")
+        .args([&format!("-{signal}"), "--", &format!("-{pgid}")])
+        .stderr(Stdio::null())
+        .status();
 }
 
 /// `scripts/run.sh` in a process group of its own, stopped (the whole group)
@@ -52,7 +63,11 @@ impl RunSh {
         // Fails with instructions when the suite does not run under with-services.sh.
         let embedder = paths::embedder_url();
         let [llm_port, hms_port, admin_port] = ports;
-        let out = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
         let child = Command::new(paths::repo().join("scripts/run.sh"))
             .env("RUN_DIR", run_dir)
             .env("KEYHOLE_EMBEDDER_URL", embedder)
@@ -75,7 +90,10 @@ impl RunSh {
             .process_group(0)
             .spawn()
             .expect("starting scripts/run.sh");
-        RunSh { child, log: log.to_owned() }
+        RunSh {
+            child,
+            log: log.to_owned(),
+        }
     }
 
     /// Its output so far, the last 6 KiB.
@@ -88,16 +106,29 @@ impl RunSh {
     /// Waits until Envoy's admin API answers `/ready` on `admin_port`.
     async fn wait_ready(&mut self, admin_port: u16) {
         let deadline = Instant::now() + START_TIMEOUT;
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(2)).build().unwrap();
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("run.sh exited with {status} before Envoy was ready:\n{}", self.log_tail());
+                panic!(
+                    "run.sh exited with {status} before Envoy was ready:\n{}",
+                    self.log_tail()
+                );
             }
-            let ready = http.get(format!("http://127.0.0.1:{admin_port}/ready")).send().await;
+            let ready = http
+                .get(format!("http://127.0.0.1:{admin_port}/ready"))
+                .send()
+                .await;
             if matches!(ready, Ok(r) if r.status().is_success()) {
                 return;
             }
-            assert!(Instant::now() < deadline, "Envoy not ready within {START_TIMEOUT:?}:\n{}", self.log_tail());
+            assert!(
+                Instant::now() < deadline,
+                "Envoy not ready within {START_TIMEOUT:?}:\n{}",
+                self.log_tail()
+            );
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
@@ -142,7 +173,11 @@ async fn get(hms_port: u16, path: &str) -> (u16, serde_json::Value) {
         .unwrap();
     let status = r.status().as_u16();
     let text = r.text().await.unwrap();
-    (status, serde_json::from_str(&text).unwrap_or_else(|_| panic!("{path}: {status}: not JSON: {text}")))
+    (
+        status,
+        serde_json::from_str(&text)
+            .unwrap_or_else(|_| panic!("{path}: {status}: not JSON: {text}")),
+    )
 }
 
 /// `make run` across a restart on one `RUN_DIR`: an alias issued before run.sh
@@ -158,10 +193,15 @@ async fn make_run_keeps_its_aliases_in_the_run_dir_across_restarts() {
     let log = scratch.path().join("run.log");
     let llm = Upstream::start().await.unwrap();
     let hms = Upstream::start().await.unwrap();
-    let search = format!(r#"{{"data":[{{"id":"{UUID}","fhirId":"pat-004417","name":{{"display":"Schmidt, Anna"}}}}]}}"#);
+    let search = format!(
+        r#"{{"data":[{{"id":"{UUID}","fhirId":"pat-004417","name":{{"display":"Schmidt, Anna"}}}}]}}"#
+    );
     hms.set("/api/v2/patients/search", Canned::json(search.into_bytes()));
     let detail = format!(r#"{{"id":"{UUID}","fhirId":"pat-004417","birthDate":"1952-08-14"}}"#);
-    hms.set(&format!("/api/v2/patients/{UUID}"), Canned::json(detail.into_bytes()));
+    hms.set(
+        &format!("/api/v2/patients/{UUID}"),
+        Canned::json(detail.into_bytes()),
+    );
     let mut ports = [free_port(), free_port(), free_port()];
     while ports[1] == ports[0] || ports[2] == ports[0] || ports[2] == ports[1] {
         ports = [free_port(), free_port(), free_port()];
@@ -173,11 +213,21 @@ async fn make_run_keeps_its_aliases_in_the_run_dir_across_restarts() {
     run.wait_ready(admin_port).await;
     let (status, body) = get(hms_port, "/api/v2/patients/search?q=anna").await;
     assert_eq!(status, 200, "{body}\n{}", run.log_tail());
-    let alias = body["data"][0]["id"].as_str().unwrap_or_else(|| panic!("no id in {body}")).to_owned();
+    let alias = body["data"][0]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no id in {body}"))
+        .to_owned();
     let shape = regex::Regex::new(r"^patient-[a-z0-9]{4}-[0-9]{3}$").unwrap();
     assert!(shape.is_match(&alias), "a patient alias, not {alias:?}");
-    assert!(!body.to_string().contains(UUID), "the raw id reached the client: {body}");
-    assert!(run.stop(), "SIGINT to the group stopped run.sh and its children:\n{}", run.log_tail());
+    assert!(
+        !body.to_string().contains(UUID),
+        "the raw id reached the client: {body}"
+    );
+    assert!(
+        run.stop(),
+        "SIGINT to the group stopped run.sh and its children:\n{}",
+        run.log_tail()
+    );
     drop(run);
     // `keyhole serve --data-dir RUN_DIR/data` opens the embedded store in `aliases/`.
     let store = run_dir.path().join("data/aliases/aliases.redb");
@@ -191,8 +241,16 @@ async fn make_run_keeps_its_aliases_in_the_run_dir_across_restarts() {
     let (status, body) = get(hms_port, &format!("/api/v2/patients/{alias}")).await;
     assert_eq!(status, 200, "{body}\n{}", run.log_tail());
     let seen: Vec<String> = hms.seen().into_iter().map(|r| r.uri).collect();
-    assert_eq!(seen, [format!("/api/v2/patients/{UUID}")], "HMS got the raw UUID");
-    assert_eq!(body["id"], alias.as_str(), "the same alias after the restart: {body}");
+    assert_eq!(
+        seen,
+        [format!("/api/v2/patients/{UUID}")],
+        "HMS got the raw UUID"
+    );
+    assert_eq!(
+        body["id"],
+        alias.as_str(),
+        "the same alias after the restart: {body}"
+    );
     assert!(!body.to_string().contains(UUID), "{body}");
 
     // A fresh alias of the same shape (the same map, a number not issued).
@@ -201,7 +259,21 @@ async fn make_run_keeps_its_aliases_in_the_run_dir_across_restarts() {
     hms.clear();
     let (status, body) = get(hms_port, &format!("/api/v2/patients/{fresh}")).await;
     assert!((400..500).contains(&status), "{fresh}: {status} {body}");
-    assert!(body["error"]["message"].as_str().unwrap_or_default().contains(&fresh), "the refusal names {fresh}: {body}");
-    assert!(hms.seen().is_empty(), "{fresh} reached HMS: {:?}", hms.seen().iter().map(|r| &r.uri).collect::<Vec<_>>());
-    assert!(run.stop(), "SIGINT to the group stopped run.sh and its children:\n{}", run.log_tail());
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&fresh),
+        "the refusal names {fresh}: {body}"
+    );
+    assert!(
+        hms.seen().is_empty(),
+        "{fresh} reached HMS: {:?}",
+        hms.seen().iter().map(|r| &r.uri).collect::<Vec<_>>()
+    );
+    assert!(
+        run.stop(),
+        "SIGINT to the group stopped run.sh and its children:\n{}",
+        run.log_tail()
+    );
 }

@@ -37,12 +37,18 @@ async fn catalog_request_reaches_the_upstream_as_a_bounded_byte_identical_subset
     // The tool surface alone: the other keys must come through byte for byte,
     // and the catalog request names a practitioner by UUID, which aliases (on
     // by default) would replace. tests/llm_aliases.rs pins that rewrite.
-    let options = StackOptions { llm_filter_config: r#"{"mode":"llm","timeout_ms":30000,"aliases":"off"}"#.into(), ..Default::default() };
+    let options = StackOptions {
+        llm_filter_config: r#"{"mode":"llm","timeout_ms":30000,"aliases":"off"}"#.into(),
+        ..Default::default()
+    };
     let stack = Stack::start(options).await.expect("stack");
     let original = catalog_request();
     let resp = post(&stack.envoy.llm_url(), original.clone()).await;
     assert_eq!(resp.status(), 200, "{}", stack.envoy.log_tail());
-    let audit = resp.headers().get("x-keyhole-tools").map(|v| v.to_str().unwrap().to_owned());
+    let audit = resp
+        .headers()
+        .get("x-keyhole-tools")
+        .map(|v| v.to_str().unwrap().to_owned());
 
     let seen = stack.llm.seen();
     assert_eq!(seen.len(), 1);
@@ -50,38 +56,82 @@ async fn catalog_request_reaches_the_upstream_as_a_bounded_byte_identical_subset
     // The client's tools (keyhole adds its tool-search control tool; tests/recovery.rs).
     let got_tools = keyhole_e2e::bodies::client_tools(raw_tools(got));
     let original_tools = raw_tools(&original);
-    assert!((1..=12).contains(&got_tools.len()), "{} tools forwarded", got_tools.len());
+    assert!(
+        (1..=12).contains(&got_tools.len()),
+        "{} tools forwarded",
+        got_tools.len()
+    );
     for t in &got_tools {
-        assert!(original_tools.contains(t), "a forwarded tool is not byte-identical to the client's: {t}");
+        assert!(
+            original_tools.contains(t),
+            "a forwarded tool is not byte-identical to the client's: {t}"
+        );
     }
-    assert_eq!(without_tools(got), without_tools(&original), "model, messages and other keys unchanged");
     assert_eq!(
-        seen[0].headers.get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok()),
+        without_tools(got),
+        without_tools(&original),
+        "model, messages and other keys unchanged"
+    );
+    assert_eq!(
+        seen[0]
+            .headers
+            .get("content-length")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok()),
         Some(got.len()),
         "the upstream got a correct content-length"
     );
-    assert!(got.len() < original.len() / 4, "{} of {} bytes forwarded", got.len(), original.len());
+    assert!(
+        got.len() < original.len() / 4,
+        "{} of {} bytes forwarded",
+        got.len(),
+        original.len()
+    );
 
     // The audit header names exactly the forwarded tools.
     let audit = audit.expect("audit header");
-    let audited: Vec<&str> = audit.split(',').map(|p| p.split('=').next().unwrap()).collect();
+    let audited: Vec<&str> = audit
+        .split(',')
+        .map(|p| p.split('=').next().unwrap())
+        .collect();
     assert_eq!(audited.len(), got_tools.len());
     for name in audited {
-        assert!(got_tools.iter().any(|t| t.contains(&format!("\"name\":\"{name}\""))), "{name}");
+        assert!(
+            got_tools
+                .iter()
+                .any(|t| t.contains(&format!("\"name\":\"{name}\""))),
+            "{name}"
+        );
     }
-    assert!(stack.envoy.log_text().contains("keyhole.candidate-set"), "the per-turn line is logged");
+    assert!(
+        stack.envoy.log_text().contains("keyhole.candidate-set"),
+        "the per-turn line is logged"
+    );
 
     // control's own metrics, in Prometheus text.
-    let metrics = keyhole_e2e::control::get(&stack.socket(), "/metrics").await.expect("metrics");
-    assert!(metrics.contains("keyhole_control_requests_total{route=\"/v1/resolve\",status=\"200\"} 1"), "{metrics}");
-    assert!(metrics.contains("keyhole_control_tools_total{direction=\"in\"} 108"), "{metrics}");
-    assert!(!metrics.contains("s-skeleton"), "no session in metric labels");
+    let metrics = keyhole_e2e::control::get(&stack.socket(), "/metrics")
+        .await
+        .expect("metrics");
+    assert!(
+        metrics.contains("keyhole_control_requests_total{route=\"/v1/resolve\",status=\"200\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("keyhole_control_tools_total{direction=\"in\"} 108"),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("s-skeleton"),
+        "no session in metric labels"
+    );
 }
 
 #[tokio::test]
 async fn a_get_passes_through_untouched() {
     let stack = Stack::start(StackOptions::default()).await.expect("stack");
-    let resp = reqwest::get(format!("{}/v1/models?x=1", stack.envoy.llm_url())).await.expect("get");
+    let resp = reqwest::get(format!("{}/v1/models?x=1", stack.envoy.llm_url()))
+        .await
+        .expect("get");
     assert_eq!(resp.status(), 200);
     let seen = stack.llm.seen();
     assert_eq!(seen.len(), 1);
@@ -93,7 +143,12 @@ async fn a_get_passes_through_untouched() {
 #[tokio::test]
 async fn with_control_down_nothing_unbounded_is_forwarded() {
     // Default policy: reject with a clear 503.
-    let stack = Stack::start(StackOptions { control: false, ..Default::default() }).await.expect("stack");
+    let stack = Stack::start(StackOptions {
+        control: false,
+        ..Default::default()
+    })
+    .await
+    .expect("stack");
     let resp = post(&stack.envoy.llm_url(), catalog_request()).await;
     assert_eq!(resp.status(), 503);
     let body: Value = resp.json().await.expect("json error");
@@ -130,5 +185,8 @@ fn envoy_validates_the_shipped_config_and_names_a_bad_plugin_field() {
     .unwrap();
     let (ok, out) = envoy::validate(&bad, dir.path()).unwrap();
     assert!(!ok, "a bad plugin field must fail validation");
-    assert!(out.contains("field=timeout_ms"), "the log names the field:\n{out}");
+    assert!(
+        out.contains("field=timeout_ms"),
+        "the log names the field:\n{out}"
+    );
 }

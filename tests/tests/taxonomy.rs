@@ -20,8 +20,13 @@ async fn stack(filter_taxonomy: Option<&str>) -> Stack {
     if let Some(t) = filter_taxonomy {
         hms["taxonomy"] = serde_json::from_str(t).expect("taxonomy json");
     }
-    let mut options = StackOptions { hms_filter_config: hms.to_string(), ..Default::default() };
-    options.control_args.extend(["--taxonomy".into(), example_file().display().to_string()]);
+    let mut options = StackOptions {
+        hms_filter_config: hms.to_string(),
+        ..Default::default()
+    };
+    options
+        .control_args
+        .extend(["--taxonomy".into(), example_file().display().to_string()]);
     Stack::start(options).await.expect("stack")
 }
 
@@ -37,7 +42,8 @@ async fn get(stack: &Stack, path: &str) -> (u16, String) {
 }
 
 fn specimen_body() -> Vec<u8> {
-    format!(r#"{{"data":{{"id":"{SPECIMEN}","fhirId":"spec-000042","type":"blood"}}}}"#).into_bytes()
+    format!(r#"{{"data":{{"id":"{SPECIMEN}","fhirId":"spec-000042","type":"blood"}}}}"#)
+        .into_bytes()
 }
 
 #[tokio::test]
@@ -49,19 +55,36 @@ async fn a_kind_added_by_the_file_is_aliased_and_decoded_without_a_rebuild() {
 
     let (status, body) = get(&stack, &path).await;
     assert_eq!(status, 200, "{body}\n{}", stack.envoy.log_tail());
-    assert!(!body.contains(SPECIMEN) && !body.contains("spec-000042"), "raw ids reached the client: {body}");
+    assert!(
+        !body.contains(SPECIMEN) && !body.contains("spec-000042"),
+        "raw ids reached the client: {body}"
+    );
     let v: Value = serde_json::from_str(&body).expect("json");
-    let alias = v.pointer("/data/id").and_then(Value::as_str).expect("aliased id").to_owned();
-    assert!(alias.starts_with("specimen-"), "the file's kind names the alias: {alias}");
+    let alias = v
+        .pointer("/data/id")
+        .and_then(Value::as_str)
+        .expect("aliased id")
+        .to_owned();
+    assert!(
+        alias.starts_with("specimen-"),
+        "the file's kind names the alias: {alias}"
+    );
 
     // The alias goes back to HMS as the record's id.
     stack.hms.clear();
-    stack.hms.set(&format!("/api/v2/specimens/{SPECIMEN}/labels"), Canned::json(b"{}".to_vec()));
+    stack.hms.set(
+        &format!("/api/v2/specimens/{SPECIMEN}/labels"),
+        Canned::json(b"{}".to_vec()),
+    );
     let (status, body) = get(&stack, &format!("/api/v2/specimens/{alias}/labels")).await;
     assert_eq!(status, 200, "{body}");
     let seen = stack.hms.seen();
     assert_eq!(seen.len(), 1);
-    assert!(seen[0].uri.contains(SPECIMEN), "HMS got the real id: {}", seen[0].uri);
+    assert!(
+        seen[0].uri.contains(SPECIMEN),
+        "HMS got the real id: {}",
+        seen[0].uri
+    );
 }
 
 #[tokio::test]
@@ -73,12 +96,23 @@ async fn a_filter_and_a_control_on_different_taxonomies_never_alias() {
     let (status, body) = get(&stack, &path).await;
     assert_eq!(status, 502, "withheld, not passed raw: {body}");
     assert!(!body.contains(SPECIMEN), "{body}");
-    assert!(body.contains("different taxonomies"), "the reason is named: {body}");
+    assert!(
+        body.contains("different taxonomies"),
+        "the reason is named: {body}"
+    );
     let withheld = |reason: &'static str| {
         let envoy = &stack.envoy;
-        async move { envoy.stat(&format!("wasmcustom.keyhole.hms_withheld.{reason}")).await.unwrap() }
+        async move {
+            envoy
+                .stat(&format!("wasmcustom.keyhole.hms_withheld.{reason}"))
+                .await
+                .unwrap()
+        }
     };
-    assert_eq!((withheld("taxonomy").await, withheld("conflict").await), (1, 0));
+    assert_eq!(
+        (withheld("taxonomy").await, withheld("conflict").await),
+        (1, 0)
+    );
     // A request with an alias is refused for the same reason, and never sent.
     stack.hms.clear();
     let (status, body) = get(&stack, "/api/v2/patients/patient-k7q2-001").await;
@@ -97,22 +131,46 @@ async fn business_identifiers_are_aliased_and_searched_by_alias() {
     let file = std::fs::read_to_string(example_file()).expect("example taxonomy");
     let mut hms = serde_json::json!({"mode": "hms", "timeout_ms": 5000});
     hms["taxonomy"] = serde_json::from_str(&file).expect("taxonomy json");
-    let mut options = StackOptions { hms_filter_config: hms.to_string(), ..Default::default() };
-    options.control_args.extend(["--taxonomy".into(), example_file().display().to_string()]);
+    let mut options = StackOptions {
+        hms_filter_config: hms.to_string(),
+        ..Default::default()
+    };
+    options
+        .control_args
+        .extend(["--taxonomy".into(), example_file().display().to_string()]);
     let stack = Stack::start(options).await.expect("stack");
     let patient = br#"{"resourceType":"Patient","id":"pat-000123","identifier":[
         {"system":"http://fhir.de/sid/gkv/kvid-10","value":"A123456789"},
         {"system":"https://hospital.example.org/fhir/sid/mrn","value":"MRN-0042"}],
       "text":{"status":"generated","div":"<div>KVNR A123456789 / MRN-0042</div>"}}"#;
-    stack.hms.set("/fhir/Patient", Canned::json(patient.to_vec()));
+    stack
+        .hms
+        .set("/fhir/Patient", Canned::json(patient.to_vec()));
     let (status, body) = get(&stack, "/fhir/Patient?_id=x").await;
     assert_eq!(status, 200, "{body}\n{}", stack.envoy.log_tail());
-    assert!(!body.contains("A123456789") && !body.contains("pat-000123"), "raw ids reached the client: {body}");
+    assert!(
+        !body.contains("A123456789") && !body.contains("pat-000123"),
+        "raw ids reached the client: {body}"
+    );
     let v: Value = serde_json::from_str(&body).expect("json");
-    let kvnr = v.pointer("/identifier/0/value").and_then(Value::as_str).expect("kvnr").to_owned();
-    let mrn = v.pointer("/identifier/1/value").and_then(Value::as_str).expect("mrn").to_owned();
-    assert!(kvnr.starts_with("kvnr-") && mrn.starts_with("mrn-"), "{body}");
-    assert_eq!(v.pointer("/text/div").and_then(Value::as_str), Some(format!("<div>KVNR {kvnr} / MRN-0042</div>").as_str()));
+    let kvnr = v
+        .pointer("/identifier/0/value")
+        .and_then(Value::as_str)
+        .expect("kvnr")
+        .to_owned();
+    let mrn = v
+        .pointer("/identifier/1/value")
+        .and_then(Value::as_str)
+        .expect("mrn")
+        .to_owned();
+    assert!(
+        kvnr.starts_with("kvnr-") && mrn.starts_with("mrn-"),
+        "{body}"
+    );
+    assert_eq!(
+        v.pointer("/text/div").and_then(Value::as_str),
+        Some(format!("<div>KVNR {kvnr} / MRN-0042</div>").as_str())
+    );
 
     let kvid = "http://fhir.de/sid/gkv/kvid-10";
     stack.hms.clear();
@@ -120,9 +178,16 @@ async fn business_identifiers_are_aliased_and_searched_by_alias() {
     assert_eq!(status, 200, "{body}");
     let seen = stack.hms.seen();
     assert_eq!(seen.len(), 1);
-    assert_eq!(seen[0].uri, format!("/fhir/Patient?identifier={kvid}|A123456789"));
+    assert_eq!(
+        seen[0].uri,
+        format!("/fhir/Patient?identifier={kvid}|A123456789")
+    );
     stack.hms.clear();
-    let (status, body) = get(&stack, &format!("/fhir/Patient?identifier={kvid}|A123456789")).await;
+    let (status, body) = get(
+        &stack,
+        &format!("/fhir/Patient?identifier={kvid}|A123456789"),
+    )
+    .await;
     assert_eq!(status, 400, "a raw business identifier is refused: {body}");
     assert!(stack.hms.seen().is_empty(), "the raw search reached HMS");
 }

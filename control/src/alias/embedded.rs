@@ -11,8 +11,13 @@
 //! and only touch the in-memory idle clock, which [`AliasStore::sweep`]
 //! persists in one batch.
 
-use super::{check_session, decode_all, known_of, with_fresh_epoch, AliasStore, Sessions, StoreConfig, StoreError, StoreFuture};
-use keyhole_core::alias::{DecodedIds, EntityRecord, IdInput, KnownAlias, Origin, SessionMap, Taxonomy};
+use super::{
+    check_session, decode_all, known_of, with_fresh_epoch, AliasStore, Sessions, StoreConfig,
+    StoreError, StoreFuture,
+};
+use keyhole_core::alias::{
+    DecodedIds, EntityRecord, IdInput, KnownAlias, Origin, SessionMap, Taxonomy,
+};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use std::path::Path;
 use std::sync::Arc;
@@ -56,7 +61,11 @@ impl RedbStore {
         txn.open_table(SESSIONS).map_err(db_err)?;
         txn.open_table(EPOCHS).map_err(db_err)?;
         txn.commit().map_err(db_err)?;
-        Ok(RedbStore { db: Arc::new(db), config, sessions: Sessions::new() })
+        Ok(RedbStore {
+            db: Arc::new(db),
+            config,
+            sessions: Sessions::new(),
+        })
     }
 
     /// Runs blocking redb work off the async runtime.
@@ -65,7 +74,9 @@ impl RedbStore {
         f: impl FnOnce(&Database) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let db = self.db.clone();
-        tokio::task::spawn_blocking(move || f(&db)).await.map_err(|e| StoreError::backend(BACKEND, e))?
+        tokio::task::spawn_blocking(move || f(&db))
+            .await
+            .map_err(|e| StoreError::backend(BACKEND, e))?
     }
 
     /// Makes sure `slot` holds the session's map, dropping it first if it has
@@ -81,10 +92,21 @@ impl RedbStore {
         let map = self
             .blocking(move |db| {
                 let read = db.begin_read().map_err(db_err)?;
-                let last = read.open_table(SESSIONS).map_err(db_err)?.get(s.as_str()).map_err(db_err)?.map(|v| v.value());
-                let expired = expired_in_memory || last.is_some_and(|t| t.saturating_add(ttl) < now);
+                let last = read
+                    .open_table(SESSIONS)
+                    .map_err(db_err)?
+                    .get(s.as_str())
+                    .map_err(db_err)?
+                    .map(|v| v.value());
+                let expired =
+                    expired_in_memory || last.is_some_and(|t| t.saturating_add(ttl) < now);
                 let mut used = Vec::new();
-                for row in read.open_table(EPOCHS).map_err(db_err)?.range((s.as_str(), "")..).map_err(db_err)? {
+                for row in read
+                    .open_table(EPOCHS)
+                    .map_err(db_err)?
+                    .range((s.as_str(), "")..)
+                    .map_err(db_err)?
+                {
                     let (k, _) = row.map_err(db_err)?;
                     if k.value().0 != s {
                         break;
@@ -103,10 +125,14 @@ impl RedbStore {
                     if k.value().0 != s {
                         break;
                     }
-                    let record: EntityRecord = serde_json::from_slice(v.value()).map_err(|e| StoreError::backend(BACKEND, e))?;
+                    let record: EntityRecord = serde_json::from_slice(v.value())
+                        .map_err(|e| StoreError::backend(BACKEND, e))?;
                     records.push(record);
                 }
-                Ok(with_fresh_epoch(SessionMap::from_records(&tax, records)?, &used))
+                Ok(with_fresh_epoch(
+                    SessionMap::from_records(&tax, records)?,
+                    &used,
+                ))
             })
             .await?;
         slot.map = Some(map);
@@ -122,7 +148,9 @@ fn delete_sessions(db: &Database, sessions: &[String]) -> Result<(), StoreError>
         let mut entities = txn.open_table(ENTITIES).map_err(db_err)?;
         let mut rows = txn.open_table(SESSIONS).map_err(db_err)?;
         for s in sessions {
-            entities.retain_in((s.as_str(), "")..=(s.as_str(), "\u{10FFFF}"), |_, _| false).map_err(db_err)?;
+            entities
+                .retain_in((s.as_str(), "")..=(s.as_str(), "\u{10FFFF}"), |_, _| false)
+                .map_err(db_err)?;
             rows.remove(s.as_str()).map_err(db_err)?;
         }
     }
@@ -130,14 +158,21 @@ fn delete_sessions(db: &Database, sessions: &[String]) -> Result<(), StoreError>
 }
 
 impl AliasStore for RedbStore {
-    fn encode_from<'a>(&'a self, session: &'a str, ids: &'a [IdInput], origin: Origin) -> StoreFuture<'a, Vec<String>> {
+    fn encode_from<'a>(
+        &'a self,
+        session: &'a str,
+        ids: &'a [IdInput],
+        origin: Origin,
+    ) -> StoreFuture<'a, Vec<String>> {
         Box::pin(async move {
             check_session(session)?;
             let slot = self.sessions.get(session);
             let mut slot = slot.lock().await;
             let now = (self.config.clock)();
             self.load(session, &mut slot, now).await?;
-            let map = slot.map.get_or_insert_with(|| with_fresh_epoch(SessionMap::new(), &[]));
+            let map = slot
+                .map
+                .get_or_insert_with(|| with_fresh_epoch(SessionMap::new(), &[]));
             let planned = map.plan_from(&self.config.taxonomy, ids, origin)?;
             let epoch = map.epoch().map(|e| e.to_string());
             if !planned.changes.is_empty() {
@@ -154,13 +189,24 @@ impl AliasStore for RedbStore {
                     {
                         let mut entities = txn.open_table(ENTITIES).map_err(db_err)?;
                         for (alias, value) in &rows {
-                            entities.insert((s.as_str(), alias.as_str()), value.as_slice()).map_err(db_err)?;
+                            entities
+                                .insert((s.as_str(), alias.as_str()), value.as_slice())
+                                .map_err(db_err)?;
                         }
-                        txn.open_table(SESSIONS).map_err(db_err)?.insert(s.as_str(), now).map_err(db_err)?;
+                        txn.open_table(SESSIONS)
+                            .map_err(db_err)?
+                            .insert(s.as_str(), now)
+                            .map_err(db_err)?;
                         if let Some(e) = &epoch {
                             let mut epochs = txn.open_table(EPOCHS).map_err(db_err)?;
-                            if epochs.get((s.as_str(), e.as_str())).map_err(db_err)?.is_none() {
-                                epochs.insert((s.as_str(), e.as_str()), now).map_err(db_err)?;
+                            if epochs
+                                .get((s.as_str(), e.as_str()))
+                                .map_err(db_err)?
+                                .is_none()
+                            {
+                                epochs
+                                    .insert((s.as_str(), e.as_str()), now)
+                                    .map_err(db_err)?;
                             }
                         }
                     }
@@ -176,7 +222,11 @@ impl AliasStore for RedbStore {
         })
     }
 
-    fn decode<'a>(&'a self, session: &'a str, aliases: &'a [String]) -> StoreFuture<'a, Vec<Option<DecodedIds>>> {
+    fn decode<'a>(
+        &'a self,
+        session: &'a str,
+        aliases: &'a [String],
+    ) -> StoreFuture<'a, Vec<Option<DecodedIds>>> {
         Box::pin(async move {
             check_session(session)?;
             let slot = self.sessions.get(session);
@@ -184,7 +234,10 @@ impl AliasStore for RedbStore {
             let now = (self.config.clock)();
             self.load(session, &mut slot, now).await?;
             slot.last_used = now;
-            Ok(slot.map.as_ref().map_or_else(|| vec![None; aliases.len()], |m| decode_all(&self.config.taxonomy, m, aliases)))
+            Ok(slot.map.as_ref().map_or_else(
+                || vec![None; aliases.len()],
+                |m| decode_all(&self.config.taxonomy, m, aliases),
+            ))
         })
     }
 
@@ -192,7 +245,11 @@ impl AliasStore for RedbStore {
         Box::pin(async move {
             let slot = self.sessions.get(session);
             let slot = slot.lock().await;
-            Ok(slot.map.as_ref().and_then(|m| m.epoch()).map(|e| e.to_string()))
+            Ok(slot
+                .map
+                .as_ref()
+                .and_then(|m| m.epoch())
+                .map(|e| e.to_string()))
         })
     }
 
@@ -240,7 +297,11 @@ impl AliasStore for RedbStore {
                         }
                         let mut entities = txn.open_table(ENTITIES).map_err(db_err)?;
                         for s in &expired {
-                            entities.retain_in((s.as_str(), "")..=(s.as_str(), "\u{10FFFF}"), |_, _| false).map_err(db_err)?;
+                            entities
+                                .retain_in((s.as_str(), "")..=(s.as_str(), "\u{10FFFF}"), |_, _| {
+                                    false
+                                })
+                                .map_err(db_err)?;
                             rows.remove(s.as_str()).map_err(db_err)?;
                         }
                     }

@@ -18,7 +18,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use keyhole_core::alias::wire::{ErrorBody, ErrorCode, WithTaxonomy};
-use keyhole_core::alias::{DecodeRequest, DecodeResponse, EncodeRequest, EncodeResponse, SessionError, Taxonomy};
+use keyhole_core::alias::{
+    DecodeRequest, DecodeResponse, EncodeRequest, EncodeResponse, SessionError, Taxonomy,
+};
 use serde::de::DeserializeOwned;
 use std::sync::Arc;
 
@@ -35,7 +37,10 @@ pub struct AliasState {
 /// The alias routes, ready to `merge` into control's router (their state is
 /// already applied, so they fit a router of any state type).
 pub fn routes<S: Clone + Send + Sync + 'static>(state: AliasState) -> Router<S> {
-    Router::new().route("/v1/alias/encode", post(encode)).route("/v1/alias/decode", post(decode)).with_state(state)
+    Router::new()
+        .route("/v1/alias/encode", post(encode))
+        .route("/v1/alias/decode", post(decode))
+        .with_state(state)
 }
 
 /// An alias API error, rendered as an [`ErrorBody`].
@@ -63,15 +68,27 @@ pub enum AliasApiError {
 impl IntoResponse for AliasApiError {
     fn into_response(self) -> Response {
         let (status, code) = match &self {
-            AliasApiError::Store(StoreError::TooManyKnown { .. }) => (StatusCode::UNPROCESSABLE_ENTITY, ErrorCode::BadRequest),
-            AliasApiError::BadRequest(_) | AliasApiError::Store(StoreError::BadSession) => (StatusCode::BAD_REQUEST, ErrorCode::BadRequest),
-            AliasApiError::TaxonomyMismatch { .. } => (StatusCode::CONFLICT, ErrorCode::TaxonomyMismatch),
+            AliasApiError::Store(StoreError::TooManyKnown { .. }) => {
+                (StatusCode::UNPROCESSABLE_ENTITY, ErrorCode::BadRequest)
+            }
+            AliasApiError::BadRequest(_) | AliasApiError::Store(StoreError::BadSession) => {
+                (StatusCode::BAD_REQUEST, ErrorCode::BadRequest)
+            }
+            AliasApiError::TaxonomyMismatch { .. } => {
+                (StatusCode::CONFLICT, ErrorCode::TaxonomyMismatch)
+            }
             AliasApiError::Store(StoreError::Session(e)) => match e {
-                SessionError::Conflict { .. } | SessionError::FormConflict { .. } => (StatusCode::CONFLICT, ErrorCode::Conflict),
-                SessionError::UnknownKind { .. } => (StatusCode::UNPROCESSABLE_ENTITY, ErrorCode::UnknownKind),
+                SessionError::Conflict { .. } | SessionError::FormConflict { .. } => {
+                    (StatusCode::CONFLICT, ErrorCode::Conflict)
+                }
+                SessionError::UnknownKind { .. } => {
+                    (StatusCode::UNPROCESSABLE_ENTITY, ErrorCode::UnknownKind)
+                }
                 _ => (StatusCode::BAD_REQUEST, ErrorCode::BadRequest),
             },
-            AliasApiError::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::StoreUnavailable),
+            AliasApiError::Store(_) => {
+                (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::StoreUnavailable)
+            }
         };
         match &self {
             AliasApiError::Store(_) if status == StatusCode::SERVICE_UNAVAILABLE => {
@@ -102,22 +119,35 @@ fn short(digest: &str) -> String {
 /// Refuses a request that names a taxonomy other than `own`.
 fn check_taxonomy(sent: Option<&str>, own: &Taxonomy) -> Result<(), AliasApiError> {
     match sent {
-        Some(sent) if sent != own.digest() => {
-            Err(AliasApiError::TaxonomyMismatch { sent: short(sent), own: short(own.digest()) })
-        }
+        Some(sent) if sent != own.digest() => Err(AliasApiError::TaxonomyMismatch {
+            sent: short(sent),
+            own: short(own.digest()),
+        }),
         _ => Ok(()),
     }
 }
 
-async fn encode(State(state): State<AliasState>, body: Bytes) -> Result<Json<EncodeResponse>, AliasApiError> {
+async fn encode(
+    State(state): State<AliasState>,
+    body: Bytes,
+) -> Result<Json<EncodeResponse>, AliasApiError> {
     let started = std::time::Instant::now();
-    let WithTaxonomy { request: req, taxonomy } = parse::<WithTaxonomy<EncodeRequest>>(&body)?;
+    let WithTaxonomy {
+        request: req,
+        taxonomy,
+    } = parse::<WithTaxonomy<EncodeRequest>>(&body)?;
     check_taxonomy(taxonomy.as_deref(), state.store.taxonomy())?;
     if req.ids.len() > MAX_BATCH {
-        return Err(AliasApiError::BadRequest(format!("ids: at most {MAX_BATCH} per request, got {}", req.ids.len())));
+        return Err(AliasApiError::BadRequest(format!(
+            "ids: at most {MAX_BATCH} per request, got {}",
+            req.ids.len()
+        )));
     }
     // From an LLM request, aliases this session issued pass as themselves.
-    let aliases = state.store.encode_from(&req.session, &req.ids, req.origin()).await?;
+    let aliases = state
+        .store
+        .encode_from(&req.session, &req.ids, req.origin())
+        .await?;
     // Ids learned from earlier bodies, so the filter replaces them in prose
     // and URLs of this one too (bounded: past the bound this fails closed).
     let known = state.store.known(&req.session).await?;
@@ -133,17 +163,30 @@ async fn encode(State(state): State<AliasState>, body: Bytes) -> Result<Json<Enc
     Ok(Json(EncodeResponse { aliases, known }))
 }
 
-async fn decode(State(state): State<AliasState>, body: Bytes) -> Result<Json<DecodeResponse>, AliasApiError> {
+async fn decode(
+    State(state): State<AliasState>,
+    body: Bytes,
+) -> Result<Json<DecodeResponse>, AliasApiError> {
     let started = std::time::Instant::now();
-    let WithTaxonomy { request: req, taxonomy } = parse::<WithTaxonomy<DecodeRequest>>(&body)?;
+    let WithTaxonomy {
+        request: req,
+        taxonomy,
+    } = parse::<WithTaxonomy<DecodeRequest>>(&body)?;
     check_taxonomy(taxonomy.as_deref(), state.store.taxonomy())?;
     if req.aliases.len() > MAX_BATCH {
-        return Err(AliasApiError::BadRequest(format!("aliases: at most {MAX_BATCH} per request, got {}", req.aliases.len())));
+        return Err(AliasApiError::BadRequest(format!(
+            "aliases: at most {MAX_BATCH} per request, got {}",
+            req.aliases.len()
+        )));
     }
     let ids = state.store.decode(&req.session, &req.aliases).await?;
     // Only when something was refused: the message then says whether the
     // alias came from an earlier map.
-    let epoch = if ids.iter().any(Option::is_none) { state.store.current_epoch(&req.session).await? } else { None };
+    let epoch = if ids.iter().any(Option::is_none) {
+        state.store.current_epoch(&req.session).await?
+    } else {
+        None
+    };
     tracing::debug!(
         session = %req.session,
         aliases = req.aliases.len(),

@@ -39,7 +39,9 @@ pub use embedded::RedbStore;
 pub use http::{routes, AliasState};
 pub use shared::RedisStore;
 
-use keyhole_core::alias::{DecodedIds, Epoch, IdInput, KnownAlias, Origin, SessionError, SessionMap, Taxonomy};
+use keyhole_core::alias::{
+    DecodedIds, Epoch, IdInput, KnownAlias, Origin, SessionError, SessionMap, Taxonomy,
+};
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -54,7 +56,11 @@ pub type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 /// The system clock.
 pub fn system_clock() -> Clock {
-    Arc::new(|| SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64))
+    Arc::new(|| {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    })
 }
 
 /// Longest session name accepted.
@@ -71,11 +77,20 @@ pub trait AliasStore: Send + Sync {
     /// Aliases for `ids` read at `origin` (one per id, in order; see
     /// `SessionMap::plan_from`). New aliases are durable before this
     /// returns. Fails on a conflict (nothing is minted) or a store error.
-    fn encode_from<'a>(&'a self, session: &'a str, ids: &'a [IdInput], origin: Origin) -> StoreFuture<'a, Vec<String>>;
+    fn encode_from<'a>(
+        &'a self,
+        session: &'a str,
+        ids: &'a [IdInput],
+        origin: Origin,
+    ) -> StoreFuture<'a, Vec<String>>;
 
     /// The ids behind `aliases`, `None` for an alias this session did not issue
     /// (near-miss repair included, see `SessionMap::decode`).
-    fn decode<'a>(&'a self, session: &'a str, aliases: &'a [String]) -> StoreFuture<'a, Vec<Option<DecodedIds>>>;
+    fn decode<'a>(
+        &'a self,
+        session: &'a str,
+        aliases: &'a [String],
+    ) -> StoreFuture<'a, Vec<Option<DecodedIds>>>;
 
     /// The epoch of the session's current map as loaded by the last
     /// `encode`/`decode` (`None` when none is loaded, or it has no epoch).
@@ -132,8 +147,14 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    pub(crate) fn backend(backend: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> Self {
-        StoreError::Backend { backend, source: Box::new(e) }
+    pub(crate) fn backend(
+        backend: &'static str,
+        e: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        StoreError::Backend {
+            backend,
+            source: Box::new(e),
+        }
     }
 }
 
@@ -151,11 +172,17 @@ pub struct StoreConfig {
 impl StoreConfig {
     /// A config with the system clock.
     pub fn new(taxonomy: Arc<Taxonomy>, ttl: Duration) -> Self {
-        StoreConfig { taxonomy, ttl, clock: system_clock() }
+        StoreConfig {
+            taxonomy,
+            ttl,
+            clock: system_clock(),
+        }
     }
 
     fn ttl_ms(&self) -> u64 {
-        u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX).max(1)
+        u64::try_from(self.ttl.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1)
     }
 }
 
@@ -203,7 +230,10 @@ pub const MAX_KNOWN: usize = 15_000;
 fn known_of(map: &SessionMap) -> Result<Vec<KnownAlias>, StoreError> {
     let known: Vec<KnownAlias> = map
         .known_values()
-        .map(|(value, alias)| KnownAlias { value: value.to_owned(), alias: alias.to_owned() })
+        .map(|(value, alias)| KnownAlias {
+            value: value.to_owned(),
+            alias: alias.to_owned(),
+        })
         .collect();
     if known.len() > MAX_KNOWN {
         return Err(StoreError::TooManyKnown { count: known.len() });
@@ -215,7 +245,11 @@ fn decode_all(tax: &Taxonomy, map: &SessionMap, aliases: &[String]) -> Vec<Optio
     aliases
         .iter()
         .map(|a| {
-            map.decode(tax, a).map(|d| DecodedIds { alias: d.record.alias.clone(), kind: d.record.kind.clone(), ids: d.record.ids.clone() })
+            map.decode(tax, a).map(|d| DecodedIds {
+                alias: d.record.alias.clone(),
+                kind: d.record.kind.clone(),
+                ids: d.record.ids.clone(),
+            })
         })
         .collect()
 }
@@ -228,7 +262,9 @@ struct Sessions<T> {
 
 impl<T: Default> Sessions<T> {
     fn new() -> Self {
-        Sessions { slots: Mutex::new(HashMap::new()) }
+        Sessions {
+            slots: Mutex::new(HashMap::new()),
+        }
     }
 
     fn get(&self, session: &str) -> Arc<tokio::sync::Mutex<T>> {
@@ -237,11 +273,19 @@ impl<T: Default> Sessions<T> {
     }
 
     fn remove(&self, session: &str) {
-        self.slots.lock().unwrap_or_else(|e| e.into_inner()).remove(session);
+        self.slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(session);
     }
 
     fn snapshot(&self) -> Vec<(String, Arc<tokio::sync::Mutex<T>>)> {
-        self.slots.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+        self.slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
     }
 }
 

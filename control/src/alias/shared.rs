@@ -12,8 +12,13 @@
 //! gets two aliases and no alias two entities, whichever replica answers.
 //! Every access re-arms the keys' expiry: idle sessions vanish after the TTL.
 
-use super::{check_session, decode_all, known_of, with_fresh_epoch, AliasStore, Sessions, StoreConfig, StoreError, StoreFuture};
-use keyhole_core::alias::{DecodedIds, EntityRecord, IdInput, KnownAlias, Origin, SessionMap, Taxonomy};
+use super::{
+    check_session, decode_all, known_of, with_fresh_epoch, AliasStore, Sessions, StoreConfig,
+    StoreError, StoreFuture,
+};
+use keyhole_core::alias::{
+    DecodedIds, EntityRecord, IdInput, KnownAlias, Origin, SessionMap, Taxonomy,
+};
 use redis::aio::MultiplexedConnection;
 use redis::Script;
 use std::collections::HashMap;
@@ -74,12 +79,24 @@ impl RedisStore {
     /// Fails when Redis cannot be reached.
     pub async fn connect(url: &str, prefix: &str, config: StoreConfig) -> Result<Self, StoreError> {
         let client = redis::Client::open(url).map_err(redis_err)?;
-        let con = client.get_multiplexed_async_connection().await.map_err(redis_err)?;
-        Ok(RedisStore { con, prefix: prefix.to_owned(), config, sessions: Sessions::new(), script: Script::new(CAS) })
+        let con = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(redis_err)?;
+        Ok(RedisStore {
+            con,
+            prefix: prefix.to_owned(),
+            config,
+            sessions: Sessions::new(),
+            script: Script::new(CAS),
+        })
     }
 
     fn keys(&self, session: &str) -> (String, String) {
-        (format!("{}:{session}:v", self.prefix), format!("{}:{session}:e", self.prefix))
+        (
+            format!("{}:{session}:v", self.prefix),
+            format!("{}:{session}:e", self.prefix),
+        )
     }
 
     fn epochs_key(&self, session: &str) -> String {
@@ -110,27 +127,36 @@ impl RedisStore {
     async fn reload(&self, session: &str, slot: &mut Slot) -> Result<(), StoreError> {
         let (vk, ek) = self.keys(session);
         let mut con = self.con.clone();
-        let (version, rows, used): (Option<String>, HashMap<String, String>, Vec<String>) = redis::pipe()
-            .atomic()
-            .get(&vk)
-            .hgetall(&ek)
-            .smembers(self.epochs_key(session))
-            .query_async(&mut con)
-            .await
-            .map_err(redis_err)?;
+        let (version, rows, used): (Option<String>, HashMap<String, String>, Vec<String>) =
+            redis::pipe()
+                .atomic()
+                .get(&vk)
+                .hgetall(&ek)
+                .smembers(self.epochs_key(session))
+                .query_async(&mut con)
+                .await
+                .map_err(redis_err)?;
         let records = rows
             .values()
             .map(|v| serde_json::from_str::<EntityRecord>(v))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| StoreError::backend(BACKEND, e))?;
-        slot.map = with_fresh_epoch(SessionMap::from_records(&self.config.taxonomy, records)?, &used);
+        slot.map = with_fresh_epoch(
+            SessionMap::from_records(&self.config.taxonomy, records)?,
+            &used,
+        );
         slot.version = Some(version.unwrap_or_default());
         Ok(())
     }
 }
 
 impl AliasStore for RedisStore {
-    fn encode_from<'a>(&'a self, session: &'a str, ids: &'a [IdInput], origin: Origin) -> StoreFuture<'a, Vec<String>> {
+    fn encode_from<'a>(
+        &'a self,
+        session: &'a str,
+        ids: &'a [IdInput],
+        origin: Origin,
+    ) -> StoreFuture<'a, Vec<String>> {
         Box::pin(async move {
             check_session(session)?;
             let slot = self.sessions.get(session);
@@ -146,9 +172,15 @@ impl AliasStore for RedisStore {
                 let next = uuid::Uuid::new_v4().to_string();
                 let mut call = self.script.key(&vk);
                 let epoch = slot.map.epoch().map(|e| e.to_string()).unwrap_or_default();
-                call.key(&ek).key(self.epochs_key(session)).arg(&expected).arg(&next).arg(self.config.ttl_ms()).arg(epoch);
+                call.key(&ek)
+                    .key(self.epochs_key(session))
+                    .arg(&expected)
+                    .arg(&next)
+                    .arg(self.config.ttl_ms())
+                    .arg(epoch);
                 for r in &planned.changes {
-                    let record = serde_json::to_string(r).map_err(|e| StoreError::backend(BACKEND, e))?;
+                    let record =
+                        serde_json::to_string(r).map_err(|e| StoreError::backend(BACKEND, e))?;
                     // A merged entity is written under each of its aliases.
                     for a in r.aliases() {
                         call.arg(a).arg(&record);
@@ -165,11 +197,18 @@ impl AliasStore for RedisStore {
                 tokio::time::sleep(backoff(tries)).await;
                 self.reload(session, &mut slot).await?;
             }
-            Err(StoreError::Contended { backend: BACKEND, tries: MAX_TRIES })
+            Err(StoreError::Contended {
+                backend: BACKEND,
+                tries: MAX_TRIES,
+            })
         })
     }
 
-    fn decode<'a>(&'a self, session: &'a str, aliases: &'a [String]) -> StoreFuture<'a, Vec<Option<DecodedIds>>> {
+    fn decode<'a>(
+        &'a self,
+        session: &'a str,
+        aliases: &'a [String],
+    ) -> StoreFuture<'a, Vec<Option<DecodedIds>>> {
         Box::pin(async move {
             check_session(session)?;
             let slot = self.sessions.get(session);
@@ -204,7 +243,11 @@ impl AliasStore for RedisStore {
                 let Ok(slot) = slot.try_lock() else { continue };
                 let (vk, _) = self.keys(&s);
                 let mut con = self.con.clone();
-                let exists: bool = redis::cmd("EXISTS").arg(&vk).query_async(&mut con).await.map_err(redis_err)?;
+                let exists: bool = redis::cmd("EXISTS")
+                    .arg(&vk)
+                    .query_async(&mut con)
+                    .await
+                    .map_err(redis_err)?;
                 if !exists {
                     drop(slot);
                     self.sessions.remove(&s);

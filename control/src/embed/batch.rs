@@ -111,11 +111,18 @@ impl Batcher {
                 if batch.is_empty() {
                     break;
                 }
-                let texts: Vec<String> =
-                    batch.iter().filter_map(|k| state.entries.get(k)).map(|e| e.text.clone()).collect();
+                let texts: Vec<String> = batch
+                    .iter()
+                    .filter_map(|k| state.entries.get(k))
+                    .map(|e| e.text.clone())
+                    .collect();
                 let (endpoint, model) = (self.endpoint.clone(), self.model.clone());
                 self.stats.query_requests.fetch_add(1, Ordering::Relaxed);
-                tracing::trace!(texts = texts.len(), queued = state.queue.len(), "query request");
+                tracing::trace!(
+                    texts = texts.len(),
+                    queued = state.queue.len(),
+                    "query request"
+                );
                 let handle = requests.spawn(async move {
                     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
                     endpoint.request(&model, &refs).await
@@ -152,7 +159,13 @@ impl Batcher {
             let _ = job.reply.send(Ok(v));
             return;
         }
-        state.entries.insert(job.key, Entry { text: job.text, waiters: vec![(job.deadline, job.reply)] });
+        state.entries.insert(
+            job.key,
+            Entry {
+                text: job.text,
+                waiters: vec![(job.deadline, job.reply)],
+            },
+        );
         state.queue.push_back(job.key);
     }
 
@@ -169,7 +182,9 @@ impl Batcher {
         let mut candidates: Vec<(Option<Instant>, Key)> = Vec::with_capacity(state.queue.len());
         let queued = std::mem::take(&mut state.queue);
         for key in queued {
-            let Some(entry) = state.entries.get_mut(&key) else { continue };
+            let Some(entry) = state.entries.get_mut(&key) else {
+                continue;
+            };
             if !entry.prune() {
                 state.entries.remove(&key);
                 continue;
@@ -183,7 +198,9 @@ impl Batcher {
                 // text held back lowers the estimate by an eighth, so that
                 // after a slow spell one is sent again and measures it afresh.
                 per_text -= per_text / 8;
-                self.stats.per_text_us.store(per_text.as_micros() as u64, Ordering::Relaxed);
+                self.stats
+                    .per_text_us
+                    .store(per_text.as_micros() as u64, Ordering::Relaxed);
                 continue;
             }
             candidates.push((deadline, key));
@@ -222,10 +239,14 @@ impl Batcher {
             Ok(vectors) => {
                 let n = keys.len().max(1) as u64;
                 let took = sent.elapsed().as_micros() as u64 / n;
-                let _ = self.stats.per_text_us.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
-                    Some(if old == 0 { took } else { (old * 7 + took) / 8 })
-                });
-                self.stats.texts.fetch_add(keys.len() as u64, Ordering::Relaxed);
+                let _ = self.stats.per_text_us.fetch_update(
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                    |old| Some(if old == 0 { took } else { (old * 7 + took) / 8 }),
+                );
+                self.stats
+                    .texts
+                    .fetch_add(keys.len() as u64, Ordering::Relaxed);
                 let mut cache = self.cache.lock().await;
                 for (key, v) in keys.into_iter().zip(vectors) {
                     let v: Arc<[f32]> = v.into();

@@ -46,7 +46,12 @@ pub(crate) struct QueryCache {
 impl QueryCache {
     /// An empty cache of at most `capacity` vectors (at least one).
     pub(crate) fn new(capacity: usize) -> QueryCache {
-        QueryCache { entries: HashMap::new(), by_use: BTreeMap::new(), tick: 0, capacity: capacity.max(1) }
+        QueryCache {
+            entries: HashMap::new(),
+            by_use: BTreeMap::new(),
+            tick: 0,
+            capacity: capacity.max(1),
+        }
     }
 
     /// The vector of `key`, now the most recently used.
@@ -72,7 +77,9 @@ impl QueryCache {
         }
         self.by_use.insert(self.tick, key);
         while self.entries.len() > self.capacity {
-            let Some((_, oldest)) = self.by_use.pop_first() else { break };
+            let Some((_, oldest)) = self.by_use.pop_first() else {
+                break;
+            };
             self.entries.remove(&oldest);
         }
     }

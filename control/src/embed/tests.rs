@@ -33,9 +33,18 @@ struct HeldState {
     failing: Arc<AtomicBool>,
 }
 
-async fn held(State(s): State<HeldState>, Json(body): Json<serde_json::Value>) -> Result<Json<serde_json::Value>, StatusCode> {
-    let texts: Vec<String> =
-        body["input"].as_array().map(|a| a.iter().filter_map(|t| t.as_str().map(str::to_owned)).collect()).unwrap_or_default();
+async fn held(
+    State(s): State<HeldState>,
+    Json(body): Json<serde_json::Value>,
+) -> Result<Json<serde_json::Value>, StatusCode> {
+    let texts: Vec<String> = body["input"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|t| t.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
     s.requests.lock().await.push(texts.clone());
     let _ = s.arrived.send(());
     s.gate.acquire().await.unwrap().forget();
@@ -59,21 +68,37 @@ impl HeldEmbedder {
             gate: Arc::new(Semaphore::new(0)),
             failing: Arc::default(),
         };
-        let app = Router::new().route("/v1/embeddings", post(held)).with_state(state.clone());
+        let app = Router::new()
+            .route("/v1/embeddings", post(held))
+            .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        HeldEmbedder { url, requests: state.requests, arrived, gate: state.gate, failing: state.failing }
+        HeldEmbedder {
+            url,
+            requests: state.requests,
+            arrived,
+            gate: state.gate,
+            failing: state.failing,
+        }
     }
 
     fn client(&self) -> Embedder {
-        let config = EmbedderConfig { url: self.url.clone(), timeout: Duration::from_secs(10), attempts: 1, ..EmbedderConfig::default() };
+        let config = EmbedderConfig {
+            url: self.url.clone(),
+            timeout: Duration::from_secs(10),
+            attempts: 1,
+            ..EmbedderConfig::default()
+        };
         Embedder::try_new(config).unwrap()
     }
 
     /// Waits until the next request has arrived (and is held).
     async fn next_request(&mut self) {
-        tokio::time::timeout(Duration::from_secs(10), self.arrived.recv()).await.unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(10), self.arrived.recv())
+            .await
+            .unwrap()
+            .unwrap();
     }
 
     /// Lets `n` requests answer.
@@ -108,11 +133,19 @@ async fn turns_that_wait_while_a_request_is_out_go_together_in_the_next() {
     assert_eq!(&*v0, &bag_of_words("turn 0", 16)[..]);
     for (i, w) in waiting.into_iter().enumerate() {
         let v = w.wait().await.unwrap();
-        assert_eq!(&*v, &bag_of_words(&format!("turn {}", i + 1), 16)[..], "each waiter gets its own vector");
+        assert_eq!(
+            &*v,
+            &bag_of_words(&format!("turn {}", i + 1), 16)[..],
+            "each waiter gets its own vector"
+        );
     }
     let requests = double.requests().await;
     let expected: Vec<String> = (1..=8).map(|i| format!("turn {i}")).collect();
-    assert_eq!(requests, vec![vec!["turn 0".to_owned()], expected], "9 turns, 2 requests");
+    assert_eq!(
+        requests,
+        vec![vec!["turn 0".to_owned()], expected],
+        "9 turns, 2 requests"
+    );
     assert_eq!(embedder.query_requests(), 2);
     assert_eq!(embedder.texts_embedded(), 9);
 }
@@ -120,7 +153,12 @@ async fn turns_that_wait_while_a_request_is_out_go_together_in_the_next() {
 #[tokio::test]
 async fn a_batch_is_never_larger_than_batch_size() {
     let mut double = HeldEmbedder::start().await;
-    let config = EmbedderConfig { url: double.url.clone(), attempts: 1, batch_size: 3, ..EmbedderConfig::default() };
+    let config = EmbedderConfig {
+        url: double.url.clone(),
+        attempts: 1,
+        batch_size: 3,
+        ..EmbedderConfig::default()
+    };
     let embedder = Embedder::try_new(config).unwrap();
     let first = asked(&embedder, "turn 0").await;
     double.next_request().await;
@@ -146,7 +184,11 @@ async fn one_text_asked_by_several_turns_at_once_is_embedded_once() {
     // The same turn as planner, agent call and formatter see it, spaced and
     // spelled differently (NFD "ü", a no-break space); and the text in
     // flight asked once more.
-    let spellings = ["Termin für Herrn Müller", "  Termin  für Herrn\u{a0}Mu\u{308}ller\n", "Termin für\tHerrn Müller"];
+    let spellings = [
+        "Termin für Herrn Müller",
+        "  Termin  für Herrn\u{a0}Mu\u{308}ller\n",
+        "Termin für\tHerrn Müller",
+    ];
     let mut same = Vec::new();
     for s in spellings {
         same.push(asked(&embedder, s).await);
@@ -163,11 +205,24 @@ async fn one_text_asked_by_several_turns_at_once_is_embedded_once() {
         out
     };
     assert!(vectors.iter().all(|v| v == &vectors[0]));
-    assert_eq!(double.requests().await, vec![vec!["turn 0".to_owned()], vec!["Termin für Herrn Müller".to_owned()]]);
+    assert_eq!(
+        double.requests().await,
+        vec![
+            vec!["turn 0".to_owned()],
+            vec!["Termin für Herrn Müller".to_owned()]
+        ]
+    );
     // Asked again later: from the cache, no request.
-    let cached = embedder.embed_query("Termin für Herrn Müller ", None).await.unwrap();
+    let cached = embedder
+        .embed_query("Termin für Herrn Müller ", None)
+        .await
+        .unwrap();
     assert_eq!(cached, vectors[0]);
-    assert!(embedder.is_cached(Side::Query, "Termin  für Herrn Müller").await);
+    assert!(
+        embedder
+            .is_cached(Side::Query, "Termin  für Herrn Müller")
+            .await
+    );
     assert_eq!(embedder.query_requests(), 2);
     assert_eq!(embedder.texts_embedded(), 2);
 }
@@ -186,16 +241,27 @@ async fn a_turn_that_stops_waiting_costs_the_others_nothing() {
     double.release(1);
     first.wait().await.unwrap();
     double.next_request().await;
-    assert_eq!(double.requests().await[1], ["turn a", "turn b"], "the text nobody waits for is not sent");
+    assert_eq!(
+        double.requests().await[1],
+        ["turn a", "turn b"],
+        "the text nobody waits for is not sent"
+    );
     // Its request is out; now one of its turns passes its deadline.
     let timed_out = tokio::time::timeout(Duration::from_millis(20), a.wait()).await;
-    assert!(timed_out.is_err(), "the request is held, so the wait ends at its deadline");
+    assert!(
+        timed_out.is_err(),
+        "the request is held, so the wait ends at its deadline"
+    );
     double.release(1);
     let vb = b.wait().await.unwrap();
     assert_eq!(&*vb, &bag_of_words("turn b", 16)[..]);
     // The vector of the turn that left is cached for its next ask.
     assert!(embedder.is_cached(Side::Query, "turn a").await);
-    assert!(!embedder.is_cached(Side::Query, "given up while queued").await);
+    assert!(
+        !embedder
+            .is_cached(Side::Query, "given up while queued")
+            .await
+    );
     assert_eq!(embedder.query_requests(), 2);
 }
 
@@ -217,7 +283,10 @@ async fn a_failed_request_fails_every_turn_it_carried() {
     for w in waiting {
         let err = w.wait().await.unwrap_err();
         assert!(matches!(err, EmbedError::Batch(_)), "{err:?}");
-        assert!(matches!(err.cause(), EmbedError::Status { status: 503, .. }), "{err:?}");
+        assert!(
+            matches!(err.cause(), EmbedError::Status { status: 503, .. }),
+            "{err:?}"
+        );
     }
     // Nothing was cached; once the embedder answers again, so do they.
     double.failing.store(false, Ordering::SeqCst);
@@ -232,7 +301,10 @@ async fn a_turn_that_would_come_back_after_its_deadline_is_not_sent() {
     let embedder = double.client();
     embedder.set_per_text_estimate(Duration::from_secs(10));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
-    let err = embedder.embed_query("too late", Some(deadline)).await.unwrap_err();
+    let err = embedder
+        .embed_query("too late", Some(deadline))
+        .await
+        .unwrap_err();
     assert!(matches!(err, EmbedError::Late), "{err:?}");
     assert!(double.requests().await.is_empty());
     // Without a deadline it waits for the embedder.
@@ -255,7 +327,12 @@ async fn a_request_carries_no_more_turns_than_can_come_back_by_their_deadline() 
     let deadline = tokio::time::Instant::now() + Duration::from_millis(2500);
     let mut waiting = Vec::new();
     for i in 1..=5 {
-        waiting.push(embedder.ask(&format!("turn {i}"), Some(deadline)).await.unwrap());
+        waiting.push(
+            embedder
+                .ask(&format!("turn {i}"), Some(deadline))
+                .await
+                .unwrap(),
+        );
     }
     double.release(1);
     first.wait().await.unwrap();
@@ -277,10 +354,16 @@ fn the_query_cache_evicts_the_least_recently_used() {
     let v = |x: f32| -> Arc<[f32]> { vec![x].into() };
     cache.insert(key("m", "a"), v(1.0));
     cache.insert(key("m", "b"), v(2.0));
-    assert!(cache.get(&key("m", "a")).is_some(), "a is now the most recent");
+    assert!(
+        cache.get(&key("m", "a")).is_some(),
+        "a is now the most recent"
+    );
     cache.insert(key("m", "c"), v(3.0));
     assert_eq!(cache.len(), 2);
-    assert!(!cache.contains(&key("m", "b")), "b was the least recently used");
+    assert!(
+        !cache.contains(&key("m", "b")),
+        "b was the least recently used"
+    );
     assert!(cache.contains(&key("m", "a")) && cache.contains(&key("m", "c")));
     cache.insert(key("m", "c"), v(4.0));
     assert_eq!(cache.len(), 2);
@@ -302,23 +385,38 @@ async fn query_vectors_are_bounded_and_never_written_to_the_cache_file() {
     };
     let embedder = Embedder::try_new(config).unwrap();
     for i in 0..10 {
-        embedder.embed_query(&format!("turn {i}"), None).await.unwrap();
+        embedder
+            .embed_query(&format!("turn {i}"), None)
+            .await
+            .unwrap();
         double.next_request().await;
     }
     assert_eq!(embedder.queries.lock().await.len(), 3);
-    assert!(embedder.is_cached(Side::Query, "turn 9").await && !embedder.is_cached(Side::Query, "turn 0").await);
+    assert!(
+        embedder.is_cached(Side::Query, "turn 9").await
+            && !embedder.is_cached(Side::Query, "turn 0").await
+    );
     embedder.embed(Side::Document, &["a tool"]).await.unwrap();
-    assert_eq!(load_cache(&path).unwrap().len(), 1, "only the document is on disk");
+    assert_eq!(
+        load_cache(&path).unwrap().len(),
+        1,
+        "only the document is on disk"
+    );
 }
 
 #[test]
 fn canonical_text_is_nfkc_with_whitespace_collapsed() {
-    assert_eq!(query::canonical("\t Order  a\u{3000}lipid\r\npanel\u{a0}"), "Order a lipid panel");
-    assert_eq!(query::canonical("Mu\u{308}ller"), query::canonical("Müller"));
+    assert_eq!(
+        query::canonical("\t Order  a\u{3000}lipid\r\npanel\u{a0}"),
+        "Order a lipid panel"
+    );
+    assert_eq!(
+        query::canonical("Mu\u{308}ller"),
+        query::canonical("Müller")
+    );
     assert_eq!(query::canonical("ＡＢＣ ﬁ"), "ABC fi");
     assert_eq!(query::canonical("   "), "");
 }
-
 
 #[test]
 fn cache_file_round_trips_and_ignores_a_torn_tail() {
@@ -328,7 +426,10 @@ fn cache_file_round_trips_and_ignores_a_torn_tail() {
     append_cache(&path, &[(key("m", "a"), a.clone())]).unwrap();
     append_cache(&path, &[(key("m", "b"), vec![0.5; 384].into())]).unwrap();
     // A crash mid-write leaves a partial record.
-    let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
     f.write_all(&[7u8; 40]).unwrap();
     let map = load_cache(&path).unwrap();
     assert_eq!(map.len(), 2);
@@ -340,12 +441,23 @@ fn cache_file_round_trips_and_ignores_a_torn_tail() {
 fn answers_are_put_in_input_order() {
     let resp = EmbeddingsResponse {
         data: vec![
-            EmbeddingItem { index: 1, embedding: vec![2.0] },
-            EmbeddingItem { index: 0, embedding: vec![1.0] },
+            EmbeddingItem {
+                index: 1,
+                embedding: vec![2.0],
+            },
+            EmbeddingItem {
+                index: 0,
+                embedding: vec![1.0],
+            },
         ],
     };
     assert_eq!(order(resp, 2).unwrap(), vec![vec![1.0], vec![2.0]]);
-    let short = EmbeddingsResponse { data: vec![EmbeddingItem { index: 0, embedding: vec![1.0] }] };
+    let short = EmbeddingsResponse {
+        data: vec![EmbeddingItem {
+            index: 0,
+            embedding: vec![1.0],
+        }],
+    };
     assert!(matches!(order(short, 2), Err(EmbedError::Malformed(_))));
 }
 
@@ -361,8 +473,14 @@ async fn under_overload_the_turns_with_the_most_time_left_go_first() {
     // the newer would wait behind it; most time left first, the newer goes.
     embedder.set_per_text_estimate(Duration::from_secs(1));
     let now = tokio::time::Instant::now();
-    let older = embedder.ask("older turn", Some(now + Duration::from_millis(1500))).await.unwrap();
-    let newer = embedder.ask("newer turn", Some(now + Duration::from_millis(2500))).await.unwrap();
+    let older = embedder
+        .ask("older turn", Some(now + Duration::from_millis(1500)))
+        .await
+        .unwrap();
+    let newer = embedder
+        .ask("newer turn", Some(now + Duration::from_millis(2500)))
+        .await
+        .unwrap();
     double.release(1);
     first.wait().await.unwrap();
     double.next_request().await;

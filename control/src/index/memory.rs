@@ -14,7 +14,10 @@
 //! temporary file, `fsync` and `rename`, so a crash leaves either the old or
 //! the new index, never a torn one.
 
-use super::{normalised, CollectionInfo, Hit, IndexError, IndexFuture, Point, PointPayload, Predicate, Search, VectorStore};
+use super::{
+    normalised, CollectionInfo, Hit, IndexError, IndexFuture, Point, PointPayload, Predicate,
+    Search, VectorStore,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -60,7 +63,10 @@ pub struct MemoryStore {
 impl MemoryStore {
     /// A store that keeps nothing on disk (tests, one-shot commands).
     pub fn in_memory() -> MemoryStore {
-        MemoryStore { dir: None, collections: RwLock::new(HashMap::new()) }
+        MemoryStore {
+            dir: None,
+            collections: RwLock::new(HashMap::new()),
+        }
     }
 
     /// A store saved under `dir`; loads every collection file found there.
@@ -68,7 +74,10 @@ impl MemoryStore {
     /// Fails when the directory cannot be created or read, or a collection
     /// file is corrupt (it is not silently replaced: it holds the index).
     pub fn open(dir: &Path) -> Result<MemoryStore, IndexError> {
-        let io = |source| IndexError::Io { path: dir.to_owned(), source };
+        let io = |source| IndexError::Io {
+            path: dir.to_owned(),
+            source,
+        };
         std::fs::create_dir_all(dir).map_err(io)?;
         let mut collections = HashMap::new();
         for entry in std::fs::read_dir(dir).map_err(io)? {
@@ -76,23 +85,34 @@ impl MemoryStore {
             if path.extension().and_then(|e| e.to_str()) != Some(EXTENSION) {
                 continue;
             }
-            let Some(name) = path.file_stem().and_then(|s| s.to_str()) else { continue };
+            let Some(name) = path.file_stem().and_then(|s| s.to_str()) else {
+                continue;
+            };
             collections.insert(name.to_owned(), load(&path)?);
         }
-        Ok(MemoryStore { dir: Some(dir.to_owned()), collections: RwLock::new(collections) })
+        Ok(MemoryStore {
+            dir: Some(dir.to_owned()),
+            collections: RwLock::new(collections),
+        })
     }
 
     fn path(&self, collection: &str) -> Option<PathBuf> {
-        self.dir.as_ref().map(|d| d.join(format!("{collection}.{EXTENSION}")))
+        self.dir
+            .as_ref()
+            .map(|d| d.join(format!("{collection}.{EXTENSION}")))
     }
 
     /// Saves one collection (or removes its file when it is gone).
     fn persist(&self, collection: &str, state: Option<&Collection>) -> Result<(), IndexError> {
-        let Some(path) = self.path(collection) else { return Ok(()) };
+        let Some(path) = self.path(collection) else {
+            return Ok(());
+        };
         match state {
             Some(c) => save(&path, c),
             None => match std::fs::remove_file(&path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(IndexError::Io { path, source: e }),
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(IndexError::Io { path, source: e })
+                }
                 _ => Ok(()),
             },
         }
@@ -127,11 +147,14 @@ impl Collection {
     }
 
     fn delete(&mut self, id: &Uuid) {
-        let Some(row) = self.row_of.remove(id) else { return };
+        let Some(row) = self.row_of.remove(id) else {
+            return;
+        };
         let last = self.ids.len() - 1;
         if row != last {
             let moved = self.ids[last];
-            self.matrix.copy_within(last * self.dim..(last + 1) * self.dim, row * self.dim);
+            self.matrix
+                .copy_within(last * self.dim..(last + 1) * self.dim, row * self.dim);
             self.row_of.insert(moved, row);
         }
         self.ids.swap_remove(row);
@@ -170,14 +193,26 @@ impl Collection {
         }
         let mut scored: Vec<(f32, usize)> = first
             .into_iter()
-            .map(|(_, row)| (dot_exact(&self.matrix[row * self.dim..(row + 1) * self.dim], query), row))
+            .map(|(_, row)| {
+                (
+                    dot_exact(&self.matrix[row * self.dim..(row + 1) * self.dim], query),
+                    row,
+                )
+            })
             .collect();
-        let order = |a: &(f32, usize), b: &(f32, usize)| b.0.total_cmp(&a.0).then_with(|| self.ids[a.1].cmp(&self.ids[b.1]));
+        let order = |a: &(f32, usize), b: &(f32, usize)| {
+            b.0.total_cmp(&a.0)
+                .then_with(|| self.ids[a.1].cmp(&self.ids[b.1]))
+        };
         scored.sort_by(order);
         scored.truncate(k);
         scored
             .into_iter()
-            .map(|(score, row)| Hit { id: self.ids[row], score, name: self.payloads[row].name.clone() })
+            .map(|(score, row)| Hit {
+                id: self.ids[row],
+                score,
+                name: self.payloads[row].name.clone(),
+            })
             .collect()
     }
 }
@@ -196,7 +231,12 @@ fn dot_exact(v: &[f32], q: &[f32]) -> f32 {
 fn dot_lanes(v: &[f32], q: &[f32]) -> f32 {
     let mut sums = [0.0f32; LANES];
     let (vc, qc) = (v.chunks_exact(LANES), q.chunks_exact(LANES));
-    let tail: f32 = vc.remainder().iter().zip(qc.remainder()).map(|(a, b)| a * b).sum();
+    let tail: f32 = vc
+        .remainder()
+        .iter()
+        .zip(qc.remainder())
+        .map(|(a, b)| a * b)
+        .sum();
     for (a, b) in vc.zip(qc) {
         for l in 0..LANES {
             sums[l] += a[l] * b[l];
@@ -213,7 +253,11 @@ fn error_bound(dim: usize) -> f32 {
 }
 
 impl VectorStore for MemoryStore {
-    fn ensure_collection<'a>(&'a self, collection: &'a str, vector_size: usize) -> IndexFuture<'a, ()> {
+    fn ensure_collection<'a>(
+        &'a self,
+        collection: &'a str,
+        vector_size: usize,
+    ) -> IndexFuture<'a, ()> {
         Box::pin(async move {
             let mut all = self.collections.write().await;
             match all.get(collection) {
@@ -224,7 +268,10 @@ impl VectorStore for MemoryStore {
                     got: vector_size,
                 }),
                 None => {
-                    let c = Collection { dim: vector_size, ..Collection::default() };
+                    let c = Collection {
+                        dim: vector_size,
+                        ..Collection::default()
+                    };
                     self.persist(collection, Some(&c))?;
                     all.insert(collection.to_owned(), c);
                     Ok(())
@@ -236,7 +283,10 @@ impl VectorStore for MemoryStore {
     fn info<'a>(&'a self, collection: &'a str) -> IndexFuture<'a, Option<CollectionInfo>> {
         Box::pin(async move {
             let all = self.collections.read().await;
-            Ok(all.get(collection).map(|c| CollectionInfo { vector_size: c.dim, points: c.ids.len() }))
+            Ok(all.get(collection).map(|c| CollectionInfo {
+                vector_size: c.dim,
+                points: c.ids.len(),
+            }))
         })
     }
 
@@ -245,7 +295,9 @@ impl VectorStore for MemoryStore {
             let mut all = self.collections.write().await;
             let current = all
                 .get(collection)
-                .ok_or_else(|| IndexError::MissingCollection { collection: collection.to_owned() })?;
+                .ok_or_else(|| IndexError::MissingCollection {
+                    collection: collection.to_owned(),
+                })?;
             // All or nothing: apply to a copy, swap it in once every point fits.
             let mut next = current.clone();
             for p in points {
@@ -260,7 +312,9 @@ impl VectorStore for MemoryStore {
     fn delete<'a>(&'a self, collection: &'a str, ids: &'a [Uuid]) -> IndexFuture<'a, ()> {
         Box::pin(async move {
             let mut all = self.collections.write().await;
-            let Some(current) = all.get(collection) else { return Ok(()) };
+            let Some(current) = all.get(collection) else {
+                return Ok(());
+            };
             let mut next = current.clone();
             ids.iter().for_each(|id| next.delete(id));
             self.persist(collection, Some(&next))?;
@@ -278,7 +332,9 @@ impl VectorStore for MemoryStore {
     ) -> IndexFuture<'a, Search> {
         Box::pin(async move {
             let all = self.collections.read().await;
-            let Some(c) = all.get(collection) else { return Ok(Search::Missing) };
+            let Some(c) = all.get(collection) else {
+                return Ok(Search::Missing);
+            };
             if vector.len() != c.dim {
                 return Err(IndexError::VectorSize {
                     collection: collection.to_owned(),
@@ -286,7 +342,9 @@ impl VectorStore for MemoryStore {
                     got: vector.len(),
                 });
             }
-            let Some(query) = normalised(vector) else { return Ok(Search::Hits(Vec::new())) };
+            let Some(query) = normalised(vector) else {
+                return Ok(Search::Hits(Vec::new()));
+            };
             Ok(Search::Hits(c.search(&query, k, filter)))
         })
     }
@@ -296,7 +354,13 @@ impl VectorStore for MemoryStore {
             let all = self.collections.read().await;
             Ok(all
                 .get(collection)
-                .map(|c| c.ids.iter().copied().zip(c.payloads.iter().cloned()).collect())
+                .map(|c| {
+                    c.ids
+                        .iter()
+                        .copied()
+                        .zip(c.payloads.iter().cloned())
+                        .collect()
+                })
                 .unwrap_or_default())
         })
     }
@@ -317,12 +381,26 @@ impl VectorStore for MemoryStore {
 }
 
 fn save(path: &Path, c: &Collection) -> Result<(), IndexError> {
-    let io = |source| IndexError::Io { path: path.to_owned(), source };
+    let io = |source| IndexError::Io {
+        path: path.to_owned(),
+        source,
+    };
     let header = Header {
         dim: c.dim,
-        points: c.ids.iter().zip(&c.payloads).map(|(id, payload)| StoredPoint { id: *id, payload: payload.clone() }).collect(),
+        points: c
+            .ids
+            .iter()
+            .zip(&c.payloads)
+            .map(|(id, payload)| StoredPoint {
+                id: *id,
+                payload: payload.clone(),
+            })
+            .collect(),
     };
-    let header = serde_json::to_vec(&header).map_err(|e| IndexError::Corrupt { path: path.to_owned(), problem: e.to_string() })?;
+    let header = serde_json::to_vec(&header).map_err(|e| IndexError::Corrupt {
+        path: path.to_owned(),
+        problem: e.to_string(),
+    })?;
     let mut buf = Vec::with_capacity(MAGIC.len() + 8 + header.len() + c.matrix.len() * 4);
     buf.extend_from_slice(MAGIC);
     buf.extend_from_slice(&(header.len() as u64).to_le_bytes());
@@ -338,11 +416,22 @@ fn save(path: &Path, c: &Collection) -> Result<(), IndexError> {
 }
 
 fn load(path: &Path) -> Result<Collection, IndexError> {
-    let bytes = std::fs::read(path).map_err(|source| IndexError::Io { path: path.to_owned(), source })?;
-    let corrupt = |problem: &str| IndexError::Corrupt { path: path.to_owned(), problem: problem.to_owned() };
-    let rest = bytes.strip_prefix(MAGIC).ok_or_else(|| corrupt("bad magic"))?;
-    let (len, rest) = rest.split_first_chunk::<8>().ok_or_else(|| corrupt("truncated header length"))?;
-    let len = usize::try_from(u64::from_le_bytes(*len)).map_err(|_| corrupt("header length overflows"))?;
+    let bytes = std::fs::read(path).map_err(|source| IndexError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    let corrupt = |problem: &str| IndexError::Corrupt {
+        path: path.to_owned(),
+        problem: problem.to_owned(),
+    };
+    let rest = bytes
+        .strip_prefix(MAGIC)
+        .ok_or_else(|| corrupt("bad magic"))?;
+    let (len, rest) = rest
+        .split_first_chunk::<8>()
+        .ok_or_else(|| corrupt("truncated header length"))?;
+    let len = usize::try_from(u64::from_le_bytes(*len))
+        .map_err(|_| corrupt("header length overflows"))?;
     if rest.len() < len {
         return Err(corrupt("truncated header"));
     }
@@ -351,14 +440,27 @@ fn load(path: &Path) -> Result<Collection, IndexError> {
     if matrix.len() != header.points.len() * header.dim * 4 {
         return Err(corrupt("matrix size does not match the header"));
     }
-    let matrix: Vec<f32> = matrix.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    let matrix: Vec<f32> = matrix
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
     let ids: Vec<Uuid> = header.points.iter().map(|p| p.id).collect();
-    let row_of = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect::<HashMap<_, _>>();
+    let row_of = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (*id, i))
+        .collect::<HashMap<_, _>>();
     if row_of.len() != ids.len() {
         return Err(corrupt("a point id appears twice"));
     }
     let payloads = header.points.into_iter().map(|p| p.payload).collect();
-    Ok(Collection { dim: header.dim, ids, payloads, matrix, row_of })
+    Ok(Collection {
+        dim: header.dim,
+        ids,
+        payloads,
+        matrix,
+        row_of,
+    })
 }
 
 #[cfg(test)]
@@ -373,10 +475,20 @@ mod search_tests {
     /// The exact scan: every row scored in element order, best first, ties
     /// by id.
     fn reference(c: &Collection, q: &[f32], k: usize) -> Vec<(Uuid, u32)> {
-        let mut all: Vec<(f32, usize)> =
-            c.matrix.chunks_exact(c.dim).enumerate().map(|(r, v)| (dot_exact(v, q), r)).collect();
-        all.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| c.ids[a.1].cmp(&c.ids[b.1])));
-        all.into_iter().take(k).map(|(s, r)| (c.ids[r], s.to_bits())).collect()
+        let mut all: Vec<(f32, usize)> = c
+            .matrix
+            .chunks_exact(c.dim)
+            .enumerate()
+            .map(|(r, v)| (dot_exact(v, q), r))
+            .collect();
+        all.sort_by(|a, b| {
+            b.0.total_cmp(&a.0)
+                .then_with(|| c.ids[a.1].cmp(&c.ids[b.1]))
+        });
+        all.into_iter()
+            .take(k)
+            .map(|(s, r)| (c.ids[r], s.to_bits()))
+            .collect()
     }
 
     proptest! {

@@ -111,7 +111,11 @@ pub enum Search {
 pub trait VectorStore: Send + Sync {
     /// Creates the collection for vectors of `vector_size` if it does not
     /// exist. Fails when it exists with another size (drop it first).
-    fn ensure_collection<'a>(&'a self, collection: &'a str, vector_size: usize) -> IndexFuture<'a, ()>;
+    fn ensure_collection<'a>(
+        &'a self,
+        collection: &'a str,
+        vector_size: usize,
+    ) -> IndexFuture<'a, ()>;
 
     /// The collection's vector size and point count; `None` when it does not exist.
     fn info<'a>(&'a self, collection: &'a str) -> IndexFuture<'a, Option<CollectionInfo>>;
@@ -221,9 +225,13 @@ pub enum IndexError {
 /// names a file of the embedded store).
 pub fn collection_name(namespace: &str) -> Result<String, IndexError> {
     let ok = (1..=64).contains(&namespace.len())
-        && namespace.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        && namespace
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
     if !ok {
-        return Err(IndexError::BadNamespace { namespace: namespace.to_owned() });
+        return Err(IndexError::BadNamespace {
+            namespace: namespace.to_owned(),
+        });
     }
     Ok(format!("keyhole-{namespace}"))
 }
@@ -232,7 +240,10 @@ pub fn collection_name(namespace: &str) -> Result<String, IndexError> {
 /// namespace's own UUID namespace (itself UUID v5 of `keyhole:{namespace}` in
 /// the URL namespace). The same tool keeps its id across restarts and stores.
 pub fn point_id(namespace: &str, name: &str) -> Uuid {
-    let ns = Uuid::new_v5(&Uuid::NAMESPACE_URL, format!("keyhole:{namespace}").as_bytes());
+    let ns = Uuid::new_v5(
+        &Uuid::NAMESPACE_URL,
+        format!("keyhole:{namespace}").as_bytes(),
+    );
     Uuid::new_v5(&ns, name.as_bytes())
 }
 

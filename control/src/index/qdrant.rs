@@ -8,11 +8,14 @@
 //! caller degrades to an empty hit list and rebuilds. Every other error is
 //! an [`IndexError::Qdrant`], an outage.
 
-use super::{CollectionInfo, Hit, IndexError, IndexFuture, Point, PointPayload, Predicate, Search, VectorStore};
+use super::{
+    CollectionInfo, Hit, IndexError, IndexFuture, Point, PointPayload, Predicate, Search,
+    VectorStore,
+};
 use qdrant_client::qdrant::{
-    vectors_config, Condition, CreateCollectionBuilder, CreateFieldIndexCollectionBuilder, DeletePointsBuilder,
-    Distance, FieldType, Filter, PointId, PointStruct, PointsIdsList, QueryPointsBuilder, ScrollPointsBuilder,
-    UpsertPointsBuilder, VectorParamsBuilder,
+    vectors_config, Condition, CreateCollectionBuilder, CreateFieldIndexCollectionBuilder,
+    DeletePointsBuilder, Distance, FieldType, Filter, PointId, PointStruct, PointsIdsList,
+    QueryPointsBuilder, ScrollPointsBuilder, UpsertPointsBuilder, VectorParamsBuilder,
 };
 use qdrant_client::{Payload, Qdrant, QdrantError};
 use std::collections::HashMap;
@@ -34,7 +37,9 @@ pub struct QdrantStore {
 
 impl std::fmt::Debug for QdrantStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("QdrantStore").field("url", &self.url).finish()
+        f.debug_struct("QdrantStore")
+            .field("url", &self.url)
+            .finish()
     }
 }
 
@@ -49,12 +54,19 @@ impl QdrantStore {
             .skip_compatibility_check()
             .build()
             .map_err(|e| qdrant_error("connect", "", e))?;
-        Ok(QdrantStore { client, url: url.to_owned() })
+        Ok(QdrantStore {
+            client,
+            url: url.to_owned(),
+        })
     }
 }
 
 fn qdrant_error(operation: &'static str, collection: &str, source: QdrantError) -> IndexError {
-    IndexError::Qdrant { operation, collection: collection.to_owned(), source: Box::new(source) }
+    IndexError::Qdrant {
+        operation,
+        collection: collection.to_owned(),
+        source: Box::new(source),
+    }
 }
 
 /// Whether the server said the collection (or point) does not exist.
@@ -75,18 +87,28 @@ fn payload_of(p: &PointPayload) -> Payload {
     out
 }
 
-fn read_payload(collection: &str, map: HashMap<String, qdrant_client::qdrant::Value>) -> Result<PointPayload, IndexError> {
-    Payload::from(map).deserialize().map_err(|e| IndexError::MalformedPoint {
-        collection: collection.to_owned(),
-        problem: e.to_string(),
-    })
+fn read_payload(
+    collection: &str,
+    map: HashMap<String, qdrant_client::qdrant::Value>,
+) -> Result<PointPayload, IndexError> {
+    Payload::from(map)
+        .deserialize()
+        .map_err(|e| IndexError::MalformedPoint {
+            collection: collection.to_owned(),
+            problem: e.to_string(),
+        })
 }
 
 fn read_id(collection: &str, id: Option<PointId>) -> Result<Uuid, IndexError> {
     use qdrant_client::qdrant::point_id::PointIdOptions;
-    let malformed = |problem: String| IndexError::MalformedPoint { collection: collection.to_owned(), problem };
+    let malformed = |problem: String| IndexError::MalformedPoint {
+        collection: collection.to_owned(),
+        problem,
+    };
     match id.and_then(|id| id.point_id_options) {
-        Some(PointIdOptions::Uuid(s)) => Uuid::parse_str(&s).map_err(|e| malformed(format!("point id {s:?}: {e}"))),
+        Some(PointIdOptions::Uuid(s)) => {
+            Uuid::parse_str(&s).map_err(|e| malformed(format!("point id {s:?}: {e}")))
+        }
         other => Err(malformed(format!("point id {other:?} is not a UUID"))),
     }
 }
@@ -103,7 +125,11 @@ fn filter_of(p: &Predicate) -> Option<Filter> {
 }
 
 impl VectorStore for QdrantStore {
-    fn ensure_collection<'a>(&'a self, collection: &'a str, vector_size: usize) -> IndexFuture<'a, ()> {
+    fn ensure_collection<'a>(
+        &'a self,
+        collection: &'a str,
+        vector_size: usize,
+    ) -> IndexFuture<'a, ()> {
         Box::pin(async move {
             if let Some(info) = self.info(collection).await? {
                 if info.vector_size != vector_size {
@@ -123,7 +149,12 @@ impl VectorStore for QdrantStore {
             for field in ["category", "domain"] {
                 self.client
                     .create_field_index(
-                        CreateFieldIndexCollectionBuilder::new(collection, field, FieldType::Keyword).wait(true),
+                        CreateFieldIndexCollectionBuilder::new(
+                            collection,
+                            field,
+                            FieldType::Keyword,
+                        )
+                        .wait(true),
                     )
                     .await
                     .map_err(|e| qdrant_error("create payload index", collection, e))?;
@@ -155,14 +186,19 @@ impl VectorStore for QdrantStore {
                     vectors_config::Config::ParamsMap(_) => None,
                 })
                 .ok_or_else(|| malformed("not a single unnamed dense vector"))?;
-            Ok(Some(CollectionInfo { vector_size: size as usize, points: info.points_count.unwrap_or(0) as usize }))
+            Ok(Some(CollectionInfo {
+                vector_size: size as usize,
+                points: info.points_count.unwrap_or(0) as usize,
+            }))
         })
     }
 
     fn upsert<'a>(&'a self, collection: &'a str, points: Vec<Point>) -> IndexFuture<'a, ()> {
         Box::pin(async move {
             let Some(info) = self.info(collection).await? else {
-                return Err(IndexError::MissingCollection { collection: collection.to_owned() });
+                return Err(IndexError::MissingCollection {
+                    collection: collection.to_owned(),
+                });
             };
             let mut structs = Vec::with_capacity(points.len());
             for p in points {
@@ -176,13 +212,20 @@ impl VectorStore for QdrantStore {
                 if super::normalised(&p.vector).is_none() {
                     return Err(IndexError::BadVector { id: p.id });
                 }
-                structs.push(PointStruct::new(p.id.to_string(), p.vector, payload_of(&p.payload)));
+                structs.push(PointStruct::new(
+                    p.id.to_string(),
+                    p.vector,
+                    payload_of(&p.payload),
+                ));
             }
             if structs.is_empty() {
                 return Ok(());
             }
             self.client
-                .upsert_points_chunked(UpsertPointsBuilder::new(collection, structs).wait(true), UPSERT_CHUNK)
+                .upsert_points_chunked(
+                    UpsertPointsBuilder::new(collection, structs).wait(true),
+                    UPSERT_CHUNK,
+                )
                 .await
                 .map_err(|e| qdrant_error("upsert", collection, e))?;
             Ok(())
@@ -197,7 +240,11 @@ impl VectorStore for QdrantStore {
             let ids: Vec<PointId> = ids.iter().map(|id| PointId::from(id.to_string())).collect();
             match self
                 .client
-                .delete_points(DeletePointsBuilder::new(collection).points(PointsIdsList { ids }).wait(true))
+                .delete_points(
+                    DeletePointsBuilder::new(collection)
+                        .points(PointsIdsList { ids })
+                        .wait(true),
+                )
                 .await
             {
                 Ok(_) => Ok(()),
@@ -231,7 +278,11 @@ impl VectorStore for QdrantStore {
             for p in points {
                 let id = read_id(collection, p.id)?;
                 let payload = read_payload(collection, p.payload)?;
-                hits.push(Hit { id, score: p.score, name: payload.name });
+                hits.push(Hit {
+                    id,
+                    score: p.score,
+                    name: payload.name,
+                });
             }
             // Same order as the embedded store: best first, ties by id.
             hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
@@ -244,7 +295,9 @@ impl VectorStore for QdrantStore {
             let mut out = Vec::new();
             let mut offset: Option<PointId> = None;
             loop {
-                let mut page = ScrollPointsBuilder::new(collection).limit(SCROLL_PAGE).with_payload(true);
+                let mut page = ScrollPointsBuilder::new(collection)
+                    .limit(SCROLL_PAGE)
+                    .with_payload(true);
                 if let Some(o) = offset.take() {
                     page = page.offset(o);
                 }
@@ -254,7 +307,10 @@ impl VectorStore for QdrantStore {
                     Err(e) => return Err(qdrant_error("scroll", collection, e)),
                 };
                 for p in resp.result {
-                    out.push((read_id(collection, p.id)?, read_payload(collection, p.payload)?));
+                    out.push((
+                        read_id(collection, p.id)?,
+                        read_payload(collection, p.payload)?,
+                    ));
                 }
                 match resp.next_page_offset {
                     Some(next) => offset = Some(next),

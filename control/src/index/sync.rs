@@ -65,7 +65,11 @@ pub fn content_hash(model: &str, text: &str) -> String {
     h.update(model.as_bytes());
     h.update([0u8]);
     h.update(text.as_bytes());
-    h.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect()
+    h.finalize()
+        .iter()
+        .take(16)
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 struct Desired {
@@ -77,7 +81,11 @@ struct Desired {
 impl Indexer {
     /// An indexer for `namespace` (which names the collection, see
     /// [`collection_name`]). Fails on an unusable namespace.
-    pub fn try_new(embedder: Arc<Embedder>, store: Arc<dyn VectorStore>, namespace: &str) -> Result<Indexer, IndexError> {
+    pub fn try_new(
+        embedder: Arc<Embedder>,
+        store: Arc<dyn VectorStore>,
+        namespace: &str,
+    ) -> Result<Indexer, IndexError> {
         let collection = collection_name(namespace)?;
         Ok(Indexer {
             embedder,
@@ -149,11 +157,18 @@ impl Indexer {
     /// the embedder's own batching). Every batch embedded is cached, so a
     /// sync retried after a failure (a busy embedder timing out) embeds only
     /// what is still missing.
-    pub async fn sync_batched(&self, registry: &Registry, batch: usize) -> Result<SyncReport, SyncError> {
+    pub async fn sync_batched(
+        &self,
+        registry: &Registry,
+        batch: usize,
+    ) -> Result<SyncReport, SyncError> {
         let _running = self.running.lock().await;
         let coll = self.collection.as_str();
         let desired = self.desired(registry);
-        let mut report = SyncReport { tools: desired.len(), ..SyncReport::default() };
+        let mut report = SyncReport {
+            tools: desired.len(),
+            ..SyncReport::default()
+        };
 
         let mut info = self.store.info(coll).await?;
         let known = self.dim.load(Ordering::Relaxed);
@@ -163,19 +178,35 @@ impl Indexer {
             info = None;
             report.rebuilt = true;
         } else if info.is_some() {
-            stored = self.store.payloads(coll).await?.into_iter().map(|(id, p)| (id, p.hash)).collect();
+            stored = self
+                .store
+                .payloads(coll)
+                .await?
+                .into_iter()
+                .map(|(id, p)| (id, p.hash))
+                .collect();
         }
         let wanted: HashSet<Uuid> = desired.iter().map(|d| d.id).collect();
-        let orphans: Vec<Uuid> = stored.keys().filter(|id| !wanted.contains(id)).copied().collect();
-        let mut changed: Vec<&Desired> =
-            desired.iter().filter(|d| stored.get(&d.id) != Some(&d.payload.hash)).collect();
+        let orphans: Vec<Uuid> = stored
+            .keys()
+            .filter(|id| !wanted.contains(id))
+            .copied()
+            .collect();
+        let mut changed: Vec<&Desired> = desired
+            .iter()
+            .filter(|d| stored.get(&d.id) != Some(&d.payload.hash))
+            .collect();
         report.unchanged = desired.len() - changed.len();
         if changed.is_empty() && orphans.is_empty() && info.is_some() {
             return Ok(report);
         }
 
         let mut vectors = self.embed(&changed, batch).await?;
-        let dim = vectors.first().map(|v| v.len()).or(info.map(|i| i.vector_size)).unwrap_or(known);
+        let dim = vectors
+            .first()
+            .map(|v| v.len())
+            .or(info.map(|i| i.vector_size))
+            .unwrap_or(known);
         if dim == 0 {
             // Nothing to embed and nothing stored: no collection is needed yet.
             return Ok(report);
@@ -193,7 +224,11 @@ impl Indexer {
         let points: Vec<Point> = changed
             .iter()
             .zip(vectors)
-            .map(|(d, v)| Point { id: d.id, vector: v.to_vec(), payload: d.payload.clone() })
+            .map(|(d, v)| Point {
+                id: d.id,
+                vector: v.to_vec(),
+                payload: d.payload.clone(),
+            })
             .collect();
         report.upserted = points.len();
         self.store.upsert(coll, points).await?;
@@ -204,7 +239,11 @@ impl Indexer {
         Ok(report)
     }
 
-    async fn embed(&self, changed: &[&Desired], batch: usize) -> Result<Vec<Arc<[f32]>>, EmbedError> {
+    async fn embed(
+        &self,
+        changed: &[&Desired],
+        batch: usize,
+    ) -> Result<Vec<Arc<[f32]>>, EmbedError> {
         if changed.is_empty() {
             return Ok(Vec::new());
         }

@@ -98,16 +98,29 @@ impl SearchAudit {
             .filter(|c| c.reason == keyhole_core::wire::Reason::Recovery)
             .map(|c| c.name.clone())
             .collect();
-        SearchAudit { query, found: found_names, surfaced, retrieval: found.retrieval }
+        SearchAudit {
+            query,
+            found: found_names,
+            surfaced,
+            retrieval: found.retrieval,
+        }
     }
 }
 
 impl AuditEntry {
     /// The entry for one resolution.
     /// `tools_in`: the registry's size (a request by digest carries no tools).
-    pub fn new(req: &ResolveRequest, tools_in: usize, res: &Resolution, retrieval: Retrieval, timings: Timings) -> AuditEntry {
+    pub fn new(
+        req: &ResolveRequest,
+        tools_in: usize,
+        res: &Resolution,
+        retrieval: Retrieval,
+        timings: Timings,
+    ) -> AuditEntry {
         AuditEntry {
-            at_ms: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
+            at_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
             phase: req.phase,
             source: res.source,
             retrieval,
@@ -137,19 +150,31 @@ pub(crate) struct Sessions {
 
 impl Sessions {
     pub(crate) fn new(max_sessions: usize, audit_len: usize) -> Sessions {
-        Sessions { by_name: HashMap::new(), max_sessions: max_sessions.max(1), audit_len: audit_len.max(1), tick: 0 }
+        Sessions {
+            by_name: HashMap::new(),
+            max_sessions: max_sessions.max(1),
+            audit_len: audit_len.max(1),
+            tick: 0,
+        }
     }
 
     /// The session's last audited set (empty for an unknown session).
     pub(crate) fn prior(&self, session: &str) -> Vec<String> {
-        self.by_name.get(session).map(|s| s.prior.clone()).unwrap_or_default()
+        self.by_name
+            .get(session)
+            .map(|s| s.prior.clone())
+            .unwrap_or_default()
     }
 
     /// Appends an entry; a retrieval (never a fallback) replaces the audited set.
     pub(crate) fn record(&mut self, session: &str, res: &Resolution, entry: AuditEntry) {
         self.tick += 1;
         if !self.by_name.contains_key(session) && self.by_name.len() >= self.max_sessions {
-            let oldest = self.by_name.iter().min_by_key(|(_, s)| s.used).map(|(k, _)| k.clone());
+            let oldest = self
+                .by_name
+                .iter()
+                .min_by_key(|(_, s)| s.used)
+                .map(|(k, _)| k.clone());
             if let Some(k) = oldest {
                 self.by_name.remove(&k);
             }
@@ -157,7 +182,11 @@ impl Sessions {
         let s = self
             .by_name
             .entry(session.to_owned())
-            .or_insert_with(|| Session { prior: Vec::new(), trail: VecDeque::new(), used: 0 });
+            .or_insert_with(|| Session {
+                prior: Vec::new(),
+                trail: VecDeque::new(),
+                used: 0,
+            });
         s.used = self.tick;
         if matches!(res.source, Source::Retrieval | Source::Lexical) {
             s.prior = res.candidates.iter().map(|c| c.name.clone()).collect();
@@ -170,6 +199,8 @@ impl Sessions {
 
     /// The session's trail, oldest first.
     pub(crate) fn trail(&self, session: &str) -> Option<Vec<AuditEntry>> {
-        self.by_name.get(session).map(|s| s.trail.iter().cloned().collect())
+        self.by_name
+            .get(session)
+            .map(|s| s.trail.iter().cloned().collect())
     }
 }

@@ -12,7 +12,10 @@ use keyhole_core::Phase;
 use std::sync::atomic::Ordering;
 use tower::ServiceExt as _;
 
-const CATALOG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/catalog/tools.json");
+const CATALOG: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../shared/catalog/tools.json"
+);
 
 struct Fixture {
     fake: FakeEmbedder,
@@ -40,16 +43,41 @@ async fn fixture_on(store: Arc<dyn VectorStore>) -> Fixture {
     let tools: Vec<ToolDescriptor> = overlay
         .iter()
         .filter(|m| m.plane == keyhole_core::rank::meta::Plane::Business)
-        .map(|m| ToolDescriptor { name: rank.settings().names.to_name(&m.id), description: m.description.clone() })
+        .map(|m| ToolDescriptor {
+            name: rank.settings().names.to_name(&m.id),
+            description: m.description.clone(),
+        })
         .collect();
     let indexer = Arc::new(Indexer::try_new(fake.client(), store.clone(), &namespace).unwrap());
-    let settings = ResolverSettings { retrieval_timeout: Duration::from_secs(2), ..ResolverSettings::default() };
-    let resolver = Arc::new(Resolver::new(indexer, Arc::new(rank), Some(Arc::new(overlay)), settings));
-    Fixture { fake, store, coll, resolver, tools }
+    let settings = ResolverSettings {
+        retrieval_timeout: Duration::from_secs(2),
+        ..ResolverSettings::default()
+    };
+    let resolver = Arc::new(Resolver::new(
+        indexer,
+        Arc::new(rank),
+        Some(Arc::new(overlay)),
+        settings,
+    ));
+    Fixture {
+        fake,
+        store,
+        coll,
+        resolver,
+        tools,
+    }
 }
 
 fn request(f: &Fixture, session: &str, turn: &str, phase: Phase) -> ResolveRequest {
-    ResolveRequest { session: Some(session.into()), phase, turn: turn.into(), tools: f.tools.clone(), forced: vec![], registry: None, tool_search: None }
+    ResolveRequest {
+        session: Some(session.into()),
+        phase,
+        turn: turn.into(),
+        tools: f.tools.clone(),
+        forced: vec![],
+        registry: None,
+        tool_search: None,
+    }
 }
 
 async fn wait_ready(f: &Fixture) {
@@ -72,14 +100,35 @@ async fn a_new_registry_is_ranked_lexically_while_it_is_indexed_then_hybrid() {
 
 async fn new_registry_lexical_then_hybrid(f: Fixture) {
     let turn = "Book an appointment for Mrs. Krause on Friday at 9.";
-    let first = f.resolver.resolve(&request(&f, "s1", turn, Phase::Planner)).await;
-    assert_eq!(first.source, Source::Lexical, "ranked without vectors, and says so");
-    assert!((6..=12).contains(&first.tools.len()), "{}", first.tools.len());
-    assert!(first.tools.iter().any(|t| t.name == "appointment__manage"), "{:?}", first.tools);
+    let first = f
+        .resolver
+        .resolve(&request(&f, "s1", turn, Phase::Planner))
+        .await;
+    assert_eq!(
+        first.source,
+        Source::Lexical,
+        "ranked without vectors, and says so"
+    );
+    assert!(
+        (6..=12).contains(&first.tools.len()),
+        "{}",
+        first.tools.len()
+    );
+    assert!(
+        first.tools.iter().any(|t| t.name == "appointment__manage"),
+        "{:?}",
+        first.tools
+    );
 
     wait_ready(&f).await;
-    assert_eq!(f.store.info(&f.coll).await.unwrap().map(|i| i.points), Some(108));
-    let second = f.resolver.resolve(&request(&f, "s1", turn, Phase::Planner)).await;
+    assert_eq!(
+        f.store.info(&f.coll).await.unwrap().map(|i| i.points),
+        Some(108)
+    );
+    let second = f
+        .resolver
+        .resolve(&request(&f, "s1", turn, Phase::Planner))
+        .await;
     assert!(second.tools.iter().any(|t| t.name == "appointment__manage"));
 
     let trail = f.resolver.audit("s1").await.unwrap();
@@ -103,42 +152,88 @@ async fn registry_sent_again(f: Fixture) {
     let embedded = f.resolver.indexer().embedder().texts_embedded();
     assert_eq!(embedded, 108);
     let (again, report) = f.resolver.prepare(&f.tools).await.unwrap();
-    assert!(Arc::ptr_eq(&first, &again), "the built registry is cached by content");
+    assert!(
+        Arc::ptr_eq(&first, &again),
+        "the built registry is cached by content"
+    );
     assert_eq!((report.upserted, report.unchanged), (0, 108));
-    for turn in ["Show the vital signs of Anna Schmidt", "Show the vital signs of Anna Schmidt"] {
-        f.resolver.resolve(&request(&f, "s", turn, Phase::Planner)).await;
+    for turn in [
+        "Show the vital signs of Anna Schmidt",
+        "Show the vital signs of Anna Schmidt",
+    ] {
+        f.resolver
+            .resolve(&request(&f, "s", turn, Phase::Planner))
+            .await;
     }
-    assert_eq!(f.resolver.indexer().embedder().texts_embedded(), embedded + 1, "one query embedding, cached");
+    assert_eq!(
+        f.resolver.indexer().embedder().texts_embedded(),
+        embedded + 1,
+        "one query embedding, cached"
+    );
 }
 
 #[tokio::test]
 async fn an_outage_answers_the_bounded_fallback_and_keeps_the_audited_set() {
     let f = fixture().await;
     f.resolver.prepare(&f.tools).await.unwrap();
-    let ok = f.resolver.resolve(&request(&f, "s", "Show the latest lab results of Anna Schmidt", Phase::Planner)).await;
+    let ok = f
+        .resolver
+        .resolve(&request(
+            &f,
+            "s",
+            "Show the latest lab results of Anna Schmidt",
+            Phase::Planner,
+        ))
+        .await;
     assert_eq!(ok.source, Source::Retrieval);
     let audited: Vec<String> = ok.tools.iter().map(|t| t.name.clone()).collect();
 
     f.fake.failing.store(true, Ordering::Relaxed);
     for phase in [Phase::Planner, Phase::AgentCall, Phase::ToolInput] {
-        let down = f.resolver.resolve(&request(&f, "s", "Prescribe metformin 500 mg twice daily", phase)).await;
+        let down = f
+            .resolver
+            .resolve(&request(
+                &f,
+                "s",
+                "Prescribe metformin 500 mg twice daily",
+                phase,
+            ))
+            .await;
         assert_eq!(down.source, Source::ControlFallback, "{phase}");
-        assert!(down.tools.len() <= phase.budget().max, "{phase}: {}", down.tools.len());
+        assert!(
+            down.tools.len() <= phase.budget().max,
+            "{phase}: {}",
+            down.tools.len()
+        );
         for t in &down.tools {
             let from_prior = audited.contains(&t.name) && t.reason == Reason::PriorSet;
-            assert!(from_prior || t.reason != Reason::Rag, "{phase}: {t:?} is neither prior nor a floor");
+            assert!(
+                from_prior || t.reason != Reason::Rag,
+                "{phase}: {t:?} is neither prior nor a floor"
+            );
         }
     }
     // Fallbacks never replace the audited set.
     assert_eq!(f.resolver.sessions.lock().await.prior("s"), audited);
     let trail = f.resolver.audit("s").await.unwrap();
     assert_eq!(trail.len(), 4);
-    assert!(trail[1..].iter().all(|e| e.retrieval == Retrieval::Outage && e.source == Source::ControlFallback));
+    assert!(trail[1..]
+        .iter()
+        .all(|e| e.retrieval == Retrieval::Outage && e.source == Source::ControlFallback));
 
     // A session with no prior set gets floors at most, never the registry.
-    let cold = f.resolver.resolve(&request(&f, "cold", "Show the vital signs", Phase::Planner)).await;
+    let cold = f
+        .resolver
+        .resolve(&request(&f, "cold", "Show the vital signs", Phase::Planner))
+        .await;
     assert_eq!(cold.source, Source::ControlFallback);
-    assert!(cold.tools.iter().all(|t| t.reason != Reason::Rag && t.reason != Reason::PriorSet), "{:?}", cold.tools);
+    assert!(
+        cold.tools
+            .iter()
+            .all(|t| t.reason != Reason::Rag && t.reason != Reason::PriorSet),
+        "{:?}",
+        cold.tools
+    );
 }
 
 #[tokio::test]
@@ -151,19 +246,52 @@ async fn a_dropped_collection_degrades_to_lexical_and_heals() {
 async fn dropped_collection_heals(f: Fixture) {
     f.resolver.prepare(&f.tools).await.unwrap();
     f.store.drop_collection(&f.coll).await.unwrap();
-    let answer = f.resolver.resolve(&request(&f, "s", "Order a lipid panel for Anna Schmidt", Phase::Planner)).await;
-    assert_eq!(answer.source, Source::Lexical, "a missing collection is no outage, and says so");
-    assert_eq!(f.resolver.audit("s").await.unwrap()[0].retrieval, Retrieval::Lexical);
+    let answer = f
+        .resolver
+        .resolve(&request(
+            &f,
+            "s",
+            "Order a lipid panel for Anna Schmidt",
+            Phase::Planner,
+        ))
+        .await;
+    assert_eq!(
+        answer.source,
+        Source::Lexical,
+        "a missing collection is no outage, and says so"
+    );
+    assert_eq!(
+        f.resolver.audit("s").await.unwrap()[0].retrieval,
+        Retrieval::Lexical
+    );
     wait_ready(&f).await;
-    assert_eq!(f.store.info(&f.coll).await.unwrap().map(|i| i.points), Some(108));
-    f.resolver.resolve(&request(&f, "s", "Order a lipid panel for Anna Schmidt", Phase::Planner)).await;
-    assert_eq!(f.resolver.audit("s").await.unwrap()[1].retrieval, Retrieval::Hybrid);
+    assert_eq!(
+        f.store.info(&f.coll).await.unwrap().map(|i| i.points),
+        Some(108)
+    );
+    f.resolver
+        .resolve(&request(
+            &f,
+            "s",
+            "Order a lipid panel for Anna Schmidt",
+            Phase::Planner,
+        ))
+        .await;
+    assert_eq!(
+        f.resolver.audit("s").await.unwrap()[1].retrieval,
+        Retrieval::Hybrid
+    );
 }
 
 #[tokio::test]
 async fn sessions_and_their_trails_are_bounded() {
     let mut s = Sessions::new(2, 3);
-    let res = Resolution { candidates: vec![], source: Source::Retrieval, trace: Default::default(), mutating: Default::default() };
+    let res = Resolution {
+        candidates: vec![],
+        source: Source::Retrieval,
+        trace: Default::default(),
+        mutating: Default::default(),
+    };
     let entry = |n: usize| AuditEntry {
         at_ms: n as u64,
         phase: Phase::Planner,
@@ -184,7 +312,10 @@ async fn sessions_and_their_trails_are_bounded() {
     s.record("b", &res, entry(0));
     s.record("a", &res, entry(5));
     s.record("c", &res, entry(0));
-    assert!(s.trail("b").is_none(), "the least recently used session is evicted");
+    assert!(
+        s.trail("b").is_none(),
+        "the least recently used session is evicted"
+    );
     assert!(s.trail("a").is_some() && s.trail("c").is_some());
 }
 
@@ -192,7 +323,10 @@ async fn call(app: axum::Router, req: Request<Body>) -> (StatusCode, serde_json:
     let resp = app.oneshot(req).await.unwrap();
     let status = resp.status();
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null))
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
+    )
 }
 
 #[tokio::test]
@@ -201,7 +335,10 @@ async fn handlers_resolve_and_show_the_audit_trail_without_prompt_text() {
     let dir = tempfile::tempdir().unwrap();
     let config = StoreConfig::new(Arc::new(Taxonomy::default()), Duration::from_secs(3600));
     let aliases = Arc::new(RedbStore::open(&dir.path().join("aliases"), config).unwrap());
-    let app = router(AppState { resolver: f.resolver.clone(), aliases });
+    let app = router(AppState {
+        resolver: f.resolver.clone(),
+        aliases,
+    });
     f.resolver.prepare(&f.tools).await.unwrap();
 
     let turn = "Search for the patient Hannelore Krause, born 1941.";
@@ -216,19 +353,48 @@ async fn handlers_resolve_and_show_the_audit_trail_without_prompt_text() {
     let answer: ResolveResponse = serde_json::from_value(body).unwrap();
     assert_eq!(answer.source, Source::Retrieval);
     assert!(answer.tools.len() <= 8);
-    assert_eq!(answer.tools[0], keyhole_core::wire::SurfacedTool { name: "billing__invoice__create".into(), reason: Reason::ToolChoice, mutating: true });
-    assert!(answer.tools.iter().any(|t| t.name == "patient__search__smart"), "{:?}", answer.tools);
+    assert_eq!(
+        answer.tools[0],
+        keyhole_core::wire::SurfacedTool {
+            name: "billing__invoice__create".into(),
+            reason: Reason::ToolChoice,
+            mutating: true
+        }
+    );
+    assert!(
+        answer
+            .tools
+            .iter()
+            .any(|t| t.name == "patient__search__smart"),
+        "{:?}",
+        answer.tools
+    );
 
-    let (status, body) = call(app.clone(), Request::get("/v1/audit/sess-1").body(Body::empty()).unwrap()).await;
+    let (status, body) = call(
+        app.clone(),
+        Request::get("/v1/audit/sess-1")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     let text = body.to_string();
-    assert!(!text.contains("Krause") && !text.contains("1941"), "no prompt text in the audit trail: {text}");
+    assert!(
+        !text.contains("Krause") && !text.contains("1941"),
+        "no prompt text in the audit trail: {text}"
+    );
     assert_eq!(body[0]["source"], "retrieval");
     assert_eq!(body[0]["retrieval"], "hybrid");
     assert_eq!(body[0]["phase"], "agent-call");
     assert_eq!(body[0]["tools"][0]["reason"], "tool-choice");
 
-    let (status, body) = call(app, Request::get("/v1/audit/nobody").body(Body::empty()).unwrap()).await;
+    let (status, body) = call(
+        app,
+        Request::get("/v1/audit/nobody")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(body["error"]["type"], "unknown_session");
 }
@@ -239,13 +405,25 @@ async fn the_configured_registry_is_indexed_at_start_retrying_until_done_and_hea
     let dir = tempfile::tempdir().unwrap();
     let config = StoreConfig::new(Arc::new(Taxonomy::default()), Duration::from_secs(3600));
     let aliases = Arc::new(RedbStore::open(&dir.path().join("aliases"), config).unwrap());
-    let app = router(AppState { resolver: f.resolver.clone(), aliases });
+    let app = router(AppState {
+        resolver: f.resolver.clone(),
+        aliases,
+    });
     let health = || Request::get("/healthz").body(Body::empty()).unwrap();
-    assert_eq!(app.clone().oneshot(health()).await.unwrap().status(), StatusCode::OK, "nothing configured: ready");
+    assert_eq!(
+        app.clone().oneshot(health()).await.unwrap().status(),
+        StatusCode::OK,
+        "nothing configured: ready"
+    );
 
     f.fake.failing.store(true, Ordering::Relaxed);
     f.resolver.expect_registry(f.tools.len());
-    let retry = StartupIndex { batch: 32, min_batch: 4, backoff: Duration::from_millis(5), max_backoff: Duration::from_millis(20) };
+    let retry = StartupIndex {
+        batch: 32,
+        min_batch: 4,
+        backoff: Duration::from_millis(5),
+        max_backoff: Duration::from_millis(20),
+    };
     let (resolver, tools) = (f.resolver.clone(), f.tools.clone());
     let indexing = tokio::spawn(async move { resolver.index_at_start(&tools, retry).await });
     // Failing attempts: not ready, the batch shrinks, the error is shown.
@@ -257,31 +435,84 @@ async fn the_configured_registry_is_indexed_at_start_retrying_until_done_and_hea
         tokio::time::sleep(Duration::from_millis(5)).await;
         state = f.resolver.index_state();
     }
-    let IndexState::Indexing { attempts, batch, ref last_error, .. } = state else { panic!("{state:?}") };
-    assert!(attempts >= 3 && batch < 32 && last_error.is_some(), "{state:?}");
+    let IndexState::Indexing {
+        attempts,
+        batch,
+        ref last_error,
+        ..
+    } = state
+    else {
+        panic!("{state:?}")
+    };
+    assert!(
+        attempts >= 3 && batch < 32 && last_error.is_some(),
+        "{state:?}"
+    );
     let resp = app.clone().oneshot(health()).await.unwrap();
     assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
-    let body: serde_json::Value = serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    let body: serde_json::Value =
+        serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
     assert_eq!(body["index"]["state"], "indexing", "{body}");
 
     // A turn meanwhile is ranked lexically, and says so in the answer and the trail.
     let turn = "Show the latest lab results of Anna Schmidt";
-    let answer = f.resolver.resolve(&request(&f, "s", turn, Phase::Planner)).await;
+    let answer = f
+        .resolver
+        .resolve(&request(&f, "s", turn, Phase::Planner))
+        .await;
     assert_eq!(answer.source, Source::Lexical);
     assert!((1..=12).contains(&answer.tools.len()));
-    assert_eq!(f.resolver.audit("s").await.unwrap()[0].retrieval, Retrieval::Lexical);
+    assert_eq!(
+        f.resolver.audit("s").await.unwrap()[0].retrieval,
+        Retrieval::Lexical
+    );
 
     // The embedder recovers: the index completes and control reports ready.
     f.fake.failing.store(false, Ordering::Relaxed);
-    let prepared = tokio::time::timeout(Duration::from_secs(10), indexing).await.unwrap().unwrap();
+    let prepared = tokio::time::timeout(Duration::from_secs(10), indexing)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(prepared.is_ready());
-    assert!(matches!(f.resolver.index_state(), IndexState::Ready { tools: 108, .. }), "{:?}", f.resolver.index_state());
-    assert_eq!(app.clone().oneshot(health()).await.unwrap().status(), StatusCode::OK);
-    let metrics = app.oneshot(Request::get("/metrics").body(Body::empty()).unwrap()).await.unwrap();
-    let text = String::from_utf8(metrics.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
-    assert!(text.contains("keyhole_control_index_state{state=\"ready\"} 1"), "{text}");
-    let answer = f.resolver.resolve(&request(&f, "s", turn, Phase::Planner)).await;
-    assert_eq!(answer.source, Source::Retrieval, "the first turn after start is hybrid");
+    assert!(
+        matches!(
+            f.resolver.index_state(),
+            IndexState::Ready { tools: 108, .. }
+        ),
+        "{:?}",
+        f.resolver.index_state()
+    );
+    assert_eq!(
+        app.clone().oneshot(health()).await.unwrap().status(),
+        StatusCode::OK
+    );
+    let metrics = app
+        .oneshot(Request::get("/metrics").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let text = String::from_utf8(
+        metrics
+            .into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .to_vec(),
+    )
+    .unwrap();
+    assert!(
+        text.contains("keyhole_control_index_state{state=\"ready\"} 1"),
+        "{text}"
+    );
+    let answer = f
+        .resolver
+        .resolve(&request(&f, "s", turn, Phase::Planner))
+        .await;
+    assert_eq!(
+        answer.source,
+        Source::Retrieval,
+        "the first turn after start is hybrid"
+    );
 }
 
 /// A resolver whose tool vectors come from the fake embedder, through a
@@ -296,17 +527,37 @@ async fn cached_tools_resolver(
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("embeddings.cache");
     let client = |url: &str| {
-        let config = EmbedderConfig { url: url.into(), attempts: 1, cache_path: Some(cache.clone()), ..EmbedderConfig::default() };
+        let config = EmbedderConfig {
+            url: url.into(),
+            attempts: 1,
+            cache_path: Some(cache.clone()),
+            ..EmbedderConfig::default()
+        };
         Arc::new(Embedder::try_new(config).unwrap())
     };
     let rank = || Arc::new(RankConfig::try_new(Default::default()).unwrap());
-    let overlay = || Some(Arc::new(Overlay::from_json(&std::fs::read(CATALOG).unwrap()).unwrap()));
+    let overlay = || {
+        Some(Arc::new(
+            Overlay::from_json(&std::fs::read(CATALOG).unwrap()).unwrap(),
+        ))
+    };
     let store: Arc<dyn VectorStore> = Arc::new(MemoryStore::in_memory());
     let namespace = fresh_namespace("silent");
     let warm = Indexer::try_new(client(&f.fake.url), store.clone(), &namespace).unwrap();
-    Resolver::new(Arc::new(warm), rank(), overlay(), ResolverSettings::default()).prepare(&f.tools).await.unwrap();
+    Resolver::new(
+        Arc::new(warm),
+        rank(),
+        overlay(),
+        ResolverSettings::default(),
+    )
+    .prepare(&f.tools)
+    .await
+    .unwrap();
     let indexer = Indexer::try_new(client(turns_url), store, &namespace).unwrap();
-    (Resolver::new(Arc::new(indexer), rank(), overlay(), settings), dir)
+    (
+        Resolver::new(Arc::new(indexer), rank(), overlay(), settings),
+        dir,
+    )
 }
 
 #[tokio::test]
@@ -314,14 +565,31 @@ async fn a_turn_past_its_deadline_is_ranked_lexically_and_says_so() {
     let f = fixture().await;
     let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", silent.local_addr().unwrap());
-    let settings = ResolverSettings { retrieval_timeout: Duration::from_millis(200), ..ResolverSettings::default() };
+    let settings = ResolverSettings {
+        retrieval_timeout: Duration::from_millis(200),
+        ..ResolverSettings::default()
+    };
     let (resolver, _cache) = cached_tools_resolver(&f, &url, settings).await;
     let (prepared, report) = resolver.prepare(&f.tools).await.unwrap();
     assert!(prepared.is_ready() && report.upserted == 0, "{report:?}");
-    let answer = resolver.resolve(&request(&f, "late", "Order a lipid panel for Anna Schmidt", Phase::Planner)).await;
+    let answer = resolver
+        .resolve(&request(
+            &f,
+            "late",
+            "Order a lipid panel for Anna Schmidt",
+            Phase::Planner,
+        ))
+        .await;
     assert_eq!(answer.source, Source::Lexical);
-    assert!(answer.tools.iter().any(|t| t.reason == Reason::Rag), "ranked, not the bounded fallback: {:?}", answer.tools);
-    assert_eq!(resolver.audit("late").await.unwrap()[0].retrieval, Retrieval::Lexical);
+    assert!(
+        answer.tools.iter().any(|t| t.reason == Reason::Rag),
+        "ranked, not the bounded fallback: {:?}",
+        answer.tools
+    );
+    assert_eq!(
+        resolver.audit("late").await.unwrap()[0].retrieval,
+        Retrieval::Lexical
+    );
 }
 
 #[tokio::test]
@@ -341,18 +609,30 @@ async fn a_busy_embedder_gets_one_request_at_a_time() {
             held.push(socket);
         }
     });
-    let settings = ResolverSettings { retrieval_timeout: Duration::from_millis(200), ..ResolverSettings::default() };
+    let settings = ResolverSettings {
+        retrieval_timeout: Duration::from_millis(200),
+        ..ResolverSettings::default()
+    };
     let (resolver, _cache) = cached_tools_resolver(&f, &url, settings).await;
     resolver.prepare(&f.tools).await.unwrap();
-    for (i, turn) in ["Order a lipid panel for Anna Schmidt", "Book a follow-up for Mr. Weber", "Discharge the patient in room 4"]
-        .into_iter()
-        .enumerate()
+    for (i, turn) in [
+        "Order a lipid panel for Anna Schmidt",
+        "Book a follow-up for Mr. Weber",
+        "Discharge the patient in room 4",
+    ]
+    .into_iter()
+    .enumerate()
     {
         let started = Instant::now();
-        let answer = resolver.resolve(&request(&f, &format!("busy-{i}"), turn, Phase::Planner)).await;
+        let answer = resolver
+            .resolve(&request(&f, &format!("busy-{i}"), turn, Phase::Planner))
+            .await;
         let took = started.elapsed();
         assert_eq!(answer.source, Source::Lexical, "turn {i}");
-        assert!(answer.tools.iter().any(|t| t.reason == Reason::Rag), "turn {i}: ranked, not the fallback");
+        assert!(
+            answer.tools.iter().any(|t| t.reason == Reason::Rag),
+            "turn {i}: ranked, not the fallback"
+        );
         // Each waited out its deadline: the first for its embedding, the
         // others queued behind that request.
         assert!(took >= Duration::from_millis(200), "turn {i}: {took:?}");
@@ -372,16 +652,32 @@ async fn a_turn_the_embedder_would_answer_too_late_is_not_sent_to_it() {
     let turn = "Order a lipid panel for Anna Schmidt";
     // The embedder's recent answers took far longer than this turn's
     // deadline (2 s in the fixture) leaves.
-    f.resolver.indexer.embedder().set_per_text_estimate(Duration::from_secs(10));
+    f.resolver
+        .indexer
+        .embedder()
+        .set_per_text_estimate(Duration::from_secs(10));
     let started = Instant::now();
-    let answer = f.resolver.resolve(&request(&f, "late", turn, Phase::Planner)).await;
+    let answer = f
+        .resolver
+        .resolve(&request(&f, "late", turn, Phase::Planner))
+        .await;
     assert_eq!(answer.source, Source::Lexical);
-    assert!(started.elapsed() < Duration::from_secs(1), "lexical at once: {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "lexical at once: {:?}",
+        started.elapsed()
+    );
     let embedder = f.resolver.indexer.embedder();
-    assert!(!embedder.is_cached(Side::Query, turn).await, "the embedder was not asked");
+    assert!(
+        !embedder.is_cached(Side::Query, turn).await,
+        "the embedder was not asked"
+    );
     // Once its answers are quick again, the turn is embedded.
     embedder.set_per_text_estimate(Duration::from_millis(1));
-    let answer = f.resolver.resolve(&request(&f, "late", turn, Phase::Planner)).await;
+    let answer = f
+        .resolver
+        .resolve(&request(&f, "late", turn, Phase::Planner))
+        .await;
     assert_eq!(answer.source, Source::Retrieval);
     assert!(embedder.is_cached(Side::Query, turn).await);
 }
@@ -394,20 +690,35 @@ async fn after_a_slow_spell_turns_reach_the_embedder_again() {
     // A slow spell left an estimate far past the fixture's 2 s deadline, and
     // no turn is sent that could measure the embedder anew: each turn held
     // back lowers the estimate, until one is sent.
-    f.resolver.indexer.embedder().set_per_text_estimate(Duration::from_secs(10));
+    f.resolver
+        .indexer
+        .embedder()
+        .set_per_text_estimate(Duration::from_secs(10));
     let mut lexical = 0;
     let sent = loop {
         let turn = format!("Order a lipid panel for patient {lexical}");
-        let answer = f.resolver.resolve(&request(&f, "spell", &turn, Phase::Planner)).await;
+        let answer = f
+            .resolver
+            .resolve(&request(&f, "spell", &turn, Phase::Planner))
+            .await;
         if answer.source == Source::Retrieval {
             break turn;
         }
         assert_eq!(answer.source, Source::Lexical);
         lexical += 1;
-        assert!(lexical < 40, "no turn reached the embedder after {lexical} turns");
+        assert!(
+            lexical < 40,
+            "no turn reached the embedder after {lexical} turns"
+        );
     };
     assert!(lexical >= 5, "the first turns were held back ({lexical})");
-    assert!(f.resolver.indexer.embedder().is_cached(Side::Query, &sent).await);
+    assert!(
+        f.resolver
+            .indexer
+            .embedder()
+            .is_cached(Side::Query, &sent)
+            .await
+    );
     // The embedder's real answer replaced the estimate.
     assert!(f.resolver.indexer.embedder().per_text_estimate() < Duration::from_secs(2));
 }
@@ -415,9 +726,20 @@ async fn after_a_slow_spell_turns_reach_the_embedder_again() {
 // === recovery: the tool-search control tool ===
 
 /// `request` with the filter's control tool, and the model's query if any.
-fn searching(f: &Fixture, session: &str, turn: &str, phase: Phase, query: Option<&str>) -> ResolveRequest {
-    let tool_search = Some(keyhole_core::wire::ToolSearch { query: query.map(str::to_owned) });
-    ResolveRequest { tool_search, ..request(f, session, turn, phase) }
+fn searching(
+    f: &Fixture,
+    session: &str,
+    turn: &str,
+    phase: Phase,
+    query: Option<&str>,
+) -> ResolveRequest {
+    let tool_search = Some(keyhole_core::wire::ToolSearch {
+        query: query.map(str::to_owned),
+    });
+    ResolveRequest {
+        tool_search,
+        ..request(f, session, turn, phase)
+    }
 }
 
 const MISSED: &str = "util__units__convert";
@@ -428,25 +750,55 @@ const QUERY: &str = "convert glucose from mg/dL to mmol/L";
 async fn a_tool_search_surfaces_what_retrieval_missed_with_the_recovery_reason() {
     let f = fixture().await;
     f.resolver.prepare(&f.tools).await.unwrap();
-    let plain = f.resolver.resolve(&request(&f, "plain", BOOKING, Phase::Planner)).await;
-    assert!(!plain.tools.iter().any(|t| t.name == MISSED), "the turn's retrieval misses it: {:?}", plain.tools);
+    let plain = f
+        .resolver
+        .resolve(&request(&f, "plain", BOOKING, Phase::Planner))
+        .await;
+    assert!(
+        !plain.tools.iter().any(|t| t.name == MISSED),
+        "the turn's retrieval misses it: {:?}",
+        plain.tools
+    );
     assert!(plain.tools.len() <= 12);
 
     // The control tool offered, not called: one place less, nothing recovered.
-    let offered = f.resolver.resolve(&searching(&f, "s", BOOKING, Phase::Planner, None)).await;
+    let offered = f
+        .resolver
+        .resolve(&searching(&f, "s", BOOKING, Phase::Planner, None))
+        .await;
     assert_eq!(offered.tools.len(), plain.tools.len().min(11));
     assert!(offered.tools.iter().all(|t| t.reason != Reason::Recovery));
     assert!(f.resolver.audit("s").await.unwrap()[0].search.is_none());
 
     // Called: the search finds it, within the budget, first after forced tools.
-    let recovered = f.resolver.resolve(&searching(&f, "s", BOOKING, Phase::Planner, Some(QUERY))).await;
+    let recovered = f
+        .resolver
+        .resolve(&searching(&f, "s", BOOKING, Phase::Planner, Some(QUERY)))
+        .await;
     assert!(recovered.tools.len() <= 11, "{}", recovered.tools.len());
-    let found = recovered.tools.iter().find(|t| t.name == MISSED).expect("the missed tool is surfaced");
+    let found = recovered
+        .tools
+        .iter()
+        .find(|t| t.name == MISSED)
+        .expect("the missed tool is surfaced");
     assert_eq!(found.reason, Reason::Recovery);
     assert!(!found.mutating, "its metadata travels with it");
     assert_eq!(recovered.tools[0].name, MISSED, "{:?}", recovered.tools);
-    assert!(recovered.tools.iter().filter(|t| t.reason == Reason::Recovery).count() <= keyhole_core::recovery::MAX_FOUND);
-    assert!(recovered.tools.iter().any(|t| t.name == "appointment__manage"), "the turn's own tools stay");
+    assert!(
+        recovered
+            .tools
+            .iter()
+            .filter(|t| t.reason == Reason::Recovery)
+            .count()
+            <= keyhole_core::recovery::MAX_FOUND
+    );
+    assert!(
+        recovered
+            .tools
+            .iter()
+            .any(|t| t.name == "appointment__manage"),
+        "the turn's own tools stay"
+    );
 
     // The audit trail keeps the query, what it found and what was surfaced.
     let trail = f.resolver.audit("s").await.unwrap();
@@ -457,7 +809,14 @@ async fn a_tool_search_surfaces_what_retrieval_missed_with_the_recovery_reason()
     assert_eq!(search.retrieval, Retrieval::Hybrid);
     assert_eq!(trail[1].tools, recovered.tools);
     // And the session's audited set holds it (a later fallback keeps it).
-    assert!(f.resolver.sessions.lock().await.prior("s").iter().any(|n| n == MISSED));
+    assert!(f
+        .resolver
+        .sessions
+        .lock()
+        .await
+        .prior("s")
+        .iter()
+        .any(|n| n == MISSED));
 }
 
 #[tokio::test]
@@ -465,29 +824,72 @@ async fn a_tool_search_keeps_every_phase_rule() {
     let f = fixture().await;
     f.resolver.prepare(&f.tools).await.unwrap();
     // Recovery: the prior set plus at most three new tools, the found ones first.
-    f.resolver.resolve(&request(&f, "r", BOOKING, Phase::Planner)).await;
+    f.resolver
+        .resolve(&request(&f, "r", BOOKING, Phase::Planner))
+        .await;
     let prior = f.resolver.sessions.lock().await.prior("r");
-    let answer = f.resolver.resolve(&searching(&f, "r", BOOKING, Phase::Recovery, Some(QUERY))).await;
-    let new: Vec<&str> = answer.tools.iter().filter(|t| !prior.contains(&t.name)).map(|t| t.name.as_str()).collect();
-    assert!(new.len() <= keyhole_core::phase::RECOVERY_NEW_TOOLS, "{new:?}");
+    let answer = f
+        .resolver
+        .resolve(&searching(&f, "r", BOOKING, Phase::Recovery, Some(QUERY)))
+        .await;
+    let new: Vec<&str> = answer
+        .tools
+        .iter()
+        .filter(|t| !prior.contains(&t.name))
+        .map(|t| t.name.as_str())
+        .collect();
+    assert!(
+        new.len() <= keyhole_core::phase::RECOVERY_NEW_TOOLS,
+        "{new:?}"
+    );
     assert!(new.contains(&MISSED), "{new:?}");
     assert!(answer.tools.len() <= 11);
     // Phases that do not choose tools ignore it: tool-input keeps its one tool.
-    let one = f.resolver.resolve(&searching(&f, "t", BOOKING, Phase::ToolInput, Some(QUERY))).await;
+    let one = f
+        .resolver
+        .resolve(&searching(&f, "t", BOOKING, Phase::ToolInput, Some(QUERY)))
+        .await;
     assert_eq!(one.tools.len(), 1);
     assert!(one.tools.iter().all(|t| t.reason != Reason::Recovery));
     // Formatter: never a mutating tool, whatever the search asks for.
-    let fmt = f.resolver.resolve(&searching(&f, "m", BOOKING, Phase::Formatter, Some("cancel the prescription"))).await;
+    let fmt = f
+        .resolver
+        .resolve(&searching(
+            &f,
+            "m",
+            BOOKING,
+            Phase::Formatter,
+            Some("cancel the prescription"),
+        ))
+        .await;
     assert!(fmt.tools.iter().all(|t| !t.mutating), "{:?}", fmt.tools);
     // An embedder outage: the search still runs, lexically, and says so.
     f.fake.failing.store(true, Ordering::Relaxed);
     let turn = "Book a follow-up appointment for Mr. Braun in two weeks.";
-    let down = f.resolver.resolve(&searching(&f, "d", turn, Phase::Planner, Some("units converter for glucose mmol"))).await;
+    let down = f
+        .resolver
+        .resolve(&searching(
+            &f,
+            "d",
+            turn,
+            Phase::Planner,
+            Some("units converter for glucose mmol"),
+        ))
+        .await;
     assert_eq!(down.source, Source::ControlFallback);
     assert!(down.tools.len() <= 11);
-    assert!(down.tools.iter().any(|t| t.name == MISSED && t.reason == Reason::Recovery), "{:?}", down.tools);
+    assert!(
+        down.tools
+            .iter()
+            .any(|t| t.name == MISSED && t.reason == Reason::Recovery),
+        "{:?}",
+        down.tools
+    );
     let trail = f.resolver.audit("d").await.unwrap();
-    assert_eq!(trail[0].search.as_ref().map(|s| s.retrieval), Some(Retrieval::Lexical));
+    assert_eq!(
+        trail[0].search.as_ref().map(|s| s.retrieval),
+        Some(Retrieval::Lexical)
+    );
 }
 
 #[tokio::test]
@@ -496,7 +898,10 @@ async fn the_resolve_handler_takes_the_tool_search_and_the_audit_shows_it() {
     let dir = tempfile::tempdir().unwrap();
     let config = StoreConfig::new(Arc::new(Taxonomy::default()), Duration::from_secs(3600));
     let aliases = Arc::new(RedbStore::open(&dir.path().join("aliases"), config).unwrap());
-    let app = router(AppState { resolver: f.resolver.clone(), aliases });
+    let app = router(AppState {
+        resolver: f.resolver.clone(),
+        aliases,
+    });
     f.resolver.prepare(&f.tools).await.unwrap();
     let req = searching(&f, "h", BOOKING, Phase::Planner, Some(QUERY));
     let post = Request::post("/v1/resolve")
@@ -505,10 +910,24 @@ async fn the_resolve_handler_takes_the_tool_search_and_the_audit_shows_it() {
         .unwrap();
     let (status, body) = call(app.clone(), post).await;
     assert_eq!(status, StatusCode::OK);
-    assert!(body["tools"].as_array().unwrap().iter().any(|t| t["name"] == MISSED && t["reason"] == "recovery"), "{body}");
-    let (status, body) = call(app, Request::get("/v1/audit/h").body(Body::empty()).unwrap()).await;
+    assert!(
+        body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == MISSED && t["reason"] == "recovery"),
+        "{body}"
+    );
+    let (status, body) = call(
+        app,
+        Request::get("/v1/audit/h").body(Body::empty()).unwrap(),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body[0]["search"]["query"], QUERY);
     assert_eq!(body[0]["search"]["found"][0], MISSED);
-    assert!(!body.to_string().contains("Krause"), "the turn's text is still never kept");
+    assert!(
+        !body.to_string().contains("Krause"),
+        "the turn's text is still never kept"
+    );
 }

@@ -22,49 +22,91 @@ const GEMINI: &str = r#"{"candidates":[{"content":{"role":"model","parts":[{"tex
 #[test]
 fn whole_responses_name_their_calls_in_order_once_each() {
     let cases: [(Format, &str, &[&str]); 4] = [
-        (Format::OpenAiChat, CHAT, &["patient__search__smart", "visit__manage", "sql__run"]),
+        (
+            Format::OpenAiChat,
+            CHAT,
+            &["patient__search__smart", "visit__manage", "sql__run"],
+        ),
         (Format::OpenAiResponses, RESPONSES, &["appointment__manage"]),
         (Format::Anthropic, ANTHROPIC, &["appointment__manage"]),
         (Format::Gemini, GEMINI, &["note__write", "lab__order"]),
     ];
     for (format, body, expected) in cases {
-        assert_eq!(tool_calls(format, body.as_bytes()).unwrap(), expected, "{format}");
+        assert_eq!(
+            tool_calls(format, body.as_bytes()).unwrap(),
+            expected,
+            "{format}"
+        );
     }
 }
 
 #[test]
 fn off_surface_lists_only_the_calls_not_shown() {
     let surfaced = ["patient__search__smart", "appointment__manage"];
-    assert_eq!(off_surface(Format::OpenAiChat, CHAT.as_bytes(), &surfaced).unwrap(), ["visit__manage", "sql__run"]);
-    assert!(off_surface(Format::Anthropic, ANTHROPIC.as_bytes(), &surfaced).unwrap().is_empty());
+    assert_eq!(
+        off_surface(Format::OpenAiChat, CHAT.as_bytes(), &surfaced).unwrap(),
+        ["visit__manage", "sql__run"]
+    );
+    assert!(
+        off_surface(Format::Anthropic, ANTHROPIC.as_bytes(), &surfaced)
+            .unwrap()
+            .is_empty()
+    );
     let owned: Vec<String> = vec!["note__write".into()];
-    assert_eq!(off_surface(Format::Gemini, GEMINI.as_bytes(), &owned).unwrap(), ["lab__order"]);
+    assert_eq!(
+        off_surface(Format::Gemini, GEMINI.as_bytes(), &owned).unwrap(),
+        ["lab__order"]
+    );
 }
 
 #[test]
 fn answers_without_calls_and_provider_errors_name_nothing() {
     for (format, body) in [
-        (Format::OpenAiChat, r#"{"choices":[{"message":{"role":"assistant","content":"hi","tool_calls":null}}]}"#),
-        (Format::OpenAiChat, r#"{"error":{"message":"rate limited","type":"rate_limit"}}"#),
-        (Format::Anthropic, r#"{"type":"error","error":{"type":"overloaded_error","message":"x"}}"#),
-        (Format::Gemini, r#"{"error":{"code":400,"message":"bad","status":"INVALID_ARGUMENT"}}"#),
+        (
+            Format::OpenAiChat,
+            r#"{"choices":[{"message":{"role":"assistant","content":"hi","tool_calls":null}}]}"#,
+        ),
+        (
+            Format::OpenAiChat,
+            r#"{"error":{"message":"rate limited","type":"rate_limit"}}"#,
+        ),
+        (
+            Format::Anthropic,
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"x"}}"#,
+        ),
+        (
+            Format::Gemini,
+            r#"{"error":{"code":400,"message":"bad","status":"INVALID_ARGUMENT"}}"#,
+        ),
         (Format::OpenAiResponses, r#"{"output":[]}"#),
     ] {
-        assert!(tool_calls(format, body.as_bytes()).unwrap().is_empty(), "{body}");
+        assert!(
+            tool_calls(format, body.as_bytes()).unwrap().is_empty(),
+            "{body}"
+        );
     }
 }
 
 #[test]
 fn a_buffered_gemini_stream_is_read_as_a_list() {
     let body = format!("[{GEMINI},{GEMINI}]");
-    assert_eq!(tool_calls(Format::Gemini, body.as_bytes()).unwrap(), ["note__write", "lab__order"]);
+    assert_eq!(
+        tool_calls(Format::Gemini, body.as_bytes()).unwrap(),
+        ["note__write", "lab__order"]
+    );
 }
 
 #[test]
 fn unreadable_responses_are_errors_without_the_body_in_the_message() {
-    let err = tool_calls(Format::OpenAiChat, br#"{"choices":[{"message":{"tool_calls":[{"function":{"name":7}}]}}]}"#)
-        .unwrap_err();
-    assert_eq!(err.to_string(), "response body is not a readable openai-chat response at line 1 column 59");
+    let err = tool_calls(
+        Format::OpenAiChat,
+        br#"{"choices":[{"message":{"tool_calls":[{"function":{"name":7}}]}}]}"#,
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "response body is not a readable openai-chat response at line 1 column 59"
+    );
     assert!(tool_calls(Format::Anthropic, b"<html>").is_err());
 }
 
@@ -104,9 +146,17 @@ fn scan_whole(format: Format, stream: &str) -> (Vec<String>, ScanStats) {
 #[test]
 fn streams_of_every_format_name_their_calls() {
     let cases: [(Format, &str, &[&str]); 4] = [
-        (Format::OpenAiChat, CHAT_SSE, &["patient__search__smart", "drop__everything"]),
+        (
+            Format::OpenAiChat,
+            CHAT_SSE,
+            &["patient__search__smart", "drop__everything"],
+        ),
         (Format::Anthropic, ANTHROPIC_SSE, &["appointment__manage"]),
-        (Format::OpenAiResponses, RESPONSES_SSE, &["lab__order", "note__sign"]),
+        (
+            Format::OpenAiResponses,
+            RESPONSES_SSE,
+            &["lab__order", "note__sign"],
+        ),
         (Format::Gemini, GEMINI_SSE, &["vitals__list"]),
     ];
     for (format, stream, expected) in cases {
@@ -145,7 +195,10 @@ fn chunk_boundaries_anywhere_give_the_same_names() {
                     seen.extend(s.feed(chunk));
                 }
                 seen.extend(s.finish());
-                assert_eq!(seen, whole, "{format} cut at {cut}, then {size}-byte chunks");
+                assert_eq!(
+                    seen, whole,
+                    "{format} cut at {cut}, then {size}-byte chunks"
+                );
             }
         }
     }
@@ -154,14 +207,18 @@ fn chunk_boundaries_anywhere_give_the_same_names() {
 #[test]
 fn an_event_without_its_blank_line_is_read_at_the_end() {
     let mut s = StreamScanner::new(Format::Anthropic, ScanLimits::default());
-    let event = r#"data: {"type":"content_block_start","content_block":{"type":"tool_use","name":"a"}}"#;
+    let event =
+        r#"data: {"type":"content_block_start","content_block":{"type":"tool_use","name":"a"}}"#;
     assert!(s.feed(event.as_bytes()).is_empty());
     assert_eq!(s.finish(), ["a"]);
 }
 
 #[test]
 fn memory_stays_bounded_and_oversized_events_are_counted() {
-    let limits = ScanLimits { max_event_bytes: 256, max_names: 2 };
+    let limits = ScanLimits {
+        max_event_bytes: 256,
+        max_names: 2,
+    };
     let mut s = StreamScanner::new(Format::Anthropic, limits);
     let big = format!(
         "data: {{\"type\":\"content_block_start\",\"content_block\":{{\"type\":\"tool_use\",\"name\":\"hidden\",\"pad\":\"{}\"}}}}\n\n",

@@ -50,24 +50,42 @@ pub struct Session {
 pub fn session(seed: u64) -> Session {
     let mut rng = Rng(seed | 1);
     let n = 1 + rng.below(5);
-    let ids: Vec<String> = (0..n).map(|i| gen_id(&mut rng, (seed as usize % 50_000) * 8 + i)).collect();
-    let sample = |(body, content_type, label): (String, Option<&'static str>, &'static str)| Sample {
-        body: body.into_bytes(),
-        content_type,
-        label,
-    };
+    let ids: Vec<String> = (0..n)
+        .map(|i| gen_id(&mut rng, (seed as usize % 50_000) * 8 + i))
+        .collect();
+    let sample =
+        |(body, content_type, label): (String, Option<&'static str>, &'static str)| Sample {
+            body: body.into_bytes(),
+            content_type,
+            label,
+        };
     let first = sample(first_body(&mut rng, &ids));
     let later = sample(text_body(&mut rng, &ids));
     let unreadable = (rng.below(4) == 0).then(|| {
         let (body, content_type, why) = unreadable_body(&mut rng, &ids);
-        (Sample { body, content_type, label: "unreadable" }, why)
+        (
+            Sample {
+                body,
+                content_type,
+                label: "unreadable",
+            },
+            why,
+        )
     });
-    Session { ids, readable: [first, later], unreadable }
+    Session {
+        ids,
+        readable: [first, later],
+        unreadable,
+    }
 }
 
 /// The look-alikes `body` holds (each must come out as often as it went in).
 pub fn lookalikes_in(body: &str) -> Vec<&'static str> {
-    LOOKALIKES.iter().copied().filter(|l| body.contains(l)).collect()
+    LOOKALIKES
+        .iter()
+        .copied()
+        .filter(|l| body.contains(l))
+        .collect()
 }
 
 /// Whether `id` stands in `out`: as written, with character references and
@@ -79,18 +97,23 @@ pub fn leaked(out: &str, id: &str) -> bool {
     let decoded = crate::alias::known::decoded_view(hay.as_bytes()).unwrap_or_default();
     let unescaped = hay.replace("\\\"", "\"");
     let base64 = base64_decoded(out).to_ascii_lowercase();
-    [hay.as_str(), decoded.as_str(), unescaped.as_str(), base64.as_str()]
-        .iter()
-        .any(|h| {
-            h.match_indices(&id).any(|(at, _)| {
-                // A digit-only id inside a longer number is another number.
-                let before = h.as_bytes().get(at.wrapping_sub(1)).copied();
-                let after = h.as_bytes().get(at + id.len()).copied();
-                !(is_num(&id)
-                    && (before.is_some_and(|b| b.is_ascii_digit())
-                        || after.is_some_and(|b| b.is_ascii_digit())))
-            })
+    [
+        hay.as_str(),
+        decoded.as_str(),
+        unescaped.as_str(),
+        base64.as_str(),
+    ]
+    .iter()
+    .any(|h| {
+        h.match_indices(&id).any(|(at, _)| {
+            // A digit-only id inside a longer number is another number.
+            let before = h.as_bytes().get(at.wrapping_sub(1)).copied();
+            let after = h.as_bytes().get(at + id.len()).copied();
+            !(is_num(&id)
+                && (before.is_some_and(|b| b.is_ascii_digit())
+                    || after.is_some_and(|b| b.is_ascii_digit())))
         })
+    })
 }
 
 /// Every run of base64 or base64url characters in `out` long enough to
@@ -100,14 +123,20 @@ pub fn leaked(out: &str, id: &str) -> bool {
 fn base64_decoded(out: &str) -> String {
     let is_b64 = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'-' | b'_');
     let mut text = String::new();
-    for run in out.as_bytes().split(|c| !is_b64(*c)).filter(|r| r.len() >= 12) {
+    for run in out
+        .as_bytes()
+        .split(|c| !is_b64(*c))
+        .filter(|r| r.len() >= 12)
+    {
         for start in 0..run.len() {
             let at_token = start == 0 || matches!(run[start - 1], b'/' | b'-' | b'_' | b'+');
             if !at_token {
                 continue;
             }
             for shift in 0..4 {
-                let Some(piece) = run.get(start + shift..) else { break };
+                let Some(piece) = run.get(start + shift..) else {
+                    break;
+                };
                 let bytes: Vec<u8> = crate::alias::shape::base64_bytes(piece).collect();
                 text.push_str(&String::from_utf8_lossy(&bytes));
                 text.push('\n');
@@ -416,7 +445,10 @@ fn event_stream_body(rng: &mut Rng, ids: &[String]) -> String {
         let key = rng.pick(&["patientId", "id", "encounter_id"]);
         let l = rng.pick(LOOKALIKES);
         let note = mention(rng, id, l);
-        out.push_str(&format!("event: update\ndata: {{\"{key}\":{},\"status\":\"{l}\",\"note\":\"{note}\"}}\n\n", jv(id)));
+        out.push_str(&format!(
+            "event: update\ndata: {{\"{key}\":{},\"status\":\"{l}\",\"note\":\"{note}\"}}\n\n",
+            jv(id)
+        ));
     }
     out
 }
@@ -439,7 +471,11 @@ fn form_body(rng: &mut Rng, ids: &[String]) -> String {
     ids.iter()
         .map(|id| {
             let key = rng.pick(&["patientId", "patient_id", "encounterId", "id"]);
-            format!("{key}={}&status={}", form_encoded(id), form_encoded(rng.pick(LOOKALIKES)))
+            format!(
+                "{key}={}&status={}",
+                form_encoded(id),
+                form_encoded(rng.pick(LOOKALIKES))
+            )
         })
         .collect::<Vec<_>>()
         .join("&")
@@ -452,8 +488,14 @@ fn yaml_body(rng: &mut Rng, ids: &[String]) -> String {
         let key = rng.pick(&["patientId", "patient_id", "id", "encounterId"]);
         let l = rng.pick(LOOKALIKES);
         let note = mention(rng, id, l);
-        let value = if rng.below(2) == 0 { id.clone() } else { format!("\"{id}\"") };
-        out.push_str(&format!("  - {key}: {value}\n    status: \"{l}\"\n    note: \"{note}\"\n"));
+        let value = if rng.below(2) == 0 {
+            id.clone()
+        } else {
+            format!("\"{id}\"")
+        };
+        out.push_str(&format!(
+            "  - {key}: {value}\n    status: \"{l}\"\n    note: \"{note}\"\n"
+        ));
     }
     out
 }
@@ -584,11 +626,27 @@ fn html_body(rng: &mut Rng, ids: &[String]) -> String {
 /// The first body of a session: ids in structured positions of its format.
 fn first_body(rng: &mut Rng, ids: &[String]) -> (String, Option<&'static str>, &'static str) {
     match rng.below(15) {
-        10 => (event_stream_body(rng, ids), Some("text/event-stream"), "event-stream"),
-        11 => (form_body(rng, ids), Some("application/x-www-form-urlencoded"), "form"),
+        10 => (
+            event_stream_body(rng, ids),
+            Some("text/event-stream"),
+            "event-stream",
+        ),
+        11 => (
+            form_body(rng, ids),
+            Some("application/x-www-form-urlencoded"),
+            "form",
+        ),
         12 => (yaml_body(rng, ids), Some("application/yaml"), "yaml"),
-        13 => (format!("hms_cb({});", json_body(rng, ids)), Some("application/javascript"), "jsonp"),
-        14 => (format!(")]}}',\n{}", json_body(rng, ids)), Some("application/json"), "xssi"),
+        13 => (
+            format!("hms_cb({});", json_body(rng, ids)),
+            Some("application/javascript"),
+            "jsonp",
+        ),
+        14 => (
+            format!(")]}}',\n{}", json_body(rng, ids)),
+            Some("application/json"),
+            "xssi",
+        ),
         0 => (
             ndjson_body(rng, ids),
             Some("application/x-ndjson"),
@@ -720,4 +778,3 @@ fn unreadable_body(
         }
     }
 }
-

@@ -307,7 +307,13 @@ mod tests {
         assert!(DEFINITION_TYPES.windows(2).all(|w| w[0] < w[1]));
         assert!(DEFINITION_TYPES.iter().all(is_resource_type));
         assert!(is_definition_type("CodeSystem") && is_definition_type("ValueSet"));
-        for t in ["Patient", "Encounter", "Questionnaire", "PlanDefinition", "codesystem"] {
+        for t in [
+            "Patient",
+            "Encounter",
+            "Questionnaire",
+            "PlanDefinition",
+            "codesystem",
+        ] {
             assert!(!is_definition_type(t), "{t}");
         }
     }
@@ -319,7 +325,13 @@ mod tests {
             .iter()
             .all(|t| t.as_bytes()[0].is_ascii_uppercase()));
         assert!(RESOURCE_TYPES.len() >= 150);
-        for t in ["Patient", "Observation", "DocumentReference", "Transport", "Media"] {
+        for t in [
+            "Patient",
+            "Observation",
+            "DocumentReference",
+            "Transport",
+            "Media",
+        ] {
             assert!(is_resource_type(t), "{t}");
         }
         assert!(!is_resource_type("Team"));

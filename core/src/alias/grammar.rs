@@ -55,7 +55,12 @@ impl Epoch {
             c
         };
         // The alphabet's letters are its first 23 characters, digits the rest.
-        Epoch([take(LETTERS, 0), take(n, 0), take(n, 0), take(DIGITS, LETTERS)])
+        Epoch([
+            take(LETTERS, 0),
+            take(n, 0),
+            take(n, 0),
+            take(DIGITS, LETTERS),
+        ])
     }
 
     /// Parses an epoch; `None` unless it is [`EPOCH_LEN`] characters of
@@ -106,7 +111,12 @@ impl Taxonomy {
     }
 
     /// Formats the alias `number` of `kind` issued under `epoch`.
-    pub fn format_alias_in(&self, kind: KindId, epoch: Option<Epoch>, number: u32) -> Option<String> {
+    pub fn format_alias_in(
+        &self,
+        kind: KindId,
+        epoch: Option<Epoch>,
+        number: u32,
+    ) -> Option<String> {
         self.kind(kind).map(|k| match epoch {
             Some(e) => format!("{}-{e}-{number:03}", k.prefix),
             None => format!("{}-{number:03}", k.prefix),
@@ -160,9 +170,12 @@ impl Taxonomy {
     /// Repair stays within it (see [`Self::repair_candidates`]).
     /// Returns the kind and the prefix's length.
     pub(crate) fn own_prefix_kind(&self, drifted: &str) -> Option<(KindId, usize)> {
-        drifted
-            .rmatch_indices('-')
-            .find_map(|(i, _)| drifted.get(..i).and_then(|p| self.alias_prefix(p)).map(|k| (k, i)))
+        drifted.rmatch_indices('-').find_map(|(i, _)| {
+            drifted
+                .get(..i)
+                .and_then(|p| self.alias_prefix(p))
+                .map(|k| (k, i))
+        })
     }
 
     /// Aliases that `drifted` may have meant: `drifted` with one configured noun
@@ -281,19 +294,31 @@ mod tests {
             assert_eq!((parts.kind, parts.epoch, parts.number), (p, Some(e), 1));
             let b = t.format_alias_in(appt, Some(e), 12).unwrap();
             assert_eq!(t.parse_alias(&b).unwrap().kind, appt, "{b}");
-            assert!(t.parse_alias(&t.sentinel_in(p, Some(e)).unwrap()).unwrap().is_sentinel());
+            assert!(t
+                .parse_alias(&t.sentinel_in(p, Some(e)).unwrap())
+                .unwrap()
+                .is_sentinel());
         }
         // Epochs differ from seed to seed, and words are never epochs.
         for seed in 0..1000u64 {
-            let e = Epoch::from_seed(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)).as_str().as_bytes().to_vec();
+            let e = Epoch::from_seed(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+                .as_str()
+                .as_bytes()
+                .to_vec();
             assert!(e[0].is_ascii_lowercase() && e[3].is_ascii_digit(), "{e:?}");
         }
-        let distinct: std::collections::BTreeSet<Epoch> = (0..1000u64).map(|s| Epoch::from_seed(s * 7919)).collect();
+        let distinct: std::collections::BTreeSet<Epoch> =
+            (0..1000u64).map(|s| Epoch::from_seed(s * 7919)).collect();
         assert_eq!(distinct.len(), 1000);
-        for not_epoch in ["appt", "item", "2024", "k7q", "k7q2x", "K7Q2", "k0q2", "kl12"] {
+        for not_epoch in [
+            "appt", "item", "2024", "k7q", "k7q2x", "K7Q2", "k0q2", "kl12",
+        ] {
             assert_eq!(Epoch::parse(not_epoch), None, "{not_epoch}");
         }
-        assert_eq!(t.parse_alias("patient-k7q2-001").unwrap().epoch, Epoch::parse("k7q2"));
+        assert_eq!(
+            t.parse_alias("patient-k7q2-001").unwrap().epoch,
+            Epoch::parse("k7q2")
+        );
         assert_eq!(t.parse_alias("patient-001").unwrap().epoch, None);
     }
 
@@ -308,7 +333,10 @@ mod tests {
         let kinds: Vec<_> = t.kinds().map(|(id, _)| id).collect();
         for seed in (0..4000u64).map(|s| s.wrapping_mul(0x9E37_79B9_7F4A_7C15)) {
             let e = Epoch::from_seed(seed);
-            for (k, n) in kinds.iter().zip([1u32, 7, 42, 364, 999, 1000, 12_345].iter().cycle()) {
+            for (k, n) in kinds
+                .iter()
+                .zip([1u32, 7, 42, 364, 999, 1000, 12_345].iter().cycle())
+            {
                 let a = t.format_alias_in(*k, Some(e), *n).unwrap();
                 let b = a.as_bytes();
                 for i in (0..b.len()).filter(|&i| start_ok(b, i)) {
@@ -364,14 +392,28 @@ mod tests {
     #[test]
     fn repair_never_crosses_kinds() {
         let t = Taxonomy::default();
-        for alias in ["task-group-001", "task-group-k7q2-001", "patient-appt-001", "patient-appt-k7q2-017"] {
+        for alias in [
+            "task-group-001",
+            "task-group-k7q2-001",
+            "patient-appt-001",
+            "patient-appt-k7q2-017",
+        ] {
             assert!(t.parse_alias(alias).is_some(), "{alias}");
-            assert!(t.repair_candidates(alias).is_empty(), "{alias} is an alias, not a drift");
+            assert!(
+                t.repair_candidates(alias).is_empty(),
+                "{alias} is an alias, not a drift"
+            );
         }
         assert!(t.repair_candidates("patient-group-appt-001").is_empty());
         assert!(t.repair_candidates("patient-item-appt-k7q2-001").is_empty());
-        assert_eq!(t.repair_candidates("patient-appt-record-001"), ["patient-appt-001"]);
-        assert_eq!(t.repair_candidates("task-group-group-001"), ["task-group-001"]);
+        assert_eq!(
+            t.repair_candidates("patient-appt-record-001"),
+            ["patient-appt-001"]
+        );
+        assert_eq!(
+            t.repair_candidates("task-group-group-001"),
+            ["task-group-001"]
+        );
         assert_eq!(t.repair_candidates("task-k7q2-item-001"), ["task-k7q2-001"]);
         let kind = |s: &str| t.own_prefix_kind(s).map(|(k, _)| t.kind_name(k).to_owned());
         assert_eq!(kind("task-group-item-001").as_deref(), Some("task-group"));

@@ -261,7 +261,10 @@ impl<'a> Lexer<'a> {
     /// container's length when the caller knows it, else its end is found
     /// by matching brackets.
     pub fn skip_container(&mut self, len: Option<usize>) -> Result<(), JsonError> {
-        let start = self.pos.checked_sub(1).ok_or(JsonError::Unexpected { at: self.pos })?;
+        let start = self
+            .pos
+            .checked_sub(1)
+            .ok_or(JsonError::Unexpected { at: self.pos })?;
         if !matches!(self.bytes().get(start), Some(b'{' | b'[')) {
             return Err(JsonError::Unexpected { at: start });
         }

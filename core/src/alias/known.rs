@@ -74,7 +74,8 @@ impl Mode {
         let digits = b.iter().filter(|c| c.is_ascii_digit()).count();
         if digits == b.len()
             || digits >= 3
-            || b.iter().any(|c| matches!(c, b'-' | b'.' | b'_' | b':' | b'~'))
+            || b.iter()
+                .any(|c| matches!(c, b'-' | b'.' | b'_' | b':' | b'~'))
         {
             Mode::Token
         } else {
@@ -490,7 +491,10 @@ impl<'v> KnownIds<'v> {
                         return;
                     }
                     // The byte before the next position tried.
-                    prev = e.checked_sub(1).and_then(|l| t.get(l)).map_or(0, |&l| class(l));
+                    prev = e
+                        .checked_sub(1)
+                        .and_then(|l| t.get(l))
+                        .map_or(0, |&l| class(l));
                     i = e;
                 }
                 None => i += 1,
@@ -547,7 +551,12 @@ impl<'v> KnownIds<'v> {
             Mode::AnyCase => true,
             Mode::Token if strict => true,
             Mode::Token => exact() && !in_host_or_email(t, i),
-            Mode::Word => exact() && self.tax.is_some_and(|tax| stands_as_record_id(tax, t, i, e)),
+            Mode::Word => {
+                exact()
+                    && self
+                        .tax
+                        .is_some_and(|tax| stands_as_record_id(tax, t, i, e))
+            }
         }
     }
 }
@@ -557,7 +566,18 @@ fn ends_token(b: u8) -> bool {
     b.is_ascii_whitespace()
         || matches!(
             b,
-            b'"' | b'\'' | b'<' | b'>' | b'(' | b')' | b'[' | b']' | b'{' | b'}' | b',' | b'|' | b'\\'
+            b'"' | b'\''
+                | b'<'
+                | b'>'
+                | b'('
+                | b')'
+                | b'['
+                | b']'
+                | b'{'
+                | b'}'
+                | b','
+                | b'|'
+                | b'\\'
         )
 }
 
@@ -570,7 +590,10 @@ const TOKEN_REACH: usize = 2048;
 fn in_host_or_email(t: &[u8], i: usize) -> bool {
     let from = i.saturating_sub(TOKEN_REACH);
     let before = t.get(from..i).unwrap_or_default();
-    let start = before.iter().rposition(|b| ends_token(*b)).map_or(from, |p| from + p + 1);
+    let start = before
+        .iter()
+        .rposition(|b| ends_token(*b))
+        .map_or(from, |p| from + p + 1);
     let head = t.get(start..i).unwrap_or_default();
     if let Some(p) = memchr::memmem::rfind(head, b"://") {
         // In the authority while no `/`, `?` or `#` came after the scheme.
@@ -608,7 +631,10 @@ fn stands_as_record_id(tax: &Taxonomy, t: &[u8], i: usize, e: usize) -> bool {
     let word_before = |end: usize, stop: &dyn Fn(u8) -> bool| {
         let from = end.saturating_sub(64);
         let head = t.get(from..end).unwrap_or_default();
-        let s = head.iter().rposition(|b| stop(*b)).map_or(from, |p| from + p + 1);
+        let s = head
+            .iter()
+            .rposition(|b| stop(*b))
+            .map_or(from, |p| from + p + 1);
         t.get(s..end).unwrap_or_default()
     };
     match before {

@@ -50,8 +50,8 @@ pub mod taxonomy;
 pub mod wire;
 
 pub use grammar::{AliasParts, Epoch};
-pub use prompt::PromptScan;
 pub use json::JsonError;
+pub use prompt::PromptScan;
 pub use request::{RawIdCount, RequestError, RequestScan};
 pub use response::{BodyKind, PartId, ResponseScan, RewriteError, Rewriter};
 pub use session::{Decoded, Encoded, EntityRecord, Origin, SessionError, SessionMap};

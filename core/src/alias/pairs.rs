@@ -98,7 +98,16 @@ mod tests {
         for w in ["patients", "Patient", "pat", "pa_", "pax"] {
             assert!(set.may_hold(w.as_bytes()), "{w}");
         }
-        for w in ["api", "v2", "x", "", "fhir.example", "pa", "patientsx", "PATIENTS"] {
+        for w in [
+            "api",
+            "v2",
+            "x",
+            "",
+            "fhir.example",
+            "pa",
+            "patientsx",
+            "PATIENTS",
+        ] {
             assert!(!set.may_hold(w.as_bytes()), "{w}");
         }
         assert!(PairSet::of(["a"]).may_hold(b"zz"));

@@ -109,7 +109,9 @@ enum Member {
 impl Member {
     fn of(key: &str, depth: usize) -> Member {
         let key = fold(key);
-        if depth == 1 && (TOOL_MEMBERS.contains(&key.as_str()) || HIDDEN_MEMBERS.contains(&key.as_str())) {
+        if depth == 1
+            && (TOOL_MEMBERS.contains(&key.as_str()) || HIDDEN_MEMBERS.contains(&key.as_str()))
+        {
             Member::Tools
         } else if depth > 1 && DATA_MEMBERS.contains(&key.as_str()) {
             Member::Data
@@ -150,7 +152,9 @@ impl<'t> PromptScan<'t> {
         while let Some(event) = lexer.next_event()? {
             let this = std::mem::replace(&mut member, Member::Plain);
             match event {
-                Event::Key(lit) if skip.is_none() => member = Member::of(&text_of(src, &lit)?, depth),
+                Event::Key(lit) if skip.is_none() => {
+                    member = Member::of(&text_of(src, &lit)?, depth)
+                }
                 Event::Key(_) | Event::Scalar => {}
                 Event::StartObject | Event::StartArray => {
                     if skip.is_none() {
@@ -163,7 +167,10 @@ impl<'t> PromptScan<'t> {
                                 continue;
                             }
                             Member::Data => {
-                                let at = lexer.offset().checked_sub(1).ok_or(JsonError::Eof { at: 0 })?;
+                                let at = lexer
+                                    .offset()
+                                    .checked_sub(1)
+                                    .ok_or(JsonError::Eof { at: 0 })?;
                                 skip = Some((depth, at));
                             }
                             Member::Plain => {}
@@ -176,9 +183,17 @@ impl<'t> PromptScan<'t> {
                     if let Some((at, start)) = skip.filter(|(at, _)| *at == depth) {
                         skip = None;
                         let span = start..lexer.offset();
-                        let text = src.get(span.clone()).ok_or(JsonError::Eof { at })?.to_owned();
+                        let text = src
+                            .get(span.clone())
+                            .ok_or(JsonError::Eof { at })?
+                            .to_owned();
                         let part = scan.add(text.as_bytes(), BodyKind::Json, None)?;
-                        strings.push(Scanned { span, part, text, json: true });
+                        strings.push(Scanned {
+                            span,
+                            part,
+                            text,
+                            json: true,
+                        });
                     }
                 }
                 Event::Str(lit) => {
@@ -187,7 +202,12 @@ impl<'t> PromptScan<'t> {
                     }
                     let text = text_of(src, &lit)?.into_owned();
                     let part = scan.add(text.as_bytes(), string_kind(&text), None)?;
-                    strings.push(Scanned { span: lit.span, part, text, json: false });
+                    strings.push(Scanned {
+                        span: lit.span,
+                        part,
+                        text,
+                        json: false,
+                    });
                 }
             }
         }
@@ -202,7 +222,10 @@ impl<'t> PromptScan<'t> {
     /// How many id occurrences the rules found (ids the session learned
     /// before, replaced at rewrite time, not included).
     pub fn occurrences(&self) -> usize {
-        self.strings.iter().map(|s| self.scan.occurrences(s.part)).sum()
+        self.strings
+            .iter()
+            .map(|s| self.scan.occurrences(s.part))
+            .sum()
     }
 
     /// The body with every raw id replaced: `aliases` parallel to
@@ -210,7 +233,12 @@ impl<'t> PromptScan<'t> {
     /// Every rewritten string is verified to hold no raw id
     /// ([`RewriteError::Leak`] otherwise); strings without ids stay
     /// byte-identical, and so does everything outside the strings.
-    pub fn rewrite(&self, body: &[u8], aliases: &[String], known: &[KnownAlias]) -> Result<Vec<u8>, RewriteError> {
+    pub fn rewrite(
+        &self,
+        body: &[u8],
+        aliases: &[String],
+        known: &[KnownAlias],
+    ) -> Result<Vec<u8>, RewriteError> {
         self.rewrite_counted(body, aliases, known).map(|r| r.body)
     }
 
@@ -236,13 +264,21 @@ impl<'t> PromptScan<'t> {
                 continue;
             }
             // A string changed only where an id was replaced: at least one.
-            let added = alias_tokens(self.tax, &out).saturating_sub(alias_tokens(self.tax, s.text.as_bytes()));
+            let added = alias_tokens(self.tax, &out)
+                .saturating_sub(alias_tokens(self.tax, s.text.as_bytes()));
             ids += added.max(1);
             let text = String::from_utf8(out).map_err(|_| JsonError::NotUtf8)?;
-            let value = if s.json { text } else { serde_json::to_string(&text).map_err(|_| JsonError::NotUtf8)? };
+            let value = if s.json {
+                text
+            } else {
+                serde_json::to_string(&text).map_err(|_| JsonError::NotUtf8)?
+            };
             edits.push((s.span.clone(), Cow::Owned(value)));
         }
-        Ok(Rewritten { body: splice(body, edits), ids })
+        Ok(Rewritten {
+            body: splice(body, edits),
+            ids,
+        })
     }
 }
 
@@ -264,7 +300,9 @@ fn alias_tokens(tax: &Taxonomy, text: &[u8]) -> usize {
     let mut i = 0;
     let mut end_token = |from: usize, to: usize| {
         let token = text.get(from..to).unwrap_or_default();
-        if token.len() >= 5 && std::str::from_utf8(token).is_ok_and(|t| tax.parse_alias(t).is_some()) {
+        if token.len() >= 5
+            && std::str::from_utf8(token).is_ok_and(|t| tax.parse_alias(t).is_some())
+        {
             count += 1;
         }
     };
@@ -275,7 +313,10 @@ fn alias_tokens(tax: &Taxonomy, text: &[u8]) -> usize {
             continue;
         }
         end_token(start, i);
-        let escape = b == b'%' && text.get(i + 1..i + 3).is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit));
+        let escape = b == b'%'
+            && text
+                .get(i + 1..i + 3)
+                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit));
         i += if escape { 3 } else { 1 };
         start = i;
     }
@@ -336,10 +377,15 @@ impl Refusal {
     /// Envoy answers 503 for an unreachable control without that body.
     pub fn of_answer(status: u16, body: Option<&[u8]>) -> Refusal {
         use super::wire::{ErrorBody, ErrorCode};
-        let code = body.and_then(|b| serde_json::from_slice::<ErrorBody>(b).ok()).map(|e| e.error.code);
+        let code = body
+            .and_then(|b| serde_json::from_slice::<ErrorBody>(b).ok())
+            .map(|e| e.error.code);
         match (status, code) {
             (_, Some(ErrorCode::StoreUnavailable)) => Refusal::Store,
-            (_, Some(ErrorCode::Conflict | ErrorCode::TaxonomyMismatch | ErrorCode::UnknownKind)) => Refusal::Conflict,
+            (
+                _,
+                Some(ErrorCode::Conflict | ErrorCode::TaxonomyMismatch | ErrorCode::UnknownKind),
+            ) => Refusal::Conflict,
             _ => Refusal::Control,
         }
     }
@@ -401,7 +447,10 @@ fn string_kind(text: &str) -> BodyKind {
 /// ASCII lowercase with `_` and `-` dropped: `Tools`, `FUNCTIONS` and
 /// `function_declarations` compare as the format parsers read them.
 fn fold(key: &str) -> String {
-    key.chars().filter(|c| !matches!(c, '_' | '-')).map(|c| c.to_ascii_lowercase()).collect()
+    key.chars()
+        .filter(|c| !matches!(c, '_' | '-'))
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
 }
 
 #[cfg(test)]

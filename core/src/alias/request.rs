@@ -34,9 +34,9 @@
 
 pub mod body;
 
+use super::grammar;
 use super::json::{text_of, Event, JsonError, Lexer, Lit};
 use super::response::{splice, BodyKind};
-use super::grammar;
 use super::shape::{self, Form};
 use super::taxonomy::{KindId, Taxonomy};
 use super::wire::DecodedIds;
@@ -182,7 +182,10 @@ impl Field {
     /// patients as well as practitioners).
     fn of_query(tax: &Taxonomy, name: &str) -> Field {
         let field = Field::of_key(tax, name);
-        Field { kind: field.kind.or_else(|| tax.object_key_kind(name)), ..field }
+        Field {
+            kind: field.kind.or_else(|| tax.object_key_kind(name)),
+            ..field
+        }
     }
 }
 
@@ -218,10 +221,15 @@ impl RawIdCount {
     /// The places holding any, with their counts, in request order (`path`,
     /// `query`, `headers`, `body`): for logs and error messages.
     pub fn places(&self) -> Vec<(&'static str, usize)> {
-        [("path", self.path), ("query", self.query), ("headers", self.headers), ("body", self.body)]
-            .into_iter()
-            .filter(|(_, n)| *n > 0)
-            .collect()
+        [
+            ("path", self.path),
+            ("query", self.query),
+            ("headers", self.headers),
+            ("body", self.body),
+        ]
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .collect()
     }
 
     fn bump(&mut self, place: Place) {
@@ -346,7 +354,13 @@ impl RequestScan {
     /// is never rewritten) and pass as text.
     pub fn scan_authority(&mut self, tax: &Taxonomy, authority: &str) {
         let mut scratch = RequestScan::default();
-        scratch.find(tax, authority, Field::default(), Place::Header, &mut Vec::new());
+        scratch.find(
+            tax,
+            authority,
+            Field::default(),
+            Place::Header,
+            &mut Vec::new(),
+        );
         self.raw.headers += scratch.raw.total();
     }
 
@@ -356,11 +370,12 @@ impl RequestScan {
     /// alias there cannot be decoded and the filter refuses it.
     pub fn scan_hidden(&mut self, tax: &Taxonomy, text: &str) -> Option<String> {
         // JSON as JSON (its escapes read), anything else as text.
-        let scratch = RequestScan::new(tax, "", Some((text.as_bytes(), BodyKind::Json))).unwrap_or_else(|_| {
-            let mut scratch = RequestScan::default();
-            scratch.find(tax, text, Field::default(), Place::Body, &mut Vec::new());
-            scratch
-        });
+        let scratch = RequestScan::new(tax, "", Some((text.as_bytes(), BodyKind::Json)))
+            .unwrap_or_else(|_| {
+                let mut scratch = RequestScan::default();
+                scratch.find(tax, text, Field::default(), Place::Body, &mut Vec::new());
+                scratch
+            });
         self.raw.body += scratch.raw.total();
         scratch.written.into_iter().next()
     }
@@ -374,11 +389,22 @@ impl RequestScan {
         for (index, (name, value)) in headers.iter().enumerate() {
             let mut found = Vec::new();
             // `X-Patient-Id` names a patient as `patientId` does.
-            let key = name.get(..2).filter(|x| x.eq_ignore_ascii_case("x-")).and_then(|_| name.get(2..)).unwrap_or(name);
-            let field = Field { want: tax.form_wanted_by_key(name), ..Field::of_key(tax, key) };
+            let key = name
+                .get(..2)
+                .filter(|x| x.eq_ignore_ascii_case("x-"))
+                .and_then(|_| name.get(2..))
+                .unwrap_or(name);
+            let field = Field {
+                want: tax.form_wanted_by_key(name),
+                ..Field::of_key(tax, key)
+            };
             self.find(tax, value, field, Place::Header, &mut found);
             if !found.is_empty() {
-                self.headers.push(HeaderHits { index, value: value.clone(), hits: found });
+                self.headers.push(HeaderHits {
+                    index,
+                    value: value.clone(),
+                    hits: found,
+                });
             }
         }
     }
@@ -401,11 +427,17 @@ impl RequestScan {
         let mut out = Vec::with_capacity(self.headers.len());
         for h in &self.headers {
             if headers.get(h.index).map(|(_, v)| v) != Some(&h.value) {
-                return Err(RequestError::WrongBody { scanned: h.value.len(), got: 0 });
+                return Err(RequestError::WrongBody {
+                    scanned: h.value.len(),
+                    got: 0,
+                });
             }
             let mut edits = Vec::with_capacity(h.hits.len());
             for hit in &h.hits {
-                edits.push((hit.range.clone(), Cow::Owned(percent_encode(self.id_for(tax, hit, decoded)?))));
+                edits.push((
+                    hit.range.clone(),
+                    Cow::Owned(percent_encode(self.id_for(tax, hit, decoded)?)),
+                ));
             }
             let value = String::from_utf8(splice(h.value.as_bytes(), edits)).unwrap_or_default();
             out.push((h.index, value));
@@ -508,7 +540,11 @@ impl RequestScan {
 
     /// Fails unless `decoded` answers every alias of the scan (no sentinel,
     /// none unknown).
-    fn check_decoded(&self, tax: &Taxonomy, decoded: &[Option<DecodedIds>]) -> Result<(), RequestError> {
+    fn check_decoded(
+        &self,
+        tax: &Taxonomy,
+        decoded: &[Option<DecodedIds>],
+    ) -> Result<(), RequestError> {
         if decoded.len() != self.aliases.len() {
             return Err(RequestError::DecodedCount {
                 got: decoded.len(),
@@ -529,7 +565,12 @@ impl RequestScan {
     }
 
     /// The id that replaces hit `h`, in the form its place wants.
-    fn id_for<'d>(&self, tax: &Taxonomy, h: &Hit, decoded: &'d [Option<DecodedIds>]) -> Result<&'d str, RequestError> {
+    fn id_for<'d>(
+        &self,
+        tax: &Taxonomy,
+        h: &Hit,
+        decoded: &'d [Option<DecodedIds>],
+    ) -> Result<&'d str, RequestError> {
         let unknown = || RequestError::UnknownAlias {
             alias: self.written(h.alias).unwrap_or_default().to_owned(),
         };
@@ -538,7 +579,9 @@ impl RequestScan {
             .and_then(Option::as_ref)
             .ok_or_else(unknown)?;
         let kind = tax.kind_by_name(&d.kind);
-        let preferred = kind.and_then(|k| tax.kind(k)).and_then(|k| k.preferred_form);
+        let preferred = kind
+            .and_then(|k| tax.kind(k))
+            .and_then(|k| k.preferred_form);
         let id = d
             .ids
             .pick(h.want.or(preferred).unwrap_or(Form::Uuid))
@@ -551,14 +594,20 @@ impl RequestScan {
         // record of unknown kind (the fallback) fits only by a UUID, which
         // names one record whatever its type.
         let fits = kind.is_some_and(|k| h.kinds.iter().any(|want| tax.kinds_may_meet(k, *want)));
-        let unknown_kind_by_uuid = kind == Some(tax.fallback_kind()) && shape::is_uuid(id.as_bytes());
+        let unknown_kind_by_uuid =
+            kind == Some(tax.fallback_kind()) && shape::is_uuid(id.as_bytes());
         if fits || unknown_kind_by_uuid {
             return Ok(id);
         }
         Err(RequestError::WrongKind {
             alias: self.written(h.alias).unwrap_or_default().to_owned(),
             kind: d.kind.clone(),
-            wanted: h.kinds.iter().map(|k| tax.kind_name(*k)).collect::<Vec<_>>().join(" or "),
+            wanted: h
+                .kinds
+                .iter()
+                .map(|k| tax.kind_name(*k))
+                .collect::<Vec<_>>()
+                .join(" or "),
         })
     }
 
@@ -612,9 +661,14 @@ impl RequestScan {
             // One run of token bytes (`Arztbrief_patient-k7q2-001_2025`):
             // an alias as a whole (or a near-miss of one), else every epoch
             // alias glued inside it.
-            let len = bytes.get(i..).map_or(0, |t| t.iter().take_while(|b| shape::is_token_byte(**b)).count());
+            let len = bytes.get(i..).map_or(0, |t| {
+                t.iter().take_while(|b| shape::is_token_byte(**b)).count()
+            });
             let end = i + len;
-            let run = bytes.get(i..end).and_then(|t| std::str::from_utf8(t).ok()).unwrap_or("");
+            let run = bytes
+                .get(i..end)
+                .and_then(|t| std::str::from_utf8(t).ok())
+                .unwrap_or("");
             let whole = if run.contains('_') {
                 None
             } else if tax.looks_like_alias(run) {
@@ -630,7 +684,8 @@ impl RequestScan {
                     // an ETag `<uuid>-v7`), and a number after a FHIR
                     // resource type (`Patient/482913`, also in a query's
                     // `subject=Patient/482913`).
-                    let numeric = run.bytes().all(|b| b.is_ascii_digit()) && resource_type_before(tax, bytes, i).is_some();
+                    let numeric = run.bytes().all(|b| b.is_ascii_digit())
+                        && resource_type_before(tax, bytes, i).is_some();
                     for _ in 0..raw_ids_in(tax, run, &glued) + usize::from(numeric) {
                         self.raw.bump(place);
                     }
@@ -654,12 +709,19 @@ impl RequestScan {
                         _ => field.kind.into_iter().collect(),
                     },
                 };
-                let written = bytes.get(range.clone()).and_then(|t| std::str::from_utf8(t).ok()).unwrap_or("");
+                let written = bytes
+                    .get(range.clone())
+                    .and_then(|t| std::str::from_utf8(t).ok())
+                    .unwrap_or("");
                 let index = self.alias_index(&alias, written);
                 out.push(Hit {
                     range: from..to,
                     alias: index,
-                    want: if typed.is_some() { Some(Form::Fhir) } else { field.want },
+                    want: if typed.is_some() {
+                        Some(Form::Fhir)
+                    } else {
+                        field.want
+                    },
                     kinds,
                     encoded: to - from != range.len(),
                 });
@@ -734,8 +796,13 @@ impl RequestScan {
                     cur = Some(text_of(src, &lit)?);
                 }
                 Event::Str(lit) => {
-                    let field = cur.as_deref().map(|k| Field::of_key(tax, k)).unwrap_or_default();
-                    if let (Some(k @ ("system" | "value")), Some(ident)) = (cur.as_deref(), identifiers.last_mut()) {
+                    let field = cur
+                        .as_deref()
+                        .map(|k| Field::of_key(tax, k))
+                        .unwrap_or_default();
+                    if let (Some(k @ ("system" | "value")), Some(ident)) =
+                        (cur.as_deref(), identifiers.last_mut())
+                    {
                         let text = text_of(src, &lit)?;
                         let text = text.trim();
                         if k == "system" {
@@ -840,8 +907,14 @@ fn glued_aliases(tax: &Taxonomy, run: &str) -> Vec<Range<usize>> {
     let mut p = 0;
     while p < b.len() {
         let starts = b.get(p).is_some_and(u8::is_ascii_alphabetic)
-            && p.checked_sub(1).and_then(|q| b.get(q)).is_none_or(|c| !c.is_ascii_alphanumeric());
-        let found = if starts { epoch_alias_at(tax, run, p, longest) } else { None };
+            && p.checked_sub(1)
+                .and_then(|q| b.get(q))
+                .is_none_or(|c| !c.is_ascii_alphanumeric());
+        let found = if starts {
+            epoch_alias_at(tax, run, p, longest)
+        } else {
+            None
+        };
         match found {
             Some(end) => {
                 out.push(p..end);
@@ -862,16 +935,25 @@ fn epoch_alias_at(tax: &Taxonomy, run: &str, p: usize, longest: usize) -> Option
     let b = run.as_bytes();
     let window = b.len().min(p + longest + 1);
     let mut q = p;
-    while let Some(dash) = b.get(q + 1..window).and_then(|t| t.iter().position(|c| *c == b'-')).map(|d| q + 1 + d) {
+    while let Some(dash) = b
+        .get(q + 1..window)
+        .and_then(|t| t.iter().position(|c| *c == b'-'))
+        .map(|d| q + 1 + d)
+    {
         // The kind's prefix never spans an underscore.
         if b.get(q..dash).is_some_and(|t| t.contains(&b'_')) {
             return None;
         }
         let digits_from = dash + 1 + grammar::EPOCH_LEN + 1;
         if b.get(digits_from - 1) == Some(&b'-') {
-            let digits = b.get(digits_from..).map_or(0, |t| t.iter().take(10).take_while(|c| c.is_ascii_digit()).count());
+            let digits = b.get(digits_from..).map_or(0, |t| {
+                t.iter().take(10).take_while(|c| c.is_ascii_digit()).count()
+            });
             let end = digits_from + digits;
-            let epoch = run.get(..end).and_then(|a| tax.parse_alias(a.get(p..)?)).and_then(|parts| parts.epoch);
+            let epoch = run
+                .get(..end)
+                .and_then(|a| tax.parse_alias(a.get(p..)?))
+                .and_then(|parts| parts.epoch);
             if digits >= 3 && epoch.is_some() {
                 return Some(end);
             }
@@ -923,7 +1005,10 @@ fn raw_ids_in(tax: &Taxonomy, run: &str, aliases: &[Range<usize>]) -> usize {
             p = r.end;
             continue;
         }
-        let starts = p.checked_sub(1).and_then(|q| b.get(q)).is_none_or(|c| !c.is_ascii_alphanumeric());
+        let starts = p
+            .checked_sub(1)
+            .and_then(|q| b.get(q))
+            .is_none_or(|c| !c.is_ascii_alphanumeric());
         let len = if starts { raw_id_at(tax, b, p) } else { None };
         match len {
             Some(len) => {
@@ -952,11 +1037,21 @@ fn raw_id_at(tax: &Taxonomy, b: &[u8], p: usize) -> Option<usize> {
         }
     }
     // `<prefix>-<digits>`: a configured FHIR prefix (any case).
-    let prefix = rest.iter().take_while(|c| c.is_ascii_alphanumeric()).count();
-    if prefix == 0 || !rest.first().is_some_and(u8::is_ascii_alphabetic) || rest.get(prefix) != Some(&b'-') {
+    let prefix = rest
+        .iter()
+        .take_while(|c| c.is_ascii_alphanumeric())
+        .count();
+    if prefix == 0
+        || !rest.first().is_some_and(u8::is_ascii_alphabetic)
+        || rest.get(prefix) != Some(&b'-')
+    {
         return None;
     }
-    let digits = rest.get(prefix + 1..)?.iter().take_while(|c| c.is_ascii_digit()).count();
+    let digits = rest
+        .get(prefix + 1..)?
+        .iter()
+        .take_while(|c| c.is_ascii_digit())
+        .count();
     let len = prefix + 1 + digits;
     let lower = rest.get(..prefix)?.to_ascii_lowercase();
     (digits > 0 && ends(len) && tax.fhir_prefix_kinds(&lower).is_some()).then_some(len)
@@ -1000,7 +1095,9 @@ fn business_identifier_is_raw(tax: &Taxonomy, name: &str, value: &str) -> bool {
             return false;
         };
         let id = id.trim();
-        tax.identifier_system_kind(system).is_some() && !id.is_empty() && tax.parse_alias(id).is_none()
+        tax.identifier_system_kind(system).is_some()
+            && !id.is_empty()
+            && tax.parse_alias(id).is_none()
     })
 }
 

@@ -148,7 +148,9 @@ pub enum RewriteError {
     /// An id runs across an invisible or look-alike character
     /// (`pat-0001&shy;24`): aliasing what the patterns see would alias a
     /// prefix, another record (see `response/broken.rs`).
-    #[error("response body holds an id broken by an invisible or look-alike character at offset {at}")]
+    #[error(
+        "response body holds an id broken by an invisible or look-alike character at offset {at}"
+    )]
     BrokenId {
         /// Byte offset of the character in the body.
         at: usize,
@@ -336,7 +338,10 @@ impl<'t> ResponseScan<'t> {
                                 .map_err(|e| shift_json_error(e, line.base + at))?;
                             (one, line.base + at)
                         }
-                        None => (self.text_part(line.text.as_bytes(), BodyKind::Text, root_kind)?, line.base),
+                        None => (
+                            self.text_part(line.text.as_bytes(), BodyKind::Text, root_kind)?,
+                            line.base,
+                        ),
                     };
                     part.append_shifted(one.0, one.1);
                 }
@@ -497,7 +502,12 @@ impl<'t> ResponseScan<'t> {
             .zip(&self.meta)
             .filter(move |(_, (kind, _))| !tax.readable_in_text(*kind))
             .map(|(v, _)| v.as_str())
-            .chain(known.iter().filter(move |k| !readable_alias(tax, &k.alias)).map(|k| k.value.as_str()))
+            .chain(
+                known
+                    .iter()
+                    .filter(move |k| !readable_alias(tax, &k.alias))
+                    .map(|k| k.value.as_str()),
+            )
     }
 
     /// Number of id occurrences found in a part by the structural and pattern
@@ -555,10 +565,19 @@ impl<'t> ResponseScan<'t> {
             .values
             .iter()
             .zip(&self.meta)
-            .map(|(v, (kind, _))| if tax.readable_in_text(*kind) { "" } else { v.as_str() })
+            .map(|(v, (kind, _))| {
+                if tax.readable_in_text(*kind) {
+                    ""
+                } else {
+                    v.as_str()
+                }
+            })
             .collect();
         for k in known {
-            if k.alias.is_empty() || self.holders.contains_key(k.value.as_str()) || readable_alias(tax, &k.alias) {
+            if k.alias.is_empty()
+                || self.holders.contains_key(k.value.as_str())
+                || readable_alias(tax, &k.alias)
+            {
                 continue;
             }
             values.push(&k.value);
@@ -610,7 +629,8 @@ impl<'t> ResponseScan<'t> {
             }
             holders.push(self.values.len());
         } else {
-            self.holders.insert(value.to_owned(), vec![self.values.len()]);
+            self.holders
+                .insert(value.to_owned(), vec![self.values.len()]);
         }
         self.meta.push((kind, form));
         self.values.push(value.to_owned());
@@ -672,8 +692,7 @@ impl<'t> ResponseScan<'t> {
         for (g, group) in self.groups.iter().enumerate() {
             let g = u32::try_from(g).unwrap_or(u32::MAX);
             for (v, form) in group.members.iter().flatten() {
-                let (Some(value), Some(slot)) =
-                    (self.values.get(*v), id_of_value.get_mut(*v))
+                let (Some(value), Some(slot)) = (self.values.get(*v), id_of_value.get_mut(*v))
                 else {
                     continue;
                 };
@@ -763,7 +782,11 @@ fn event_lines(doc: &str, base: usize) -> impl Iterator<Item = EventLine<'_>> {
         } else if next < doc.len() {
             next += 1;
         }
-        let line = EventLine { base: base + at, text, json: data_json(text) };
+        let line = EventLine {
+            base: base + at,
+            text,
+            json: data_json(text),
+        };
         at = next;
         Some(line)
     })
@@ -795,7 +818,9 @@ fn shift_json_error(e: RewriteError, by: usize) -> RewriteError {
         RewriteError::Json(JsonError::Unexpected { at }) => {
             RewriteError::Json(JsonError::Unexpected { at: at + by })
         }
-        RewriteError::Json(JsonError::Eof { at }) => RewriteError::Json(JsonError::Eof { at: at + by }),
+        RewriteError::Json(JsonError::Eof { at }) => {
+            RewriteError::Json(JsonError::Eof { at: at + by })
+        }
         other => other,
     }
 }
@@ -818,7 +843,8 @@ fn choose(candidates: &[KindId], ctx: Option<KindId>, or: Option<KindId>) -> Opt
 
 /// Whether `alias` is of a kind readable in text.
 fn readable_alias(tax: &Taxonomy, alias: &str) -> bool {
-    tax.parse_alias(alias).is_some_and(|p| tax.readable_in_text(p.kind))
+    tax.parse_alias(alias)
+        .is_some_and(|p| tax.readable_in_text(p.kind))
 }
 
 /// The local id of a reference to a contained resource (`#p1` → `p1`).
@@ -1048,37 +1074,46 @@ impl<'t> Rewriter<'_, 't> {
             return Err(RewriteError::Leak { at: r.start });
         }
         let mut hits = Vec::new();
-        let json = |src: &str, base: usize, hits: &mut Vec<TextHit<'t>>| -> Result<(), RewriteError> {
-            let mut lx = Lexer::new(src);
-            while let Some(ev) = lx.next_event()? {
-                let (Event::Key(lit) | Event::Str(lit)) = ev else {
-                    continue;
-                };
-                if lit.escaped {
-                    self.check_escaped(src, lit.span, base, hits)?;
-                } else {
-                    let inner = lit.inner();
-                    self.check_text(
-                        src.as_bytes().get(inner.clone()).unwrap_or_default(),
-                        base + inner.start,
-                        hits,
-                    )?;
+        let json =
+            |src: &str, base: usize, hits: &mut Vec<TextHit<'t>>| -> Result<(), RewriteError> {
+                let mut lx = Lexer::new(src);
+                while let Some(ev) = lx.next_event()? {
+                    let (Event::Key(lit) | Event::Str(lit)) = ev else {
+                        continue;
+                    };
+                    if lit.escaped {
+                        self.check_escaped(src, lit.span, base, hits)?;
+                    } else {
+                        let inner = lit.inner();
+                        self.check_text(
+                            src.as_bytes().get(inner.clone()).unwrap_or_default(),
+                            base + inner.start,
+                            hits,
+                        )?;
+                    }
                 }
-            }
-            Ok(())
-        };
+                Ok(())
+            };
         match kind {
             BodyKind::Json => {
                 let src = std::str::from_utf8(out).map_err(|_| JsonError::NotUtf8)?;
                 let span = format::json_span(src);
-                json(src.get(span.clone()).unwrap_or_default(), span.start, &mut hits)?;
+                json(
+                    src.get(span.clone()).unwrap_or_default(),
+                    span.start,
+                    &mut hits,
+                )?;
             }
             BodyKind::EventStream => {
                 let src = std::str::from_utf8(out).map_err(|_| JsonError::NotUtf8)?;
                 let (bom, doc) = split_bom(src);
                 for line in event_lines(doc, bom) {
                     match line.json {
-                        Some(at) => json(line.text.get(at..).unwrap_or_default(), line.base + at, &mut hits)?,
+                        Some(at) => json(
+                            line.text.get(at..).unwrap_or_default(),
+                            line.base + at,
+                            &mut hits,
+                        )?,
                         None => self.check_text(line.text.as_bytes(), line.base, &mut hits)?,
                     }
                 }
@@ -1299,10 +1334,7 @@ pub(crate) fn splice(src: &[u8], edits: Vec<(Range<usize>, Cow<'_, str>)>) -> Ve
 /// [`splice`], also returning the edits applied (an edit overlapping an
 /// earlier one is dropped), each with the range its replacement took in the
 /// output, in order.
-fn splice_mapped(
-    src: &[u8],
-    mut edits: Vec<(Range<usize>, Cow<'_, str>)>,
-) -> (Vec<u8>, Vec<Edit>) {
+fn splice_mapped(src: &[u8], mut edits: Vec<(Range<usize>, Cow<'_, str>)>) -> (Vec<u8>, Vec<Edit>) {
     // Stable: of two edits at one start, the first given wins. Edits mostly
     // come in order (a scan's occurrences are), and the sort's scratch
     // buffer is as large as the edits.
@@ -1697,7 +1729,9 @@ impl<'t, 'a> Walker<'_, 't, 'a> {
         // "ambulatory-visit"` is a word).
         let (role, field_kind) = (
             key.role,
-            key.field_kind.or(key.object_kind.filter(|_| text.bytes().any(|b| b.is_ascii_digit()))),
+            key.field_kind.or(key
+                .object_kind
+                .filter(|_| text.bytes().any(|b| b.is_ascii_digit()))),
         );
         if in_object {
             if key.resource_type {

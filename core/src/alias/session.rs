@@ -125,14 +125,31 @@ impl SessionError {
     fn reindexed(self, index: &[usize]) -> SessionError {
         let map = |i: usize| index.get(i).copied().unwrap_or(i);
         match self {
-            SessionError::BadValue { index: i, max } => SessionError::BadValue { index: map(i), max },
-            SessionError::UnknownKind { index: i, kind } => SessionError::UnknownKind { index: map(i), kind },
-            SessionError::Conflict { index: i, first, second } => {
-                SessionError::Conflict { index: map(i), first, second }
+            SessionError::BadValue { index: i, max } => {
+                SessionError::BadValue { index: map(i), max }
             }
-            SessionError::FormConflict { index: i, alias, form } => {
-                SessionError::FormConflict { index: map(i), alias, form }
-            }
+            SessionError::UnknownKind { index: i, kind } => SessionError::UnknownKind {
+                index: map(i),
+                kind,
+            },
+            SessionError::Conflict {
+                index: i,
+                first,
+                second,
+            } => SessionError::Conflict {
+                index: map(i),
+                first,
+                second,
+            },
+            SessionError::FormConflict {
+                index: i,
+                alias,
+                form,
+            } => SessionError::FormConflict {
+                index: map(i),
+                alias,
+                form,
+            },
             other @ SessionError::BadRecord { .. } => other,
         }
     }
@@ -190,8 +207,7 @@ pub struct SessionMap {
 }
 
 /// Where a value lives while a batch is planned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[derive(PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Target {
     Existing(usize),
     New(usize),
@@ -394,7 +410,11 @@ impl SessionMap {
             if let Some(slot) = self.records.get_mut(index) {
                 *slot = r.clone();
             }
-            let merged: Vec<usize> = r.also.iter().filter_map(|a| self.by_alias.get(a).copied()).collect();
+            let merged: Vec<usize> = r
+                .also
+                .iter()
+                .filter_map(|a| self.by_alias.get(a).copied())
+                .collect();
             for (_, v) in r.ids.values() {
                 let holders = self.by_value.entry(v.to_owned()).or_default();
                 // A merged entity's values are the survivor's now.
@@ -623,25 +643,44 @@ impl SessionMap {
     /// [`Self::plan`], except that from a [`Origin::Prompt`] an alias this
     /// session issued is answered with itself (it creates nothing and joins
     /// no group). Errors name inputs by their index in `ids`.
-    pub fn plan_from(&self, tax: &Taxonomy, ids: &[IdInput], origin: Origin) -> Result<Encoded, SessionError> {
+    pub fn plan_from(
+        &self,
+        tax: &Taxonomy,
+        ids: &[IdInput],
+        origin: Origin,
+    ) -> Result<Encoded, SessionError> {
         if origin == Origin::Response {
             return self.plan(tax, ids);
         }
-        let issued: Vec<bool> = ids.iter().map(|id| self.decode(tax, &id.value).is_some()).collect();
+        let issued: Vec<bool> = ids
+            .iter()
+            .map(|id| self.decode(tax, &id.value).is_some())
+            .collect();
         if !issued.contains(&true) {
             return self.plan(tax, ids);
         }
         // The rest are planned as one batch; `index` maps its positions back.
-        let index: Vec<usize> = (0..ids.len()).filter(|i| !issued.get(*i).copied().unwrap_or(false)).collect();
+        let index: Vec<usize> = (0..ids.len())
+            .filter(|i| !issued.get(*i).copied().unwrap_or(false))
+            .collect();
         let rest: Vec<IdInput> = index.iter().filter_map(|i| ids.get(*i).cloned()).collect();
         let planned = self.plan(tax, &rest).map_err(|e| e.reindexed(&index))?;
         let mut minted = planned.aliases.into_iter();
         let aliases = ids
             .iter()
             .zip(&issued)
-            .map(|(id, own)| if *own { id.value.clone() } else { minted.next().unwrap_or_default() })
+            .map(|(id, own)| {
+                if *own {
+                    id.value.clone()
+                } else {
+                    minted.next().unwrap_or_default()
+                }
+            })
             .collect();
-        Ok(Encoded { aliases, changes: planned.changes })
+        Ok(Encoded {
+            aliases,
+            changes: planned.changes,
+        })
     }
 
     /// Plans a batch and applies it at once (for callers without persistence).
@@ -650,7 +689,12 @@ impl SessionMap {
     }
 
     /// [`Self::plan_from`] and applies it at once.
-    pub fn encode_from(&mut self, tax: &Taxonomy, ids: &[IdInput], origin: Origin) -> Result<Encoded, SessionError> {
+    pub fn encode_from(
+        &mut self,
+        tax: &Taxonomy,
+        ids: &[IdInput],
+        origin: Origin,
+    ) -> Result<Encoded, SessionError> {
         let encoded = self.plan_from(tax, ids, origin)?;
         self.apply(&encoded.changes)?;
         Ok(encoded)
@@ -743,7 +787,11 @@ fn merge(tax: &Taxonomy, draft: &mut Draft<'_>, a: Target, b: Target) -> Option<
     // Existing before new, then minting order.
     let (keep, gone) = if a <= b { (a, b) } else { (b, a) };
     let gone_record = draft.record(gone)?.clone();
-    let values: Vec<String> = gone_record.ids.values().map(|(_, v)| v.to_owned()).collect();
+    let values: Vec<String> = gone_record
+        .ids
+        .values()
+        .map(|(_, v)| v.to_owned())
+        .collect();
     let kept = draft.record_mut(keep)?;
     for (form, v) in gone_record.ids.values() {
         let slot = kept.ids.slot_mut(form);

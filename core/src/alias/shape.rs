@@ -111,9 +111,9 @@ pub fn is_uuid(s: &[u8]) -> bool {
     // The dashes first: they turn most candidates away. Then every other
     // byte, without a branch per byte.
     [8, 13, 18, 23].iter().all(|&i| s.get(i) == Some(&b'-'))
-        && s.iter()
-            .enumerate()
-            .fold(true, |ok, (i, &b)| ok & (is(b, HEX) | matches!(i, 8 | 13 | 18 | 23)))
+        && s.iter().enumerate().fold(true, |ok, (i, &b)| {
+            ok & (is(b, HEX) | matches!(i, 8 | 13 | 18 | 23))
+        })
 }
 
 /// Whether `s` has the shape of a FHIR logical id with a letter prefix:
@@ -429,19 +429,27 @@ fn find_query_values<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<TextHit<'
             .count();
         let key_start = eq - key_len;
         let opens = key_start == 0
-            || text.get(key_start - 1).is_some_and(|b| matches!(b, b'?' | b'&' | b';') || b.is_ascii_whitespace());
+            || text
+                .get(key_start - 1)
+                .is_some_and(|b| matches!(b, b'?' | b'&' | b';') || b.is_ascii_whitespace());
         if key_len == 0 || !opens {
             continue;
         }
-        let Some(key) = text.get(key_start..eq).and_then(|k| std::str::from_utf8(k).ok()) else {
+        let Some(key) = text
+            .get(key_start..eq)
+            .and_then(|k| std::str::from_utf8(k).ok())
+        else {
             continue;
         };
         let kind = tax
             .id_named_kind(key)
             .or_else(|| tax.object_key_kind(key))
             .or_else(|| {
-                matches!(tax.key_role(key), Some(KeyRole::Id | KeyRole::Fhir | KeyRole::Slug))
-                    .then(|| tax.fallback_kind())
+                matches!(
+                    tax.key_role(key),
+                    Some(KeyRole::Id | KeyRole::Fhir | KeyRole::Slug)
+                )
+                .then(|| tax.fallback_kind())
             });
         let Some(kind) = kind else {
             continue;
@@ -449,7 +457,10 @@ fn find_query_values<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<TextHit<'
         let mut start = eq + 1;
         loop {
             let run = text.get(start..).map_or(0, |t| {
-                t.iter().take(FHIR_ID_MAX + 1).take_while(|&&b| is(b, SEGMENT_ID)).count()
+                t.iter()
+                    .take(FHIR_ID_MAX + 1)
+                    .take_while(|&&b| is(b, SEGMENT_ID))
+                    .count()
             });
             let mut end = start + run;
             while end > start && text.get(end - 1) == Some(&b'.') {
@@ -466,7 +477,10 @@ fn find_query_values<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<TextHit<'
                 && !escape_at(text, end)
                 && !covered
             {
-                out.push(TextHit { range, pattern: Pattern::Query(kind) });
+                out.push(TextHit {
+                    range,
+                    pattern: Pattern::Query(kind),
+                });
             }
             if text.get(end) != Some(&b',') || run == 0 {
                 break;
@@ -551,9 +565,10 @@ impl<'a> WordStarts<'a> {
                         continue;
                     }
                     // The run of letters and digits that ends at the mark.
-                    let run = self.text.get(..p).map_or(0, |t| {
-                        t.iter().rev().take_while(|&&b| is(b, ALNUM)).count()
-                    });
+                    let run = self
+                        .text
+                        .get(..p)
+                        .map_or(0, |t| t.iter().rev().take_while(|&&b| is(b, ALNUM)).count());
                     if run == 0 {
                         continue;
                     }
@@ -566,9 +581,10 @@ impl<'a> WordStarts<'a> {
                 continue;
             }
             let end = end.unwrap_or_else(|| {
-                cand + self.text.get(cand..).map_or(0, |t| {
-                    t.iter().take_while(|&&b| is(b, ALNUM)).count()
-                })
+                cand + self
+                    .text
+                    .get(cand..)
+                    .map_or(0, |t| t.iter().take_while(|&&b| is(b, ALNUM)).count())
             });
             self.last = Some((cand, end));
             return Some((cand, end));
@@ -816,7 +832,10 @@ fn find_cursors(text: &[u8], out: &mut Vec<TextHit<'_>>) {
     // words are read only in part).
     let mut k = 0;
     loop {
-        while out.get(next_hit).is_some_and(|h| next_hit < found_before && h.range.end <= k) {
+        while out
+            .get(next_hit)
+            .is_some_and(|h| next_hit < found_before && h.range.end <= k)
+        {
             next_hit += 1;
         }
         let limit = out
@@ -849,7 +868,9 @@ fn find_cursors(text: &[u8], out: &mut Vec<TextHit<'_>>) {
         while b64(end) {
             end += 1;
         }
-        let padding = text.get(end..limit).map_or(0, |t| t.iter().take(2).take_while(|b| **b == b'=').count());
+        let padding = text
+            .get(end..limit)
+            .map_or(0, |t| t.iter().take(2).take_while(|b| **b == b'=').count());
         let padded = end + padding;
         let is_cursor = |from: usize| {
             end - from >= CURSOR_MIN
@@ -961,7 +982,10 @@ mod tests {
             hits(&format!("/api/v2/patients?cursor={c}&limit=20")),
             [(c.to_owned(), "cursor")]
         );
-        assert_eq!(hits(&format!("next page: {padded}.")), [(padded.to_owned(), "cursor")]);
+        assert_eq!(
+            hits(&format!("next page: {padded}.")),
+            [(padded.to_owned(), "cursor")]
+        );
         // After a `/` of its run: the path before it is not part of it.
         assert_eq!(hits(&format!("/pages/{c}")), [(c.to_owned(), "cursor")]);
         // Not cursors: long words, a path, an alias, ids of other shapes.
@@ -1050,10 +1074,22 @@ mod tests {
             assert_eq!(is(b, ALNUM), alnum, "{b}");
             assert_eq!(is(b, TOKEN), alnum || matches!(b, b'-' | b'_'), "{b}");
             assert_eq!(is(b, FHIR_ID), alnum || matches!(b, b'-' | b'.'), "{b}");
-            assert_eq!(is(b, SEGMENT_ID), alnum || matches!(b, b'-' | b'.' | b'_' | b'~'), "{b}");
-            assert_eq!(is(b, ALIAS), b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-', "{b}");
+            assert_eq!(
+                is(b, SEGMENT_ID),
+                alnum || matches!(b, b'-' | b'.' | b'_' | b'~'),
+                "{b}"
+            );
+            assert_eq!(
+                is(b, ALIAS),
+                b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-',
+                "{b}"
+            );
             assert_eq!(is(b, HEX), b.is_ascii_hexdigit(), "{b}");
-            assert_eq!(is(b, BASE64), alnum || matches!(b, b'+' | b'/' | b'-' | b'_'), "{b}");
+            assert_eq!(
+                is(b, BASE64),
+                alnum || matches!(b, b'+' | b'/' | b'-' | b'_'),
+                "{b}"
+            );
         }
     }
 
@@ -1071,10 +1107,15 @@ mod tests {
                 alphabet[pick as usize]
             });
             for (x, y) in [(b'-', b'/'), (b'%', b'&')] {
-                let want = bytes.iter().enumerate().fold(0u64, |m, (i, b)| {
-                    m | u64::from(*b == x || *b == y) << i
-                });
-                assert_eq!(byte_mask(u64::from_le_bytes(bytes), x, y), want, "{bytes:?}");
+                let want = bytes
+                    .iter()
+                    .enumerate()
+                    .fold(0u64, |m, (i, b)| m | u64::from(*b == x || *b == y) << i);
+                assert_eq!(
+                    byte_mask(u64::from_le_bytes(bytes), x, y),
+                    want,
+                    "{bytes:?}"
+                );
             }
         }
         for len in [0, 1, 7, 8, 53, 63, 64, 65, 127, 128, 129, 300] {
@@ -1111,8 +1152,17 @@ mod tests {
 
     #[test]
     fn query_values_under_id_and_kind_keys_are_ids() {
-        let q = |t: &str| hits(t).into_iter().filter(|(_, p)| *p == "query").map(|(v, _)| v).collect::<Vec<_>>();
-        assert_eq!(q("/api/v2/appointments?patientId=482913&page=2"), ["482913"]);
+        let q = |t: &str| {
+            hits(t)
+                .into_iter()
+                .filter(|(_, p)| *p == "query")
+                .map(|(v, _)| v)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            q("/api/v2/appointments?patientId=482913&page=2"),
+            ["482913"]
+        );
         assert_eq!(q("next: /fhir/Observation?patient=17&_count=10"), ["17"]);
         assert_eq!(q("patient_id=88&visitId=9,10"), ["88", "9", "10"]);
         assert_eq!(q("?id=7;status=booked"), ["7"]);
@@ -1121,7 +1171,10 @@ mod tests {
         assert!(q("?patientId=anna").is_empty());
         assert!(q("?requestId=12&traceId=99").is_empty());
         assert_eq!(q("a patientId=12 in prose"), ["12"]);
-        assert!(q("a.b=patientId=5").is_empty(), "a key opens a query, a word or the text");
+        assert!(
+            q("a.b=patientId=5").is_empty(),
+            "a key opens a query, a word or the text"
+        );
         assert!(q("dose=5mg&patient ok").is_empty());
         // A value another pattern found is not found twice.
         assert_eq!(hits("?patientId=pat-000123").len(), 1);

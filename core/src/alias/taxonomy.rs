@@ -150,7 +150,6 @@ pub struct TaxonomyConfig {
     pub max_id_len: usize,
 }
 
-
 impl Default for TaxonomyConfig {
     /// The built-in taxonomy: no kinds of its own (so the built-in kinds
     /// alone) and every other field at its default.
@@ -197,7 +196,10 @@ impl TaxonomyConfig {
             defaults::kinds().into_iter().map(|k| (None, k)).collect()
         };
         for (i, k) in self.kinds.into_iter().enumerate() {
-            match kinds.iter_mut().find(|(from, d)| from.is_none() && d.name == k.name) {
+            match kinds
+                .iter_mut()
+                .find(|(from, d)| from.is_none() && d.name == k.name)
+            {
                 Some(slot) => *slot = (Some(i), k),
                 None => kinds.push((Some(i), k)),
             }
@@ -613,9 +615,7 @@ impl WordPairs {
                     .chain(super::fhir::RESOURCE_TYPES.iter().copied()),
             ),
             fhir_prefix: PairSet::of(t.fhir_prefix.keys()),
-            key: PairSet::of(
-                t.key_role.keys().chain(t.id_field.keys()),
-            ),
+            key: PairSet::of(t.key_role.keys().chain(t.id_field.keys())),
             object_key: PairSet::of(t.object_key.keys()),
         }
     }
@@ -779,7 +779,11 @@ fn valid_prefix(s: &str) -> bool {
 fn id_stem(key: &str) -> Option<&str> {
     const WORDS: [&str; 6] = ["uuids", "guids", "uuid", "guid", "ids", "id"];
     // Every word ends in `d` or `s`: most keys are turned away here.
-    if !key.bytes().last().is_some_and(|b| matches!(b, b'd' | b'D' | b's' | b'S')) {
+    if !key
+        .bytes()
+        .last()
+        .is_some_and(|b| matches!(b, b'd' | b'D' | b's' | b'S'))
+    {
         return None;
     }
     for word in WORDS {
@@ -969,11 +973,20 @@ impl Taxonomy {
                 let field = format!("{at}.identifierSystems[{j}]");
                 let bare = bare_system(system);
                 if bare.is_empty() || bare.bytes().any(|b| b.is_ascii_whitespace() || b == b'|') {
-                    return Err(err(field, format!("must be a URI or an OID without spaces or '|', got {system:?}")));
+                    return Err(err(
+                        field,
+                        format!("must be a URI or an OID without spaces or '|', got {system:?}"),
+                    ));
                 }
                 if let Some(other) = t.identifier_system.insert(bare.to_owned(), id) {
-                    let name = t.kinds.get(usize::from(other.0)).map_or("", |k| k.name.as_str());
-                    return Err(err(field, format!("system {system:?} is listed for kind {name:?} too")));
+                    let name = t
+                        .kinds
+                        .get(usize::from(other.0))
+                        .map_or("", |k| k.name.as_str());
+                    return Err(err(
+                        field,
+                        format!("system {system:?} is listed for kind {name:?} too"),
+                    ));
                 }
             }
         }
@@ -1000,7 +1013,10 @@ impl Taxonomy {
                 if key.is_empty() {
                     return Err(err(format!("{field}[{j}]"), "must not be empty"));
                 }
-                if t.key_role.insert(norm_key(key), role).is_some_and(|r| r != role) {
+                if t.key_role
+                    .insert(norm_key(key), role)
+                    .is_some_and(|r| r != role)
+                {
                     return Err(err(
                         format!("{field}[{j}]"),
                         format!("key {key:?} has two roles"),
@@ -1252,7 +1268,10 @@ impl Taxonomy {
     }
     /// [`Self::resource_type_kinds`], and whether the taxonomy maps this
     /// type to a kind itself.
-    pub(crate) fn resource_type(&self, resource_type: impl AsRef<[u8]>) -> Option<(&[KindId], bool)> {
+    pub(crate) fn resource_type(
+        &self,
+        resource_type: impl AsRef<[u8]>,
+    ) -> Option<(&[KindId], bool)> {
         let resource_type = resource_type.as_ref();
         if !self.pairs.resource_type.may_hold(resource_type) {
             return None;
@@ -1290,7 +1309,10 @@ impl Taxonomy {
             return None;
         }
         with_norm(key.as_bytes(), |k| {
-            self.pairs.object_key.may_hold(k).then(|| self.object_key.get(k).copied())?
+            self.pairs
+                .object_key
+                .may_hold(k)
+                .then(|| self.object_key.get(k).copied())?
         })
     }
     /// The kind of a key that names an id by its spelling, in any case or
@@ -1318,7 +1340,11 @@ impl Taxonomy {
                     (None, None)
                 };
                 let object = as_object && self.pairs.object_key.may_hold(k);
-                (role, field, object.then(|| self.object_key.get(k).copied()).flatten())
+                (
+                    role,
+                    field,
+                    object.then(|| self.object_key.get(k).copied()).flatten(),
+                )
             })
         } else {
             (None, None, None)
@@ -1362,7 +1388,10 @@ impl Taxonomy {
             return None;
         }
         with_norm(segment, |k| {
-            self.pairs.path_segment.may_hold(k).then(|| self.path_segment.get(k).copied())?
+            self.pairs
+                .path_segment
+                .may_hold(k)
+                .then(|| self.path_segment.get(k).copied())?
         })
     }
     /// The kind whose business identifiers `system` names, if any.
@@ -1370,7 +1399,9 @@ impl Taxonomy {
         if self.identifier_system.0.is_empty() {
             return None;
         }
-        self.identifier_system.get(bare_system(system.trim())).copied()
+        self.identifier_system
+            .get(bare_system(system.trim()))
+            .copied()
     }
     /// Whether ids of `kind` stay readable in free text
     /// ([`KindConfig::readable_in_text`]).
@@ -1470,12 +1501,26 @@ mod tests {
     fn the_example_file_adds_specimens_to_the_defaults() {
         let t = Taxonomy::from_json(EXAMPLE).unwrap();
         let defaults = Taxonomy::default();
-        assert_eq!(t.kind_count(), defaults.kind_count() + 3, "specimen, insurance-number, mrn");
+        assert_eq!(
+            t.kind_count(),
+            defaults.kind_count() + 3,
+            "specimen, insurance-number, mrn"
+        );
         let kvnr = t.kind_by_name("insurance-number").unwrap();
         let mrn = t.kind_by_name("mrn").unwrap();
-        assert_eq!(t.identifier_system_kind("http://fhir.de/sid/gkv/kvid-10"), Some(kvnr));
-        assert_eq!(t.identifier_system_kind("urn:oid:1.2.276.0.76.3.1.999.1"), Some(mrn));
-        assert_eq!(t.identifier_system_kind("1.2.276.0.76.3.1.999.1"), Some(mrn), "an OID with or without urn:oid:");
+        assert_eq!(
+            t.identifier_system_kind("http://fhir.de/sid/gkv/kvid-10"),
+            Some(kvnr)
+        );
+        assert_eq!(
+            t.identifier_system_kind("urn:oid:1.2.276.0.76.3.1.999.1"),
+            Some(mrn)
+        );
+        assert_eq!(
+            t.identifier_system_kind("1.2.276.0.76.3.1.999.1"),
+            Some(mrn),
+            "an OID with or without urn:oid:"
+        );
         assert_eq!(t.identifier_system_kind("http://loinc.org"), None);
         assert!(t.readable_in_text(mrn) && !t.readable_in_text(kvnr));
         let specimen = t.kind_by_name("specimen").unwrap();
@@ -1503,7 +1548,11 @@ mod tests {
             .map(|(_, k)| k.name.clone())
             .collect();
         assert_eq!(names.len(), default_names.len() + 1);
-        assert_eq!(names[..default_names.len()], default_names[..], "replaced in place");
+        assert_eq!(
+            names[..default_names.len()],
+            default_names[..],
+            "replaced in place"
+        );
         assert_eq!(names.last(), Some(&"bed"));
         let ward = t.kind_by_name("ward").unwrap();
         assert_eq!(t.kind(ward).unwrap().prefix, "station");
@@ -1549,7 +1598,12 @@ mod tests {
             br#"{"selfIdKeys":["id"]}"#,
         ] {
             let t = Taxonomy::from_json(changed).unwrap();
-            assert_ne!(t.digest(), d.digest(), "{}", String::from_utf8_lossy(changed));
+            assert_ne!(
+                t.digest(),
+                d.digest(),
+                "{}",
+                String::from_utf8_lossy(changed)
+            );
             assert_ne!(t, d);
         }
         assert_ne!(Taxonomy::minimal().digest(), d.digest());
@@ -1580,13 +1634,39 @@ mod tests {
         for key in ["taskGroupUuid", "task_group_ids", "TaskGroupID"] {
             assert_eq!(name(key).as_deref(), Some("task-group"), "{key}");
         }
-        for key in ["id", "ID", "_id", "Ids", "uuid", "UUID", "guid", "externalDocIds", "fooGUID", "address2Id"] {
+        for key in [
+            "id",
+            "ID",
+            "_id",
+            "Ids",
+            "uuid",
+            "UUID",
+            "guid",
+            "externalDocIds",
+            "fooGUID",
+            "address2Id",
+        ] {
             assert_eq!(name(key).as_deref(), Some("record"), "{key}");
         }
         for key in [
-            "paid", "PAID", "valid", "VALID", "grid", "squid", "Guidance", "idle", "",
-            "requestId", "x-request-id", "X-Correlation-ID", "traceId", "parentSpanId", "session_id",
-            "versionId", "version_id", "VersionID",
+            "paid",
+            "PAID",
+            "valid",
+            "VALID",
+            "grid",
+            "squid",
+            "Guidance",
+            "idle",
+            "",
+            "requestId",
+            "x-request-id",
+            "X-Correlation-ID",
+            "traceId",
+            "parentSpanId",
+            "session_id",
+            "versionId",
+            "version_id",
+            "VersionID",
         ] {
             assert_eq!(name(key), None, "{key}");
         }

@@ -541,7 +541,11 @@ proptest! {
 }
 
 /// Decodes a request as the filter does, with `session` as control.
-fn decode_request(tax: &Taxonomy, session: &SessionMap, path: &str) -> Result<String, RequestError> {
+fn decode_request(
+    tax: &Taxonomy,
+    session: &SessionMap,
+    path: &str,
+) -> Result<String, RequestError> {
     let scan = RequestScan::new(tax, path, None)?;
     let decoded: Vec<Option<DecodedIds>> = scan
         .aliases()
@@ -566,31 +570,56 @@ fn one_id_under_two_resource_types_is_two_records() {
     let body = br#"{"resourceType":"Bundle","type":"searchset","entry":[
       {"resource":{"resourceType":"Encounter","id":"1","subject":{"reference":"Patient/1"}}},
       {"resource":{"resourceType":"Patient","id":"1","name":[{"family":"Kuehn"}]}}]}"#;
-    let out: Value = serde_json::from_slice(&process(&tax, &mut session, "/fhir/Encounter?_include=Encounter:subject", body)).unwrap();
+    let out: Value = serde_json::from_slice(&process(
+        &tax,
+        &mut session,
+        "/fhir/Encounter?_include=Encounter:subject",
+        body,
+    ))
+    .unwrap();
     let encounter = find(&out, "/entry/0/resource/id").to_owned();
     let patient = find(&out, "/entry/1/resource/id").to_owned();
     assert_ne!(encounter, patient, "two records, two aliases");
-    assert_eq!(find(&out, "/entry/0/resource/subject/reference"), format!("Patient/{patient}"));
+    assert_eq!(
+        find(&out, "/entry/0/resource/subject/reference"),
+        format!("Patient/{patient}")
+    );
     assert_eq!(session.len(), 2);
     for (alias, kind) in [(&encounter, "Encounter"), (&patient, "Patient")] {
-        assert_eq!(decode_request(&tax, &session, &format!("/fhir/{kind}/{alias}")).unwrap(), format!("/fhir/{kind}/1"));
+        assert_eq!(
+            decode_request(&tax, &session, &format!("/fhir/{kind}/{alias}")).unwrap(),
+            format!("/fhir/{kind}/1")
+        );
     }
     for (alias, kind) in [(&encounter, "Patient"), (&patient, "Encounter")] {
         let err = decode_request(&tax, &session, &format!("/fhir/{kind}/{alias}")).unwrap_err();
-        assert!(matches!(err, RequestError::WrongKind { .. }), "{alias} in a {kind} path: {err:?}");
+        assert!(
+            matches!(err, RequestError::WrongKind { .. }),
+            "{alias} in a {kind} path: {err:?}"
+        );
     }
     // A later body keeps both aliases, whichever type comes first.
     let again = br#"{"resourceType":"Bundle","type":"searchset","entry":[
       {"resource":{"resourceType":"Patient","id":"1"}},
       {"resource":{"resourceType":"Encounter","id":"1"}}]}"#;
-    let out: Value = serde_json::from_slice(&process(&tax, &mut session, "/fhir/Patient?_revinclude=Encounter:subject", again)).unwrap();
+    let out: Value = serde_json::from_slice(&process(
+        &tax,
+        &mut session,
+        "/fhir/Patient?_revinclude=Encounter:subject",
+        again,
+    ))
+    .unwrap();
     assert_eq!(find(&out, "/entry/0/resource/id"), patient);
     assert_eq!(find(&out, "/entry/1/resource/id"), encounter);
     assert_eq!(session.len(), 2, "nothing new minted");
 }
 
 fn example_taxonomy() -> Taxonomy {
-    Taxonomy::from_json(include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../config/taxonomy.example.json"))).unwrap()
+    Taxonomy::from_json(include_bytes!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../config/taxonomy.example.json"
+    )))
+    .unwrap()
 }
 
 #[test]
@@ -604,14 +633,31 @@ fn business_identifiers_are_aliased_and_an_mrn_stays_readable_in_text() {
          "system":"urn:oid:1.2.276.0.76.3.1.999.1","value":"MRN-0042"},
         {"system":"http://example.org/other","value":"X-77"}],
       "text":{"div":"<div>KVNR A123456789, MRN-0042 (Etikett)</div>"}}"#;
-    let out: Value = serde_json::from_slice(&process(&tax, &mut session, "/fhir/Patient/pat-000123", body)).unwrap();
+    let out: Value = serde_json::from_slice(&process(
+        &tax,
+        &mut session,
+        "/fhir/Patient/pat-000123",
+        body,
+    ))
+    .unwrap();
     let kvnr = find(&out, "/identifier/0/value").to_owned();
     let mrn = find(&out, "/identifier/1/value").to_owned();
     assert!(kvnr.starts_with("kvnr-"), "{out}");
     assert!(mrn.starts_with("mrn-"), "{out}");
-    assert_eq!(find(&out, "/identifier/2/value"), "X-77", "a system nobody configured names no kind");
-    assert_eq!(find(&out, "/identifier/1/type/coding/0/code"), "MR", "codes and systems untouched");
-    assert_eq!(find(&out, "/identifier/0/system"), "http://fhir.de/sid/gkv/kvid-10");
+    assert_eq!(
+        find(&out, "/identifier/2/value"),
+        "X-77",
+        "a system nobody configured names no kind"
+    );
+    assert_eq!(
+        find(&out, "/identifier/1/type/coding/0/code"),
+        "MR",
+        "codes and systems untouched"
+    );
+    assert_eq!(
+        find(&out, "/identifier/0/system"),
+        "http://fhir.de/sid/gkv/kvid-10"
+    );
     assert_eq!(
         find(&out, "/text/div"),
         format!("<div>KVNR {kvnr}, MRN-0042 (Etikett)</div>"),
@@ -620,29 +666,59 @@ fn business_identifiers_are_aliased_and_an_mrn_stays_readable_in_text() {
     // A search by business identifier: the alias decodes, a raw value is refused.
     let kvid = "http://fhir.de/sid/gkv/kvid-10";
     assert_eq!(
-        decode_request(&tax, &session, &format!("/fhir/Patient?identifier={kvid}|{kvnr}")).unwrap(),
+        decode_request(
+            &tax,
+            &session,
+            &format!("/fhir/Patient?identifier={kvid}|{kvnr}")
+        )
+        .unwrap(),
         format!("/fhir/Patient?identifier={kvid}|A123456789")
     );
     for raw in [
         format!("/fhir/Patient?identifier={kvid}|A123456789"),
-        "/fhir/Patient?identifier=http%3A%2F%2Ffhir.de%2Fsid%2Fgkv%2Fkvid-10%7CA123456789".to_owned(),
+        "/fhir/Patient?identifier=http%3A%2F%2Ffhir.de%2Fsid%2Fgkv%2Fkvid-10%7CA123456789"
+            .to_owned(),
         "/fhir/Patient?identifier=1.2.276.0.76.3.1.999.1|MRN-0042".to_owned(),
     ] {
         let scan = RequestScan::new(&tax, &raw, None).unwrap();
         assert_eq!(scan.raw_ids().query, 1, "{raw}");
     }
-    let other = RequestScan::new(&tax, "/fhir/Patient?identifier=http://example.org/other|X-77", None).unwrap();
+    let other = RequestScan::new(
+        &tax,
+        "/fhir/Patient?identifier=http://example.org/other|X-77",
+        None,
+    )
+    .unwrap();
     assert_eq!(other.raw_ids().total(), 0);
     // In a JSON body: a configured system beside a raw value is a raw id;
     // beside the alias it is none, and the alias decodes.
-    let body = |v: &str| format!(r#"{{"resourceType":"Coverage","beneficiary":{{"identifier":{{"system":"{kvid}","value":"{v}"}}}}}}"#);
+    let body = |v: &str| {
+        format!(
+            r#"{{"resourceType":"Coverage","beneficiary":{{"identifier":{{"system":"{kvid}","value":"{v}"}}}}}}"#
+        )
+    };
     let raw = body("A123456789");
-    let scan = RequestScan::new(&tax, "/fhir/Coverage", Some((raw.as_bytes(), BodyKind::Json))).unwrap();
+    let scan = RequestScan::new(
+        &tax,
+        "/fhir/Coverage",
+        Some((raw.as_bytes(), BodyKind::Json)),
+    )
+    .unwrap();
     assert_eq!(scan.raw_ids().body, 1);
     let aliased = body(&kvnr);
-    let scan = RequestScan::new(&tax, "/fhir/Coverage", Some((aliased.as_bytes(), BodyKind::Json))).unwrap();
+    let scan = RequestScan::new(
+        &tax,
+        "/fhir/Coverage",
+        Some((aliased.as_bytes(), BodyKind::Json)),
+    )
+    .unwrap();
     assert_eq!(scan.raw_ids().total(), 0);
     let other = r#"{"identifier":{"system":"http://example.org/other","value":"X-77"}}"#;
-    let scan = RequestScan::new(&tax, "/fhir/Coverage", Some((other.as_bytes(), BodyKind::Json))).unwrap();
+    let scan = RequestScan::new(
+        &tax,
+        "/fhir/Coverage",
+        Some((other.as_bytes(), BodyKind::Json)),
+    )
+    .unwrap();
     assert_eq!(scan.raw_ids().total(), 0);
 }

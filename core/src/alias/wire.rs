@@ -146,7 +146,8 @@ impl<'de, R: serde::de::DeserializeOwned> Deserialize<'de> for WithTaxonomy<R> {
             Some(serde_json::Value::String(digest)) => Some(digest),
             Some(_) => return Err(D::Error::custom("taxonomy: must be a digest string")),
         };
-        let request = R::deserialize(serde_json::Value::Object(members)).map_err(D::Error::custom)?;
+        let request =
+            R::deserialize(serde_json::Value::Object(members)).map_err(D::Error::custom)?;
         Ok(WithTaxonomy { request, taxonomy })
     }
 }
@@ -346,7 +347,8 @@ mod tests {
         assert_eq!(req.taxonomy, None);
         assert_eq!(req.request, plain);
         let req: WithTaxonomy<DecodeRequest> =
-            serde_json::from_str(r#"{"session":"s","aliases":["patient-001"],"taxonomy":null}"#).unwrap();
+            serde_json::from_str(r#"{"session":"s","aliases":["patient-001"],"taxonomy":null}"#)
+                .unwrap();
         assert_eq!(req.taxonomy, None);
         // Strict as before: unknown members, a non-string digest, missing members.
         for bad in [
@@ -355,7 +357,10 @@ mod tests {
             r#"{"session":"s","taxonomy":"x"}"#,
             r#"[]"#,
         ] {
-            assert!(serde_json::from_str::<WithTaxonomy<DecodeRequest>>(bad).is_err(), "{bad}");
+            assert!(
+                serde_json::from_str::<WithTaxonomy<DecodeRequest>>(bad).is_err(),
+                "{bad}"
+            );
         }
         // Serialized as one object.
         let tax = crate::alias::Taxonomy::default();
@@ -381,11 +386,21 @@ mod tests {
     fn the_prompt_marker_is_optional_and_only_written_when_set() {
         let req: EncodeRequest = serde_json::from_str(r#"{"session":"s","ids":[]}"#).unwrap();
         assert_eq!(req.origin(), Origin::Response);
-        assert_eq!(serde_json::to_string(&req).unwrap(), r#"{"session":"s","ids":[]}"#);
-        let req: EncodeRequest = serde_json::from_str(r#"{"session":"s","ids":[],"prompt":true}"#).unwrap();
+        assert_eq!(
+            serde_json::to_string(&req).unwrap(),
+            r#"{"session":"s","ids":[]}"#
+        );
+        let req: EncodeRequest =
+            serde_json::from_str(r#"{"session":"s","ids":[],"prompt":true}"#).unwrap();
         assert_eq!(req.origin(), Origin::Prompt);
-        assert_eq!(serde_json::to_string(&req).unwrap(), r#"{"session":"s","ids":[],"prompt":true}"#);
-        assert!(serde_json::from_str::<EncodeRequest>(r#"{"session":"s","ids":[],"prompt":"yes"}"#).is_err());
+        assert_eq!(
+            serde_json::to_string(&req).unwrap(),
+            r#"{"session":"s","ids":[],"prompt":true}"#
+        );
+        assert!(serde_json::from_str::<EncodeRequest>(
+            r#"{"session":"s","ids":[],"prompt":"yes"}"#
+        )
+        .is_err());
     }
 
     #[test]

@@ -11,7 +11,10 @@ const JSON_BR: &str = "1b6600f89d07b68d7ceb2214060353ea6325b257445796db527597797
 const ZEROS_BR: &str = "9bbfc62df82700e2b14020cfb705";
 
 fn hex(s: &str) -> Vec<u8> {
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
 }
 
 fn gzip(data: &[u8]) -> Vec<u8> {
@@ -48,25 +51,50 @@ fn encode(data: &[u8], coding: Coding) -> Vec<u8> {
 #[test]
 fn content_encoding_values_parse_in_order() {
     assert_eq!(parse("gzip"), Ok(vec![Coding::Gzip]));
-    assert_eq!(parse(" X-GZIP , br"), Ok(vec![Coding::Gzip, Coding::Brotli]));
+    assert_eq!(
+        parse(" X-GZIP , br"),
+        Ok(vec![Coding::Gzip, Coding::Brotli])
+    );
     assert_eq!(parse("identity"), Ok(vec![]));
-    assert_eq!(parse("deflate, identity, zstd"), Ok(vec![Coding::Deflate, Coding::Zstd]));
-    assert_eq!(parse("compress"), Err(CodingError::Unsupported("compress".into())));
-    assert_eq!(parse("gzip, aes128gcm"), Err(CodingError::Unsupported("aes128gcm".into())));
+    assert_eq!(
+        parse("deflate, identity, zstd"),
+        Ok(vec![Coding::Deflate, Coding::Zstd])
+    );
+    assert_eq!(
+        parse("compress"),
+        Err(CodingError::Unsupported("compress".into()))
+    );
+    assert_eq!(
+        parse("gzip, aes128gcm"),
+        Err(CodingError::Unsupported("aes128gcm".into()))
+    );
 }
 
 #[test]
 fn each_coding_decodes_what_its_encoder_wrote() {
     for coding in [Coding::Gzip, Coding::Deflate, Coding::Zstd] {
-        assert_eq!(decode(&encode(JSON, coding), &[coding], 1 << 20).unwrap(), JSON, "{coding:?}");
+        assert_eq!(
+            decode(&encode(JSON, coding), &[coding], 1 << 20).unwrap(),
+            JSON,
+            "{coding:?}"
+        );
     }
-    assert_eq!(decode(&raw_deflate(JSON), &[Coding::Deflate], 1 << 20), Err(CodingError::Corrupt("deflate")));
-    assert_eq!(decode(&hex(JSON_BR), &[Coding::Brotli], 1 << 20).unwrap(), JSON);
+    assert_eq!(
+        decode(&raw_deflate(JSON), &[Coding::Deflate], 1 << 20),
+        Err(CodingError::Corrupt("deflate"))
+    );
+    assert_eq!(
+        decode(&hex(JSON_BR), &[Coding::Brotli], 1 << 20).unwrap(),
+        JSON
+    );
     // Two gzip members are one body; codings stack (gzip applied last).
     let two = [gzip(&JSON[..40]), gzip(&JSON[40..])].concat();
     assert_eq!(decode(&two, &[Coding::Gzip], 1 << 20).unwrap(), JSON);
     let stacked = gzip(&zstd(JSON));
-    assert_eq!(decode(&stacked, &[Coding::Zstd, Coding::Gzip], 1 << 20).unwrap(), JSON);
+    assert_eq!(
+        decode(&stacked, &[Coding::Zstd, Coding::Gzip], 1 << 20).unwrap(),
+        JSON
+    );
 }
 
 #[test]
@@ -74,8 +102,15 @@ fn corrupt_and_cut_bodies_are_refused() {
     for coding in [Coding::Gzip, Coding::Deflate, Coding::Zstd] {
         let encoded = encode(JSON, coding);
         let cut = &encoded[..encoded.len() / 2];
-        assert_eq!(decode(cut, &[coding], 1 << 20), Err(CodingError::Corrupt(coding.as_str())), "{coding:?} cut");
-        assert!(decode(JSON, &[coding], 1 << 20).is_err(), "{coding:?} on plain bytes");
+        assert_eq!(
+            decode(cut, &[coding], 1 << 20),
+            Err(CodingError::Corrupt(coding.as_str())),
+            "{coding:?} cut"
+        );
+        assert!(
+            decode(JSON, &[coding], 1 << 20).is_err(),
+            "{coding:?} on plain bytes"
+        );
     }
     let br = hex(JSON_BR);
     assert!(decode(&br[..br.len() / 2], &[Coding::Brotli], 1 << 20).is_err());
@@ -91,13 +126,26 @@ fn a_body_that_inflates_past_the_limit_is_refused() {
         (Coding::Brotli, hex(ZEROS_BR)),
     ] {
         assert!(encoded.len() < 20_000, "{coding:?}: {}", encoded.len());
-        assert_eq!(decode(&encoded, &[coding], 1 << 20), Err(CodingError::TooLarge { limit: 1 << 20 }), "{coding:?}");
-        assert_eq!(decode(&encoded, &[coding], 3_000_000).map(|d| d.len()), Ok(3_000_000), "{coding:?}");
+        assert_eq!(
+            decode(&encoded, &[coding], 1 << 20),
+            Err(CodingError::TooLarge { limit: 1 << 20 }),
+            "{coding:?}"
+        );
+        assert_eq!(
+            decode(&encoded, &[coding], 3_000_000).map(|d| d.len()),
+            Ok(3_000_000),
+            "{coding:?}"
+        );
     }
 }
 
 fn coding() -> impl Strategy<Value = Coding> {
-    prop_oneof![Just(Coding::Gzip), Just(Coding::Deflate), Just(Coding::Brotli), Just(Coding::Zstd)]
+    prop_oneof![
+        Just(Coding::Gzip),
+        Just(Coding::Deflate),
+        Just(Coding::Brotli),
+        Just(Coding::Zstd)
+    ]
 }
 
 proptest! {

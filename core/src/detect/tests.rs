@@ -11,33 +11,68 @@ fn shared() -> PathBuf {
 
 #[test]
 fn definitions_of_every_format_count_once_each() {
-    assert_eq!(count(r#"{"tools":[{"type":"function","function":{"name":"a"}}]}"#), 1);
-    assert_eq!(count(r#"{"tools":[{"type":"function","function":{"name":"a","parameters":{}}}]}"#), 1);
-    assert_eq!(count(r#"{"tools":[{"type":"function","name":"a","parameters":{}}]}"#), 1);
-    assert_eq!(count(r#"{"tools":[{"name":"a","input_schema":{"type":"object"}}]}"#), 1);
-    assert_eq!(count(r#"{"tools":[{"functionDeclarations":[{"name":"a"},{"name":"b"}]}]}"#), 2);
+    assert_eq!(
+        count(r#"{"tools":[{"type":"function","function":{"name":"a"}}]}"#),
+        1
+    );
+    assert_eq!(
+        count(r#"{"tools":[{"type":"function","function":{"name":"a","parameters":{}}}]}"#),
+        1
+    );
+    assert_eq!(
+        count(r#"{"tools":[{"type":"function","name":"a","parameters":{}}]}"#),
+        1
+    );
+    assert_eq!(
+        count(r#"{"tools":[{"name":"a","input_schema":{"type":"object"}}]}"#),
+        1
+    );
+    assert_eq!(
+        count(r#"{"tools":[{"functionDeclarations":[{"name":"a"},{"name":"b"}]}]}"#),
+        2
+    );
     assert_eq!(count(r#"{"functions":[{"name":"a"},{"name":"b"}]}"#), 2);
-    assert_eq!(count(r#"{"tools":[{"type":"custom","custom":{"name":"a"}}]}"#), 1);
+    assert_eq!(
+        count(r#"{"tools":[{"type":"custom","custom":{"name":"a"}}]}"#),
+        1
+    );
 }
 
 #[test]
 fn spelling_case_and_escapes_do_not_hide_a_definition() {
-    for key in ["input_schema", "inputSchema", "INPUT_SCHEMA", "\\u0069nput_schema", "Input-Schema", "DESCRIPTION", "Parameters"] {
+    for key in [
+        "input_schema",
+        "inputSchema",
+        "INPUT_SCHEMA",
+        "\\u0069nput_schema",
+        "Input-Schema",
+        "DESCRIPTION",
+        "Parameters",
+    ] {
         let body = format!(r#"{{"x":[{{"NAME":"a","{key}":{{}}}}]}}"#);
         assert_eq!(count(&body), 1, "{key}");
     }
     assert_eq!(count(r#"{"FunctionDeclarations":[{"Name":"a"}]}"#), 1);
-    assert_eq!(count(r#"{"tools":[{"type":"x","Function":{"n\u0061me":"a"}}]}"#), 1);
+    assert_eq!(
+        count(r#"{"tools":[{"type":"x","Function":{"n\u0061me":"a"}}]}"#),
+        1
+    );
     // Keys a case-insensitive decoder folds onto ASCII.
     assert_eq!(count("{\"FUNCTIONſ\":[{\"name\":\"a\"}]}"), 1);
-    assert_eq!(count("{\"t\":{\"name\":\"a\",\"de\u{17F}cription\":\"x\"}}"), 1);
+    assert_eq!(
+        count("{\"t\":{\"name\":\"a\",\"de\u{17F}cription\":\"x\"}}"),
+        1
+    );
 }
 
 #[test]
 fn definitions_are_found_at_any_depth() {
     let nested = r#"{"a":{"b":[{"c":{"name":"x","description":"d"}}]},"tools":[]}"#;
     assert_eq!(count(nested), 1);
-    assert_eq!(count(r#"[{"name":"x","parameters":{}},{"name":"y","parameters":{}}]"#), 2);
+    assert_eq!(
+        count(r#"[{"name":"x","parameters":{}},{"name":"y","parameters":{}}]"#),
+        2
+    );
 }
 
 #[test]
@@ -53,8 +88,16 @@ fn calls_builtins_and_schemas_are_not_definitions() {
     ]}"#;
     assert_eq!(count(history), 0);
     // A forced function names a tool; it does not define one.
-    assert_eq!(count(r#"{"tool_choice":{"type":"function","function":{"name":"a"}},"tools":[]}"#), 0);
-    assert_eq!(count(r#"{"tools":[{"type":"web_search_20250305","name":"web_search","max_uses":3},{"type":"web_search"},{"googleSearch":{}}]}"#), 0);
+    assert_eq!(
+        count(r#"{"tool_choice":{"type":"function","function":{"name":"a"}},"tools":[]}"#),
+        0
+    );
+    assert_eq!(
+        count(
+            r#"{"tools":[{"type":"web_search_20250305","name":"web_search","max_uses":3},{"type":"web_search"},{"googleSearch":{}}]}"#
+        ),
+        0
+    );
     let schema = r#"{"type":"object","properties":{"name":{"type":"string","description":"d"},"description":{"type":"string"}}}"#;
     assert_eq!(count(schema), 0);
 }
@@ -84,8 +127,15 @@ fn the_catalog_requests_hold_the_whole_registry() {
 #[test]
 fn real_world_tools_count_exactly_once_in_every_format() {
     let mut seen = 0usize;
-    for set in ["apibank", "bfcl", "metatool", "sealtools", "stabletoolbench"] {
-        let text = std::fs::read_to_string(shared().join("datasets").join(set).join("tools.jsonl")).unwrap();
+    for set in [
+        "apibank",
+        "bfcl",
+        "metatool",
+        "sealtools",
+        "stabletoolbench",
+    ] {
+        let text = std::fs::read_to_string(shared().join("datasets").join(set).join("tools.jsonl"))
+            .unwrap();
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
             let tool: serde_json::Value = serde_json::from_str(line).unwrap();
             let name = serde_json::to_string(&tool["name"]).unwrap();
@@ -96,10 +146,18 @@ fn real_world_tools_count_exactly_once_in_every_format() {
                 tool["parameters"].to_string()
             };
             let shapes = [
-                format!(r#"{{"tools":[{{"type":"function","function":{{"name":{name},"description":{description},"parameters":{parameters}}}}}]}}"#),
-                format!(r#"{{"tools":[{{"type":"function","name":{name},"description":{description},"parameters":{parameters}}}]}}"#),
-                format!(r#"{{"tools":[{{"name":{name},"description":{description},"input_schema":{parameters}}}]}}"#),
-                format!(r#"{{"tools":[{{"functionDeclarations":[{{"name":{name},"description":{description},"parameters":{parameters}}}]}}]}}"#),
+                format!(
+                    r#"{{"tools":[{{"type":"function","function":{{"name":{name},"description":{description},"parameters":{parameters}}}}}]}}"#
+                ),
+                format!(
+                    r#"{{"tools":[{{"type":"function","name":{name},"description":{description},"parameters":{parameters}}}]}}"#
+                ),
+                format!(
+                    r#"{{"tools":[{{"name":{name},"description":{description},"input_schema":{parameters}}}]}}"#
+                ),
+                format!(
+                    r#"{{"tools":[{{"functionDeclarations":[{{"name":{name},"description":{description},"parameters":{parameters}}}]}}]}}"#
+                ),
             ];
             for body in shapes {
                 assert_eq!(count(&body), 1, "{set}: {line}");
@@ -123,19 +181,34 @@ proptest::proptest! {
 #[test]
 fn name_only_definitions_count_wherever_they_stand() {
     // OpenAI's tool search loads tools into the context from an input item.
-    let loaded: Vec<String> = (0..5).map(|i| format!(r#"{{"type":"function","name":"t{i}"}}"#)).collect();
+    let loaded: Vec<String> = (0..5)
+        .map(|i| format!(r#"{{"type":"function","name":"t{i}"}}"#))
+        .collect();
     let body = format!(
         r#"{{"input":[{{"type":"tool_search_output","tools":[{}]}}],"tools":[{{"type":"function","name":"a"}}]}}"#,
         loaded.join(",")
     );
     assert_eq!(count(&body), 6);
     // A Realtime session's tools; custom tools with a grammar format; any case.
-    assert_eq!(count(r#"{"session":{"type":"realtime","tools":[{"type":"function","name":"a"},{"type":"custom","name":"b","format":{"type":"grammar"}}]}}"#), 2);
+    assert_eq!(
+        count(
+            r#"{"session":{"type":"realtime","tools":[{"type":"function","name":"a"},{"type":"custom","name":"b","format":{"type":"grammar"}}]}}"#
+        ),
+        2
+    );
     assert_eq!(count(r#"{"x":{"TYPE":"Function","Name":"a"}}"#), 1);
     // An element of a tools array with a name and no type of its own.
-    assert_eq!(count(r#"{"session":{"tools":[{"name":"a"},{"name":"b"}]}}"#), 2);
+    assert_eq!(
+        count(r#"{"session":{"tools":[{"name":"a"},{"name":"b"}]}}"#),
+        2
+    );
     // A built-in names its own type: not a definition.
-    assert_eq!(count(r#"{"tools":[{"type":"web_search_20260209","name":"web_search"},{"type":"computer_20251124","name":"computer","display_width_px":1024}]}"#), 0);
+    assert_eq!(
+        count(
+            r#"{"tools":[{"type":"web_search_20260209","name":"web_search"},{"type":"computer_20251124","name":"computer","display_width_px":1024}]}"#
+        ),
+        0
+    );
 }
 
 #[test]
@@ -145,18 +218,37 @@ fn references_name_tools_without_defining_them() {
     assert_eq!(count(chat), 0);
     let responses = r#"{"tool_choice":{"type":"allowed_tools","mode":"required","tools":[{"type":"function","name":"a"},{"type":"mcp","server_label":"x"}]}}"#;
     assert_eq!(count(responses), 0);
-    assert_eq!(count(r#"{"tool_choice":{"type":"function","name":"a"}}"#), 0);
-    assert_eq!(count(r#"{"toolConfig":{"functionCallingConfig":{"mode":"ANY","allowedFunctionNames":["a","b"]}}}"#), 0);
+    assert_eq!(
+        count(r#"{"tool_choice":{"type":"function","name":"a"}}"#),
+        0
+    );
+    assert_eq!(
+        count(
+            r#"{"toolConfig":{"functionCallingConfig":{"mode":"ANY","allowedFunctionNames":["a","b"]}}}"#
+        ),
+        0
+    );
     assert_eq!(count(r#"{"tool_choice":{"type":"tool","name":"a"}}"#), 0);
     // A definition key still counts there: a reference needs none.
-    assert_eq!(count(r#"{"tool_choice":{"type":"function","name":"a","parameters":{}}}"#), 1);
+    assert_eq!(
+        count(r#"{"tool_choice":{"type":"function","name":"a","parameters":{}}}"#),
+        1
+    );
 }
 
 #[test]
 fn structured_outputs_and_listings_count_as_what_they_are() {
     // A structured-output schema has a name and a schema: one place.
-    assert_eq!(count(r#"{"response_format":{"type":"json_schema","json_schema":{"name":"r","schema":{},"strict":true}}}"#), 1);
-    assert_eq!(count(r#"{"text":{"format":{"type":"json_schema","name":"r","schema":{},"strict":true}}}"#), 1);
+    assert_eq!(
+        count(
+            r#"{"response_format":{"type":"json_schema","json_schema":{"name":"r","schema":{},"strict":true}}}"#
+        ),
+        1
+    );
+    assert_eq!(
+        count(r#"{"text":{"format":{"type":"json_schema","name":"r","schema":{},"strict":true}}}"#),
+        1
+    );
     // A replayed MCP listing: each listed tool is in the model's context.
     let listing = r#"{"input":[{"type":"mcp_list_tools","server_label":"s","tools":[{"name":"a","input_schema":{}},{"name":"b","description":"d","input_schema":{}}]}]}"#;
     assert_eq!(count(listing), 2);

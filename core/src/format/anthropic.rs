@@ -10,8 +10,8 @@
 
 use super::body::Top;
 use super::{
-    has_text, history, latest_user_text, search_event, search_parameters, ArrayRole, Builder, Dialect, FormatError,
-    TypedName,
+    has_text, history, latest_user_text, search_event, search_parameters, ArrayRole, Builder,
+    Dialect, FormatError, TypedName,
 };
 use crate::recovery::{self, HistoryEvent};
 use crate::shallow::{self, Raw};
@@ -39,7 +39,9 @@ pub(super) const DIALECT: Dialect = Dialect {
     // bodies, on paths of their own), `mcp_servers`, or `system` beside
     // `messages`.
     by_top: |top| {
-        top.anthropic_version.is_some() || top.mcp_servers.is_some() || (top.messages.is_some() && top.system.is_some())
+        top.anthropic_version.is_some()
+            || top.mcp_servers.is_some()
+            || (top.messages.is_some() && top.system.is_some())
     },
     sniff_rank: 2,
     by_element: |e| e.input_schema.is_some(),
@@ -73,7 +75,9 @@ pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String
             let tool: Tool<'_> = b.read(raw, at)?;
             match (tool.kind.as_deref(), tool.name) {
                 (None | Some("custom"), Some(name)) => Ok(b.function(name, tool.description)),
-                (None | Some("custom"), None) => Err(b.tool_error(at(), "a client tool without a name")),
+                (None | Some("custom"), None) => {
+                    Err(b.tool_error(at(), "a client tool without a name"))
+                }
                 (Some("mcp_toolset"), _) => b.anthropic_toolset(raw, at),
                 (Some(kind), _) => b.builtin(&keys, Some(kind), at),
             }
@@ -114,10 +118,16 @@ fn read_history(top: &Top<'_>) -> Vec<HistoryEvent> {
             if m.role.as_deref() != Some("assistant") {
                 return;
             }
-            let Some(blocks) = m.content.and_then(|c| shallow::from_str::<Vec<ToolUse<'_>>>(c.get()).ok()) else {
+            let Some(blocks) = m
+                .content
+                .and_then(|c| shallow::from_str::<Vec<ToolUse<'_>>>(c.get()).ok())
+            else {
                 return;
             };
-            for block in blocks.iter().filter(|b| b.kind.as_deref() == Some("tool_use")) {
+            for block in blocks
+                .iter()
+                .filter(|b| b.kind.as_deref() == Some("tool_use"))
+            {
                 events.extend(search_event(block.name.as_deref(), block.input));
             }
         },
@@ -147,10 +157,18 @@ struct ToolUse<'a> {
 /// Calls in an answer: `content[]` blocks of type `tool_use`; streamed as
 /// `content_block_start`. Server tools (`server_tool_use`) are not function
 /// calls.
-pub(super) fn calls(json: &[u8], add: &mut dyn FnMut(Option<Cow<'_, str>>)) -> Result<(), serde_json::Error> {
+pub(super) fn calls(
+    json: &[u8],
+    add: &mut dyn FnMut(Option<Cow<'_, str>>),
+) -> Result<(), serde_json::Error> {
     let r: AnthropicEvent<'_> = serde_json::from_slice(json)?;
     let nested = r.message.and_then(|m| m.content).unwrap_or_default();
-    let blocks = r.content.unwrap_or_default().into_iter().chain(r.content_block).chain(nested);
+    let blocks = r
+        .content
+        .unwrap_or_default()
+        .into_iter()
+        .chain(r.content_block)
+        .chain(nested);
     for block in blocks {
         if block.kind.as_deref() == Some("tool_use") {
             add(block.name);
@@ -174,4 +192,3 @@ struct AnthropicMessage<'a> {
     #[serde(borrow, default)]
     content: Option<Vec<TypedName<'a>>>,
 }
-

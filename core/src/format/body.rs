@@ -4,8 +4,8 @@
 //! value is skipped. Keys that carry or force tools are checked for duplicates
 //! and for case variants (see the module docs of [`super`]).
 
-use super::tools::fold_eq;
 use super::memo::Known;
+use super::tools::fold_eq;
 use super::{BuiltinTools, Format, FormatError, Memo};
 use crate::shallow::{self, Raw};
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
@@ -75,7 +75,15 @@ enum Slot {
 
 impl Slot {
     fn guarded(self) -> bool {
-        matches!(self, Slot::Tools | Slot::Functions | Slot::ToolChoice | Slot::FunctionCall | Slot::ToolConfig | Slot::McpServers)
+        matches!(
+            self,
+            Slot::Tools
+                | Slot::Functions
+                | Slot::ToolChoice
+                | Slot::FunctionCall
+                | Slot::ToolConfig
+                | Slot::McpServers
+        )
     }
 }
 
@@ -142,7 +150,8 @@ impl<'a> Top<'a> {
             let len = match known {
                 Some(known) => known.len,
                 None => {
-                    let mut values = serde_json::Deserializer::from_str(rest).into_iter::<IgnoredAny>();
+                    let mut values =
+                        serde_json::Deserializer::from_str(rest).into_iter::<IgnoredAny>();
                     values.next()?.ok()?;
                     values.byte_offset()
                 }
@@ -177,7 +186,10 @@ impl<'a> Top<'a> {
             return None;
         };
         if slot.guarded() && seen.contains(&slot) && self.problem.is_none() {
-            let name = KEYS.iter().find(|(_, s)| *s == slot).map_or("tools", |(k, _)| *k);
+            let name = KEYS
+                .iter()
+                .find(|(_, s)| *s == slot)
+                .map_or("tools", |(k, _)| *k);
             self.problem = Some(FormatError::DuplicateKey { key: name });
         }
         seen.push(slot);
@@ -221,7 +233,9 @@ impl<'a> Top<'a> {
 
     /// Whether the only tools value is an empty array.
     pub fn tools_are_empty(&self) -> bool {
-        self.functions.is_none() && self.mcp_servers.is_none() && self.tools.is_some_and(|t| t.get().trim() == "[]")
+        self.functions.is_none()
+            && self.mcp_servers.is_none()
+            && self.tools.is_some_and(|t| t.get().trim() == "[]")
     }
 
     /// The format the body's shape names, if any (see [`super::parse`]).
@@ -239,9 +253,15 @@ impl<'a> Top<'a> {
         }
         // Not an array of objects: no element decides, and the body is
         // refused as carrying tools in an unknown format.
-        let elements: Vec<ElementShape<'_>> =
-            self.tools.and_then(|t| shallow::from_str(t.get()).ok()).unwrap_or_default();
-        let shaped = |e: &ElementShape<'_>| Format::ALL.into_iter().find(|f| (f.dialect().by_element)(e));
+        let elements: Vec<ElementShape<'_>> = self
+            .tools
+            .and_then(|t| shallow::from_str(t.get()).ok())
+            .unwrap_or_default();
+        let shaped = |e: &ElementShape<'_>| {
+            Format::ALL
+                .into_iter()
+                .find(|f| (f.dialect().by_element)(e))
+        };
         if let Some(format) = elements.iter().find_map(shaped) {
             return Some(format);
         }
@@ -259,8 +279,9 @@ impl<'a> Top<'a> {
 
     /// Whether `tool_choice` names a `function` object (Chat's shape).
     pub fn tool_choice_names_function(&self) -> bool {
-        self.tool_choice
-            .is_some_and(|c| shallow::from_str::<ChoiceShape>(c.get()).is_ok_and(|c| c.function.is_some()))
+        self.tool_choice.is_some_and(|c| {
+            shallow::from_str::<ChoiceShape>(c.get()).is_ok_and(|c| c.function.is_some())
+        })
     }
 }
 
@@ -309,7 +330,11 @@ pub(super) struct ElementShape<'a> {
     keys: std::collections::BTreeMap<Cow<'a, str>, IgnoredAny>,
     #[serde(default)]
     pub function: Option<IgnoredAny>,
-    #[serde(default, rename = "functionDeclarations", alias = "function_declarations")]
+    #[serde(
+        default,
+        rename = "functionDeclarations",
+        alias = "function_declarations"
+    )]
     pub function_declarations: Option<IgnoredAny>,
     #[serde(default)]
     pub input_schema: Option<IgnoredAny>,
@@ -330,7 +355,10 @@ impl ElementShape<'_> {
             // "web_search"}`) is one only where the format's built-ins carry
             // names.
             (self.name.is_none() || format.dialect().builtins_named)
-                && self.kind.as_deref().is_some_and(|k| builtins.allows(format, k))
+                && self
+                    .kind
+                    .as_deref()
+                    .is_some_and(|k| builtins.allows(format, k))
         }
     }
 }

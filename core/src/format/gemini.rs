@@ -19,8 +19,8 @@
 
 use super::body::Top;
 use super::{
-    has_text, history, latest_user_text, search_event, search_parameters, AnswerName, ArrayRole, Builder, Dialect,
-    Format, FormatError, Item, Named,
+    has_text, history, latest_user_text, search_event, search_parameters, AnswerName, ArrayRole,
+    Builder, Dialect, Format, FormatError, Item, Named,
 };
 use crate::recovery::{self, HistoryEvent};
 use crate::shallow::{self, Raw};
@@ -54,7 +54,11 @@ impl<'de> Visitor<'de> for EntryVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Entry<'de>, A::Error> {
-        let mut entry = Entry { declarations: None, others: Vec::new(), duplicate: false };
+        let mut entry = Entry {
+            declarations: None,
+            others: Vec::new(),
+            duplicate: false,
+        };
         let mut seen = false;
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             if key == "functionDeclarations" || key == "function_declarations" {
@@ -73,13 +77,23 @@ impl<'de> Visitor<'de> for EntryVisitor {
 
 #[derive(Deserialize)]
 struct ToolConfig<'a> {
-    #[serde(borrow, default, rename = "functionCallingConfig", alias = "function_calling_config")]
+    #[serde(
+        borrow,
+        default,
+        rename = "functionCallingConfig",
+        alias = "function_calling_config"
+    )]
     function_calling_config: Option<CallingConfig<'a>>,
 }
 
 #[derive(Deserialize)]
 struct CallingConfig<'a> {
-    #[serde(borrow, default, rename = "allowedFunctionNames", alias = "allowed_function_names")]
+    #[serde(
+        borrow,
+        default,
+        rename = "allowedFunctionNames",
+        alias = "allowed_function_names"
+    )]
     allowed_function_names: Option<Vec<Cow<'a, str>>>,
 }
 
@@ -122,8 +136,16 @@ pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String
                 return Err(b.tool_error(at(), "functionDeclarations appears more than once"));
             }
             b.spelling(raw, at)?;
-            if let Some(key) = entry.others.iter().find(|k| !b.builtins.allows(Format::Gemini, k)) {
-                let problem = if key.is_empty() { "an empty key" } else { "neither function declarations nor an allowed built-in" };
+            if let Some(key) = entry
+                .others
+                .iter()
+                .find(|k| !b.builtins.allows(Format::Gemini, k))
+            {
+                let problem = if key.is_empty() {
+                    "an empty key"
+                } else {
+                    "neither function declarations nor an allowed built-in"
+                };
                 return Err(b.tool_error(at(), problem));
             }
             let Some(declarations) = entry.declarations else {
@@ -134,22 +156,35 @@ pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String
                 };
             };
             let path = format!("{}.functionDeclarations", at());
-            let inner = b.array(declarations, &path, ArrayRole::Declarations, |b, at, raw| {
-                b.spelling(raw, at)?;
-                let named: Named<'_> = b.read(raw, at)?;
-                b.named(named, at)
-            })?;
-            Ok(Item::Group { inner, only_key: entry.others.is_empty() })
+            let inner = b.array(
+                declarations,
+                &path,
+                ArrayRole::Declarations,
+                |b, at, raw| {
+                    b.spelling(raw, at)?;
+                    let named: Named<'_> = b.read(raw, at)?;
+                    b.named(named, at)
+                },
+            )?;
+            Ok(Item::Group {
+                inner,
+                only_key: entry.others.is_empty(),
+            })
         })?;
         b.arrays.push(array);
     }
 
     if let Some(raw) = top.tool_config {
         let config: ToolConfig<'_> = b.read(raw, &|| "toolConfig".to_owned())?;
-        let names = config.function_calling_config.and_then(|c| c.allowed_function_names);
-        b.forced.extend(names.unwrap_or_default().into_iter().map(Cow::into_owned));
+        let names = config
+            .function_calling_config
+            .and_then(|c| c.allowed_function_names);
+        b.forced
+            .extend(names.unwrap_or_default().into_iter().map(Cow::into_owned));
     }
-    Ok(latest_user_text(top.contents, |role| matches!(role, None | Some("user"))))
+    Ok(latest_user_text(top.contents, |role| {
+        matches!(role, None | Some("user"))
+    }))
 }
 
 // === the tool-search control tool ===
@@ -170,12 +205,17 @@ fn search_tool() -> String {
 fn read_history(top: &Top<'_>) -> Vec<HistoryEvent> {
     history(
         top.contents,
-        |c: &HistoryContent<'_>| matches!(c.role.as_deref(), None | Some("user")) && has_text(c.parts),
+        |c: &HistoryContent<'_>| {
+            matches!(c.role.as_deref(), None | Some("user")) && has_text(c.parts)
+        },
         |c, events| {
             if c.role.as_deref() != Some("model") {
                 return;
             }
-            let Some(parts) = c.parts.and_then(|p| shallow::from_str::<Vec<CallPart<'_>>>(p.get()).ok()) else {
+            let Some(parts) = c
+                .parts
+                .and_then(|p| shallow::from_str::<Vec<CallPart<'_>>>(p.get()).ok())
+            else {
                 return;
             };
             for call in parts.iter().filter_map(|p| p.function_call.as_ref()) {
@@ -211,7 +251,10 @@ struct FunctionCall<'a> {
 
 /// Calls in an answer: `candidates[].content.parts[].functionCall.name`,
 /// streamed the same (one response, or a JSON array of them).
-pub(super) fn calls(json: &[u8], add: &mut dyn FnMut(Option<Cow<'_, str>>)) -> Result<(), serde_json::Error> {
+pub(super) fn calls(
+    json: &[u8],
+    add: &mut dyn FnMut(Option<Cow<'_, str>>),
+) -> Result<(), serde_json::Error> {
     let responses = match serde_json::from_slice::<OneOrMany<GeminiResponse<'_>>>(json)? {
         OneOrMany::One(r) => vec![r],
         OneOrMany::Many(rs) => rs,
@@ -257,4 +300,3 @@ struct GeminiPart<'a> {
     #[serde(borrow, default, rename = "functionCall", alias = "function_call")]
     function_call: Option<AnswerName<'a>>,
 }
-

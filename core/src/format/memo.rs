@@ -90,7 +90,12 @@ impl Memo {
     /// numbered from `first_tool`, if it was read before. `known`: the
     /// entry [`Self::known`] found for this very text, whose bytes need not
     /// be compared again.
-    pub(super) fn recall(&mut self, key: &Key<'_>, first_tool: usize, known: Option<Known>) -> Option<Recalled> {
+    pub(super) fn recall(
+        &mut self,
+        key: &Key<'_>,
+        first_tool: usize,
+        known: Option<Known>,
+    ) -> Option<Recalled> {
         let start = key.start;
         let at = self.entries.iter().position(|e| {
             let same_text = match known {
@@ -101,7 +106,11 @@ impl Memo {
         })?;
         let entry = self.entries.remove(at)?;
         let recalled = Recalled {
-            array: entry.array.moved(&|span| span.start + start..span.end + start, &|i| i + first_tool),
+            array: entry
+                .array
+                .moved(&|span| span.start + start..span.end + start, &|i| {
+                    i + first_tool
+                }),
             tools: entry
                 .tools
                 .iter()
@@ -128,7 +137,10 @@ impl Memo {
         self.entries
             .iter()
             .find(|e| text.as_bytes().starts_with(e.text.as_bytes()))
-            .map(|e| Known { len: e.text.len(), entry: e.id })
+            .map(|e| Known {
+                len: e.text.len(),
+                entry: e.id,
+            })
     }
 
     /// Remembers the reading of the array `key`: `array` (spans in the
@@ -142,13 +154,18 @@ impl Memo {
         tools: &[FunctionTool<'_>],
     ) -> String {
         let (text, start) = (key.text, key.start);
-        let digest = crate::wire::registry_digest(tools.iter().map(|t| (t.name.as_ref(), t.description.as_ref())));
+        let digest = crate::wire::registry_digest(
+            tools
+                .iter()
+                .map(|t| (t.name.as_ref(), t.description.as_ref())),
+        );
         if text.len() > BYTES {
             return digest;
         }
-        let relative = array.moved(&|span| span.start.saturating_sub(start)..span.end.saturating_sub(start), &|i| {
-            i.saturating_sub(first_tool)
-        });
+        let relative = array.moved(
+            &|span| span.start.saturating_sub(start)..span.end.saturating_sub(start),
+            &|i| i.saturating_sub(first_tool),
+        );
         self.bytes += text.len();
         self.next_id += 1;
         self.entries.push_front(Entry {
@@ -158,7 +175,10 @@ impl Memo {
             builtins: key.builtins.clone(),
             text: text.to_owned(),
             array: relative,
-            tools: tools.iter().map(|t| (t.name.to_string(), t.description.to_string())).collect(),
+            tools: tools
+                .iter()
+                .map(|t| (t.name.to_string(), t.description.to_string()))
+                .collect(),
             digest: digest.clone(),
         });
         while self.entries.len() > ENTRIES || self.bytes > BYTES {
@@ -174,7 +194,11 @@ impl Memo {
 impl ToolArray {
     /// The same array with every span mapped by `span` and every function
     /// index by `tool`.
-    fn moved(&self, span: &dyn Fn(&Range<usize>) -> Range<usize>, tool: &dyn Fn(usize) -> usize) -> ToolArray {
+    fn moved(
+        &self,
+        span: &dyn Fn(&Range<usize>) -> Range<usize>,
+        tool: &dyn Fn(usize) -> usize,
+    ) -> ToolArray {
         ToolArray {
             span: span(&self.span),
             role: self.role,
@@ -187,7 +211,10 @@ impl ToolArray {
                         Item::Function(i) => Item::Function(tool(*i)),
                         Item::Other => Item::Other,
                         Item::Source(source) => Item::Source(source.clone()),
-                        Item::Group { inner, only_key } => Item::Group { inner: inner.moved(span, tool), only_key: *only_key },
+                        Item::Group { inner, only_key } => Item::Group {
+                            inner: inner.moved(span, tool),
+                            only_key: *only_key,
+                        },
                     },
                 })
                 .collect(),

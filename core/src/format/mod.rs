@@ -105,7 +105,8 @@ struct Dialect {
     /// Whether a tools element is shaped like this format's function tool.
     by_element: fn(&body::ElementShape<'_>) -> bool,
     /// Reads the tools and forcing fields of a request; returns its turn.
-    read_request: for<'a, 'b> fn(&mut Builder<'a, 'b>, &body::Top<'a>) -> Result<String, FormatError>,
+    read_request:
+        for<'a, 'b> fn(&mut Builder<'a, 'b>, &body::Top<'a>) -> Result<String, FormatError>,
     /// Adds the names of the function calls in an answer (or streamed event).
     read_calls: fn(&[u8], &mut dyn FnMut(Option<Cow<'_, str>>)) -> Result<(), serde_json::Error>,
     /// The request's history as far as the tool-search control tool is
@@ -118,7 +119,12 @@ struct Dialect {
 
 impl Format {
     /// All formats, in a stable order.
-    pub const ALL: [Format; 4] = [Format::OpenAiChat, Format::OpenAiResponses, Format::Anthropic, Format::Gemini];
+    pub const ALL: [Format; 4] = [
+        Format::OpenAiChat,
+        Format::OpenAiResponses,
+        Format::Anthropic,
+        Format::Gemini,
+    ];
 
     /// The format's dialect: the one place that knows its shapes.
     fn dialect(self) -> &'static Dialect {
@@ -142,7 +148,11 @@ impl Format {
 
     /// Adds the names of the function calls in an answer of this format (a
     /// whole response or one streamed event) to `out`, each name once.
-    pub(crate) fn read_calls(self, json: &[u8], out: &mut Vec<String>) -> Result<(), serde_json::Error> {
+    pub(crate) fn read_calls(
+        self,
+        json: &[u8],
+        out: &mut Vec<String>,
+    ) -> Result<(), serde_json::Error> {
         let mut add = |name: Option<Cow<'_, str>>| {
             if let Some(name) = name {
                 if !name.is_empty() && !out.iter().any(|n| *n == name) {
@@ -162,7 +172,9 @@ impl Format {
     pub fn from_path(path: &str) -> Option<Format> {
         let path = normalized_path(path);
         let path = path.trim_end_matches('/');
-        Format::ALL.into_iter().find(|f| f.dialect().paths.iter().any(|p| path.ends_with(p)))
+        Format::ALL
+            .into_iter()
+            .find(|f| f.dialect().paths.iter().any(|p| path.ends_with(p)))
     }
 }
 
@@ -492,7 +504,8 @@ fn read<'a>(
     // all: most requests never called it. (A name written with escapes is not
     // found: that only forgoes a search, it never widens a set.)
     let search_call = if top.history_mentions(recovery::TOOL_NAME) {
-        recovery::latest_search(&(format.dialect().read_history)(&top)).map(|query| SearchCall { query })
+        recovery::latest_search(&(format.dialect().read_history)(&top))
+            .map(|query| SearchCall { query })
     } else {
         None
     };
@@ -530,7 +543,11 @@ impl ParsedRequest<'_> {
     pub fn registry_digest(&self) -> String {
         match &self.digest {
             Some(digest) => digest.clone(),
-            None => crate::wire::registry_digest(self.tools.iter().map(|t| (t.name.as_ref(), t.description.as_ref()))),
+            None => crate::wire::registry_digest(
+                self.tools
+                    .iter()
+                    .map(|t| (t.name.as_ref(), t.description.as_ref())),
+            ),
         }
     }
 
@@ -603,9 +620,15 @@ impl ParsedRequest<'_> {
             let elements = &self.arrays.get(array)?.elements;
             let tool = (self.format.dialect().search_tool)();
             if self.format.dialect().builtins_by_key {
-                let group = elements.iter().position(|e| matches!(e.item, Item::Group { .. }) && e.emitted(keep));
+                let group = elements
+                    .iter()
+                    .position(|e| matches!(e.item, Item::Group { .. }) && e.emitted(keep));
                 return Some(match group {
-                    Some(g) => Placement { array, into: Some(g), bytes: tool.into_bytes() },
+                    Some(g) => Placement {
+                        array,
+                        into: Some(g),
+                        bytes: tool.into_bytes(),
+                    },
                     None => Placement {
                         array,
                         into: None,
@@ -613,10 +636,21 @@ impl ParsedRequest<'_> {
                     },
                 });
             }
-            return Some(Placement { array, into: None, bytes: tool.into_bytes() });
+            return Some(Placement {
+                array,
+                into: None,
+                bytes: tool.into_bytes(),
+            });
         }
-        let array = self.arrays.iter().position(|a| a.role == ArrayRole::Functions)?;
-        Some(Placement { array, into: None, bytes: legacy_search_tool().into_bytes() })
+        let array = self
+            .arrays
+            .iter()
+            .position(|a| a.role == ArrayRole::Functions)?;
+        Some(Placement {
+            array,
+            into: None,
+            bytes: legacy_search_tool().into_bytes(),
+        })
     }
 
     /// Writes the body with the kept tools and the element `add` places.
@@ -650,7 +684,10 @@ fn search_parameters(closed: bool) -> serde_json::Value {
     });
     if closed {
         if let Some(map) = schema.as_object_mut() {
-            map.insert("additionalProperties".to_owned(), serde_json::Value::Bool(false));
+            map.insert(
+                "additionalProperties".to_owned(),
+                serde_json::Value::Bool(false),
+            );
         }
     }
     schema
@@ -676,7 +713,12 @@ fn query_argument(arguments: Option<Raw<'_>>) -> Option<String> {
     }
     let raw = arguments?;
     let args: Args<'_> = match shallow::from_str::<Cow<'_, str>>(raw.get()) {
-        Ok(text) => return serde_json::from_str::<Args<'_>>(&text).ok()?.query.and_then(|q| recovery::query_of(&q)),
+        Ok(text) => {
+            return serde_json::from_str::<Args<'_>>(&text)
+                .ok()?
+                .query
+                .and_then(|q| recovery::query_of(&q))
+        }
         Err(_) => shallow::from_str(raw.get()).ok()?,
     };
     args.query.and_then(|q| recovery::query_of(&q))
@@ -696,7 +738,12 @@ impl ToolArray {
             Add::Into(at, bytes) if at == i => Add::Append(bytes),
             _ => Add::Nothing,
         };
-        let emitted: Vec<(usize, &Element)> = self.elements.iter().enumerate().filter(|(_, e)| e.emitted(keep)).collect();
+        let emitted: Vec<(usize, &Element)> = self
+            .elements
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.emitted(keep))
+            .collect();
         if emitted.len() == self.elements.len() {
             let mut at = self.span.start;
             for (i, element) in emitted {
@@ -761,7 +808,10 @@ impl Element {
     fn write(&self, body: &[u8], keep: &[usize], out: &mut Vec<u8>, add: Add<'_>) {
         match &self.item {
             Item::Group { inner, .. } => {
-                out.extend_from_slice(body.get(self.span.start..inner.span.start).unwrap_or_default());
+                out.extend_from_slice(
+                    body.get(self.span.start..inner.span.start)
+                        .unwrap_or_default(),
+                );
                 inner.write(body, keep, out, add);
                 out.extend_from_slice(body.get(inner.span.end..self.span.end).unwrap_or_default());
             }
@@ -793,7 +843,10 @@ struct Builder<'a, 'b> {
 impl<'a> Builder<'a, '_> {
     /// Records a function tool and returns its item.
     fn function(&mut self, name: Cow<'a, str>, description: Option<Cow<'a, str>>) -> Item {
-        self.tools.push(FunctionTool { name, description: description.unwrap_or_default() });
+        self.tools.push(FunctionTool {
+            name,
+            description: description.unwrap_or_default(),
+        });
         Item::Function(self.tools.len() - 1)
     }
 
@@ -810,9 +863,17 @@ impl<'a> Builder<'a, '_> {
         // Top-level arrays are remembered whole, nested ones with them.
         let top_level = role != ArrayRole::Declarations;
         let first_tool = self.tools.len();
-        let key = memo::Key { format: self.format, role, builtins: self.builtins, text: raw.get(), start: span.start };
+        let key = memo::Key {
+            format: self.format,
+            role,
+            builtins: self.builtins,
+            text: raw.get(),
+            start: span.start,
+        };
         if let Some(memo) = self.memo.as_deref_mut().filter(|_| top_level) {
-            let same = |(r, _): &&(Raw<'a>, memo::Known)| r.get().as_ptr() == raw.get().as_ptr() && r.get().len() == raw.get().len();
+            let same = |(r, _): &&(Raw<'a>, memo::Known)| {
+                r.get().as_ptr() == raw.get().as_ptr() && r.get().len() == raw.get().len()
+            };
             let known = self.known.iter().find(same).map(|(_, k)| *k);
             if let Some(recalled) = memo.recall(&key, first_tool, known) {
                 self.tools.extend(recalled.tools);
@@ -826,18 +887,28 @@ impl<'a> Builder<'a, '_> {
         if top_level {
             self.index = Some(shallow::Index::new(raw.get()));
         }
-        let elements: Vec<Raw<'a>> =
-            shallow::from_raw(self.index.as_ref(), raw).map_err(|e| self.field_error(at.to_owned(), e))?;
+        let elements: Vec<Raw<'a>> = shallow::from_raw(self.index.as_ref(), raw)
+            .map_err(|e| self.field_error(at.to_owned(), e))?;
         let mut out = Vec::with_capacity(elements.len());
         for (i, element) in elements.into_iter().enumerate() {
             let path = || format!("{at}[{i}]");
             let item = each(self, &path, element)?;
-            out.push(Element { span: span_of(self.body, element)?, item });
+            out.push(Element {
+                span: span_of(self.body, element)?,
+                item,
+            });
         }
-        let array = ToolArray { span: span.clone(), elements: out, role };
+        let array = ToolArray {
+            span: span.clone(),
+            elements: out,
+            role,
+        };
         if top_level {
             let tools = self.tools.get(first_tool..).unwrap_or_default();
-            let digest = self.memo.as_deref_mut().map(|memo| memo.remember(&key, &array, first_tool, tools));
+            let digest = self
+                .memo
+                .as_deref_mut()
+                .map(|memo| memo.remember(&key, &array, first_tool, tools));
             self.digests.push(digest);
         }
         Ok(array)
@@ -845,16 +916,29 @@ impl<'a> Builder<'a, '_> {
 
     /// A serde error while reading the field `at`.
     fn field_error(&self, at: String, source: serde_json::Error) -> FormatError {
-        FormatError::Json { format: self.format.as_str(), at, problem: problem_of(&source), source }
+        FormatError::Json {
+            format: self.format.as_str(),
+            at,
+            problem: problem_of(&source),
+            source,
+        }
     }
 
     /// An element of a tools array that is not a tool.
     fn tool_error(&self, at: String, problem: &'static str) -> FormatError {
-        FormatError::Tool { format: self.format.as_str(), at, problem }
+        FormatError::Tool {
+            format: self.format.as_str(),
+            at,
+            problem,
+        }
     }
 
     /// Reads `raw` as `T`, naming the field `at` on error.
-    fn read<T: Deserialize<'a>>(&self, raw: Raw<'a>, at: &dyn Fn() -> String) -> Result<T, FormatError> {
+    fn read<T: Deserialize<'a>>(
+        &self,
+        raw: Raw<'a>,
+        at: &dyn Fn() -> String,
+    ) -> Result<T, FormatError> {
         shallow::from_raw(self.index.as_ref(), raw).map_err(|e| self.field_error(at(), e))
     }
 
@@ -871,7 +955,10 @@ impl<'a> Builder<'a, '_> {
         }
         if let Some(raw) = top.function_call {
             // `"auto"`, `"none"` or `{"name": …}`.
-            if let Ok(Named { name: Some(name), .. }) = shallow::from_str::<Named<'_>>(raw.get()) {
+            if let Ok(Named {
+                name: Some(name), ..
+            }) = shallow::from_str::<Named<'_>>(raw.get())
+            {
                 self.forced.push(name.into_owned());
             }
         }
@@ -879,7 +966,12 @@ impl<'a> Builder<'a, '_> {
     }
 
     /// The finished request.
-    fn finish(self, turn: String, search_call: Option<SearchCall>, sourced: usize) -> ParsedRequest<'a> {
+    fn finish(
+        self,
+        turn: String,
+        search_call: Option<SearchCall>,
+        sourced: usize,
+    ) -> ParsedRequest<'a> {
         let mut arrays = self.arrays;
         arrays.sort_by_key(|a| a.span.start);
         let mut unique: Vec<String> = Vec::with_capacity(self.forced.len());
@@ -958,7 +1050,9 @@ fn problem_of(e: &serde_json::Error) -> &'static str {
 /// The byte range of `raw` inside `body`. `raw` must have been borrowed from
 /// `body` by the parser; anything else is reported, not trusted.
 fn span_of(body: &str, raw: Raw<'_>) -> Result<Range<usize>, FormatError> {
-    let start = (raw.get().as_ptr() as usize).checked_sub(body.as_ptr() as usize).ok_or(FormatError::NotBorrowed)?;
+    let start = (raw.get().as_ptr() as usize)
+        .checked_sub(body.as_ptr() as usize)
+        .ok_or(FormatError::NotBorrowed)?;
     let end = start + raw.get().len();
     if end > body.len() {
         return Err(FormatError::NotBorrowed);

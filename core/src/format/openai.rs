@@ -8,8 +8,8 @@
 
 use super::body::Top;
 use super::{
-    has_text, history, latest_user_text, search_event, search_parameters, AnswerName, ArrayRole, Builder, Dialect,
-    FormatError, Named,
+    has_text, history, latest_user_text, search_event, search_parameters, AnswerName, ArrayRole,
+    Builder, Dialect, FormatError, Named,
 };
 use crate::recovery::{self, HistoryEvent};
 use crate::shallow::Raw;
@@ -108,12 +108,24 @@ pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String
 
     if let Some(raw) = top.tool_choice {
         match b.read::<ToolChoice<'_>>(raw, &|| "tool_choice".to_owned())? {
-            ToolChoice::Function { function: Named { name: Some(name), .. } }
-            | ToolChoice::Custom { custom: Named { name: Some(name), .. } } => b.forced.push(name.into_owned()),
+            ToolChoice::Function {
+                function: Named {
+                    name: Some(name), ..
+                },
+            }
+            | ToolChoice::Custom {
+                custom: Named {
+                    name: Some(name), ..
+                },
+            } => b.forced.push(name.into_owned()),
             ToolChoice::Allowed { allowed_tools } => {
                 // Every tool the model may call is kept, as a named one is.
-                let named = allowed_tools.tools.into_iter().filter_map(|t| t.function.or(t.custom));
-                b.forced.extend(named.filter_map(|n| n.name.map(Cow::into_owned)));
+                let named = allowed_tools
+                    .tools
+                    .into_iter()
+                    .filter_map(|t| t.function.or(t.custom));
+                b.forced
+                    .extend(named.filter_map(|n| n.name.map(Cow::into_owned)));
             }
             ToolChoice::Function { .. } | ToolChoice::Custom { .. } | ToolChoice::Other(_) => {}
         }
@@ -143,7 +155,11 @@ fn read_history(top: &Top<'_>) -> Vec<HistoryEvent> {
         top.messages,
         |m: &HistoryMessage<'_>| m.role.as_deref() == Some("user") && has_text(m.content),
         |m, events| {
-            let calls = m.tool_calls.iter().flatten().filter_map(|c| c.function.as_ref());
+            let calls = m
+                .tool_calls
+                .iter()
+                .flatten()
+                .filter_map(|c| c.function.as_ref());
             for call in calls.chain(m.function_call.as_ref()) {
                 events.extend(search_event(call.name.as_deref(), call.arguments));
             }
@@ -181,7 +197,10 @@ struct CallArguments<'a> {
 
 /// Calls in an answer: `choices[].message.tool_calls[].function.name`
 /// (`.custom.name`, legacy `function_call.name`); streamed in `choices[].delta`.
-pub(super) fn calls(json: &[u8], add: &mut dyn FnMut(Option<Cow<'_, str>>)) -> Result<(), serde_json::Error> {
+pub(super) fn calls(
+    json: &[u8],
+    add: &mut dyn FnMut(Option<Cow<'_, str>>),
+) -> Result<(), serde_json::Error> {
     let r: ChatResponse<'_> = serde_json::from_slice(json)?;
     for choice in r.choices.unwrap_or_default() {
         for message in [choice.message, choice.delta].into_iter().flatten() {
@@ -224,4 +243,3 @@ struct ChatCall<'a> {
     #[serde(borrow, default)]
     custom: Option<AnswerName<'a>>,
 }
-

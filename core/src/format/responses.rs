@@ -10,8 +10,8 @@
 
 use super::body::Top;
 use super::{
-    has_text, history, latest_user_text, search_event, search_parameters, ArrayRole, Builder, Dialect, FormatError,
-    Item, TypedName,
+    has_text, history, latest_user_text, search_event, search_parameters, ArrayRole, Builder,
+    Dialect, FormatError, Item, TypedName,
 };
 use crate::recovery::{self, HistoryEvent};
 use crate::shallow::{self, Raw};
@@ -37,7 +37,9 @@ pub(super) const DIALECT: Dialect = Dialect {
     builtins_named: false,
     by_top: |top| top.input.is_some(),
     sniff_rank: 1,
-    by_element: |e| e.kind.as_deref() == Some("function") && e.name.is_some() && e.function.is_none(),
+    by_element: |e| {
+        e.kind.as_deref() == Some("function") && e.name.is_some() && e.function.is_none()
+    },
     read_request: parse,
     read_calls: calls,
     read_history,
@@ -72,8 +74,12 @@ pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String
             let keys = b.spelling(raw, at)?;
             let tool: Tool<'_> = b.read(raw, at)?;
             match (tool.kind.as_deref(), tool.name) {
-                (None | Some("function" | "custom"), Some(name)) => Ok(b.function(name, tool.description)),
-                (None | Some("function" | "custom"), None) => Err(b.tool_error(at(), "a function tool without a name")),
+                (None | Some("function" | "custom"), Some(name)) => {
+                    Ok(b.function(name, tool.description))
+                }
+                (None | Some("function" | "custom"), None) => {
+                    Err(b.tool_error(at(), "a function tool without a name"))
+                }
                 (Some("mcp"), _) => b.responses_mcp(raw, at),
                 (Some("namespace"), _) => namespace(b, raw, at),
                 (Some(kind), _) => b.builtin(&keys, Some(kind), at),
@@ -128,7 +134,11 @@ fn chosen(raw: Raw<'_>) -> Vec<String> {
 /// A `{"type": "namespace", "name", "description", "tools": [...]}` tool: a
 /// group of function (and custom) tools, each ranked and bounded like any
 /// other; a namespace left with none of them is dropped whole.
-fn namespace<'a>(b: &mut Builder<'a, '_>, raw: Raw<'a>, at: &dyn Fn() -> String) -> Result<Item, FormatError> {
+fn namespace<'a>(
+    b: &mut Builder<'a, '_>,
+    raw: Raw<'a>,
+    at: &dyn Fn() -> String,
+) -> Result<Item, FormatError> {
     #[derive(Deserialize)]
     struct Namespace<'a> {
         #[serde(borrow, default)]
@@ -143,11 +153,16 @@ fn namespace<'a>(b: &mut Builder<'a, '_>, raw: Raw<'a>, at: &dyn Fn() -> String)
         b.spelling(raw, at)?;
         let tool: Tool<'_> = b.read(raw, at)?;
         match (tool.kind.as_deref(), tool.name) {
-            (None | Some("function" | "custom"), Some(name)) => Ok(b.function(name, tool.description)),
+            (None | Some("function" | "custom"), Some(name)) => {
+                Ok(b.function(name, tool.description))
+            }
             _ => Err(b.tool_error(at(), "a namespace may hold only function and custom tools")),
         }
     })?;
-    Ok(Item::Group { inner, only_key: true })
+    Ok(Item::Group {
+        inner,
+        only_key: true,
+    })
 }
 
 // === the tool-search control tool ===
@@ -198,12 +213,23 @@ struct HistoryItem<'a> {
 /// `custom_tool_call`; streamed as `response.output_item.added` / `.done`
 /// `item`, and `response.completed`. Built-in calls (`web_search_call`) are not
 /// function calls.
-pub(super) fn calls(json: &[u8], add: &mut dyn FnMut(Option<Cow<'_, str>>)) -> Result<(), serde_json::Error> {
+pub(super) fn calls(
+    json: &[u8],
+    add: &mut dyn FnMut(Option<Cow<'_, str>>),
+) -> Result<(), serde_json::Error> {
     let r: ResponsesEvent<'_> = serde_json::from_slice(json)?;
     let nested = r.response.and_then(|r| r.output).unwrap_or_default();
-    let items = r.output.unwrap_or_default().into_iter().chain(r.item).chain(nested);
+    let items = r
+        .output
+        .unwrap_or_default()
+        .into_iter()
+        .chain(r.item)
+        .chain(nested);
     for item in items {
-        if matches!(item.kind.as_deref(), Some("function_call" | "custom_tool_call")) {
+        if matches!(
+            item.kind.as_deref(),
+            Some("function_call" | "custom_tool_call")
+        ) {
             add(item.name);
         }
     }
@@ -225,4 +251,3 @@ struct ResponsesOutput<'a> {
     #[serde(borrow, default)]
     output: Option<Vec<TypedName<'a>>>,
 }
-

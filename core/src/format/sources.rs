@@ -22,7 +22,7 @@
 //!    takes no place.
 
 use super::body::Top;
-use super::{BuiltinTools, Builder, FormatError, Item};
+use super::{Builder, BuiltinTools, FormatError, Item};
 use crate::shallow::{self, Raw};
 use serde::Deserialize;
 use std::borrow::Cow;
@@ -111,27 +111,48 @@ struct InputItem<'a> {
 
 impl<'a> Builder<'a, '_> {
     /// A Responses `mcp` tool at `at`.
-    pub(super) fn responses_mcp(&self, raw: Raw<'a>, at: &dyn Fn() -> String) -> Result<Item, FormatError> {
+    pub(super) fn responses_mcp(
+        &self,
+        raw: Raw<'a>,
+        at: &dyn Fn() -> String,
+    ) -> Result<Item, FormatError> {
         let tool: ResponsesMcp<'_> = self.read(raw, at)?;
         let places = match tool.allowed_tools {
             Some(Allowed::Names(names)) => Places::Bounded(names.len()),
-            Some(Allowed::Filter { tool_names: Some(names) }) => Places::Bounded(names.len()),
+            Some(Allowed::Filter {
+                tool_names: Some(names),
+            }) => Places::Bounded(names.len()),
             Some(Allowed::Filter { tool_names: None }) | None => Places::Listed,
         };
-        Ok(Item::Source(Source { server: tool.server_label.map(Cow::into_owned).unwrap_or_default(), places }))
+        Ok(Item::Source(Source {
+            server: tool.server_label.map(Cow::into_owned).unwrap_or_default(),
+            places,
+        }))
     }
 
     /// An Anthropic `mcp_toolset` at `at`.
-    pub(super) fn anthropic_toolset(&self, raw: Raw<'a>, at: &dyn Fn() -> String) -> Result<Item, FormatError> {
+    pub(super) fn anthropic_toolset(
+        &self,
+        raw: Raw<'a>,
+        at: &dyn Fn() -> String,
+    ) -> Result<Item, FormatError> {
         let set: Toolset<'_> = self.read(raw, at)?;
         let default_on = set.default_config.and_then(|c| c.enabled).unwrap_or(true);
         let places = if default_on {
             Places::Unbounded
         } else {
-            let enabled = set.configs.iter().flatten().filter(|(_, c)| c.enabled == Some(true)).count();
+            let enabled = set
+                .configs
+                .iter()
+                .flatten()
+                .filter(|(_, c)| c.enabled == Some(true))
+                .count();
             Places::Bounded(enabled)
         };
-        Ok(Item::Source(Source { server: set.mcp_server_name.map(Cow::into_owned).unwrap_or_default(), places }))
+        Ok(Item::Source(Source {
+            server: set.mcp_server_name.map(Cow::into_owned).unwrap_or_default(),
+            places,
+        }))
     }
 
     /// The places the request's tool sources take, or why one is refused.
@@ -150,8 +171,16 @@ impl<'a> Builder<'a, '_> {
                 Some(n) => places = places.saturating_add(n),
                 None if pass => {}
                 None => {
-                    let member = if source.places == Places::Listed { "allowed_tools" } else { "default_config.enabled: false with configs" };
-                    return Err(FormatError::UnboundedToolSource { at: format!("tools[{i}]"), member, setting: PASS_SETTING });
+                    let member = if source.places == Places::Listed {
+                        "allowed_tools"
+                    } else {
+                        "default_config.enabled: false with configs"
+                    };
+                    return Err(FormatError::UnboundedToolSource {
+                        at: format!("tools[{i}]"),
+                        member,
+                        setting: PASS_SETTING,
+                    });
                 }
             }
         }
@@ -161,8 +190,14 @@ impl<'a> Builder<'a, '_> {
                 let name = server.name.as_deref().unwrap_or_default();
                 let config = server.tool_configuration.as_ref();
                 let bounded = match config {
-                    Some(ToolConfiguration { enabled: Some(false), .. }) => Some(0),
-                    Some(ToolConfiguration { allowed_tools: Some(names), .. }) => Some(names.len()),
+                    Some(ToolConfiguration {
+                        enabled: Some(false),
+                        ..
+                    }) => Some(0),
+                    Some(ToolConfiguration {
+                        allowed_tools: Some(names),
+                        ..
+                    }) => Some(names.len()),
                     _ if servers_in_tools.contains(&name) => Some(0),
                     _ => None,
                 };
@@ -184,20 +219,29 @@ impl<'a> Builder<'a, '_> {
 
     /// The tool sources of the top-level tools array, with their indexes.
     fn sources(&self) -> impl Iterator<Item = (usize, &Source)> {
-        let tools = self.arrays.iter().filter(|a| a.role == super::ArrayRole::Tools);
-        tools.flat_map(|a| a.elements.iter().enumerate()).filter_map(|(i, e)| match &e.item {
-            Item::Source(source) => Some((i, source)),
-            _ => None,
-        })
+        let tools = self
+            .arrays
+            .iter()
+            .filter(|a| a.role == super::ArrayRole::Tools);
+        tools
+            .flat_map(|a| a.elements.iter().enumerate())
+            .filter_map(|(i, e)| match &e.item {
+                Item::Source(source) => Some((i, source)),
+                _ => None,
+            })
     }
 }
 
 /// Whether the Responses `input` replays the tool listing of `server`.
 fn replays_listing(input: Option<Raw<'_>>, server: &str) -> bool {
-    let Some(items) = input.and_then(|raw| shallow::from_str::<Vec<InputItem<'_>>>(raw.get()).ok()) else {
+    let Some(items) = input.and_then(|raw| shallow::from_str::<Vec<InputItem<'_>>>(raw.get()).ok())
+    else {
         return false;
     };
-    items.iter().any(|item| item.kind.as_deref() == Some("mcp_list_tools") && item.server_label.as_deref() == Some(server))
+    items.iter().any(|item| {
+        item.kind.as_deref() == Some("mcp_list_tools")
+            && item.server_label.as_deref() == Some(server)
+    })
 }
 
 impl BuiltinTools {

@@ -6,7 +6,6 @@
 
 use super::Format;
 
-
 /// Memory bounds of a [`StreamScanner`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ScanLimits {
@@ -22,7 +21,10 @@ pub struct ScanLimits {
 
 impl Default for ScanLimits {
     fn default() -> Self {
-        ScanLimits { max_event_bytes: 64 * 1024, max_names: 64 }
+        ScanLimits {
+            max_event_bytes: 64 * 1024,
+            max_names: 64,
+        }
     }
 }
 
@@ -142,7 +144,11 @@ impl StreamScanner {
 
     /// The names seen so far that are not in `surfaced`.
     pub fn off_surface<S: AsRef<str>>(&self, surfaced: &[S]) -> Vec<String> {
-        self.names.iter().filter(|n| !surfaced.iter().any(|s| s.as_ref() == n.as_str())).cloned().collect()
+        self.names
+            .iter()
+            .filter(|n| !surfaced.iter().any(|s| s.as_ref() == n.as_str()))
+            .cloned()
+            .collect()
     }
 
     /// Counts of what was read and skipped.
@@ -215,8 +221,8 @@ impl StreamScanner {
     }
 
     fn json_byte(&mut self, byte: u8) {
-        let reading =
-            self.depth > self.object_depth || (!self.in_string && self.depth == self.object_depth && byte == b'{');
+        let reading = self.depth > self.object_depth
+            || (!self.in_string && self.depth == self.object_depth && byte == b'{');
         if reading {
             self.push(byte);
         }

@@ -34,7 +34,10 @@ fn reads_the_catalog_request() {
 fn rewrite_keeps_chosen_tools_byte_for_byte_and_the_rest_of_the_body() {
     let body = catalog("openai_request.json");
     let req = parse("/v1/chat/completions", &body).unwrap().unwrap();
-    let keep = req.select(&["appointment__manage", "patient__search__smart", "nope"], 12);
+    let keep = req.select(
+        &["appointment__manage", "patient__search__smart", "nope"],
+        12,
+    );
     let out = req.rewrite(&body, &keep);
 
     let original = raw_tools(&body);
@@ -58,7 +61,10 @@ fn rewrite_keeps_chosen_tools_byte_for_byte_and_the_rest_of_the_body() {
 fn rewrite_to_nothing_leaves_an_empty_array() {
     let body = br#"{"model":"m","tools":[{"type":"function","function":{"name":"a"}}],"x":1}"#;
     let req = parse("/", body).unwrap().unwrap();
-    assert_eq!(req.rewrite(body, &[]), br#"{"model":"m","tools":[],"x":1}"#.to_vec());
+    assert_eq!(
+        req.rewrite(body, &[]),
+        br#"{"model":"m","tools":[],"x":1}"#.to_vec()
+    );
 }
 
 #[test]
@@ -67,7 +73,11 @@ fn non_function_tools_are_kept_and_not_counted() {
     let req = parse("/", body).unwrap().unwrap();
     assert_eq!(req.tools.len(), 2);
     let out = req.rewrite(body, &req.select(&["b"], 12));
-    assert_eq!(out, br#"{"tools":[{"type":"web_search"},{"type":"function","function":{"name":"b"}}]}"#.to_vec());
+    assert_eq!(
+        out,
+        br#"{"tools":[{"type":"web_search"},{"type":"function","function":{"name":"b"}}]}"#
+            .to_vec()
+    );
 }
 
 #[test]
@@ -82,7 +92,10 @@ fn turn_is_the_latest_user_message_in_any_content_shape() {
 #[test]
 fn named_tool_choice_is_read() {
     let body = br#"{"tools":[],"tool_choice":{"type":"function","function":{"name":"a\u005fb"}}}"#;
-    assert_eq!(parse("/", body).unwrap().unwrap().tool_choice.as_deref(), Some("a_b"));
+    assert_eq!(
+        parse("/", body).unwrap().unwrap().tool_choice.as_deref(),
+        Some("a_b")
+    );
 }
 
 #[test]
@@ -102,7 +115,11 @@ fn unreadable_bodies_are_errors() {
         br#"{"tools":[],"tools":[{"type":"function","function":{"name":"a"}}]}"#,
         br#"{"tools":[{"type":"function","function":{}}]}"#,
     ] {
-        assert!(parse("/", bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        assert!(
+            parse("/", bad).is_err(),
+            "{:?}",
+            String::from_utf8_lossy(bad)
+        );
     }
 }
 
@@ -120,36 +137,69 @@ fn select_respects_the_limit_and_skips_duplicates() {
 fn paths_name_formats_whatever_the_prefix_and_query() {
     for (path, format) in [
         ("/v1/chat/completions", Some(Format::OpenAiChat)),
-        ("/openai/deployments/gpt/chat/completions?api-version=2024-10-21", Some(Format::OpenAiChat)),
+        (
+            "/openai/deployments/gpt/chat/completions?api-version=2024-10-21",
+            Some(Format::OpenAiChat),
+        ),
         ("/v1/responses", Some(Format::OpenAiResponses)),
         ("/v1/messages", Some(Format::Anthropic)),
         ("/anthropic/v1/messages/", Some(Format::Anthropic)),
-        ("/v1beta/models/gemini-2.5-flash:generateContent", Some(Format::Gemini)),
-        ("/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", Some(Format::Gemini)),
+        (
+            "/v1beta/models/gemini-2.5-flash:generateContent",
+            Some(Format::Gemini),
+        ),
+        (
+            "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+            Some(Format::Gemini),
+        ),
         ("/v1/messages/count_tokens", None),
         ("/v1/embeddings", None),
     ] {
         assert_eq!(Format::from_path(path), format, "{path}");
     }
     let names: Vec<&str> = Format::ALL.iter().map(|f| f.as_str()).collect();
-    assert_eq!(names, ["openai-chat", "openai-responses", "anthropic", "gemini"]);
+    assert_eq!(
+        names,
+        ["openai-chat", "openai-responses", "anthropic", "gemini"]
+    );
 }
 
 #[test]
 fn shapes_name_formats_on_unknown_paths() {
     for (body, format) in [
-        (r#"{"tools":[{"type":"function","function":{"name":"a"}}]}"#, Format::OpenAiChat),
+        (
+            r#"{"tools":[{"type":"function","function":{"name":"a"}}]}"#,
+            Format::OpenAiChat,
+        ),
         (r#"{"functions":[{"name":"a"}]}"#, Format::OpenAiChat),
-        (r#"{"messages":[],"tools":[{"type":"web_search"}]}"#, Format::OpenAiChat),
-        (r#"{"tools":[{"type":"function","name":"a"}]}"#, Format::OpenAiResponses),
-        (r#"{"input":"hi","tools":[{"type":"web_search_preview"}]}"#, Format::OpenAiResponses),
-        (r#"{"tools":[{"name":"a","input_schema":{}}]}"#, Format::Anthropic),
+        (
+            r#"{"messages":[],"tools":[{"type":"web_search"}]}"#,
+            Format::OpenAiChat,
+        ),
+        (
+            r#"{"tools":[{"type":"function","name":"a"}]}"#,
+            Format::OpenAiResponses,
+        ),
+        (
+            r#"{"input":"hi","tools":[{"type":"web_search_preview"}]}"#,
+            Format::OpenAiResponses,
+        ),
+        (
+            r#"{"tools":[{"name":"a","input_schema":{}}]}"#,
+            Format::Anthropic,
+        ),
         (
             r#"{"system":"s","messages":[],"tools":[{"type":"web_search_20250305","name":"web_search"}]}"#,
             Format::Anthropic,
         ),
-        (r#"{"tools":[{"functionDeclarations":[{"name":"a"}]}]}"#, Format::Gemini),
-        (r#"{"contents":[],"tools":[{"googleSearch":{}}]}"#, Format::Gemini),
+        (
+            r#"{"tools":[{"functionDeclarations":[{"name":"a"}]}]}"#,
+            Format::Gemini,
+        ),
+        (
+            r#"{"contents":[],"tools":[{"googleSearch":{}}]}"#,
+            Format::Gemini,
+        ),
     ] {
         let req = parse("/proxy", body.as_bytes()).unwrap().unwrap();
         assert_eq!(req.format, format, "{body}");
@@ -158,16 +208,30 @@ fn shapes_name_formats_on_unknown_paths() {
 
 #[test]
 fn no_tools_passes_and_unknown_tools_are_refused() {
-    for body in ["", "  \n", r#"{"model":"m","prompt":"x"}"#, r#"{"tools":[]}"#, r#"{"contents":[],"tools":null}"#] {
-        assert!(parse("/proxy", body.as_bytes()).unwrap().is_none(), "{body:?}");
+    for body in [
+        "",
+        "  \n",
+        r#"{"model":"m","prompt":"x"}"#,
+        r#"{"tools":[]}"#,
+        r#"{"contents":[],"tools":null}"#,
+    ] {
+        assert!(
+            parse("/proxy", body.as_bytes()).unwrap().is_none(),
+            "{body:?}"
+        );
     }
-    for body in [r#"{"tools":[{"spec":{"name":"a"}}]}"#, r#"{"tools":[{"type":"web_search_v9"}]}"#] {
+    for body in [
+        r#"{"tools":[{"spec":{"name":"a"}}]}"#,
+        r#"{"tools":[{"type":"web_search_v9"}]}"#,
+    ] {
         let err = parse("/proxy", body.as_bytes()).unwrap_err();
         assert!(err.is_unknown_format(), "{body}: {err}");
     }
     // Nothing but allow-listed built-ins: no function tool to count, and the
     // same reading as the rewrite of a body whose function tools all went.
-    let req = parse("/proxy", br#"{"tools":[{"type":"web_search"}]}"#).unwrap().unwrap();
+    let req = parse("/proxy", br#"{"tools":[{"type":"web_search"}]}"#)
+        .unwrap()
+        .unwrap();
     assert!(req.tools.is_empty());
 }
 
@@ -186,14 +250,25 @@ fn keys_that_carry_tools_are_read_exactly_once() {
             r#"{"contents":[],"toolconfig":{},"tools":[]}"#,
             r#"request body has a key spelled like "toolConfig" in another letter case"#,
         ),
-        (r#"{"tools":[],"t\u006fols":[]}"#, r#"request body has the key "tools" more than once"#),
-        (r#"{"functions":null,"functions":[]}"#, r#"request body has the key "functions" more than once"#),
+        (
+            r#"{"tools":[],"t\u006fols":[]}"#,
+            r#"request body has the key "tools" more than once"#,
+        ),
+        (
+            r#"{"functions":null,"functions":[]}"#,
+            r#"request body has the key "functions" more than once"#,
+        ),
         (
             r#"{"contents":[],"toolConfig":{},"tool_config":{},"tools":[]}"#,
             r#"request body has the key "toolConfig" more than once"#,
         ),
     ] {
-        assert_eq!(parse("/v1beta/models/m:generateContent", body.as_bytes()).unwrap_err().to_string(), message);
+        assert_eq!(
+            parse("/v1beta/models/m:generateContent", body.as_bytes())
+                .unwrap_err()
+                .to_string(),
+            message
+        );
     }
     assert!(matches!(parse("/", b"[1]"), Err(FormatError::NotAnObject)));
     let err = parse("/", br#"{"tools":[]"#).unwrap_err();
@@ -255,7 +330,10 @@ fn chat_counts_custom_and_legacy_functions() {
     assert_eq!(req.forced, ["c", "g"]);
     let out = req.rewrite(body, &req.select(&["f"], 12));
     let text = String::from_utf8(out).unwrap();
-    assert!(text.contains(r#""tools":[{"type":"function","function":{"name":"f"}}]"#), "{text}");
+    assert!(
+        text.contains(r#""tools":[{"type":"function","function":{"name":"f"}}]"#),
+        "{text}"
+    );
     assert!(text.contains(r#""functions":[],"function_call""#), "{text}");
 }
 
@@ -308,7 +386,9 @@ fn gemini_drops_emptied_entries_and_keeps_mixed_ones() {
         {"role":"user","parts":[{"functionResponse":{"name":"a","response":{}}}]}],
         "tools":[{"functionDeclarations":[{"name":"a"},{"name":"b"}]},{"googleSearch":{}},{"function_declarations":[{"name":"c","description":"C"}],"codeExecution":{}}],
         "tool_config":{"function_calling_config":{"mode":"ANY","allowed_function_names":["c"]}}}"#;
-    let req = parse("/v1beta/models/m:generateContent", body).unwrap().unwrap();
+    let req = parse("/v1beta/models/m:generateContent", body)
+        .unwrap()
+        .unwrap();
     assert_eq!(req.turn, "no role means user");
     let names: Vec<&str> = req.tools.iter().map(|t| t.name.as_ref()).collect();
     assert_eq!(names, ["a", "b", "c"]);
@@ -318,7 +398,9 @@ fn gemini_drops_emptied_entries_and_keeps_mixed_ones() {
         let out = String::from_utf8(req.rewrite(body, keep)).unwrap();
         let start = out.find(r#""tools""#).unwrap();
         let end = out.find(r#""tool_config""#).unwrap();
-        out[start..end].trim_end_matches([',', ' ', '\n']).to_owned()
+        out[start..end]
+            .trim_end_matches([',', ' ', '\n'])
+            .to_owned()
     };
     assert_eq!(
         text(&[1]),
@@ -355,12 +437,22 @@ fn the_control_tool_is_added_in_each_format_and_reads_back() {
     for (path, body) in cases {
         let req = parse(path, body).unwrap().unwrap();
         let out = req.rewrite_with_search_tool(body, &[1]);
-        assert_eq!(names_after(path, &out), ["b", TOOL_NAME], "{path}: {}", String::from_utf8_lossy(&out));
+        assert_eq!(
+            names_after(path, &out),
+            ["b", TOOL_NAME],
+            "{path}: {}",
+            String::from_utf8_lossy(&out)
+        );
         // Counted by the independent detector like any tool definition.
         assert_eq!(crate::detect::count_tool_shaped(&out).unwrap(), 2, "{path}");
         // Nothing kept: the control tool alone.
         let alone = req.rewrite_with_search_tool(body, &[]);
-        assert_eq!(names_after(path, &alone), [TOOL_NAME], "{path}: {}", String::from_utf8_lossy(&alone));
+        assert_eq!(
+            names_after(path, &alone),
+            [TOOL_NAME],
+            "{path}: {}",
+            String::from_utf8_lossy(&alone)
+        );
         // Built-ins stay.
         if path.contains("responses") {
             assert!(String::from_utf8_lossy(&out).contains(r#"{"type":"web_search"}"#));
@@ -371,10 +463,19 @@ fn the_control_tool_is_added_in_each_format_and_reads_back() {
     let req = parse("/m:generateContent", body).unwrap().unwrap();
     let out: Value = serde_json::from_slice(&req.rewrite_with_search_tool(body, &[1])).unwrap();
     assert_eq!(out["tools"].as_array().unwrap().len(), 1, "{out}");
-    assert_eq!(out["tools"][0]["functionDeclarations"][1]["name"], TOOL_NAME);
+    assert_eq!(
+        out["tools"][0]["functionDeclarations"][1]["name"],
+        TOOL_NAME
+    );
     let out: Value = serde_json::from_slice(&req.rewrite_with_search_tool(body, &[])).unwrap();
-    assert_eq!(out["tools"], serde_json::json!([{"functionDeclarations": [out["tools"][0]["functionDeclarations"][0].clone()]}]));
-    assert_eq!(out["tools"][0]["functionDeclarations"][0]["name"], TOOL_NAME);
+    assert_eq!(
+        out["tools"],
+        serde_json::json!([{"functionDeclarations": [out["tools"][0]["functionDeclarations"][0].clone()]}])
+    );
+    assert_eq!(
+        out["tools"][0]["functionDeclarations"][0]["name"],
+        TOOL_NAME
+    );
 }
 
 #[test]
@@ -384,13 +485,19 @@ fn the_control_tool_says_what_it_is_for_in_each_shape() {
     let out: Value = serde_json::from_slice(&req.rewrite_with_search_tool(body, &[])).unwrap();
     let f = &out["tools"][0]["function"];
     assert_eq!(f["description"], crate::recovery::DESCRIPTION);
-    assert!(f["description"].as_str().unwrap().contains("none of the other tools fits"));
+    assert!(f["description"]
+        .as_str()
+        .unwrap()
+        .contains("none of the other tools fits"));
     assert_eq!(f["parameters"]["required"], serde_json::json!(["query"]));
     assert_eq!(f["parameters"]["properties"]["query"]["type"], "string");
     let body = br#"{"system":"s","messages":[],"tools":[{"name":"a","input_schema":{}}]}"#;
     let req = parse("/v1/messages", body).unwrap().unwrap();
     let out: Value = serde_json::from_slice(&req.rewrite_with_search_tool(body, &[])).unwrap();
-    assert_eq!(out["tools"][0]["input_schema"]["properties"]["query"]["type"], "string");
+    assert_eq!(
+        out["tools"][0]["input_schema"]["properties"]["query"]["type"],
+        "string"
+    );
 }
 
 /// A search call in each format's history, with or without a tool result
@@ -420,19 +527,44 @@ fn a_search_call_is_read_from_each_formats_history() {
     };
     type Build = Box<dyn Fn(&str) -> String>;
     let cases: [(&str, Build, &str, &str); 4] = [
-        ("/v1/chat/completions", Box::new(chat), r#",{"role":"tool","tool_call_id":"c1","content":"error: unknown tool"}"#, r#",{"role":"user","content":"thanks"}"#),
-        ("/v1/responses", Box::new(responses), r#",{"type":"function_call_output","call_id":"c1","output":""}"#, r#",{"role":"user","content":"thanks"}"#),
-        ("/v1/messages", Box::new(anthropic), r#",{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","is_error":true,"content":"unknown tool"}]}"#, r#",{"role":"user","content":"thanks"}"#),
-        ("/m:generateContent", Box::new(gemini), r#",{"role":"user","parts":[{"functionResponse":{"name":"keyhole_tool_search","response":{"error":"unknown"}}}]}"#, r#",{"role":"user","parts":[{"text":"thanks"}]}"#),
+        (
+            "/v1/chat/completions",
+            Box::new(chat),
+            r#",{"role":"tool","tool_call_id":"c1","content":"error: unknown tool"}"#,
+            r#",{"role":"user","content":"thanks"}"#,
+        ),
+        (
+            "/v1/responses",
+            Box::new(responses),
+            r#",{"type":"function_call_output","call_id":"c1","output":""}"#,
+            r#",{"role":"user","content":"thanks"}"#,
+        ),
+        (
+            "/v1/messages",
+            Box::new(anthropic),
+            r#",{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","is_error":true,"content":"unknown tool"}]}"#,
+            r#",{"role":"user","content":"thanks"}"#,
+        ),
+        (
+            "/m:generateContent",
+            Box::new(gemini),
+            r#",{"role":"user","parts":[{"functionResponse":{"name":"keyhole_tool_search","response":{"error":"unknown"}}}]}"#,
+            r#",{"role":"user","parts":[{"text":"thanks"}]}"#,
+        ),
     ];
-    let want = Some(SearchCall { query: Some("body mass index".into()) });
+    let want = Some(SearchCall {
+        query: Some("body mass index".into()),
+    });
     for (path, build, result, user) in cases {
         // The call alone, and the call with the agent's error result.
         for after in ["", result] {
             let body = build(after);
             let req = parse(path, body.as_bytes()).unwrap().unwrap();
             assert_eq!(req.search_call, want, "{path}: {body}");
-            assert_eq!(req.turn, "compute the bmi", "{path}: the turn is still the user's");
+            assert_eq!(
+                req.turn, "compute the bmi",
+                "{path}: the turn is still the user's"
+            );
         }
         // The user spoke since: the search is over.
         let body = build(&format!("{result}{user}"));
@@ -441,12 +573,32 @@ fn a_search_call_is_read_from_each_formats_history() {
     }
     // No call at all, a call of another tool, a call without a query.
     let body = br#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","tool_calls":[{"function":{"name":"a","arguments":"{}"}}]}],"tools":[{"type":"function","function":{"name":"a"}}]}"#;
-    assert_eq!(parse("/v1/chat/completions", body).unwrap().unwrap().search_call, None);
+    assert_eq!(
+        parse("/v1/chat/completions", body)
+            .unwrap()
+            .unwrap()
+            .search_call,
+        None
+    );
     let body = br#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","tool_calls":[{"function":{"name":"keyhole_tool_search","arguments":"not json"}}]}],"tools":[{"type":"function","function":{"name":"a"}}]}"#;
-    assert_eq!(parse("/v1/chat/completions", body).unwrap().unwrap().search_call, Some(SearchCall { query: None }));
+    assert_eq!(
+        parse("/v1/chat/completions", body)
+            .unwrap()
+            .unwrap()
+            .search_call,
+        Some(SearchCall { query: None })
+    );
     // Legacy function_call.
     let body = br#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","function_call":{"name":"keyhole_tool_search","arguments":"{\"query\":\"lab\"}"}}],"tools":[{"type":"function","function":{"name":"a"}}]}"#;
-    assert_eq!(parse("/v1/chat/completions", body).unwrap().unwrap().search_call, Some(SearchCall { query: Some("lab".into()) }));
+    assert_eq!(
+        parse("/v1/chat/completions", body)
+            .unwrap()
+            .unwrap()
+            .search_call,
+        Some(SearchCall {
+            query: Some("lab".into())
+        })
+    );
 }
 
 // === properties ===
@@ -460,15 +612,27 @@ mod props {
         let n = serde_json::to_string(&name).unwrap();
         let json = match (format, builtin) {
             (Format::OpenAiChat, false) => {
-                format!(r#"{{"type":"function","function":{{"name":{n},"parameters":{{"type":"object"}}}}}}"#)
+                format!(
+                    r#"{{"type":"function","function":{{"name":{n},"parameters":{{"type":"object"}}}}}}"#
+                )
             }
-            (Format::OpenAiResponses, false) => format!(r#"{{"type":"function","name":{n},"strict":true}}"#),
-            (Format::Anthropic, false) => format!(r#"{{"name":{n},"input_schema":{{"type":"object"}}}}"#),
+            (Format::OpenAiResponses, false) => {
+                format!(r#"{{"type":"function","name":{n},"strict":true}}"#)
+            }
+            (Format::Anthropic, false) => {
+                format!(r#"{{"name":{n},"input_schema":{{"type":"object"}}}}"#)
+            }
             (Format::Gemini, false) => {
-                format!(r#"{{"functionDeclarations":[{{"name":{n}}}, {{"name":{n},"description":"twin"}}]}}"#)
+                format!(
+                    r#"{{"functionDeclarations":[{{"name":{n}}}, {{"name":{n},"description":"twin"}}]}}"#
+                )
             }
-            (Format::OpenAiChat | Format::OpenAiResponses, true) => r#"{"type":"web_search"}"#.to_owned(),
-            (Format::Anthropic, true) => r#"{"type":"web_search_20250305","name":"web_search"}"#.to_owned(),
+            (Format::OpenAiChat | Format::OpenAiResponses, true) => {
+                r#"{"type":"web_search"}"#.to_owned()
+            }
+            (Format::Anthropic, true) => {
+                r#"{"type":"web_search_20250305","name":"web_search"}"#.to_owned()
+            }
             (Format::Gemini, true) => r#"{"googleSearch":{}}"#.to_owned(),
         };
         (json, !builtin)

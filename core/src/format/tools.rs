@@ -53,14 +53,23 @@ pub struct BuiltinTools {
 impl Default for BuiltinTools {
     fn default() -> Self {
         let own = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect();
-        BuiltinTools { lists: Format::ALL.into_iter().map(|f| (f, own(f.dialect().builtins))).collect(), pass_sources: false }
+        BuiltinTools {
+            lists: Format::ALL
+                .into_iter()
+                .map(|f| (f, own(f.dialect().builtins)))
+                .collect(),
+            pass_sources: false,
+        }
     }
 }
 
 impl BuiltinTools {
     /// The allow-list of `format`.
     pub fn of(&self, format: Format) -> &[String] {
-        self.lists.iter().find(|(f, _)| *f == format).map_or(&[], |(_, list)| list.as_slice())
+        self.lists
+            .iter()
+            .find(|(f, _)| *f == format)
+            .map_or(&[], |(_, list)| list.as_slice())
     }
 
     /// Replaces the allow-list of `format`.
@@ -75,9 +84,13 @@ impl BuiltinTools {
     /// entry of its list, or a version of a family the list names.
     pub fn allows(&self, format: Format, name: &str) -> bool {
         if format.dialect().builtins_by_key {
-            self.of(format).iter().any(|k| k == name || snake_case(k) == name)
+            self.of(format)
+                .iter()
+                .any(|k| k == name || snake_case(k) == name)
         } else {
-            self.of(format).iter().any(|t| t == name || in_family(t, name))
+            self.of(format)
+                .iter()
+                .any(|t| t == name || in_family(t, name))
         }
     }
 }
@@ -88,7 +101,10 @@ fn in_family(entry: &str, name: &str) -> bool {
     let Some(stem) = entry.strip_suffix("_*") else {
         return false;
     };
-    let Some(version) = name.strip_prefix(stem).and_then(|rest| rest.strip_prefix('_')) else {
+    let Some(version) = name
+        .strip_prefix(stem)
+        .and_then(|rest| rest.strip_prefix('_'))
+    else {
         return false;
     };
     let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
@@ -120,7 +136,8 @@ const SPELLINGS: [&str; 12] = [
 ];
 
 /// [`SPELLINGS`], folded.
-static FOLDED_SPELLINGS: LazyLock<Vec<String>> = LazyLock::new(|| SPELLINGS.iter().map(|s| fold(s)).collect());
+static FOLDED_SPELLINGS: LazyLock<Vec<String>> =
+    LazyLock::new(|| SPELLINGS.iter().map(|s| fold(s)).collect());
 
 /// Folded keys that define a function: a built-in carrying one is refused.
 const DEFINING: [&str; 8] = [
@@ -170,14 +187,18 @@ impl<'de> Visitor<'de> for KeysVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Keys, A::Error> {
-        let mut keys = Keys { folded: Vec::new(), problem: None };
+        let mut keys = Keys {
+            folded: Vec::new(),
+            problem: None,
+        };
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             map.next_value::<IgnoredAny>()?;
             let folded = fold(&key);
             let spelled_like_a_known_key = FOLDED_SPELLINGS.contains(&folded);
             if keys.problem.is_none() {
                 if spelled_like_a_known_key && !SPELLINGS.contains(&key.as_ref()) {
-                    keys.problem = Some("a key is spelled in another letter case or with other separators");
+                    keys.problem =
+                        Some("a key is spelled in another letter case or with other separators");
                 } else if keys.folded.contains(&folded) {
                     keys.problem = Some("a key appears more than once");
                 }
@@ -190,7 +211,11 @@ impl<'de> Visitor<'de> for KeysVisitor {
 
 impl<'a> Builder<'a, '_> {
     /// Checks the spelling of the keys of `raw`, the element at `at`.
-    pub(super) fn spelling(&self, raw: Raw<'a>, at: &dyn Fn() -> String) -> Result<Keys, FormatError> {
+    pub(super) fn spelling(
+        &self,
+        raw: Raw<'a>,
+        at: &dyn Fn() -> String,
+    ) -> Result<Keys, FormatError> {
         let keys: Keys = self.read(raw, at)?;
         match keys.problem() {
             Some(problem) => Err(self.tool_error(at(), problem)),
@@ -201,7 +226,12 @@ impl<'a> Builder<'a, '_> {
     /// Classifies an element that is not a function tool of the format:
     /// a built-in of the format's allow-list that defines nothing is kept,
     /// anything else refused.
-    pub(super) fn builtin(&self, keys: &Keys, kind: Option<&str>, at: &dyn Fn() -> String) -> Result<Item, FormatError> {
+    pub(super) fn builtin(
+        &self,
+        keys: &Keys,
+        kind: Option<&str>,
+        at: &dyn Fn() -> String,
+    ) -> Result<Item, FormatError> {
         match kind {
             Some(kind) if self.builtins.allows(self.format, kind) => {
                 if keys.defines() && !self.builtin_may_name(keys) {
@@ -210,7 +240,10 @@ impl<'a> Builder<'a, '_> {
                     Ok(Item::Other)
                 }
             }
-            Some(_) => Err(self.tool_error(at(), "a tool type that is neither a function nor an allowed built-in")),
+            Some(_) => Err(self.tool_error(
+                at(),
+                "a tool type that is neither a function nor an allowed built-in",
+            )),
             None => Err(self.tool_error(at(), "neither a function tool nor an allowed built-in")),
         }
     }
@@ -219,7 +252,11 @@ impl<'a> Builder<'a, '_> {
     /// and nothing else that defines a function.
     fn builtin_may_name(&self, keys: &Keys) -> bool {
         self.format.dialect().builtins_named
-            && keys.folded.iter().filter(|k| DEFINING.contains(&k.as_str())).all(|k| k == "name")
+            && keys
+                .folded
+                .iter()
+                .filter(|k| DEFINING.contains(&k.as_str()))
+                .all(|k| k == "name")
     }
 }
 
@@ -261,14 +298,33 @@ mod family_tests {
 
     #[test]
     fn a_family_takes_every_date_version_and_nothing_else() {
-        for name in ["web_search_20250305", "web_search_20260209", "web_search_20991231"] {
+        for name in [
+            "web_search_20250305",
+            "web_search_20260209",
+            "web_search_20991231",
+        ] {
             assert!(in_family("web_search_*", name), "{name}");
         }
-        assert!(in_family("web_search_preview_*", "web_search_preview_2025_03_11"));
+        assert!(in_family(
+            "web_search_preview_*",
+            "web_search_preview_2025_03_11"
+        ));
         assert!(in_family("web_search_*", "web_search_2025_08_26"));
-        for name in ["web_search", "web_search_", "web_search_2025", "web_search_x0250305", "web_search_202503051", "web_fetch_20250910", "web_search_2025_0311", "xweb_search_20250305"] {
+        for name in [
+            "web_search",
+            "web_search_",
+            "web_search_2025",
+            "web_search_x0250305",
+            "web_search_202503051",
+            "web_fetch_20250910",
+            "web_search_2025_0311",
+            "xweb_search_20250305",
+        ] {
             assert!(!in_family("web_search_*", name), "{name}");
         }
-        assert!(!in_family("web_search", "web_search_20250305"), "an exact entry is no family");
+        assert!(
+            !in_family("web_search", "web_search_20250305"),
+            "an exact entry is no family"
+        );
     }
 }

@@ -18,8 +18,15 @@ enum Fold {
 
 fn fold(c: char) -> Fold {
     match u32::from(c) {
-        0xAD | 0x34F | 0x61C | 0x180E | 0x200B..=0x200F | 0x202A..=0x202E | 0x2060..=0x2064
-        | 0x2066..=0x2069 | 0xFEFF => Fold::Drop,
+        0xAD
+        | 0x34F
+        | 0x61C
+        | 0x180E
+        | 0x200B..=0x200F
+        | 0x202A..=0x202E
+        | 0x2060..=0x2064
+        | 0x2066..=0x2069
+        | 0xFEFF => Fold::Drop,
         0x2010..=0x2015 | 0x2043 | 0x2212 | 0x2796 | 0xFE58 | 0xFE63 | 0xFF0D => Fold::Ascii(b'-'),
         0x2044 | 0x2215 | 0xFF0F => Fold::Ascii(b'/'),
         0x3000 | 0x00A0 | 0x2000..=0x200A | 0x202F | 0x205F => Fold::Ascii(b' '),
@@ -240,9 +247,13 @@ pub(super) fn quoted_printable(t: &[u8]) -> Option<Vec<u8>> {
                 continue;
             }
             let h = t.get(i + 1..i + 3).unwrap_or_default();
-            let upper_hex = h.len() == 2 && h.iter().all(|c| c.is_ascii_digit() || (b'A'..=b'F').contains(c));
+            let upper_hex = h.len() == 2
+                && h.iter()
+                    .all(|c| c.is_ascii_digit() || (b'A'..=b'F').contains(c));
             if upper_hex {
-                let v = std::str::from_utf8(h).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
+                let v = std::str::from_utf8(h)
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
                 if let Some(v) = v {
                     out.push(v);
                     i += 3;
@@ -296,7 +307,11 @@ pub(super) fn hex(run: &[u8]) -> Option<Vec<u8>> {
         return None;
     }
     run.chunks(2)
-        .map(|p| std::str::from_utf8(p).ok().and_then(|h| u8::from_str_radix(h, 16).ok()))
+        .map(|p| {
+            std::str::from_utf8(p)
+                .ok()
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        })
         .collect()
 }
 
@@ -313,4 +328,3 @@ pub(super) fn is_text(b: &[u8]) -> bool {
         .count();
     total > 0 && printable * 20 >= total * 19
 }
-

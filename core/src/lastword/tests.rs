@@ -1,10 +1,14 @@
-use super::*;
 use super::canonical::{percent_decoded, quoted_printable};
+use super::*;
 use crate::alias::corpus;
 use crate::alias::{BodyKind, Epoch, KnownAlias, ResponseScan, SessionMap};
 
 fn word(known: &[&str], aliases: &[&str]) -> LastWord {
-    LastWord::new(&Taxonomy::default(), known.iter().copied(), aliases.iter().copied())
+    LastWord::new(
+        &Taxonomy::default(),
+        known.iter().copied(),
+        aliases.iter().copied(),
+    )
 }
 
 fn b64(bytes: &[u8], url: bool) -> String {
@@ -15,7 +19,10 @@ fn b64(bytes: &[u8], url: bool) -> String {
     };
     let mut out = String::new();
     for chunk in bytes.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
         for i in 0..=chunk.len() {
             out.push(char::from(alphabet[((n >> (18 - 6 * i)) & 63) as usize]));
         }
@@ -27,24 +34,51 @@ fn b64(bytes: &[u8], url: bool) -> String {
 /// for its reason.
 #[test]
 fn raw_ids_are_found_in_any_encoding() {
-    let lw = word(&["anna-k-4471", "4829137", "erikamuster"], &["patient-k7q2-001"]);
+    let lw = word(
+        &["anna-k-4471", "4829137", "erikamuster"],
+        &["patient-k7q2-001"],
+    );
     let uuid = "039b70b8-92f7-44b7-9c91-4e3f0e900c71";
-    let jwt = format!("eyJhbGciOiJIUzI1NiJ9.{}.c2ln", b64(br#"{"sub":"pat-000123","n":"M\xc3\xbcller"}"#, true));
+    let jwt = format!(
+        "eyJhbGciOiJIUzI1NiJ9.{}.c2ln",
+        b64(br#"{"sub":"pat-000123","n":"M\xc3\xbcller"}"#, true)
+    );
     let cases: Vec<(String, Reason)> = vec![
         (format!("see {uuid}"), Reason::Uuid),
         (format!("see {}", uuid.to_uppercase()), Reason::Uuid),
         (format!("etag \"{}\"", uuid.replace('-', "")), Reason::Uuid),
-        (format!(r#"{{"x":"{}"}}"#, uuid.replace('-', "\\u002d")), Reason::Uuid),
+        (
+            format!(r#"{{"x":"{}"}}"#, uuid.replace('-', "\\u002d")),
+            Reason::Uuid,
+        ),
         ("PAT-000123 in text".into(), Reason::FhirId),
         ("Pat\u{2011}000123".into(), Reason::FhirId),
         ("pat-0001&shy;23".into(), Reason::FhirId),
-        ("pat-\u{ff10}\u{ff10}\u{ff10}\u{ff11}\u{ff12}\u{ff13}".into(), Reason::FhirId),
+        (
+            "pat-\u{ff10}\u{ff10}\u{ff10}\u{ff11}\u{ff12}\u{ff13}".into(),
+            Reason::FhirId,
+        ),
         ("<p>pat-<b></b>000123</p>".into(), Reason::FhirId),
         ("<id><![CDATA[pat-000123]]></id>".into(), Reason::FhirId),
         ("pat=2D000123 quoted-printable".into(), Reason::FhirId),
         ("/x?next=pat%252D000123".into(), Reason::FhirId),
-        (format!("data:application/json;base64,{}", b64(br#"{"after":"pat-000123"}"#, false)), Reason::FhirId),
-        (format!("cursor={}", b64("{\"a\":\"\u{e9}\",\n\"id\":\"pat-000123\"}".as_bytes(), true)), Reason::FhirId),
+        (
+            format!(
+                "data:application/json;base64,{}",
+                b64(br#"{"after":"pat-000123"}"#, false)
+            ),
+            Reason::FhirId,
+        ),
+        (
+            format!(
+                "cursor={}",
+                b64(
+                    "{\"a\":\"\u{e9}\",\n\"id\":\"pat-000123\"}".as_bytes(),
+                    true
+                )
+            ),
+            Reason::FhirId,
+        ),
         (jwt, Reason::FhirId),
         ("hex 7061742d303030313233".into(), Reason::FhirId),
         ("subject Patient/482913".into(), Reason::Reference),
@@ -56,7 +90,10 @@ fn raw_ids_are_found_in_any_encoding() {
         (r#"{"patientId": 482919.0}"#.into(), Reason::IdNumber),
         (r#"{"patient_id":5.5022E4}"#.into(), Reason::IdNumber),
         (r#"{"patientId": "482920    "}"#.into(), Reason::IdNumber),
-        (r#"{"patientIds": [482921, 482922]}"#.into(), Reason::IdNumber),
+        (
+            r#"{"patientIds": [482921, 482922]}"#.into(),
+            Reason::IdNumber,
+        ),
         (r#"{"ID": 7}"#.into(), Reason::IdNumber),
     ];
     for (body, reason) in cases {
@@ -64,10 +101,19 @@ fn raw_ids_are_found_in_any_encoding() {
         assert_eq!(f.map(|f| f.reason), Some(reason), "{body}");
     }
     // Headers: names and values, bytes that are not UTF-8 included.
-    assert!(lw.check_header(format!("x-{uuid}").as_bytes(), b"1").is_some());
-    assert!(lw.check_header(b"content-disposition", b"attachment; filename=\"pat-000123.pdf\"").is_some());
+    assert!(lw
+        .check_header(format!("x-{uuid}").as_bytes(), b"1")
+        .is_some());
+    assert!(lw
+        .check_header(
+            b"content-disposition",
+            b"attachment; filename=\"pat-000123.pdf\""
+        )
+        .is_some());
     assert!(lw.check_header(b"etag", b"W/\"pat-000123-v7\"").is_some());
-    assert!(lw.check_header(b"x-note", b"M\xfcller pat-000123").is_some());
+    assert!(lw
+        .check_header(b"x-note", b"M\xfcller pat-000123")
+        .is_some());
 }
 
 /// What is meant to be there passes: aliases (also in references and
@@ -75,7 +121,10 @@ fn raw_ids_are_found_in_any_encoding() {
 /// that name no record.
 #[test]
 fn aliases_and_clinical_content_pass() {
-    let lw = word(&["anna-k-4471", "hl7", "example"], &["patient-k7q2-001", "ref-k7q2-002"]);
+    let lw = word(
+        &["anna-k-4471", "hl7", "example"],
+        &["patient-k7q2-001", "ref-k7q2-002"],
+    );
     for body in [
         "patient-k7q2-001 seen; Patient/patient-k7q2-001; /api/v2/patients/patient-k7q2-001?cursor=ref-k7q2-002",
         r#"{"patientId":"patient-k7q2-001","subject":{"reference":"Patient/patient-k7q2-001"}}"#,
@@ -92,8 +141,14 @@ fn aliases_and_clinical_content_pass() {
     ] {
         assert_eq!(lw.check_body(body.as_bytes()), None, "{body}");
     }
-    assert_eq!(lw.check_header(b"link", b"</api/v2/patients?cursor=ref-k7q2-002>; rel=next"), None);
-    assert_eq!(lw.check_header(b"content-type", b"application/fhir+json; charset=utf-8"), None);
+    assert_eq!(
+        lw.check_header(b"link", b"</api/v2/patients?cursor=ref-k7q2-002>; rel=next"),
+        None
+    );
+    assert_eq!(
+        lw.check_header(b"content-type", b"application/fhir+json; charset=utf-8"),
+        None
+    );
 }
 
 /// Scans, encodes and rewrites `body` in `session` with its known ids; the
@@ -108,14 +163,32 @@ fn through(
     let known: Vec<KnownAlias> = session
         .records()
         .iter()
-        .flat_map(|r| r.ids.values().map(|(_, v)| KnownAlias { value: v.to_owned(), alias: r.alias.clone() }))
+        .flat_map(|r| {
+            r.ids.values().map(|(_, v)| KnownAlias {
+                value: v.to_owned(),
+                alias: r.alias.clone(),
+            })
+        })
         .collect();
     let mut scan = ResponseScan::new(tax);
     let part = scan.add(body, kind, tax.kind_for_path(path)).ok()?;
     let aliases = session.encode(tax, scan.ids()).ok()?.aliases;
-    let out = scan.rewriter(&aliases, &known).ok()?.rewrite(part, body).ok()?;
-    let values: Vec<&str> = scan.ids().iter().map(|i| i.value.as_str()).chain(known.iter().map(|k| k.value.as_str())).collect();
-    let given: Vec<&str> = aliases.iter().map(String::as_str).chain(known.iter().map(|k| k.alias.as_str())).collect();
+    let out = scan
+        .rewriter(&aliases, &known)
+        .ok()?
+        .rewrite(part, body)
+        .ok()?;
+    let values: Vec<&str> = scan
+        .ids()
+        .iter()
+        .map(|i| i.value.as_str())
+        .chain(known.iter().map(|k| k.value.as_str()))
+        .collect();
+    let given: Vec<&str> = aliases
+        .iter()
+        .map(String::as_str)
+        .chain(known.iter().map(|k| k.alias.as_str()))
+        .collect();
     Some((LastWord::new(tax, values, given), out))
 }
 
@@ -125,7 +198,10 @@ fn through(
 #[test]
 fn realistic_bodies_are_never_withheld() {
     let tax: &'static Taxonomy = Box::leak(Box::new(Taxonomy::default()));
-    let dir = format!("{}/../../shared/catalog/hms_samples", env!("CARGO_MANIFEST_DIR"));
+    let dir = format!(
+        "{}/../../shared/catalog/hms_samples",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let mut samples = 0;
     let mut withheld = Vec::new();
     let mut outputs: Vec<(LastWord, Vec<u8>)> = Vec::new();
@@ -136,14 +212,24 @@ fn realistic_bodies_are_never_withheld() {
         for p in paths {
             let body = std::fs::read(&p).unwrap();
             samples += 1;
-            let (lw, out) = through(tax, &mut session, &body, BodyKind::Json, "/api/v2/patients/x").expect("sample rewritten");
+            let (lw, out) = through(
+                tax,
+                &mut session,
+                &body,
+                BodyKind::Json,
+                "/api/v2/patients/x",
+            )
+            .expect("sample rewritten");
             if let Some(f) = lw.check_body(&out) {
                 withheld.push(format!("{}: {f:?}", p.display()));
             }
             outputs.push((lw, out));
         }
     }
-    let base = std::env::var("PROPTEST_RNG_SEED").ok().and_then(|s| s.parse::<u64>().ok()).unwrap_or(20_261_130);
+    let base = std::env::var("PROPTEST_RNG_SEED")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(20_261_130);
     let mut generated = 0;
     for i in 0..5_000u64 {
         let seed = base.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(i);
@@ -151,25 +237,41 @@ fn realistic_bodies_are_never_withheld() {
         let mut session = SessionMap::with_epoch(Epoch::from_seed(seed));
         for sample in s.readable {
             let kind = BodyKind::from_content_type(sample.content_type);
-            let Some((lw, out)) = through(tax, &mut session, &sample.body, kind, "/api/v2/patients") else {
+            let Some((lw, out)) =
+                through(tax, &mut session, &sample.body, kind, "/api/v2/patients")
+            else {
                 continue;
             };
             generated += 1;
             if let Some(f) = lw.check_body(&out) {
-                withheld.push(format!("{} {f:?}: {}", sample.label, String::from_utf8_lossy(&out)));
+                withheld.push(format!(
+                    "{} {f:?}: {}",
+                    sample.label,
+                    String::from_utf8_lossy(&out)
+                ));
             }
             if outputs.len() < 2_000 {
                 outputs.push((lw, out));
             }
         }
     }
-    println!("last word: samples={samples} generated={generated} withheld={}", withheld.len());
+    println!(
+        "last word: samples={samples} generated={generated} withheld={}",
+        withheld.len()
+    );
     for w in withheld.iter().take(10) {
         eprintln!("withheld: {w}");
     }
-    assert!(samples >= 8 || !std::path::Path::new(&dir).exists(), "{dir}: {samples} samples");
+    assert!(
+        samples >= 8 || !std::path::Path::new(&dir).exists(),
+        "{dir}: {samples} samples"
+    );
     assert!(generated >= 9_000, "{generated}");
-    assert!(withheld.is_empty(), "{} realistic bodies withheld", withheld.len());
+    assert!(
+        withheld.is_empty(),
+        "{} realistic bodies withheld",
+        withheld.len()
+    );
 
     // Cost per MB (printed, never asserted: the box is shared).
     let bytes: usize = outputs.iter().map(|(_, o)| o.len()).sum();
@@ -183,7 +285,11 @@ fn realistic_bodies_are_never_withheld() {
     }
     let secs = start.elapsed().as_secs_f64();
     let mb = (bytes * rounds) as f64 / 1e6;
-    println!("last word: {mb:.1} MB in {secs:.3} s = {:.1} MB/s ({} bodies, found {found})", mb / secs, outputs.len());
+    println!(
+        "last word: {mb:.1} MB in {secs:.3} s = {:.1} MB/s ({} bodies, found {found})",
+        mb / secs,
+        outputs.len()
+    );
 }
 
 /// Numbers under id-named keys outside JSON: query strings, form bodies,
@@ -200,10 +306,15 @@ fn numbers_under_id_keys_of_pairs_and_lines_are_found() {
         "- visitId: \"77\"  # last\n",
         "patientId: '00042'\n",
     ] {
-        assert_eq!(lw.check_body(body.as_bytes()).map(|f| f.reason), Some(Reason::IdNumber), "{body}");
+        assert_eq!(
+            lw.check_body(body.as_bytes()).map(|f| f.reason),
+            Some(Reason::IdNumber),
+            "{body}"
+        );
     }
     assert_eq!(
-        lw.check_header(b"location", b"/api/v2/visits?patientId=482913").map(|f| f.reason),
+        lw.check_header(b"location", b"/api/v2/visits?patientId=482913")
+            .map(|f| f.reason),
         Some(Reason::IdNumber)
     );
     for body in [
@@ -224,18 +335,38 @@ fn an_event_streams_field_lines_are_framing() {
     let lw = word(&[], &[]);
     let stream = b"id: 7\nretry: 3000\nevent: update\ndata: {\"status\": \"arrived\"}\n\n";
     assert_eq!(lw.check_event_stream(stream), None);
-    assert_eq!(lw.check_body(b"id: 7\n").map(|f| f.reason), Some(Reason::IdNumber), "as a document, `id: 7` is a record's id");
+    assert_eq!(
+        lw.check_body(b"id: 7\n").map(|f| f.reason),
+        Some(Reason::IdNumber),
+        "as a document, `id: 7` is a record's id"
+    );
     let leak = b"id: 7\ndata: {\"patientId\": 482913}\n\n";
-    assert_eq!(lw.check_event_stream(leak).map(|f| f.reason), Some(Reason::IdNumber));
+    assert_eq!(
+        lw.check_event_stream(leak).map(|f| f.reason),
+        Some(Reason::IdNumber)
+    );
 }
 
 #[test]
 fn numbers_under_keys_that_name_a_record_are_found() {
     let lw = word(&[], &[]);
-    for body in [r#"{"patient": 482913}"#, r#"{"encounter":"77"}"#, r#"{"visits":[12, 13]}"#, "?patient=17"] {
-        assert_eq!(lw.check_body(body.as_bytes()).map(|f| f.reason), Some(Reason::IdNumber), "{body}");
+    for body in [
+        r#"{"patient": 482913}"#,
+        r#"{"encounter":"77"}"#,
+        r#"{"visits":[12, 13]}"#,
+        "?patient=17",
+    ] {
+        assert_eq!(
+            lw.check_body(body.as_bytes()).map(|f| f.reason),
+            Some(Reason::IdNumber),
+            "{body}"
+        );
     }
-    for body in [r#"{"schedule": "38341003"}"#, r#"{"encounter":"ambulatory"}"#, r#"{"count": 12}"#] {
+    for body in [
+        r#"{"schedule": "38341003"}"#,
+        r#"{"encounter":"ambulatory"}"#,
+        r#"{"count": 12}"#,
+    ] {
         assert_eq!(lw.check_body(body.as_bytes()), None, "{body}");
     }
 }
@@ -244,7 +375,10 @@ fn numbers_under_keys_that_name_a_record_are_found() {
 /// its head. [`opens_line`] must answer as it does.
 fn opens_line_by_reading_the_line(t: &[u8], start: usize) -> bool {
     let line = t.get(..start).unwrap_or_default();
-    let head = line.iter().rposition(|b| *b == b'\n').map_or(line, |n| line.get(n + 1..).unwrap_or_default());
+    let head = line
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map_or(line, |n| line.get(n + 1..).unwrap_or_default());
     head.iter().all(|b| matches!(b, b' ' | b'\t' | b'-'))
 }
 
@@ -254,7 +388,10 @@ fn percent_decoded_copying(t: &[u8]) -> Option<Vec<u8>> {
     let mut any = false;
     let mut i = 0;
     while let Some(&b) = t.get(i) {
-        let v = t.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u8::from_str_radix(h, 16).ok());
+        let v = t
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
         if let (b'%', Some(v)) = (b, v) {
             out.push(v);
             i += 3;
@@ -282,7 +419,10 @@ fn quoted_printable_copying(t: &[u8]) -> Option<Vec<u8>> {
                 continue;
             }
             let h = t.get(i + 1..i + 3).unwrap_or_default();
-            if h.len() == 2 && h.iter().all(|c| c.is_ascii_digit() || (b'A'..=b'F').contains(c)) {
+            if h.len() == 2
+                && h.iter()
+                    .all(|c| c.is_ascii_digit() || (b'A'..=b'F').contains(c))
+            {
                 out.push(u8::from_str_radix(std::str::from_utf8(h).unwrap(), 16).unwrap());
                 (i, any) = (i + 3, true);
                 continue;
@@ -301,9 +441,17 @@ fn quoted_printable_copying(t: &[u8]) -> Option<Vec<u8>> {
 fn id_lines_are_found_after_long_lines() {
     let lw = word(&[], &[]);
     let long = r#"{"a": "b", "c": "d"}"#.repeat(5_000);
-    for tail in ["\npatientId: 482913\n", "\n  - visitId: \"77\"\n", "\n\t-\tid: 9"] {
+    for tail in [
+        "\npatientId: 482913\n",
+        "\n  - visitId: \"77\"\n",
+        "\n\t-\tid: 9",
+    ] {
         let body = format!("{long}{tail}");
-        assert_eq!(lw.check_body(body.as_bytes()).map(|f| f.reason), Some(Reason::IdNumber), "{tail:?}");
+        assert_eq!(
+            lw.check_body(body.as_bytes()).map(|f| f.reason),
+            Some(Reason::IdNumber),
+            "{tail:?}"
+        );
     }
     for tail in ["\nnote patientId: 482913\n", " patientId: 482913"] {
         let body = format!("{long}{tail}");
@@ -321,10 +469,19 @@ fn known_ids_sharing_a_first_run_are_each_found() {
     let lw = word(&known, &["patient-k7q2-001"]);
     for id in &ids {
         for v in [id.clone(), id.to_uppercase()] {
-            assert_eq!(lw.check_body(format!("file {v}.pdf").as_bytes()).map(|f| f.reason), Some(Reason::KnownId), "{v}");
+            assert_eq!(
+                lw.check_body(format!("file {v}.pdf").as_bytes())
+                    .map(|f| f.reason),
+                Some(Reason::KnownId),
+                "{v}"
+            );
         }
     }
-    assert_eq!(lw.check_body(b"file anna-k-0001.pdf"), None, "not a known id");
+    assert_eq!(
+        lw.check_body(b"file anna-k-0001.pdf"),
+        None,
+        "not a known id"
+    );
 }
 
 proptest::proptest! {

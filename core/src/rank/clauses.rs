@@ -6,8 +6,8 @@
 //! tools; the whole turn's embedding sits between them and can rank either
 //! one below unrelated tools. Each clause's own ranking puts its tool first.
 
-use super::Candidate;
 use super::tokenize::fold;
+use super::Candidate;
 use serde::{Deserialize, Serialize};
 
 /// Clause splitting.
@@ -31,9 +31,20 @@ impl Default for ClauseSettings {
     fn default() -> Self {
         let words = [
             // en
-            "and", "then", "also", "plus", // de
-            "und", "dann", "sowie", "ausserdem", "anschliessend", "danach", // fr
-            "et", "puis", "ensuite", "aussi",
+            "and",
+            "then",
+            "also",
+            "plus", // de
+            "und",
+            "dann",
+            "sowie",
+            "ausserdem",
+            "anschliessend",
+            "danach", // fr
+            "et",
+            "puis",
+            "ensuite",
+            "aussi",
         ];
         ClauseSettings {
             enabled: false,
@@ -56,12 +67,18 @@ fn words(text: &str) -> Vec<Word> {
     let mut out: Vec<Word> = Vec::new();
     let mut start: Option<usize> = None;
     for (i, c) in text.char_indices() {
-        if c.is_alphanumeric() || matches!(c, '\'' | '-' | '/' | '.' | ':' | '°' | '%') && start.is_some() {
+        if c.is_alphanumeric()
+            || matches!(c, '\'' | '-' | '/' | '.' | ':' | '°' | '%') && start.is_some()
+        {
             start.get_or_insert(i);
             continue;
         }
         if let Some(s) = start.take() {
-            out.push(Word { start: s, end: i, ends_clause: false });
+            out.push(Word {
+                start: s,
+                end: i,
+                ends_clause: false,
+            });
         }
         if matches!(c, ',' | ';' | '!' | '?') {
             if let Some(last) = out.last_mut() {
@@ -70,7 +87,11 @@ fn words(text: &str) -> Vec<Word> {
         }
     }
     if let Some(s) = start {
-        out.push(Word { start: s, end: text.len(), ends_clause: false });
+        out.push(Word {
+            start: s,
+            end: text.len(),
+            ends_clause: false,
+        });
     }
     // A word ending in '.' or ':' ends a clause (a dot inside a word, as in
     // "E11.9" or "12.03.1984", does not).
@@ -117,7 +138,10 @@ impl ClauseSettings {
                 _ => merged.push(s),
             }
         }
-        let out: Vec<&str> = merged.into_iter().filter_map(|(s, e, _)| text.get(s..e)).collect();
+        let out: Vec<&str> = merged
+            .into_iter()
+            .filter_map(|(s, e, _)| text.get(s..e))
+            .collect();
         if out.is_empty() {
             vec![text.trim()]
         } else {
@@ -130,7 +154,11 @@ impl ClauseSettings {
 /// turns (the turn's best, each clause's best, the turn's second, …) so a
 /// clause's tool is never the one the budget cuts; each tool once, keeping
 /// its first place.
-pub fn interleave(turn: Vec<Candidate>, clauses: Vec<Vec<Candidate>>, per_clause: usize) -> Vec<Candidate> {
+pub fn interleave(
+    turn: Vec<Candidate>,
+    clauses: Vec<Vec<Candidate>>,
+    per_clause: usize,
+) -> Vec<Candidate> {
     let mut lists: Vec<std::vec::IntoIter<Candidate>> = Vec::with_capacity(clauses.len() + 1);
     lists.push(turn.into_iter());
     lists.extend(clauses.into_iter().map(|mut c| {
@@ -169,7 +197,10 @@ mod tests {
             split("Record BP 160/95 mmHg and pulse 102 bpm, then create a task for the doctor to review."),
             ["Record BP 160/95 mmHg", "pulse 102 bpm", "create a task for the doctor to review"]
         );
-        assert_eq!(split("Termin buchen und danach den Arztbrief schicken"), ["Termin buchen", "den Arztbrief schicken"]);
+        assert_eq!(
+            split("Termin buchen und danach den Arztbrief schicken"),
+            ["Termin buchen", "den Arztbrief schicken"]
+        );
         assert_eq!(
             split("Prendre un rendez-vous puis envoyer le courrier au médecin"),
             ["Prendre un rendez-vous", "envoyer le courrier au médecin"]
@@ -179,15 +210,25 @@ mod tests {
     #[test]
     fn one_intent_stays_whole_and_short_pieces_rejoin() {
         assert_eq!(split("Show the vital signs"), ["Show the vital signs"]);
-        assert_eq!(split("Show Dr. Weber's week in calendar view"), ["Show Dr. Weber's week in calendar view"]);
-        assert_eq!(split("Order a CRP and ferritin"), ["Order a CRP and ferritin"]);
+        assert_eq!(
+            split("Show Dr. Weber's week in calendar view"),
+            ["Show Dr. Weber's week in calendar view"]
+        );
+        assert_eq!(
+            split("Order a CRP and ferritin"),
+            ["Order a CRP and ferritin"]
+        );
         assert_eq!(split("Order E11.9 labs"), ["Order E11.9 labs"]);
         assert_eq!(split(""), [""]);
     }
 
     #[test]
     fn interleave_takes_turns_and_keeps_first_places() {
-        let c = |n: &str| Candidate { name: n.into(), reason: Reason::Rag, score: 0.0 };
+        let c = |n: &str| Candidate {
+            name: n.into(),
+            reason: Reason::Rag,
+            score: 0.0,
+        };
         let turn = vec![c("a"), c("b"), c("c")];
         let merged = interleave(turn, vec![vec![c("x"), c("y")], vec![c("a"), c("z")]], 1);
         let names: Vec<&str> = merged.iter().map(|c| c.name.as_str()).collect();

@@ -2,11 +2,11 @@
 //! ([`RankSettings`], every field defaulted for the catalog) and the validated,
 //! compiled form the engine runs with ([`RankConfig`]).
 
+use super::clauses::ClauseSettings;
 use super::floors::{FloorError, FloorSettings, Floors, SignalSet};
 use super::fuse::FusionSettings;
 use super::lexical::LexicalSettings;
 use super::meta::{MetaError, NameMapping};
-use super::clauses::ClauseSettings;
 use super::pipeline::PipelineSettings;
 use serde::{Deserialize, Serialize};
 
@@ -81,18 +81,32 @@ impl RankConfig {
             ("fusion.cosineWeight", settings.fusion.cosine_weight),
             ("fusion.lexicalWeight", settings.fusion.lexical_weight),
             ("pipeline.domain.penalty", p.domain.penalty),
-            ("pipeline.domain.floorOnlyPenalty", p.domain.floor_only_penalty),
-            ("pipeline.dedup.siblingPenalty", p.dedup.sibling_penalty.unwrap_or(0.0)),
+            (
+                "pipeline.domain.floorOnlyPenalty",
+                p.domain.floor_only_penalty,
+            ),
+            (
+                "pipeline.dedup.siblingPenalty",
+                p.dedup.sibling_penalty.unwrap_or(0.0),
+            ),
             ("pipeline.workflow.boost", p.workflow.boost),
             ("pipeline.threshold", p.threshold.abs()),
         ];
         for (path, v) in non_negative {
             if !(v.is_finite() && v >= 0.0) {
-                return Err(RankConfigError::OutOfRange { path, problem: "must be a finite number >= 0", value: v.into() });
+                return Err(RankConfigError::OutOfRange {
+                    path,
+                    problem: "must be a finite number >= 0",
+                    value: v.into(),
+                });
             }
         }
         if !(0.0..=1.0).contains(&l.b) {
-            return Err(RankConfigError::OutOfRange { path: "lexical.b", problem: "must be within 0..=1", value: l.b.into() });
+            return Err(RankConfigError::OutOfRange {
+                path: "lexical.b",
+                problem: "must be within 0..=1",
+                value: l.b.into(),
+            });
         }
         if !(l.saturation.is_finite() && l.saturation > 0.0) {
             return Err(RankConfigError::OutOfRange {
@@ -108,17 +122,26 @@ impl RankConfig {
         ];
         for (path, v) in counts {
             if v == 0 {
-                return Err(RankConfigError::OutOfRange { path, problem: "must be at least 1", value: 0.0 });
+                return Err(RankConfigError::OutOfRange {
+                    path,
+                    problem: "must be at least 1",
+                    value: 0.0,
+                });
             }
         }
         let floors = Floors::try_new(&settings.floors)?;
         let execute = SignalSet::try_new("workflow.executeSignals", &p.workflow.execute_signals)?;
-        Ok(RankConfig { settings, floors, execute })
+        Ok(RankConfig {
+            settings,
+            floors,
+            execute,
+        })
     }
 
     /// Parses and validates settings from JSON (`{}` gives the defaults).
     pub fn from_json(bytes: &[u8]) -> Result<Self, RankConfigError> {
-        let settings: RankSettings = serde_json::from_slice(bytes).map_err(|source| RankConfigError::Json { source })?;
+        let settings: RankSettings =
+            serde_json::from_slice(bytes).map_err(|source| RankConfigError::Json { source })?;
         Self::try_new(settings)
     }
 
@@ -155,10 +178,19 @@ mod tests {
         let err = RankConfig::from_json(br#"{"lexical":{"b":1.5}}"#).unwrap_err();
         assert_eq!(err.to_string(), "lexical.b: must be within 0..=1, got 1.5");
         let err = RankConfig::from_json(br#"{"clauses":{"perClauseK":0}}"#).unwrap_err();
-        assert_eq!(err.to_string(), "clauses.perClauseK: must be at least 1, got 0");
+        assert_eq!(
+            err.to_string(),
+            "clauses.perClauseK: must be at least 1, got 0"
+        );
         let err = RankConfig::from_json(br#"{"fusion":{"lexicalWeight":-1}}"#).unwrap_err();
-        assert_eq!(err.to_string(), "fusion.lexicalWeight: must be a finite number >= 0, got -1");
-        assert!(matches!(RankConfig::from_json(br#"{"bogus":1}"#), Err(RankConfigError::Json { .. })));
+        assert_eq!(
+            err.to_string(),
+            "fusion.lexicalWeight: must be a finite number >= 0, got -1"
+        );
+        assert!(matches!(
+            RankConfig::from_json(br#"{"bogus":1}"#),
+            Err(RankConfigError::Json { .. })
+        ));
     }
 
     #[test]
@@ -166,6 +198,9 @@ mod tests {
         let mut s = RankSettings::default();
         s.floors.research.signals[2].pattern = "(unclosed".into();
         let err = RankConfig::try_new(s).unwrap_err().to_string();
-        assert!(err.starts_with("floors.research.signals[2].pattern: "), "{err}");
+        assert!(
+            err.starts_with("floors.research.signals[2].pattern: "),
+            "{err}"
+        );
     }
 }

@@ -119,18 +119,33 @@ impl SignalSet {
     pub fn try_new(floor: &'static str, signals: &[SignalSettings]) -> Result<Self, FloorError> {
         for (index, s) in signals.iter().enumerate() {
             // Compile one by one first so the error names the bad entry.
-            RegexSet::new([s.pattern.as_str()])
-                .map_err(|e| FloorError::BadPattern { floor, index, source: Box::new(e) })?;
+            RegexSet::new([s.pattern.as_str()]).map_err(|e| FloorError::BadPattern {
+                floor,
+                index,
+                source: Box::new(e),
+            })?;
         }
-        let set = RegexSet::new(signals.iter().map(|s| s.pattern.as_str()))
-            .map_err(|e| FloorError::BadPattern { floor, index: 0, source: Box::new(e) })?;
-        Ok(SignalSet { names: signals.iter().map(|s| s.name.clone()).collect(), set })
+        let set = RegexSet::new(signals.iter().map(|s| s.pattern.as_str())).map_err(|e| {
+            FloorError::BadPattern {
+                floor,
+                index: 0,
+                source: Box::new(e),
+            }
+        })?;
+        Ok(SignalSet {
+            names: signals.iter().map(|s| s.name.clone()).collect(),
+            set,
+        })
     }
 
     /// The names of the distinct signals the folded text matches, in
     /// configuration order. Each signal counts once.
     pub fn matches(&self, folded: &str) -> Vec<&str> {
-        self.set.matches(folded).iter().filter_map(|i| self.names.get(i).map(String::as_str)).collect()
+        self.set
+            .matches(folded)
+            .iter()
+            .filter_map(|i| self.names.get(i).map(String::as_str))
+            .collect()
     }
 
     /// Number of signals.
@@ -166,9 +181,17 @@ pub struct FiredFloor {
 }
 
 impl SignalFloor {
-    fn try_new(floor: &'static str, s: &SignalFloorSettings, reason: Reason) -> Result<Self, FloorError> {
+    fn try_new(
+        floor: &'static str,
+        s: &SignalFloorSettings,
+        reason: Reason,
+    ) -> Result<Self, FloorError> {
         if s.min_signals == 0 || s.min_signals > s.signals.len() {
-            return Err(FloorError::BadMinSignals { floor, signals: s.signals.len(), got: s.min_signals });
+            return Err(FloorError::BadMinSignals {
+                floor,
+                signals: s.signals.len(),
+                got: s.min_signals,
+            });
         }
         Ok(SignalFloor {
             signals: SignalSet::try_new(floor, &s.signals)?,
@@ -221,7 +244,11 @@ impl Floors {
             return Err(FloorError::NoResolver);
         }
         Ok(Floors {
-            multi_entity: SignalFloor::try_new("multiEntity", &s.multi_entity, Reason::FloorMultiEntity)?,
+            multi_entity: SignalFloor::try_new(
+                "multiEntity",
+                &s.multi_entity,
+                Reason::FloorMultiEntity,
+            )?,
             research: SignalFloor::try_new("research", &s.research, Reason::FloorResearch)?,
             patient_resolve: s.patient_resolve.clone(),
         })
@@ -229,7 +256,10 @@ impl Floors {
 
     /// The prompt-conditioned floors that fire on a folded turn in a phase.
     pub fn prompt_floors(&self, folded: &str, phase: Phase) -> Vec<FiredFloor> {
-        [&self.multi_entity, &self.research].into_iter().filter_map(|f| f.evaluate(folded, phase)).collect()
+        [&self.multi_entity, &self.research]
+            .into_iter()
+            .filter_map(|f| f.evaluate(folded, phase))
+            .collect()
     }
 }
 
@@ -237,7 +267,11 @@ impl PatientResolveSettings {
     /// Whether a tool needs a patient id: `requiresPatient`, or a
     /// `requiresOneOf` naming one of the patient parameters.
     pub fn needs_patient(&self, meta: &ToolMeta) -> bool {
-        meta.requires_patient || meta.requires_one_of.iter().any(|p| self.patient_params.contains(p))
+        meta.requires_patient
+            || meta
+                .requires_one_of
+                .iter()
+                .any(|p| self.patient_params.contains(p))
     }
 
     /// Whether a tool id is a resolver.
@@ -249,7 +283,10 @@ impl PatientResolveSettings {
 // === defaults for the catalog ===
 
 fn signal(name: &str, pattern: &str) -> SignalSettings {
-    SignalSettings { name: name.into(), pattern: pattern.into() }
+    SignalSettings {
+        name: name.into(),
+        pattern: pattern.into(),
+    }
 }
 
 fn ids(list: &[&str]) -> Vec<String> {
@@ -263,34 +300,77 @@ impl Default for FloorSettings {
                 // Each entry is ONE action or one kind of clinical datum, so a
                 // single-action turn stays at one signal.
                 signals: vec![
-                    signal("appointment", r"\b(book\w*|schedul\w*|reschedul\w*|appointments?|termin\w*|rendez-vous|rdv|creneau\w*)\b"),
-                    signal("prescribing", r"\b(prescri\w*|rezept\w*|verordn\w*|ordonnance\w*)\b"),
-                    signal("visit", r"\b(admit\w*|admission|aufnehm\w*|aufnahme|aufgenommen|stationar\w*|hospitalis\w*|visit|besuch\w*|fall anlegen|neuen fall|sejour)\b"),
-                    signal("note", r"\b(notes?|notiz\w*|verlaufs\w*|compte[- ]rendu|sign|signer|signieren|unterschreib\w*)\b"),
-                    signal("registration", r"\b(register\w*|new patient|neue[nr]? patient\w*|nouveau patient|nouvelle patiente|intake|anamnese\w*|questionnaire|fragebogen)\b"),
+                    signal(
+                        "appointment",
+                        r"\b(book\w*|schedul\w*|reschedul\w*|appointments?|termin\w*|rendez-vous|rdv|creneau\w*)\b",
+                    ),
+                    signal(
+                        "prescribing",
+                        r"\b(prescri\w*|rezept\w*|verordn\w*|ordonnance\w*)\b",
+                    ),
+                    signal(
+                        "visit",
+                        r"\b(admit\w*|admission|aufnehm\w*|aufnahme|aufgenommen|stationar\w*|hospitalis\w*|visit|besuch\w*|fall anlegen|neuen fall|sejour)\b",
+                    ),
+                    signal(
+                        "note",
+                        r"\b(notes?|notiz\w*|verlaufs\w*|compte[- ]rendu|sign|signer|signieren|unterschreib\w*)\b",
+                    ),
+                    signal(
+                        "registration",
+                        r"\b(register\w*|new patient|neue[nr]? patient\w*|nouveau patient|nouvelle patiente|intake|anamnese\w*|questionnaire|fragebogen)\b",
+                    ),
                     signal("discharge", r"\b(discharg\w*|entlass\w*|sortie)\b"),
-                    signal("order", r"\b(order\w*|labs?|blood (count|test)|blutbild|labor\w*|bilan|x-?ray|rontgen\w*|mrt|ct|irm|scanner|anforder\w*)\b"),
-                    signal("task-message", r"\b(tasks?|aufgabe\w*|taches?|messages?|nachricht\w*|notify|benachrichtig\w*|prevenir|rappel|reminder|send|schick\w*|envoyer)\b"),
-                    signal("referral-letter", r"\b(refer\w*|uberweis\w*|letters?|\w*brief\w*|courrier|upload\w*|hochlad\w*|share)\b"),
+                    signal(
+                        "order",
+                        r"\b(order\w*|labs?|blood (count|test)|blutbild|labor\w*|bilan|x-?ray|rontgen\w*|mrt|ct|irm|scanner|anforder\w*)\b",
+                    ),
+                    signal(
+                        "task-message",
+                        r"\b(tasks?|aufgabe\w*|taches?|messages?|nachricht\w*|notify|benachrichtig\w*|prevenir|rappel|reminder|send|schick\w*|envoyer)\b",
+                    ),
+                    signal(
+                        "referral-letter",
+                        r"\b(refer\w*|uberweis\w*|letters?|\w*brief\w*|courrier|upload\w*|hochlad\w*|share)\b",
+                    ),
                     signal("diagnosis", r"\b(diagnos\w*|probleme?liste|problem list)\b"),
                     signal("icd10-code", r"\b[a-z][0-9]{2}(\.[0-9]{1,2})?\b"),
-                    signal("dose-unit", r"\b[0-9]+([.,][0-9]+)?\s*(mg|mcg|[µμu]g|iu|ie|ui|units?|einheiten)\b"),
-                    signal("vital-unit", r"([0-9]{2,3}\s*/\s*[0-9]{2,3}\s*mm\s?hg|\bmm\s?hg\b|\bbpm\b|[0-9]\s*/\s*min\b|°\s*[cf]\b|\bspo2\b)"),
+                    signal(
+                        "dose-unit",
+                        r"\b[0-9]+([.,][0-9]+)?\s*(mg|mcg|[µμu]g|iu|ie|ui|units?|einheiten)\b",
+                    ),
+                    signal(
+                        "vital-unit",
+                        r"([0-9]{2,3}\s*/\s*[0-9]{2,3}\s*mm\s?hg|\bmm\s?hg\b|\bbpm\b|[0-9]\s*/\s*min\b|°\s*[cf]\b|\bspo2\b)",
+                    ),
                 ],
                 min_signals: 2,
-                tools: ids(&["intake.composite", "admission.composite", "discharge.composite"]),
+                tools: ids(&[
+                    "intake.composite",
+                    "admission.composite",
+                    "discharge.composite",
+                ]),
                 phases: vec![Phase::Planner, Phase::AgentCall, Phase::Recovery],
             },
             research: SignalFloorSettings {
                 // No bare `search`/`suche`/`recherche`: those name patient
                 // lookups far more often than literature searches.
                 signals: vec![
-                    signal("literature-en", r"\b(literature|pubmed|medline|pmid|doi|cochrane|rcts?|randomi[sz]ed|meta-?analys\w*|systematic reviews?|review articles?|publications?|papers?|journals?|abstracts?|evidence|research|case reports?|cohort stud\w*)\b"),
+                    signal(
+                        "literature-en",
+                        r"\b(literature|pubmed|medline|pmid|doi|cochrane|rcts?|randomi[sz]ed|meta-?analys\w*|systematic reviews?|review articles?|publications?|papers?|journals?|abstracts?|evidence|research|case reports?|cohort stud\w*)\b",
+                    ),
                     signal("guideline-en", r"\bguidelines?\b"),
                     signal("trial-en", r"\b(clinical trials?|trials?|studies)\b"),
-                    signal("literature-de", r"\b(literatur\w*|publikation\w*|studie\w*|fachartikel|evidenz\w*|forschung\w*|wissenschaftlich\w*)\b"),
+                    signal(
+                        "literature-de",
+                        r"\b(literatur\w*|publikation\w*|studie\w*|fachartikel|evidenz\w*|forschung\w*|wissenschaftlich\w*)\b",
+                    ),
                     signal("guideline-de", r"\bleitlinie\w*\b"),
-                    signal("literature-fr", r"\b(litterature|etudes?|articles? scientifiques?|revue systematique|publications?|recherche bibliographique|meta-?analyse\w*)\b"),
+                    signal(
+                        "literature-fr",
+                        r"\b(litterature|etudes?|articles? scientifiques?|revue systematique|publications?|recherche bibliographique|meta-?analyse\w*)\b",
+                    ),
                     signal("guideline-fr", r"\brecommandations?\b"),
                     signal("trial-fr", r"\bessais?( cliniques?)?\b"),
                 ],
@@ -301,7 +381,12 @@ impl Default for FloorSettings {
                     "research.trials.search",
                     "research.article.get",
                 ]),
-                phases: vec![Phase::Planner, Phase::AgentCall, Phase::Recovery, Phase::Formatter],
+                phases: vec![
+                    Phase::Planner,
+                    Phase::AgentCall,
+                    Phase::Recovery,
+                    Phase::Formatter,
+                ],
             },
             patient_resolve: PatientResolveSettings::default(),
         }

@@ -23,7 +23,10 @@ pub struct FusionSettings {
 
 impl Default for FusionSettings {
     fn default() -> Self {
-        FusionSettings { cosine_weight: 1.0, lexical_weight: 0.3 }
+        FusionSettings {
+            cosine_weight: 1.0,
+            lexical_weight: 0.3,
+        }
     }
 }
 
@@ -31,8 +34,15 @@ impl FusionSettings {
     /// The fused score of one tool. A tool the vector search did not return
     /// (`cosine: None`) contributes no cosine term. Non-finite cosines count
     /// as absent.
-    pub fn fuse(&self, cosine: Option<f32>, lexical: LexicalScore, lexical_settings: &LexicalSettings) -> f32 {
-        let cos = cosine.filter(|c| c.is_finite()).map_or(0.0, |c| c.clamp(-1.0, 1.0));
+    pub fn fuse(
+        &self,
+        cosine: Option<f32>,
+        lexical: LexicalScore,
+        lexical_settings: &LexicalSettings,
+    ) -> f32 {
+        let cos = cosine
+            .filter(|c| c.is_finite())
+            .map_or(0.0, |c| c.clamp(-1.0, 1.0));
         self.cosine_weight * cos + self.lexical_weight * lexical_settings.saturate(lexical.raw)
     }
 }
@@ -51,7 +61,10 @@ pub struct Scored<'a> {
 /// The ranking order: higher score first, then higher coverage, then id
 /// ascending. A total order: `total_cmp` puts NaN in a fixed place.
 pub fn compare(a: &Scored<'_>, b: &Scored<'_>) -> Ordering {
-    b.score.total_cmp(&a.score).then(b.coverage.total_cmp(&a.coverage)).then_with(|| a.id.cmp(b.id))
+    b.score
+        .total_cmp(&a.score)
+        .then(b.coverage.total_cmp(&a.coverage))
+        .then_with(|| a.id.cmp(b.id))
 }
 
 #[cfg(test)]
@@ -66,10 +79,26 @@ mod tests {
     #[test]
     fn ties_break_by_coverage_then_id() {
         let mut v = [
-            Scored { id: "b", score: 0.5, coverage: 0.5 },
-            Scored { id: "a", score: 0.5, coverage: 0.5 },
-            Scored { id: "c", score: 0.5, coverage: 1.0 },
-            Scored { id: "d", score: 0.6, coverage: 0.0 },
+            Scored {
+                id: "b",
+                score: 0.5,
+                coverage: 0.5,
+            },
+            Scored {
+                id: "a",
+                score: 0.5,
+                coverage: 0.5,
+            },
+            Scored {
+                id: "c",
+                score: 0.5,
+                coverage: 1.0,
+            },
+            Scored {
+                id: "d",
+                score: 0.6,
+                coverage: 0.0,
+            },
         ];
         v.sort_by(compare);
         let ids: Vec<&str> = v.iter().map(|s| s.id).collect();

@@ -12,7 +12,9 @@
 //! a tool's lexical score — and [`LexicalSettings::saturate`] of it — is a
 //! function of that tool and the query alone.
 
-use super::tokenize::{fold, identifier_words, is_stopword, query_tokens, split_compound, stem, words};
+use super::tokenize::{
+    fold, identifier_words, is_stopword, query_tokens, split_compound, stem, words,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -124,9 +126,12 @@ impl LexicalIndex {
     /// Indexes documents; document `i` is scored as `i` later.
     pub fn build(docs: &[LexicalDoc<'_>], settings: &LexicalSettings) -> Self {
         // Pass 1: the words of every field, and the vocabulary of their stems.
-        let fields: Vec<[(Vec<String>, f32); 4]> = docs.iter().map(|d| field_words(d, settings)).collect();
-        let vocabulary: BTreeSet<String> =
-            fields.iter().flat_map(|f| f.iter().flat_map(|(ws, _)| ws.iter().map(|w| stem(w)))).collect();
+        let fields: Vec<[(Vec<String>, f32); 4]> =
+            docs.iter().map(|d| field_words(d, settings)).collect();
+        let vocabulary: BTreeSet<String> = fields
+            .iter()
+            .flat_map(|f| f.iter().flat_map(|(ws, _)| ws.iter().map(|w| stem(w))))
+            .collect();
         // Pass 2: weighted term frequencies, compound parts included.
         let mut terms: BTreeMap<String, Term> = BTreeMap::new();
         let mut lens: Vec<f32> = Vec::with_capacity(fields.len());
@@ -154,7 +159,11 @@ impl LexicalIndex {
             let d = term.postings.len() as f32;
             term.idf = (1.0 + (n - d + 0.5) / (d + 0.5)).ln();
         }
-        let avg_len = if lens.is_empty() { 0.0 } else { lens.iter().sum::<f32>() / n };
+        let avg_len = if lens.is_empty() {
+            0.0
+        } else {
+            lens.iter().sum::<f32>() / n
+        };
         let s = settings;
         let length_norm = lens
             .iter()
@@ -163,7 +172,12 @@ impl LexicalIndex {
                 s.k1 * (1.0 - s.b + s.b * norm)
             })
             .collect();
-        LexicalIndex { terms, length_norm, vocabulary, settings: settings.clone() }
+        LexicalIndex {
+            terms,
+            length_norm,
+            vocabulary,
+            settings: settings.clone(),
+        }
     }
 
     /// Tokenises a query against this index (compounds split on its vocabulary).
@@ -208,11 +222,19 @@ impl LexicalIndex {
     /// terms. Each score equals [`Self::score`] of that document, bit for bit
     /// (terms are summed in the same order).
     pub fn matches(&self, query: &QueryTerms) -> Vec<(usize, LexicalScore)> {
-        let lists: Vec<(&Term, usize)> = query.0.iter().filter_map(|t| self.terms.get(t)).map(|t| (t, 0)).collect();
+        let lists: Vec<(&Term, usize)> = query
+            .0
+            .iter()
+            .filter_map(|t| self.terms.get(t))
+            .map(|t| (t, 0))
+            .collect();
         let mut cursors = lists;
         let mut out = Vec::new();
         loop {
-            let next = cursors.iter().filter_map(|(t, at)| t.postings.get(*at).map(|p| p.0)).min();
+            let next = cursors
+                .iter()
+                .filter_map(|(t, at)| t.postings.get(*at).map(|p| p.0))
+                .min();
             let Some(doc) = next else { break };
             let norm = self.length_norm.get(doc as usize).copied().unwrap_or(0.0);
             let mut acc = Accumulator::default();
@@ -246,8 +268,15 @@ impl Accumulator {
 
     fn finish(self, query: &QueryTerms) -> LexicalScore {
         let n = query.0.len();
-        let coverage = if n == 0 { 0.0 } else { self.matched as f32 / n as f32 };
-        LexicalScore { raw: self.raw, coverage }
+        let coverage = if n == 0 {
+            0.0
+        } else {
+            self.matched as f32 / n as f32
+        };
+        LexicalScore {
+            raw: self.raw,
+            coverage,
+        }
     }
 }
 
@@ -255,7 +284,10 @@ impl Accumulator {
 fn field_words(d: &LexicalDoc<'_>, s: &LexicalSettings) -> [(Vec<String>, f32); 4] {
     let free = |text: &str| -> Vec<String> {
         let folded = fold(text);
-        words(&folded).filter(|w| !is_stopword(w)).map(str::to_owned).collect()
+        words(&folded)
+            .filter(|w| !is_stopword(w))
+            .map(str::to_owned)
+            .collect()
     };
     let rag = d.rag_description.unwrap_or("");
     let positive = match s.negative_marker.as_deref().filter(|m| !m.is_empty()) {
@@ -267,10 +299,12 @@ fn field_words(d: &LexicalDoc<'_>, s: &LexicalSettings) -> [(Vec<String>, f32); 
         (id_words, s.id_weight),
         (free(d.description), s.description_weight),
         (free(positive), s.rag_description_weight),
-        (d.keywords.iter().flat_map(|k| free(k)).collect(), s.keywords_weight),
+        (
+            d.keywords.iter().flat_map(|k| free(k)).collect(),
+            s.keywords_weight,
+        ),
     ]
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -281,16 +315,32 @@ mod tests {
     }
 
     fn index() -> (LexicalIndex, [Vec<String>; 3]) {
-        let k = [kw(&["book appointment", "Termin buchen", "Kontrolltermin"]), kw(&["vital signs", "Blutdruck"]), kw(&[])];
+        let k = [
+            kw(&["book appointment", "Termin buchen", "Kontrolltermin"]),
+            kw(&["vital signs", "Blutdruck"]),
+            kw(&[]),
+        ];
         let docs = [
             LexicalDoc {
                 id: "appointment.manage",
                 description: "Books or cancels a future appointment.",
-                rag_description: Some("USE WHEN booking. DO NOT USE WHEN the patient is present (visit.manage)."),
+                rag_description: Some(
+                    "USE WHEN booking. DO NOT USE WHEN the patient is present (visit.manage).",
+                ),
                 keywords: &k[0],
             },
-            LexicalDoc { id: "vitals.list", description: "Lists vital signs.", rag_description: None, keywords: &k[1] },
-            LexicalDoc { id: "visit.manage", description: "Opens the case of a present patient.", rag_description: None, keywords: &k[2] },
+            LexicalDoc {
+                id: "vitals.list",
+                description: "Lists vital signs.",
+                rag_description: None,
+                keywords: &k[1],
+            },
+            LexicalDoc {
+                id: "visit.manage",
+                description: "Opens the case of a present patient.",
+                rag_description: None,
+                keywords: &k[2],
+            },
         ];
         (LexicalIndex::build(&docs, &LexicalSettings::default()), k)
     }
@@ -329,14 +379,27 @@ mod tests {
     #[test]
     fn postings_give_every_document_its_own_score() {
         let (ix, _) = index();
-        for text in ["book an appointment", "Nachsorgetermin", "present patient vital signs", "", "zzz"] {
+        for text in [
+            "book an appointment",
+            "Nachsorgetermin",
+            "present patient vital signs",
+            "",
+            "zzz",
+        ] {
             let q = ix.query(text);
             let matched = ix.matches(&q);
             for doc in 0..ix.len() {
                 let want = ix.score(doc, &q);
-                let got = matched.iter().find(|(d, _)| *d == doc).map_or(LexicalScore::default(), |(_, s)| *s);
+                let got = matched
+                    .iter()
+                    .find(|(d, _)| *d == doc)
+                    .map_or(LexicalScore::default(), |(_, s)| *s);
                 assert_eq!(got.raw.to_bits(), want.raw.to_bits(), "{text:?} doc {doc}");
-                assert_eq!(got.coverage.to_bits(), want.coverage.to_bits(), "{text:?} doc {doc}");
+                assert_eq!(
+                    got.coverage.to_bits(),
+                    want.coverage.to_bits(),
+                    "{text:?} doc {doc}"
+                );
             }
             assert!(matched.windows(2).all(|w| w[0].0 < w[1].0));
         }

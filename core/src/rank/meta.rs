@@ -207,14 +207,20 @@ pub struct NameMapping {
 
 impl Default for NameMapping {
     fn default() -> Self {
-        NameMapping { id_separator: ".".into(), name_separator: "__".into() }
+        NameMapping {
+            id_separator: ".".into(),
+            name_separator: "__".into(),
+        }
     }
 }
 
 impl NameMapping {
     /// The mapping of registries whose function names are their ids.
     pub fn identity() -> Self {
-        NameMapping { id_separator: String::new(), name_separator: String::new() }
+        NameMapping {
+            id_separator: String::new(),
+            name_separator: String::new(),
+        }
     }
 
     /// Whether names are ids (both separators empty).
@@ -229,10 +235,16 @@ impl NameMapping {
             return Ok(());
         }
         if self.id_separator.is_empty() {
-            return Err(MetaError::BadSeparator { field: "idSeparator", problem: "must not be empty" });
+            return Err(MetaError::BadSeparator {
+                field: "idSeparator",
+                problem: "must not be empty",
+            });
         }
         if self.name_separator.is_empty() {
-            return Err(MetaError::BadSeparator { field: "nameSeparator", problem: "must not be empty" });
+            return Err(MetaError::BadSeparator {
+                field: "nameSeparator",
+                problem: "must not be empty",
+            });
         }
         if self.id_separator == self.name_separator {
             return Err(MetaError::BadSeparator {
@@ -264,15 +276,20 @@ impl NameMapping {
 mod tests {
     use super::*;
 
-    pub(crate) const CATALOG: &str =
-        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/catalog/tools.json"));
+    pub(crate) const CATALOG: &str = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/catalog/tools.json"
+    ));
 
     #[test]
     fn catalog_overlay_loads_with_its_two_control_tools() {
         let overlay = Overlay::from_json(CATALOG.as_bytes()).unwrap();
         assert_eq!(overlay.len(), 110);
-        let control: Vec<&str> =
-            overlay.iter().filter(|m| m.plane == Plane::Control).map(|m| m.id.as_str()).collect();
+        let control: Vec<&str> = overlay
+            .iter()
+            .filter(|m| m.plane == Plane::Control)
+            .map(|m| m.id.as_str())
+            .collect();
         assert_eq!(control, ["referents.resolve", "tool.search"]);
         let booking = overlay.get("appointment.manage").unwrap();
         assert_eq!(booking.op, Some(Op::Write));
@@ -297,16 +314,31 @@ mod tests {
 
     #[test]
     fn custom_separators_map_and_bad_ones_are_rejected() {
-        let m = NameMapping { id_separator: "/".into(), name_separator: "-".into() };
+        let m = NameMapping {
+            id_separator: "/".into(),
+            name_separator: "-".into(),
+        };
         m.validate().unwrap();
         assert_eq!(m.to_name("labs/order"), "labs-order");
-        let same = NameMapping { id_separator: ".".into(), name_separator: ".".into() };
-        assert_eq!(same.validate().unwrap_err().to_string(), "names.nameSeparator: must differ from idSeparator");
-        let empty = NameMapping { id_separator: String::new(), name_separator: "__".into() };
+        let same = NameMapping {
+            id_separator: ".".into(),
+            name_separator: ".".into(),
+        };
+        assert_eq!(
+            same.validate().unwrap_err().to_string(),
+            "names.nameSeparator: must differ from idSeparator"
+        );
+        let empty = NameMapping {
+            id_separator: String::new(),
+            name_separator: "__".into(),
+        };
         assert!(empty.validate().is_err());
         let identity = NameMapping::identity();
         identity.validate().unwrap();
-        assert_eq!(identity.to_id("Image::charcoal__get"), "Image::charcoal__get");
+        assert_eq!(
+            identity.to_id("Image::charcoal__get"),
+            "Image::charcoal__get"
+        );
         assert_eq!(identity.to_name("math.factorial"), "math.factorial");
     }
 
@@ -317,14 +349,22 @@ mod tests {
             Overlay::from_json(dup).unwrap_err().to_string(),
             "metadata overlay: tool id \"a.b\" appears more than once"
         );
-        assert!(matches!(Overlay::from_json(br#"[{"id":""}]"#), Err(MetaError::EmptyId { index: 0 })));
-        assert!(matches!(Overlay::from_json(b"{}"), Err(MetaError::Json { .. })));
+        assert!(matches!(
+            Overlay::from_json(br#"[{"id":""}]"#),
+            Err(MetaError::EmptyId { index: 0 })
+        ));
+        assert!(matches!(
+            Overlay::from_json(b"{}"),
+            Err(MetaError::Json { .. })
+        ));
     }
 
     #[test]
     fn unknown_op_counts_as_mutating() {
-        let o = Overlay::from_json(br#"[{"id":"x"},{"id":"y","policyClass":{"verb":"read","tier":"LOW"}}]"#)
-            .unwrap();
+        let o = Overlay::from_json(
+            br#"[{"id":"x"},{"id":"y","policyClass":{"verb":"read","tier":"LOW"}}]"#,
+        )
+        .unwrap();
         assert!(o.get("x").unwrap().mutates());
         assert!(!o.get("y").unwrap().mutates());
     }

@@ -66,10 +66,23 @@ pub fn bounded(inputs: &SetInputs<'_>) -> Vec<Candidate> {
     };
 
     if let Some(name) = inputs.tool_choice {
-        offer(Candidate { name: name.to_owned(), reason: Reason::ToolChoice, score: 0.0 }, true, &mut out);
+        offer(
+            Candidate {
+                name: name.to_owned(),
+                reason: Reason::ToolChoice,
+                score: 0.0,
+            },
+            true,
+            &mut out,
+        );
     }
-    let prior_candidates =
-        || inputs.prior.iter().map(|n| Candidate { name: n.clone(), reason: Reason::PriorSet, score: 0.0 });
+    let prior_candidates = || {
+        inputs.prior.iter().map(|n| Candidate {
+            name: n.clone(),
+            reason: Reason::PriorSet,
+            score: 0.0,
+        })
+    };
     let hits = inputs.hits.unwrap_or(&[]);
     if recovery {
         for c in prior_candidates() {

@@ -142,7 +142,9 @@ impl Default for PipelineSettings {
 
 impl Default for BudgetSettings {
     fn default() -> Self {
-        BudgetSettings { margin: Some(0.075) }
+        BudgetSettings {
+            margin: Some(0.075),
+        }
     }
 }
 
@@ -153,7 +155,10 @@ impl BudgetSettings {
         let (Some(margin), Some(best)) = (self.margin, hits.first()) else {
             return hits.len();
         };
-        let within = hits.iter().take_while(|c| c.score >= best.score - margin).count();
+        let within = hits
+            .iter()
+            .take_while(|c| c.score >= best.score - margin)
+            .count();
         within.max(min).min(hits.len())
     }
 }
@@ -174,20 +179,36 @@ impl Default for DomainSettings {
 
 impl Default for DedupSettings {
     fn default() -> Self {
-        DedupSettings { enabled: true, per_axis: 1, sibling_penalty: Some(0.01) }
+        DedupSettings {
+            enabled: true,
+            per_axis: 1,
+            sibling_penalty: Some(0.01),
+        }
     }
 }
 
 impl Default for WorkflowSettings {
     fn default() -> Self {
-        let s = |name: &str, pattern: &str| SignalSettings { name: name.into(), pattern: pattern.into() };
+        let s = |name: &str, pattern: &str| SignalSettings {
+            name: name.into(),
+            pattern: pattern.into(),
+        };
         WorkflowSettings {
             categories: vec!["workflows".into()],
             boost: 0.02,
             execute_signals: vec![
-                s("execute-en", r"\b(book|schedule|create|register|admit|discharge|record|prescribe|order|start|open|write|send|add|update|cancel|transfer)\b"),
-                s("execute-de", r"\b(buchen|anlegen|aufnehmen|entlassen|eintragen|verordnen|anfordern|ausstellen|erfassen|dokumentieren|verlegen|schicken)\b"),
-                s("execute-fr", r"\b(prendre|creer|enregistrer|admettre|prescrire|inscrire|envoyer|rediger|ouvrir|annuler|decaler)\b"),
+                s(
+                    "execute-en",
+                    r"\b(book|schedule|create|register|admit|discharge|record|prescribe|order|start|open|write|send|add|update|cancel|transfer)\b",
+                ),
+                s(
+                    "execute-de",
+                    r"\b(buchen|anlegen|aufnehmen|entlassen|eintragen|verordnen|anfordern|ausstellen|erfassen|dokumentieren|verlegen|schicken)\b",
+                ),
+                s(
+                    "execute-fr",
+                    r"\b(prendre|creer|enregistrer|admettre|prescrire|inscrire|envoyer|rediger|ouvrir|annuler|decaler)\b",
+                ),
             ],
         }
     }
@@ -277,7 +298,10 @@ impl Resolution {
             reason: c.reason,
             mutating: self.mutating.contains(&c.name),
         };
-        ResolveResponse { tools: self.candidates.iter().map(tool).collect(), source: self.source }
+        ResolveResponse {
+            tools: self.candidates.iter().map(tool).collect(),
+            source: self.source,
+        }
     }
 }
 
@@ -312,17 +336,27 @@ pub fn resolve(registry: &Registry, config: &RankConfig, turn: &Turn<'_>) -> Res
 /// ([`per_subtask`]) join the turn's hits in turns
 /// ([`interleave`](super::clauses::interleave)), under the same budget.
 /// With fewer than two clauses, or on outage, it is [`resolve`].
-pub fn resolve_clauses(registry: &Registry, config: &RankConfig, turn: &Turn<'_>, clauses: &[Clause<'_>]) -> Resolution {
+pub fn resolve_clauses(
+    registry: &Registry,
+    config: &RankConfig,
+    turn: &Turn<'_>,
+    clauses: &[Clause<'_>],
+) -> Resolution {
     if turn.text.trim().is_empty() {
         return without_text(registry, turn);
     }
     let folded = fold(turn.text);
     let floors_cfg = config.floors();
-    let mut trace = Trace { budget_max: turn.phase.budget().max, ..Trace::default() };
+    let mut trace = Trace {
+        budget_max: turn.phase.budget().max,
+        ..Trace::default()
+    };
     trace.floors = floors_cfg.prompt_floors(&folded, turn.phase);
     trace.execute_intent = !config.execute_signals().matches(&folded).is_empty();
     trace.composite_intent = floors_cfg.multi_entity.fires(&folded);
-    trace.tool_choice_unknown = turn.tool_choice.is_some_and(|n| !registry.names().contains(n));
+    trace.tool_choice_unknown = turn
+        .tool_choice
+        .is_some_and(|n| !registry.names().contains(n));
 
     let scores = fused_scores(registry, config, turn.text, turn.cosine.unwrap_or(&[]));
     trace.scored = scores.business;
@@ -335,9 +369,20 @@ pub fn resolve_clauses(registry: &Registry, config: &RankConfig, turn: &Turn<'_>
             limit: usize::MAX,
             reason: Reason::Rag,
         };
-        let mut ranked = rank(registry, config, &scores, &floor_candidates, stages, &mut trace);
+        let mut ranked = rank(
+            registry,
+            config,
+            &scores,
+            &floor_candidates,
+            stages,
+            &mut trace,
+        );
         if turn.cosine.is_some_and(|c| !c.is_empty()) {
-            let keep = config.settings().pipeline.budget.keep(&ranked, turn.phase.budget().min);
+            let keep = config
+                .settings()
+                .pipeline
+                .budget
+                .keep(&ranked, turn.phase.budget().min);
             if config.settings().pipeline.budget.margin.is_some() {
                 trace.confident = Some(keep);
             }
@@ -345,13 +390,20 @@ pub fn resolve_clauses(registry: &Registry, config: &RankConfig, turn: &Turn<'_>
         }
         let c = &config.settings().clauses;
         if c.enabled && clauses.len() >= 2 {
-            let each = clauses.iter().map(|cl| per_subtask(registry, config, cl.text, cl.cosine)).collect();
+            let each = clauses
+                .iter()
+                .map(|cl| per_subtask(registry, config, cl.text, cl.cosine))
+                .collect();
             ranked = interleave(ranked, each, c.per_clause_k);
             trace.clauses = clauses.len();
         }
         ranked
     });
-    let source = if turn.cosine.is_some() { Source::Retrieval } else { Source::ControlFallback };
+    let source = if turn.cosine.is_some() {
+        Source::Retrieval
+    } else {
+        Source::ControlFallback
+    };
     let inputs = SetInputs {
         phase: turn.phase,
         registry: registry.names(),
@@ -367,26 +419,46 @@ pub fn resolve_clauses(registry: &Registry, config: &RankConfig, turn: &Turn<'_>
     let pr = &floors_cfg.patient_resolve;
     if pr.phases.contains(&turn.phase) {
         let tool = |c: &Candidate| registry.by_name(&c.name);
-        let has_resolver = candidates.iter().filter_map(tool).any(|t| pr.is_resolver(&t.id));
+        let has_resolver = candidates
+            .iter()
+            .filter_map(tool)
+            .any(|t| pr.is_resolver(&t.id));
         let needed_by = candidates
             .iter()
             .filter_map(tool)
             .find(|t| t.meta.as_ref().is_some_and(|m| pr.needs_patient(m)))
             .map(|t| t.name.clone());
         if let (false, Some(needed_by)) = (has_resolver, needed_by) {
-            if let Some(resolver) = floor_candidate(registry, &scores, &pr.prepend, Reason::FloorPatientResolve) {
+            if let Some(resolver) =
+                floor_candidate(registry, &scores, &pr.prepend, Reason::FloorPatientResolve)
+            {
                 let mut with_resolver = Vec::with_capacity(floor_candidates.len() + 1);
                 with_resolver.push(resolver.clone());
                 with_resolver.extend(floor_candidates.iter().cloned());
-                candidates = bounded(&SetInputs { floors: &with_resolver, ..inputs });
+                candidates = bounded(&SetInputs {
+                    floors: &with_resolver,
+                    ..inputs
+                });
                 if candidates.iter().any(|c| c.name == resolver.name) {
-                    trace.patient_resolve = Some(PatientResolveTrace { needed_by, added: resolver.name });
+                    trace.patient_resolve = Some(PatientResolveTrace {
+                        needed_by,
+                        added: resolver.name,
+                    });
                 }
             }
         }
     }
-    let mutating = candidates.iter().filter(|c| registry.mutating().contains(&c.name)).map(|c| c.name.clone()).collect();
-    Resolution { candidates, source, trace, mutating }
+    let mutating = candidates
+        .iter()
+        .filter(|c| registry.mutating().contains(&c.name))
+        .map(|c| c.name.clone())
+        .collect();
+    Resolution {
+        candidates,
+        source,
+        trace,
+        mutating,
+    }
 }
 
 /// A turn with no text to rank (a tool result only, an image, an empty user
@@ -396,10 +468,17 @@ pub fn resolve_clauses(registry: &Registry, config: &RankConfig, turn: &Turn<'_>
 /// `no-turn`. Never a set that changes records by default. A forced tool is
 /// kept as always; the phase rules and budget hold.
 fn without_text(registry: &Registry, turn: &Turn<'_>) -> Resolution {
-    let candidate = |name: &str, reason| Candidate { name: name.to_owned(), reason, score: 0.0 };
+    let candidate = |name: &str, reason| Candidate {
+        name: name.to_owned(),
+        reason,
+        score: 0.0,
+    };
     let floors: Vec<Candidate> = if turn.prior.is_empty() {
         let read_only = registry.tools().iter().filter(|t| !t.mutates());
-        read_only.take(turn.phase.budget().min).map(|t| candidate(&t.name, Reason::NoTurn)).collect()
+        read_only
+            .take(turn.phase.budget().min)
+            .map(|t| candidate(&t.name, Reason::NoTurn))
+            .collect()
     } else {
         Vec::new()
     };
@@ -413,15 +492,33 @@ fn without_text(registry: &Registry, turn: &Turn<'_>) -> Resolution {
         prior: turn.prior,
     };
     let candidates = bounded(&inputs);
-    let mutating = candidates.iter().filter(|c| registry.mutating().contains(&c.name)).map(|c| c.name.clone()).collect();
-    let trace = Trace { budget_max: turn.phase.budget().max, ..Trace::default() };
-    Resolution { candidates, source: Source::NoTurn, trace, mutating }
+    let mutating = candidates
+        .iter()
+        .filter(|c| registry.mutating().contains(&c.name))
+        .map(|c| c.name.clone())
+        .collect();
+    let trace = Trace {
+        budget_max: turn.phase.budget().max,
+        ..Trace::default()
+    };
+    Resolution {
+        candidates,
+        source: Source::NoTurn,
+        trace,
+        mutating,
+    }
 }
 
 /// The discovery search ("is there a tool for X?"): the ranking pipeline —
 /// fusion, domain scoping, dedup, workflow boost — without floors, threshold
 /// or budget, cut to `k`.
-pub fn search(registry: &Registry, config: &RankConfig, text: &str, cosine: &[(String, f32)], k: usize) -> Vec<Candidate> {
+pub fn search(
+    registry: &Registry,
+    config: &RankConfig,
+    text: &str,
+    cosine: &[(String, f32)],
+    k: usize,
+) -> Vec<Candidate> {
     let folded = fold(text);
     let mut trace = Trace {
         floors: config.floors().prompt_floors(&folded, Phase::Planner),
@@ -432,18 +529,40 @@ pub fn search(registry: &Registry, config: &RankConfig, text: &str, cosine: &[(S
     let scores = fused_scores(registry, config, text, cosine);
     // Floors are not added, but the domains they open stay in scope.
     let floors = floor_candidates(registry, &scores, &trace.floors);
-    let stages = Stages { threshold: f32::NEG_INFINITY, min_fill: 0, scoped: true, limit: k, reason: Reason::Rag };
+    let stages = Stages {
+        threshold: f32::NEG_INFINITY,
+        min_fill: 0,
+        scoped: true,
+        limit: k,
+        reason: Reason::Rag,
+    };
     rank(registry, config, &scores, &floors, stages, &mut trace)
 }
 
 /// The per-subtask match: [`search`] on one subtask's (clause's) text, cut at
 /// the threshold (keeping at least one) and capped at `clauses.perClauseK`
 /// because a subtask needs a tight matched set, not the planner budget.
-pub fn per_subtask(registry: &Registry, config: &RankConfig, text: &str, cosine: &[(String, f32)]) -> Vec<Candidate> {
-    let mut hits = search(registry, config, text, cosine, config.settings().clauses.per_clause_k.max(1));
+pub fn per_subtask(
+    registry: &Registry,
+    config: &RankConfig,
+    text: &str,
+    cosine: &[(String, f32)],
+) -> Vec<Candidate> {
+    let mut hits = search(
+        registry,
+        config,
+        text,
+        cosine,
+        config.settings().clauses.per_clause_k.max(1),
+    );
     let threshold = config.settings().pipeline.threshold;
     // Keep the best one even below the threshold: a subtask always gets a tool.
-    let keep = hits.iter().skip(1).take_while(|c| c.score >= threshold).count() + 1;
+    let keep = hits
+        .iter()
+        .skip(1)
+        .take_while(|c| c.score >= threshold)
+        .count()
+        + 1;
     hits.truncate(keep);
     hits
 }
@@ -481,22 +600,40 @@ impl Scores {
     }
 
     /// Business tools without evidence, in ranking order (id, then index).
-    fn implicit_in_order<'a>(&'a self, registry: &'a Registry) -> impl Iterator<Item = ToolScore> + 'a {
+    fn implicit_in_order<'a>(
+        &'a self,
+        registry: &'a Registry,
+    ) -> impl Iterator<Item = ToolScore> + 'a {
         registry
             .business_by_id()
             .iter()
             .copied()
-            .filter(|&index| self.scored.binary_search_by_key(&index, |s| s.index).is_err())
-            .map(|index| ToolScore { index, fused: self.implicit, coverage: 0.0 })
+            .filter(|&index| {
+                self.scored
+                    .binary_search_by_key(&index, |s| s.index)
+                    .is_err()
+            })
+            .map(|index| ToolScore {
+                index,
+                fused: self.implicit,
+                coverage: 0.0,
+            })
     }
 }
 
 /// Fused scores of the business tools: those the vector search returned or
 /// whose text matches a query term one by one, the rest implicitly.
-fn fused_scores(registry: &Registry, config: &RankConfig, text: &str, cosine: &[(String, f32)]) -> Scores {
+fn fused_scores(
+    registry: &Registry,
+    config: &RankConfig,
+    text: &str,
+    cosine: &[(String, f32)],
+) -> Scores {
     // A name listed twice keeps its highest score: no dependence on order.
-    let mut cos: Vec<(usize, f32)> =
-        cosine.iter().filter_map(|(name, c)| registry.index_of_name(name).map(|i| (i, *c))).collect();
+    let mut cos: Vec<(usize, f32)> = cosine
+        .iter()
+        .filter_map(|(name, c)| registry.index_of_name(name).map(|i| (i, *c)))
+        .collect();
     cos.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)));
     cos.dedup_by_key(|c| c.0);
     let lexical = registry.lexical();
@@ -544,17 +681,28 @@ fn fused_scores(registry: &Registry, config: &RankConfig, text: &str, cosine: &[
     }
 }
 
-fn floor_candidate(registry: &Registry, scores: &Scores, id: &str, reason: Reason) -> Option<Candidate> {
+fn floor_candidate(
+    registry: &Registry,
+    scores: &Scores,
+    id: &str,
+    reason: Reason,
+) -> Option<Candidate> {
     let tool = registry.by_id(id).filter(|t| t.is_business())?;
     let index = registry.index_of_name(&tool.name)?;
     let score = scores.fused(index);
-    Some(Candidate { name: tool.name.clone(), reason, score })
+    Some(Candidate {
+        name: tool.name.clone(),
+        reason,
+        score,
+    })
 }
 
 /// The tools of fired floors, in floor order, each once.
 fn floor_candidates(registry: &Registry, scores: &Scores, fired: &[FiredFloor]) -> Vec<Candidate> {
     let mut out: Vec<Candidate> = Vec::new();
-    let all = fired.iter().flat_map(|f| f.tools.iter().map(move |id| (id, f.reason)));
+    let all = fired
+        .iter()
+        .flat_map(|f| f.tools.iter().map(move |id| (id, f.reason)));
     for c in all.filter_map(|(id, reason)| floor_candidate(registry, scores, id, reason)) {
         if !out.iter().any(|o| o.name == c.name) {
             out.push(c);
@@ -571,18 +719,34 @@ fn best(registry: &Registry, scores: &Scores, m: usize) -> Vec<ToolScore> {
     let id_of = |i: usize| registry.tool(i).map_or("", |t| t.id.as_str());
     let order = |a: &ToolScore, b: &ToolScore| {
         compare(
-            &Scored { id: id_of(a.index), score: a.fused, coverage: a.coverage },
-            &Scored { id: id_of(b.index), score: b.fused, coverage: b.coverage },
+            &Scored {
+                id: id_of(a.index),
+                score: a.fused,
+                coverage: a.coverage,
+            },
+            &Scored {
+                id: id_of(b.index),
+                score: b.fused,
+                coverage: b.coverage,
+            },
         )
         .then(a.index.cmp(&b.index))
     };
     // The m-th best score bounds the m best (found on bare floats, which
     // compare cheaply); only tools at or above it are ordered in full.
-    let mut top: Vec<ToolScore> = match m.checked_sub(1).filter(|&last| last + 1 < scores.scored.len()) {
+    let mut top: Vec<ToolScore> = match m
+        .checked_sub(1)
+        .filter(|&last| last + 1 < scores.scored.len())
+    {
         Some(last) => {
             let mut fused: Vec<f32> = scores.scored.iter().map(|s| s.fused).collect();
             let (_, &mut bound, _) = fused.select_nth_unstable_by(last, |a, b| b.total_cmp(a));
-            scores.scored.iter().filter(|s| s.fused.total_cmp(&bound).is_ge()).copied().collect()
+            scores
+                .scored
+                .iter()
+                .filter(|s| s.fused.total_cmp(&bound).is_ge())
+                .copied()
+                .collect()
         }
         None if m == 0 => Vec::new(),
         None => scores.scored.clone(),
@@ -595,7 +759,9 @@ fn best(registry: &Registry, scores: &Scores, m: usize) -> Vec<ToolScore> {
     // Tools without evidence all score `implicit`: they enter only where that
     // score ranks (checked before walking them).
     let room = top.len() < m;
-    let outranked = top.last().is_some_and(|last| last.fused.total_cmp(&scores.implicit).is_gt());
+    let outranked = top
+        .last()
+        .is_some_and(|last| last.fused.total_cmp(&scores.implicit).is_gt());
     if scores.business == scores.scored.len() || (!room && outranked) {
         return top;
     }
@@ -629,15 +795,31 @@ fn rank(
     let sort = |v: &mut Vec<ToolScore>| {
         v.sort_by(|a, b| {
             compare(
-                &Scored { id: id_of(a.index), score: a.fused, coverage: a.coverage },
-                &Scored { id: id_of(b.index), score: b.fused, coverage: b.coverage },
+                &Scored {
+                    id: id_of(a.index),
+                    score: a.fused,
+                    coverage: a.coverage,
+                },
+                &Scored {
+                    id: id_of(b.index),
+                    score: b.fused,
+                    coverage: b.coverage,
+                },
             )
         })
     };
     // 3. Threshold, keeping the phase minimum when there is anything to keep.
     let implicit = scores.business - scores.scored.len();
-    let above = scores.scored.iter().filter(|s| s.fused >= stages.threshold).count()
-        + if scores.implicit >= stages.threshold { implicit } else { 0 };
+    let above = scores
+        .scored
+        .iter()
+        .filter(|s| s.fused >= stages.threshold)
+        .count()
+        + if scores.implicit >= stages.threshold {
+            implicit
+        } else {
+            0
+        };
     trace.above_threshold = above;
     let mut ranked = best(registry, scores, above.max(stages.min_fill));
 
@@ -656,13 +838,22 @@ fn rank(
                 .map(str::to_owned)
                 .collect();
             domains.extend(
-                floors.iter().filter_map(|c| registry.by_name(&c.name)).filter_map(|t| t.domain.clone()),
+                floors
+                    .iter()
+                    .filter_map(|c| registry.by_name(&c.name))
+                    .filter_map(|t| t.domain.clone()),
             );
             for s in ranked.iter_mut() {
-                let Some(dom) = domain_of(s.index).filter(|dom| scoped(dom) && !domains.contains(*dom)) else {
+                let Some(dom) =
+                    domain_of(s.index).filter(|dom| scoped(dom) && !domains.contains(*dom))
+                else {
                     continue;
                 };
-                s.fused -= if floor_only(dom) { d.floor_only_penalty } else { d.penalty };
+                s.fused -= if floor_only(dom) {
+                    d.floor_only_penalty
+                } else {
+                    d.penalty
+                };
                 if let Some(t) = registry.tool(s.index) {
                     trace.off_domain.push(t.name.clone());
                 }
@@ -703,7 +894,9 @@ fn rank(
         // 6. Workflow boost on execute or composite turns.
         if trace.execute_intent || trace.composite_intent {
             for s in ranked.iter_mut() {
-                let Some(t) = registry.tool(s.index) else { continue };
+                let Some(t) = registry.tool(s.index) else {
+                    continue;
+                };
                 let is_workflow = t
                     .meta
                     .as_ref()
@@ -723,7 +916,11 @@ fn rank(
         .into_iter()
         .take(stages.limit)
         .filter_map(|s| {
-            registry.tool(s.index).map(|t| Candidate { name: t.name.clone(), reason: stages.reason, score: s.fused })
+            registry.tool(s.index).map(|t| Candidate {
+                name: t.name.clone(),
+                reason: stages.reason,
+                score: s.fused,
+            })
         })
         .collect()
 }

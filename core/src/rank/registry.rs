@@ -31,7 +31,9 @@ pub struct RegisteredTool {
 impl RegisteredTool {
     /// Whether the tool may be a business candidate (control-plane tools never are).
     pub fn is_business(&self) -> bool {
-        self.meta.as_ref().is_none_or(|m| m.plane == Plane::Business)
+        self.meta
+            .as_ref()
+            .is_none_or(|m| m.plane == Plane::Business)
     }
 
     /// Whether the formatter phase must not see it (unknown ops count as mutating).
@@ -63,7 +65,11 @@ impl Registry {
     /// Joins the request's tools with the overlay and indexes them.
     pub fn build(tools: &[ToolDescriptor], overlay: Option<&Overlay>, config: &RankConfig) -> Self {
         let mut sorted: Vec<&ToolDescriptor> = tools.iter().collect();
-        sorted.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| a.description.cmp(&b.description)));
+        sorted.sort_by(|a, b| {
+            a.name
+                .cmp(&b.name)
+                .then_with(|| a.description.cmp(&b.description))
+        });
         sorted.dedup_by(|later, first| later.name == first.name);
         let settings = config.settings();
         let tools: Vec<RegisteredTool> = sorted
@@ -77,10 +83,18 @@ impl Registry {
                 };
                 let domain = meta.as_ref().and_then(|m| {
                     m.domain.clone().or_else(|| {
-                        m.category.as_ref().and_then(|c| settings.pipeline.domain.category_domains.get(c).cloned())
+                        m.category
+                            .as_ref()
+                            .and_then(|c| settings.pipeline.domain.category_domains.get(c).cloned())
                     })
                 });
-                RegisteredTool { name: t.name.clone(), id, description, meta, domain }
+                RegisteredTool {
+                    name: t.name.clone(),
+                    id,
+                    description,
+                    meta,
+                    domain,
+                }
             })
             .collect();
         let docs: Vec<LexicalDoc<'_>> = tools
@@ -93,16 +107,38 @@ impl Registry {
             })
             .collect();
         let lexical = LexicalIndex::build(&docs, &settings.lexical);
-        let by_name = tools.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
-        let by_id = tools.iter().enumerate().map(|(i, t)| (t.id.clone(), i)).collect();
+        let by_name = tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.clone(), i))
+            .collect();
+        let by_id = tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.id.clone(), i))
+            .collect();
         let names = tools.iter().map(|t| t.name.clone()).collect();
-        let mutating = tools.iter().filter(|t| t.mutates()).map(|t| t.name.clone()).collect();
-        let mut business_by_id: Vec<usize> = (0..tools.len()).filter(|&i| tools.get(i).is_some_and(RegisteredTool::is_business)).collect();
+        let mutating = tools
+            .iter()
+            .filter(|t| t.mutates())
+            .map(|t| t.name.clone())
+            .collect();
+        let mut business_by_id: Vec<usize> = (0..tools.len())
+            .filter(|&i| tools.get(i).is_some_and(RegisteredTool::is_business))
+            .collect();
         business_by_id.sort_by(|&a, &b| {
             let id = |i: usize| tools.get(i).map_or("", |t| t.id.as_str());
             id(a).cmp(id(b)).then(a.cmp(&b))
         });
-        Registry { tools, by_name, by_id, names, mutating, business_by_id, lexical }
+        Registry {
+            tools,
+            by_name,
+            by_id,
+            names,
+            mutating,
+            business_by_id,
+            lexical,
+        }
     }
 
     /// All tools, sorted by name; a tool's position is its index.

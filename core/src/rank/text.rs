@@ -26,7 +26,9 @@ pub const KEYWORD_SEPARATOR: &str = ", ";
 /// (used when the overlay has no `ragDescription`), `meta` the overlay entry.
 pub fn embedding_text(id: &str, description: &str, meta: Option<&ToolMeta>) -> String {
     let category = meta.and_then(|m| m.category.as_deref()).unwrap_or("");
-    let rag = meta.and_then(|m| m.rag_description.as_deref()).filter(|s| !s.is_empty());
+    let rag = meta
+        .and_then(|m| m.rag_description.as_deref())
+        .filter(|s| !s.is_empty());
     let body = match rag {
         Some(r) => r,
         None if !description.is_empty() => description,
@@ -42,7 +44,10 @@ mod tests {
     use crate::rank::meta::Overlay;
 
     fn overlay() -> Overlay {
-        let catalog = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/catalog/tools.json"));
+        let catalog = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../shared/catalog/tools.json"
+        ));
         Overlay::from_json(catalog.as_bytes()).unwrap()
     }
 
@@ -78,12 +83,19 @@ mod tests {
 
     #[test]
     fn empty_rag_description_falls_back_to_the_description() {
-        let m: ToolMeta =
-            serde_json::from_str(r#"{"id":"a.b","category":"x","ragDescription":"","ragKeywords":["k1","k2"]}"#)
-                .unwrap();
-        assert_eq!(embedding_text("a.b", "Does a.", Some(&m)), "a.b\nx\nDoes a.\nKeywords:k1, k2");
+        let m: ToolMeta = serde_json::from_str(
+            r#"{"id":"a.b","category":"x","ragDescription":"","ragKeywords":["k1","k2"]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            embedding_text("a.b", "Does a.", Some(&m)),
+            "a.b\nx\nDoes a.\nKeywords:k1, k2"
+        );
         // The request's description wins over the overlay's when both exist.
         let m2: ToolMeta = serde_json::from_str(r#"{"id":"a.b","description":"overlay"}"#).unwrap();
-        assert_eq!(embedding_text("a.b", "", Some(&m2)), "a.b\n\noverlay\nKeywords:");
+        assert_eq!(
+            embedding_text("a.b", "", Some(&m2)),
+            "a.b\n\noverlay\nKeywords:"
+        );
     }
 }

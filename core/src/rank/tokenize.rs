@@ -56,25 +56,25 @@ pub fn fold(text: &str) -> String {
 /// but English "son").
 const STOPWORDS: &[&str] = &[
     // English
-    "a", "about", "after", "again", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be", "been",
-    "before", "being", "but", "by", "can", "could", "did", "do", "does", "for", "from", "get", "give",
-    "had", "has", "have", "he", "her", "here", "hers", "him", "his", "how", "i", "if", "in", "into",
-    "is", "it", "its", "just", "let", "me", "my", "now", "of", "on", "or", "our", "please", "she",
-    "should", "so", "some", "than", "that", "the", "their", "them", "then", "there", "these", "they",
-    "this", "those", "to", "up", "us", "was", "we", "were", "what", "when", "where", "which", "who",
-    "whom", "why", "will", "with", "would", "you", "your",
+    "a", "about", "after", "again", "all", "also", "am", "an", "and", "any", "are", "as", "at",
+    "be", "been", "before", "being", "but", "by", "can", "could", "did", "do", "does", "for",
+    "from", "get", "give", "had", "has", "have", "he", "her", "here", "hers", "him", "his", "how",
+    "i", "if", "in", "into", "is", "it", "its", "just", "let", "me", "my", "now", "of", "on", "or",
+    "our", "please", "she", "should", "so", "some", "than", "that", "the", "their", "them", "then",
+    "there", "these", "they", "this", "those", "to", "up", "us", "was", "we", "were", "what",
+    "when", "where", "which", "who", "whom", "why", "will", "with", "would", "you", "your",
     // German
     "aber", "alle", "als", "am", "auch", "auf", "aus", "bei", "bin", "bis", "bitte", "da", "dann",
     "das", "dass", "dem", "den", "der", "des", "dich", "dir", "doch", "du", "durch", "ein", "eine",
-    "einem", "einen", "einer", "eines", "er", "es", "fur", "hat", "hatte", "ich", "ihm", "ihn", "ihr",
-    "ihre", "ihrem", "ihren", "im", "ist", "ja", "kann", "kannst", "mal", "mich", "mir", "mit", "noch",
-    "nach", "oder", "sein", "seine", "seinem", "seinen", "sich", "sie", "sind", "uber", "um", "und",
-    "uns", "vom", "von", "vor", "wie", "wir", "wird", "zu", "zum", "zur",
+    "einem", "einen", "einer", "eines", "er", "es", "fur", "hat", "hatte", "ich", "ihm", "ihn",
+    "ihr", "ihre", "ihrem", "ihren", "im", "ist", "ja", "kann", "kannst", "mal", "mich", "mir",
+    "mit", "noch", "nach", "oder", "sein", "seine", "seinem", "seinen", "sich", "sie", "sind",
+    "uber", "um", "und", "uns", "vom", "von", "vor", "wie", "wir", "wird", "zu", "zum", "zur",
     // French
     "au", "aux", "avec", "ce", "ces", "cet", "cette", "dans", "du", "elle", "en", "est", "et", "il",
     "ils", "je", "la", "le", "les", "leur", "lui", "ma", "mes", "moi", "mon", "ne", "nous", "ou",
-    "par", "pas", "pour", "qu", "que", "qui", "sa", "se", "ses", "sur", "ta", "te", "tes", "toi", "ton",
-    "tu", "un", "une", "vos", "votre", "vous", "svp", "d", "l", "j", "s", "c", "n", "y",
+    "par", "pas", "pour", "qu", "que", "qui", "sa", "se", "ses", "sur", "ta", "te", "tes", "toi",
+    "ton", "tu", "un", "une", "vos", "votre", "vous", "svp", "d", "l", "j", "s", "c", "n", "y",
 ];
 
 /// Whether a folded word is a stopword.
@@ -107,7 +107,8 @@ pub fn stem(token: &str) -> String {
     for (suffix, replacement) in SUFFIXES {
         if let Some(base) = token.strip_suffix(suffix) {
             // `ss` is a German/English root ending, not a plural.
-            if *suffix == "s" && (base.ends_with('s') || base.ends_with('u') || base.ends_with('i')) {
+            if *suffix == "s" && (base.ends_with('s') || base.ends_with('u') || base.ends_with('i'))
+            {
                 continue;
             }
             if base.chars().count() >= MIN_STEM {
@@ -121,13 +122,18 @@ pub fn stem(token: &str) -> String {
 /// Splits folded text into raw words (letters and digits), without stopword
 /// removal or stemming.
 pub fn words(folded: &str) -> impl Iterator<Item = &str> {
-    folded.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty())
+    folded
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
 }
 
 /// Tokenises free text: fold, split, drop stopwords, stem.
 pub fn tokens(text: &str) -> Vec<String> {
     let folded = fold(text);
-    words(&folded).filter(|w| !is_stopword(w)).map(stem).collect()
+    words(&folded)
+        .filter(|w| !is_stopword(w))
+        .map(stem)
+        .collect()
 }
 
 /// The folded words of an identifier (`patient.search.smart`,
@@ -144,7 +150,10 @@ pub fn identifier_words(id: &str) -> Vec<String> {
         spaced.push(c);
     }
     let folded = fold(&spaced);
-    words(&folded).filter(|w| !is_stopword(w)).map(str::to_owned).collect()
+    words(&folded)
+        .filter(|w| !is_stopword(w))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Tokenises an identifier: [`identifier_words`], stemmed.
@@ -174,8 +183,14 @@ pub fn split_compound(word: &str, known: impl Fn(&str) -> bool) -> Vec<String> {
     }
     // Split points leave at least MIN_PART characters on each side; the
     // longest head wins (the earliest split point).
-    for (i, _) in chars.iter().skip(MIN_PART).take(chars.len().saturating_sub(2 * MIN_PART) + 1) {
-        let Some((modifier, head)) = word.split_at_checked(*i) else { continue };
+    for (i, _) in chars
+        .iter()
+        .skip(MIN_PART)
+        .take(chars.len().saturating_sub(2 * MIN_PART) + 1)
+    {
+        let Some((modifier, head)) = word.split_at_checked(*i) else {
+            continue;
+        };
         let head_stem = stem(head);
         if !known(&head_stem) {
             continue;
@@ -194,8 +209,15 @@ pub fn split_compound(word: &str, known: impl Fn(&str) -> bool) -> Vec<String> {
     }
     // No known head: the longest known modifier still names the domain
     // (`Blutdruckkontrolle` → `blutdruck`).
-    for (i, _) in chars.iter().rev().skip(MIN_PART - 1).take(chars.len().saturating_sub(2 * MIN_PART) + 1) {
-        let Some((modifier, _)) = word.split_at_checked(*i) else { continue };
+    for (i, _) in chars
+        .iter()
+        .rev()
+        .skip(MIN_PART - 1)
+        .take(chars.len().saturating_sub(2 * MIN_PART) + 1)
+    {
+        let Some((modifier, _)) = word.split_at_checked(*i) else {
+            continue;
+        };
         let m = stem(modifier);
         if modifier.chars().count() >= MIN_PART && known(&m) {
             return vec![m];
@@ -230,15 +252,24 @@ mod tests {
     #[test]
     fn folding_strips_accents_in_all_three_languages() {
         assert_eq!(fold("Röntgen Thorax, Größe"), "rontgen thorax, grosse");
-        assert_eq!(fold("Décaler le rendez-vous, cœur"), "decaler le rendez-vous, coeur");
+        assert_eq!(
+            fold("Décaler le rendez-vous, cœur"),
+            "decaler le rendez-vous, coeur"
+        );
         assert_eq!(fold("ÉCHOGRAPHIE"), "echographie");
     }
 
     #[test]
     fn stopwords_of_each_language_are_dropped() {
         assert_eq!(tokens("Show me the lab results"), ["show", "lab", "result"]);
-        assert_eq!(tokens("Zeig mir den letzten Blutdruck"), ["zeig", "letzt", "blutdruck"]);
-        assert_eq!(tokens("Afficher la dernière tension"), ["afficher", "dernier", "tension"]);
+        assert_eq!(
+            tokens("Zeig mir den letzten Blutdruck"),
+            ["zeig", "letzt", "blutdruck"]
+        );
+        assert_eq!(
+            tokens("Afficher la dernière tension"),
+            ["afficher", "dernier", "tension"]
+        );
     }
 
     #[test]
@@ -255,30 +286,63 @@ mod tests {
 
     #[test]
     fn identifiers_split_on_dots_underscores_and_camel_case() {
-        assert_eq!(identifier_tokens("patient.search.smart"), ["patient", "search", "smart"]);
-        assert_eq!(identifier_tokens("getHealthWorkforce"), ["health", "workforc"]);
-        assert_eq!(identifier_tokens("calculate_triangle_area"), ["calculat", "triangl", "area"]);
+        assert_eq!(
+            identifier_tokens("patient.search.smart"),
+            ["patient", "search", "smart"]
+        );
+        assert_eq!(
+            identifier_tokens("getHealthWorkforce"),
+            ["health", "workforc"]
+        );
+        assert_eq!(
+            identifier_tokens("calculate_triangle_area"),
+            ["calculat", "triangl", "area"]
+        );
     }
 
     #[test]
     fn compounds_split_against_the_vocabulary() {
-        let vocab: BTreeSet<String> = ["termin", "kontroll", "blutdruck"].iter().map(|s| s.to_string()).collect();
-        assert_eq!(split_compound("kontrolltermin", |p| vocab.contains(p)), ["kontroll", "termin"]);
-        assert_eq!(split_compound("nachsorgetermin", |p| vocab.contains(p)), ["termin"]);
-        assert_eq!(split_compound("blutdruckmessung", |p| vocab.contains(p)), ["blutdruck"]);
+        let vocab: BTreeSet<String> = ["termin", "kontroll", "blutdruck"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            split_compound("kontrolltermin", |p| vocab.contains(p)),
+            ["kontroll", "termin"]
+        );
+        assert_eq!(
+            split_compound("nachsorgetermin", |p| vocab.contains(p)),
+            ["termin"]
+        );
+        assert_eq!(
+            split_compound("blutdruckmessung", |p| vocab.contains(p)),
+            ["blutdruck"]
+        );
         assert!(split_compound("zahnarztpraxis", |p| vocab.contains(p)).is_empty());
-        let vocab2: BTreeSet<String> = ["messung", "blutdruck"].iter().map(|s| s.to_string()).collect();
-        assert_eq!(split_compound("blutdruckmessung", |p| vocab2.contains(p)), ["blutdruck", "messung"]);
+        let vocab2: BTreeSet<String> = ["messung", "blutdruck"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            split_compound("blutdruckmessung", |p| vocab2.contains(p)),
+            ["blutdruck", "messung"]
+        );
         // Linking element: Patient-en-akte.
         let vocab3: BTreeSet<String> = ["patient", "akt"].iter().map(|s| s.to_string()).collect();
-        assert_eq!(split_compound("patientenakte", |p| vocab3.contains(p)), ["patient", "akt"]);
+        assert_eq!(
+            split_compound("patientenakte", |p| vocab3.contains(p)),
+            ["patient", "akt"]
+        );
         assert!(split_compound("termin", |_| true).is_empty());
     }
 
     #[test]
     fn query_tokens_add_compound_parts_once() {
         let vocab: BTreeSet<String> = ["termin"].iter().map(|s| s.to_string()).collect();
-        assert_eq!(query_tokens("Kontrolltermin und Termin", &vocab), ["kontrolltermin", "termin"]);
+        assert_eq!(
+            query_tokens("Kontrolltermin und Termin", &vocab),
+            ["kontrolltermin", "termin"]
+        );
     }
 
     #[test]

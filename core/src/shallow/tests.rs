@@ -24,7 +24,8 @@ fn value() -> impl Strategy<Value = Value> {
     leaf.prop_recursive(5, 64, 6, move |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-            prop::collection::vec((text.clone(), inner), 0..6).prop_map(|m| Value::Object(m.into_iter().collect())),
+            prop::collection::vec((text.clone(), inner), 0..6)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
         ]
     })
 }
@@ -33,7 +34,10 @@ fn value() -> impl Strategy<Value = Value> {
 fn spaced(v: &Value, ws: &[&str], n: &mut usize) -> String {
     fn pad(ws: &[&str], n: &mut usize) -> String {
         *n += 1;
-        ws.get(*n % ws.len().max(1)).copied().unwrap_or("").to_owned()
+        ws.get(*n % ws.len().max(1))
+            .copied()
+            .unwrap_or("")
+            .to_owned()
     }
     match v {
         Value::Array(items) => {
@@ -48,7 +52,11 @@ fn spaced(v: &Value, ws: &[&str], n: &mut usize) -> String {
             let mut inner = Vec::new();
             for (k, item) in map {
                 let (a, b, c) = (pad(ws, n), pad(ws, n), pad(ws, n));
-                inner.push(format!("{a}{}{b}:{c}{}", Value::String(k.clone()), spaced(item, ws, n)));
+                inner.push(format!(
+                    "{a}{}{b}:{c}{}",
+                    Value::String(k.clone()),
+                    spaced(item, ws, n)
+                ));
             }
             format!("{{{}{}}}", inner.join(","), pad(ws, n))
         }
@@ -130,7 +138,20 @@ fn a_raw_value_is_the_exact_bytes_and_is_borrowed() {
 
 #[test]
 fn unchecked_or_cut_texts_are_errors_not_panics() {
-    for text in ["", "{", "[", "{\"a\"", "{\"a\":", "[1,", "\"abc", "{\"a\":1 \"b\":2}", "[}", "}", "{\"a\\", "nul"] {
+    for text in [
+        "",
+        "{",
+        "[",
+        "{\"a\"",
+        "{\"a\":",
+        "[1,",
+        "\"abc",
+        "{\"a\":1 \"b\":2}",
+        "[}",
+        "}",
+        "{\"a\\",
+        "nul",
+    ] {
         let _ = from_str::<Value>(text);
         let _ = from_str::<Named<'_>>(text);
         let _ = from_str::<Vec<Raw<'_>>>(text);

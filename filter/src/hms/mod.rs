@@ -90,7 +90,13 @@ impl HmsStream {
     /// A stream context sharing the worker's configuration.
     pub fn new(context_id: u32, config: Rc<HmsConfig>, metrics: Metrics) -> Self {
         HmsStream {
-            stream: Stream { context_id, config, metrics, session: String::new(), path: String::new() },
+            stream: Stream {
+                context_id,
+                config,
+                metrics,
+                session: String::new(),
+                path: String::new(),
+            },
             request: Request::default(),
             response: Response::default(),
         }
@@ -153,7 +159,9 @@ fn hand_on(
         Side::Response => BufferType::HttpResponseBody,
     };
     if headers == Headers::Held {
-        let framed = verdict.frame(body.unwrap_or_default()).map_err(HandOnError::Verdict)?;
+        let framed = verdict
+            .frame(body.unwrap_or_default())
+            .map_err(HandOnError::Verdict)?;
         return host::replace_buffer(buffer, old_len, &framed).map_err(HandOnError::Body);
     }
     let map = match side {
@@ -182,10 +190,18 @@ fn hand_on(
 }
 
 impl Context for HmsStream {
-    fn on_http_call_response(&mut self, token_id: u32, _headers: usize, body_size: usize, _trailers: usize) {
+    fn on_http_call_response(
+        &mut self,
+        token_id: u32,
+        _headers: usize,
+        body_size: usize,
+        _trailers: usize,
+    ) {
         // Each half claims only the answer to its own callout.
-        self.request.on_call_response(&self.stream, token_id, body_size);
-        self.response.on_call_response(&self.stream, token_id, body_size);
+        self.request
+            .on_call_response(&self.stream, token_id, body_size);
+        self.response
+            .on_call_response(&self.stream, token_id, body_size);
     }
 }
 
@@ -216,7 +232,8 @@ impl HttpContext for HmsStream {
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        self.response.on_body(&self.stream, body_size, end_of_stream)
+        self.response
+            .on_body(&self.stream, body_size, end_of_stream)
     }
 
     fn on_http_response_trailers(&mut self, _num_trailers: usize) -> Action {

@@ -26,9 +26,11 @@ use crate::callout::{self, Answer, Callout, Sent};
 use crate::hold::{self, HeaderEdit, Verdict};
 use crate::host::{self, HostError};
 use crate::metrics::{count, Refused};
-use keyhole_core::alias::wire::{ErrorCode, WithTaxonomy};
 use keyhole_core::alias::request::body::{self as request_body, BodyView};
-use keyhole_core::alias::{BodyKind, DecodeRequest, DecodeResponse, RawIdCount, RequestError, RequestScan};
+use keyhole_core::alias::wire::{ErrorCode, WithTaxonomy};
+use keyhole_core::alias::{
+    BodyKind, DecodeRequest, DecodeResponse, RawIdCount, RequestError, RequestScan,
+};
 use keyhole_core::config::RawIds;
 use keyhole_core::reply::{self, ErrorKind, LocalReply};
 use proxy_wasm::types::{Action, BufferType, StreamType};
@@ -88,7 +90,12 @@ enum State {
     /// Waiting for control's decode answer. `as_is`: the body's bytes were
     /// scanned (and are rewritten); otherwise only texts keyhole decoded from
     /// it were, which held no alias, and the body goes on unchanged.
-    Decoding { scan: RequestScan, body: Option<Vec<u8>>, as_is: bool, headers: Headers },
+    Decoding {
+        scan: RequestScan,
+        body: Option<Vec<u8>>,
+        as_is: bool,
+        headers: Headers,
+    },
     /// Gone upstream, decoded or with nothing to decode.
     Forwarded,
     /// Answered locally: nothing reached HMS.
@@ -116,8 +123,13 @@ impl Request {
 
     /// [`Request::on_headers`]; fails when the host refuses to read a header.
     fn read_headers(&mut self, s: &mut Stream, end_of_stream: bool) -> Result<Action, HostError> {
-        let Some(session) = host::request_header(&s.config.session_header)?.filter(|v| !v.trim().is_empty()) else {
-            let message = format!("keyhole needs the session header {} on every HMS request", s.config.session_header);
+        let Some(session) =
+            host::request_header(&s.config.session_header)?.filter(|v| !v.trim().is_empty())
+        else {
+            let message = format!(
+                "keyhole needs the session header {} on every HMS request",
+                s.config.session_header
+            );
             return Ok(self.reject(s, reply::error(ErrorKind::InvalidRequest, &message)));
         };
         s.session = session;
@@ -148,7 +160,9 @@ impl Request {
             // the decode answer works.
             return Ok(self.decode(s, None, kind, Headers::Direct));
         }
-        if let Some(len) = host::request_header("content-length")?.and_then(|v| v.trim().parse::<usize>().ok()) {
+        if let Some(len) =
+            host::request_header("content-length")?.and_then(|v| v.trim().parse::<usize>().ok())
+        {
             if len > s.config.max_body_bytes {
                 return Ok(self.reject(s, reply::body_too_large(s.config.max_body_bytes)));
             }
@@ -175,7 +189,9 @@ impl Request {
                 }
                 Headers::Held
             }
-            Err(e) => return Ok(self.reject(s, reply::error(ErrorKind::InvalidRequest, &e.to_string()))),
+            Err(e) => {
+                return Ok(self.reject(s, reply::error(ErrorKind::InvalidRequest, &e.to_string())))
+            }
         };
         self.state = State::Reading { headers, kind };
         Ok(Action::Continue)
@@ -197,7 +213,12 @@ impl Request {
         let Ok(body) = host::buffer(BufferType::HttpRequestBody, body_size) else {
             return self.reject(s, reply::internal("the request body could not be read"));
         };
-        self.decode(s, if body.is_empty() { None } else { Some(body) }, kind, headers)
+        self.decode(
+            s,
+            if body.is_empty() { None } else { Some(body) },
+            kind,
+            headers,
+        )
     }
 
     /// Trailers end the body without an end-of-stream body callback: it was
@@ -206,7 +227,10 @@ impl Request {
         if matches!(self.state, State::Reading { .. }) {
             return self.reject(
                 s,
-                reply::error(ErrorKind::InvalidRequest, "keyhole does not forward HMS requests with trailers"),
+                reply::error(
+                    ErrorKind::InvalidRequest,
+                    "keyhole does not forward HMS requests with trailers",
+                ),
             );
         }
         Action::Continue
@@ -223,7 +247,13 @@ impl Request {
 
     /// Scans the request and either lets it go (no alias), refuses it, or asks
     /// control to decode. Returns the callback's action.
-    fn decode(&mut self, s: &Stream, body: Option<Vec<u8>>, kind: BodyKind, headers: Headers) -> Action {
+    fn decode(
+        &mut self,
+        s: &Stream,
+        body: Option<Vec<u8>>,
+        kind: BodyKind,
+        headers: Headers,
+    ) -> Action {
         let tax = taxonomy(&s.config);
         // A body whose text its bytes do not show (a content coding, UTF-16,
         // multipart parts under a transfer encoding) is read decoded, or
@@ -243,12 +273,21 @@ impl Request {
                     }
                 }
             }
-            None => BodyView { as_is: true, hidden: Vec::new() },
+            None => BodyView {
+                as_is: true,
+                hidden: Vec::new(),
+            },
         };
-        let scanned = if view.as_is { body.as_deref().map(|b| (b, kind)) } else { None };
+        let scanned = if view.as_is {
+            body.as_deref().map(|b| (b, kind))
+        } else {
+            None
+        };
         let mut scan = match RequestScan::new(tax, &s.path, scanned) {
             Ok(scan) => scan,
-            Err(e) => return self.reject(s, reply::error(ErrorKind::InvalidRequest, &e.to_string())),
+            Err(e) => {
+                return self.reject(s, reply::error(ErrorKind::InvalidRequest, &e.to_string()))
+            }
         };
         scan.scan_headers(tax, &self.headers);
         scan.scan_authority(tax, &self.authority);
@@ -289,18 +328,33 @@ impl Request {
             return self.reject(s, sentinel(alias));
         }
         let question = WithTaxonomy::new(
-            DecodeRequest { session: s.session.clone(), aliases: scan.aliases().to_vec() },
+            DecodeRequest {
+                session: s.session.clone(),
+                aliases: scan.aliases().to_vec(),
+            },
             taxonomy(&s.config),
         );
         let Ok(payload) = serde_json::to_vec(&question) else {
             return self.reject(s, reply::internal("the decode request could not be built"));
         };
-        self.state = State::Decoding { scan, body, as_is: view.as_is, headers };
-        match self.callout.send(&s.config.control, "/v1/alias/decode", &payload) {
+        self.state = State::Decoding {
+            scan,
+            body,
+            as_is: view.as_is,
+            headers,
+        };
+        match self
+            .callout
+            .send(&s.config.control, "/v1/alias/decode", &payload)
+        {
             Ok(Sent::Waiting) => Action::Pause,
             Ok(Sent::Answered(action)) => action,
             Err(e) => {
-                log::warn!("keyhole.alias-dispatch context={} status={}", s.context_id, e.status);
+                log::warn!(
+                    "keyhole.alias-dispatch context={} status={}",
+                    s.context_id,
+                    e.status
+                );
                 self.reject(
                     s,
                     reply::error(
@@ -315,20 +369,31 @@ impl Request {
     /// Applies control's decode answer. Returns `Continue` when the request
     /// may go on, `Pause` when it was answered locally.
     fn on_decoded(&mut self, s: &Stream, answer: Answer<DecodeResponse>) -> Action {
-        let (scan, body, as_is, headers) = match std::mem::replace(&mut self.state, State::Forwarded) {
-            State::Decoding { scan, body, as_is, headers } => (scan, body, as_is, headers),
-            other => {
-                self.state = other;
-                return Action::Pause;
-            }
-        };
+        let (scan, body, as_is, headers) =
+            match std::mem::replace(&mut self.state, State::Forwarded) {
+                State::Decoding {
+                    scan,
+                    body,
+                    as_is,
+                    headers,
+                } => (scan, body, as_is, headers),
+                other => {
+                    self.state = other;
+                    return Action::Pause;
+                }
+            };
         let (decoded, epoch) = match answer {
             Answer::Ok(d) => (d.ids, d.epoch),
             Answer::Failed(failure) => {
                 let status = failure.status;
-                log::warn!("keyhole.alias-decode context={} control_status={status} code={:?}", s.context_id, failure.code);
+                log::warn!(
+                    "keyhole.alias-decode context={} control_status={status} code={:?}",
+                    s.context_id,
+                    failure.code
+                );
                 let message = if failure.code == Some(ErrorCode::TaxonomyMismatch) {
-                    "keyhole cannot decode aliases: the filter and control run different taxonomies".to_owned()
+                    "keyhole cannot decode aliases: the filter and control run different taxonomies"
+                        .to_owned()
                 } else {
                     format!("keyhole cannot decode aliases right now (control answered {status}); retry later")
                 };
@@ -339,47 +404,94 @@ impl Request {
         let (path, new_body) = match scan.rewrite(taxonomy(&s.config), &s.path, scanned, &decoded) {
             // A body read decoded held no alias: it goes on as sent.
             Ok((path, rewritten)) => (path, if as_is { rewritten } else { body.clone() }),
-            Err(e @ (RequestError::UnknownAlias { .. } | RequestError::Sentinel { .. } | RequestError::WrongKind { .. })) => {
+            Err(
+                e @ (RequestError::UnknownAlias { .. }
+                | RequestError::Sentinel { .. }
+                | RequestError::WrongKind { .. }),
+            ) => {
                 let e = e.with_current_epoch(taxonomy(&s.config), epoch.as_deref());
                 return self.reject(s, reply::error(ErrorKind::UnknownAlias, &e.to_string()));
             }
-            Err(e) => return self.reject(s, reply::internal(&format!("the request could not be rewritten: {e}"))),
+            Err(e) => {
+                return self.reject(
+                    s,
+                    reply::internal(&format!("the request could not be rewritten: {e}")),
+                )
+            }
         };
         let changed = match scan.rewrite_headers(taxonomy(&s.config), &self.headers, &decoded) {
             Ok(changed) => changed,
-            Err(e @ (RequestError::UnknownAlias { .. } | RequestError::Sentinel { .. } | RequestError::WrongKind { .. })) => {
+            Err(
+                e @ (RequestError::UnknownAlias { .. }
+                | RequestError::Sentinel { .. }
+                | RequestError::WrongKind { .. }),
+            ) => {
                 let e = e.with_current_epoch(taxonomy(&s.config), epoch.as_deref());
                 return self.reject(s, reply::error(ErrorKind::UnknownAlias, &e.to_string()));
             }
-            Err(e) => return self.reject(s, reply::internal(&format!("the request could not be rewritten: {e}"))),
+            Err(e) => {
+                return self.reject(
+                    s,
+                    reply::internal(&format!("the request could not be rewritten: {e}")),
+                )
+            }
         };
         // Held headers get the new `:path` and header values from the request
         // hold filter after this one; direct ones are paused here (bodiless)
         // or need no edit (no alias in path or headers). The buffer filter
         // sets the body's new length.
-        let mut edits = if path == s.path { Vec::new() } else { vec![HeaderEdit::Set(":path".into(), path)] };
+        let mut edits = if path == s.path {
+            Vec::new()
+        } else {
+            vec![HeaderEdit::Set(":path".into(), path)]
+        };
         edits.extend(header_edits(&self.headers, changed));
         let old_len = body.as_deref().map_or(0, <[u8]>::len);
-        match hand_on(Side::Request, headers, &Verdict::keep(edits), old_len, new_body.as_deref()) {
+        match hand_on(
+            Side::Request,
+            headers,
+            &Verdict::keep(edits),
+            old_len,
+            new_body.as_deref(),
+        ) {
             Ok(()) => {}
             Err(HandOnError::Verdict(e)) => {
-                return self.reject(s, reply::internal(&format!("the request path could not be rewritten: {e}")))
+                return self.reject(
+                    s,
+                    reply::internal(&format!("the request path could not be rewritten: {e}")),
+                )
             }
             Err(HandOnError::Header(_)) => {
-                return self.reject(s, reply::internal("the request path could not be rewritten"))
+                return self.reject(
+                    s,
+                    reply::internal("the request path could not be rewritten"),
+                )
             }
             Err(HandOnError::Body(_)) => {
-                return self.reject(s, reply::internal("the request body could not be rewritten"))
+                return self.reject(
+                    s,
+                    reply::internal("the request body could not be rewritten"),
+                )
             }
         }
         count(s.metrics.hms.aliases_decoded, decoded.len() as i64);
-        log::info!("keyhole.alias-decode context={} session={} aliases={}", s.context_id, s.session, decoded.len());
+        log::info!(
+            "keyhole.alias-decode context={} session={} aliases={}",
+            s.context_id,
+            s.session,
+            decoded.len()
+        );
         Action::Continue
     }
 
     /// Answers locally (the request goes no further) and counts it.
     fn reject(&mut self, s: &Stream, reply: LocalReply) -> Action {
-        log::warn!("keyhole.alias-reject context={} session={} status={}", s.context_id, s.session, reply.status);
+        log::warn!(
+            "keyhole.alias-reject context={} session={} status={}",
+            s.context_id,
+            s.session,
+            reply.status
+        );
         count(s.metrics.hms.refused(Refused::of_status(reply.status)), 1);
         // Refused, the request stays paused until Envoy times it out: nothing
         // reaches HMS either way.
@@ -407,12 +519,23 @@ fn header_edits(headers: &[(String, String)], changed: Vec<(usize, String)>) -> 
             continue;
         }
         done.push(name);
-        let same_name = || headers.iter().enumerate().filter(move |(_, (n, _))| n == name);
+        let same_name = || {
+            headers
+                .iter()
+                .enumerate()
+                .filter(move |(_, (n, _))| n == name)
+        };
         if !same_name().any(|(j, _)| values.get(j).is_some_and(Option::is_some)) {
             continue;
         }
         let all = same_name()
-            .map(|(j, (_, old))| values.get(j).cloned().flatten().unwrap_or_else(|| old.clone()))
+            .map(|(j, (_, old))| {
+                values
+                    .get(j)
+                    .cloned()
+                    .flatten()
+                    .unwrap_or_else(|| old.clone())
+            })
             .collect();
         edits.extend(HeaderEdit::set_all(name, all));
     }
@@ -422,7 +545,11 @@ fn header_edits(headers: &[(String, String)], changed: Vec<(usize, String)>) -> 
 /// The 400 for raw ids under `raw_ids: refuse`, naming the places (never a
 /// value).
 fn raw_ids_refused(raw: &RawIdCount) -> LocalReply {
-    let places: Vec<String> = raw.places().iter().map(|(place, n)| format!("{n} in the {place}")).collect();
+    let places: Vec<String> = raw
+        .places()
+        .iter()
+        .map(|(place, n)| format!("{n} in the {place}"))
+        .collect();
     let message = format!(
         "keyhole refuses raw record ids in HMS requests ({}); send the aliases keyhole handed out (raw_ids: refuse)",
         places.join(", ")
@@ -433,6 +560,8 @@ fn raw_ids_refused(raw: &RawIdCount) -> LocalReply {
 /// The 404 for a sentinel alias (issued past the session's bound: it decodes
 /// to nothing).
 fn sentinel(alias: &str) -> LocalReply {
-    let err = RequestError::Sentinel { alias: alias.to_owned() };
+    let err = RequestError::Sentinel {
+        alias: alias.to_owned(),
+    };
     reply::error(ErrorKind::UnknownAlias, &err.to_string())
 }

@@ -15,9 +15,11 @@ use crate::hold::{self, HeaderEdit, Verdict};
 use crate::host;
 use crate::metrics::{count, Withheld};
 use keyhole_core::alias::wire::{ErrorCode, WithTaxonomy};
-use keyhole_core::alias::{BodyKind, EncodeRequest, Taxonomy, EncodeResponse, KnownAlias, PartId, ResponseScan};
-use keyhole_core::{charset, coding, lastword};
+use keyhole_core::alias::{
+    BodyKind, EncodeRequest, EncodeResponse, KnownAlias, PartId, ResponseScan, Taxonomy,
+};
 use keyhole_core::reply::{self, LocalReply};
+use keyhole_core::{charset, coding, lastword};
 use proxy_wasm::types::{Action, BufferType, StreamType};
 
 /// Response headers that are never scanned (pseudo-headers aside: `:status`
@@ -31,8 +33,12 @@ use proxy_wasm::types::{Action, BufferType, StreamType};
 /// Every other header is scanned, `content-type` included (its parameters are
 /// free text: `application/pdf; name="pat-000123.pdf"`), and `date` too:
 /// measured, Envoy passes an upstream's `date` on as it came.
-pub(super) const UNSCANNED: [&str; 4] =
-    ["content-length", "server", "x-envoy-upstream-service-time", hold::HOLD_HEADER];
+pub(super) const UNSCANNED: [&str; 4] = [
+    "content-length",
+    "server",
+    "x-envoy-upstream-service-time",
+    hold::HOLD_HEADER,
+];
 
 /// The response half of one HMS stream.
 #[derive(Default)]
@@ -49,7 +55,11 @@ enum State {
     #[default]
     Idle,
     /// Holding the body to its end (the hold filter holds the headers).
-    Reading { headers: Vec<(String, String)>, latin1: Vec<bool>, kind: BodyKind },
+    Reading {
+        headers: Vec<(String, String)>,
+        latin1: Vec<bool>,
+        kind: BodyKind,
+    },
     /// Waiting for control's encode answer.
     Encoding { job: Box<Job> },
 }
@@ -95,16 +105,30 @@ impl Job {
         let body_part = if body.is_empty() {
             None
         } else {
-            Some(scan.add(&body, kind, tax.kind_for_path(path)).map_err(|e| format!("{}: {e}", e.reason().as_str()))?)
+            Some(
+                scan.add(&body, kind, tax.kind_for_path(path))
+                    .map_err(|e| format!("{}: {e}", e.reason().as_str()))?,
+            )
         };
         let headers = headers
             .iter()
             .map(|(name, value)| {
-                let part = scan.add(value.as_bytes(), BodyKind::Text, None).map_err(|e| e.to_string())?;
+                let part = scan
+                    .add(value.as_bytes(), BodyKind::Text, None)
+                    .map_err(|e| e.to_string())?;
                 Ok((name.clone(), value.clone(), part))
             })
             .collect::<Result<_, String>>()?;
-        Ok(Job { scan, body, body_part, held, headers, latin1, hold, kind })
+        Ok(Job {
+            scan,
+            body,
+            body_part,
+            held,
+            headers,
+            latin1,
+            hold,
+            kind,
+        })
     }
 
     /// The held body's length, for [`Response::withhold`].
@@ -132,13 +156,21 @@ struct Held {
 
 impl Held {
     /// Nothing held: a bodiless response.
-    const NONE: Held = Held { len: 0, encoded: false, transcoded: false };
+    const NONE: Held = Held {
+        len: 0,
+        encoded: false,
+        transcoded: false,
+    };
 }
 
 /// `body` as keyhole reads it: decoded by its `content-encoding` when it has
 /// one (at most `limit` bytes), and as UTF-8 when its `content-type` declares
 /// windows-1252 / ISO-8859-1. Fails naming why (never quoting the body).
-fn decoded(headers: &[(String, String)], body: Vec<u8>, limit: usize) -> Result<(Vec<u8>, Held), String> {
+fn decoded(
+    headers: &[(String, String)],
+    body: Vec<u8>,
+    limit: usize,
+) -> Result<(Vec<u8>, Held), String> {
     let codings = headers
         .iter()
         .filter(|(name, _)| name == "content-encoding")
@@ -146,8 +178,16 @@ fn decoded(headers: &[(String, String)], body: Vec<u8>, limit: usize) -> Result<
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?
         .concat();
-    let mut held = Held { len: body.len(), encoded: !codings.is_empty(), transcoded: false };
-    let mut body = if codings.is_empty() { body } else { coding::decode(&body, &codings, limit).map_err(|e| e.to_string())? };
+    let mut held = Held {
+        len: body.len(),
+        encoded: !codings.is_empty(),
+        transcoded: false,
+    };
+    let mut body = if codings.is_empty() {
+        body
+    } else {
+        coding::decode(&body, &codings, limit).map_err(|e| e.to_string())?
+    };
     let windows_1252 = headers
         .iter()
         .find(|(name, _)| name == "content-type")
@@ -170,8 +210,15 @@ fn say_utf8(job: &Job, edits: &mut Vec<HeaderEdit>) {
     match rewritten {
         Some(value) => *value = charset::with_utf8(value),
         None => {
-            if let Some((_, value, _)) = job.headers.iter().find(|(name, _, _)| name == "content-type") {
-                edits.push(HeaderEdit::Set("content-type".to_owned(), charset::with_utf8(value)));
+            if let Some((_, value, _)) = job
+                .headers
+                .iter()
+                .find(|(name, _, _)| name == "content-type")
+            {
+                edits.push(HeaderEdit::Set(
+                    "content-type".to_owned(),
+                    charset::with_utf8(value),
+                ));
             }
         }
     }
@@ -201,7 +248,13 @@ impl Response {
             return Action::Continue;
         }
         let Ok(all) = host::response_headers_raw() else {
-            return self.withhold(s, Withheld::Host, None, Vec::new(), "the response headers could not be read");
+            return self.withhold(
+                s,
+                Withheld::Host,
+                None,
+                Vec::new(),
+                "the response headers could not be read",
+            );
         };
         // Values keep their bytes: one that is not UTF-8 is read one
         // character per byte and written back so.
@@ -212,17 +265,35 @@ impl Response {
                 ((n, text), latin1)
             })
             .collect();
-        let kind = body_kind(all.iter().find(|((n, _), _)| n == "content-type").map(|((_, v), _)| v.as_str()));
-        let (headers, latin1): (Vec<(String, String)>, Vec<bool>) =
-            all.into_iter().filter(|((n, _), _)| !n.starts_with(':') && !UNSCANNED.contains(&n.as_str())).unzip();
+        let kind = body_kind(
+            all.iter()
+                .find(|((n, _), _)| n == "content-type")
+                .map(|((_, v), _)| v.as_str()),
+        );
+        let (headers, latin1): (Vec<(String, String)>, Vec<bool>) = all
+            .into_iter()
+            .filter(|((n, _), _)| !n.starts_with(':') && !UNSCANNED.contains(&n.as_str()))
+            .unzip();
         if end_of_stream {
-            return self.encode(s, headers, latin1, Vec::new(), Held::NONE, kind, Headers::Direct);
+            return self.encode(
+                s,
+                headers,
+                latin1,
+                Vec::new(),
+                Held::NONE,
+                kind,
+                Headers::Direct,
+            );
         }
         if host::set_response_header(hold::HOLD_HEADER, Some(hold::HOLD_CLOSED)).is_err() {
             count(s.metrics.hms.withheld(Withheld::Host), 1);
             return self.refuse(&reply::unaliasable("the response could not be held"));
         }
-        self.state = State::Reading { headers, latin1, kind };
+        self.state = State::Reading {
+            headers,
+            latin1,
+            kind,
+        };
         Action::Continue
     }
 
@@ -235,16 +306,33 @@ impl Response {
             State::Encoding { .. } => return Action::Pause,
             State::Idle => return Action::Continue,
         }
-        let State::Reading { headers, latin1, kind } = std::mem::replace(&mut self.state, State::Idle) else {
+        let State::Reading {
+            headers,
+            latin1,
+            kind,
+        } = std::mem::replace(&mut self.state, State::Idle)
+        else {
             return Action::Pause;
         };
         let Ok(body) = host::buffer(BufferType::HttpResponseBody, body_size) else {
             let removals = removals(names(&headers));
-            return self.withhold(s, Withheld::Host, Some(body_size), removals, "the response body could not be read");
+            return self.withhold(
+                s,
+                Withheld::Host,
+                Some(body_size),
+                removals,
+                "the response body could not be read",
+            );
         };
         match decoded(&headers, body, s.config.max_body_bytes) {
             Ok((body, held)) => self.encode(s, headers, latin1, body, held, kind, Headers::Held),
-            Err(reason) => self.withhold(s, Withheld::Unreadable, Some(body_size), removals(names(&headers)), &reason),
+            Err(reason) => self.withhold(
+                s,
+                Withheld::Unreadable,
+                Some(body_size),
+                removals(names(&headers)),
+                &reason,
+            ),
         }
     }
 
@@ -253,7 +341,9 @@ impl Response {
     pub(super) fn on_trailers(&mut self, s: &Stream) -> Action {
         if matches!(self.state, State::Reading { .. }) {
             count(s.metrics.hms.withheld(Withheld::Trailers), 1);
-            return self.refuse(&reply::unaliasable("responses with trailers cannot be aliased"));
+            return self.refuse(&reply::unaliasable(
+                "responses with trailers cannot be aliased",
+            ));
         }
         Action::Continue
     }
@@ -286,10 +376,25 @@ impl Response {
         hold: Headers,
     ) -> Action {
         let held_body = (hold == Headers::Held).then_some(held.len);
-        let job = match Job::scan(taxonomy(&s.config), &s.path, &headers, latin1, body, held, kind, hold) {
+        let job = match Job::scan(
+            taxonomy(&s.config),
+            &s.path,
+            &headers,
+            latin1,
+            body,
+            held,
+            kind,
+            hold,
+        ) {
             Ok(job) => Box::new(job),
             Err(reason) => {
-                return self.withhold(s, Withheld::Unreadable, held_body, removals(names(&headers)), &reason)
+                return self.withhold(
+                    s,
+                    Withheld::Unreadable,
+                    held_body,
+                    removals(names(&headers)),
+                    &reason,
+                )
             }
         };
         // A body with no structured id may still mention an id the session
@@ -300,21 +405,44 @@ impl Response {
             return self.apply(s, *job, &[], &[]);
         }
         let question = WithTaxonomy::new(
-            EncodeRequest { session: s.session.clone(), ids: job.scan.ids().to_vec(), prompt: false },
+            EncodeRequest {
+                session: s.session.clone(),
+                ids: job.scan.ids().to_vec(),
+                prompt: false,
+            },
             taxonomy(&s.config),
         );
         let Ok(payload) = serde_json::to_vec(&question) else {
             let removals = job.removals();
-            return self.withhold(s, Withheld::Control, held_body, removals, "the encode request could not be built");
+            return self.withhold(
+                s,
+                Withheld::Control,
+                held_body,
+                removals,
+                "the encode request could not be built",
+            );
         };
         self.state = State::Encoding { job };
-        match self.callout.send(&s.config.control, "/v1/alias/encode", &payload) {
+        match self
+            .callout
+            .send(&s.config.control, "/v1/alias/encode", &payload)
+        {
             Ok(Sent::Waiting) => Action::Pause,
             Ok(Sent::Answered(action)) => action,
             Err(e) => {
-                log::warn!("keyhole.alias-dispatch context={} status={}", s.context_id, e.status);
+                log::warn!(
+                    "keyhole.alias-dispatch context={} status={}",
+                    s.context_id,
+                    e.status
+                );
                 self.state = State::Idle;
-                self.withhold(s, Withheld::Control, held_body, removals(names(&headers)), "control unreachable")
+                self.withhold(
+                    s,
+                    Withheld::Control,
+                    held_body,
+                    removals(names(&headers)),
+                    "control unreachable",
+                )
             }
         }
     }
@@ -325,10 +453,14 @@ impl Response {
             Answer::Ok(e) => self.apply(s, job, &e.aliases, &e.known),
             Answer::Failed(failure) => {
                 let (why, reason) = match (failure.code, failure.status) {
-                    (Some(ErrorCode::TaxonomyMismatch), _) => {
-                        (Withheld::Taxonomy, "the filter and control run different taxonomies".to_owned())
-                    }
-                    (_, 409) => (Withheld::Conflict, "conflicting ids for one record".to_owned()),
+                    (Some(ErrorCode::TaxonomyMismatch), _) => (
+                        Withheld::Taxonomy,
+                        "the filter and control run different taxonomies".to_owned(),
+                    ),
+                    (_, 409) => (
+                        Withheld::Conflict,
+                        "conflicting ids for one record".to_owned(),
+                    ),
                     (_, 503) => (Withheld::Store, "alias store unavailable".to_owned()),
                     (_, 0) => (Withheld::Control, "control answered garbage".to_owned()),
                     (_, other) => (Withheld::Control, format!("control answered {other}")),
@@ -344,7 +476,15 @@ impl Response {
     fn apply(&mut self, s: &Stream, job: Job, aliases: &[String], known: &[KnownAlias]) -> Action {
         let (body, mut edits, headers) = match rewrite(&job, aliases, known) {
             Ok(rewritten) => rewritten,
-            Err(reason) => return self.withhold(s, Withheld::Unreadable, job.held_body(), job.removals(), &reason),
+            Err(reason) => {
+                return self.withhold(
+                    s,
+                    Withheld::Unreadable,
+                    job.held_body(),
+                    job.removals(),
+                    &reason,
+                )
+            }
         };
         // The last word: what is about to leave, read by a check that shares
         // nothing with the scan and the rewrite. A raw id it finds withholds
@@ -357,7 +497,13 @@ impl Response {
                 found.place.as_str(),
                 if found.decoded { ", encoded" } else { "" }
             );
-            return self.withhold(s, Withheld::LastWord, job.held_body(), job.removals(), &reason);
+            return self.withhold(
+                s,
+                Withheld::LastWord,
+                job.held_body(),
+                job.removals(),
+                &reason,
+            );
         }
         log::info!(
             "keyhole.alias-encode context={} session={} ids={} headers_rewritten={} bytes_in={} bytes_out={}",
@@ -378,10 +524,22 @@ impl Response {
         }
         // A bodiless response has no body to replace.
         let new_body = (job.hold == Headers::Held).then_some(body.as_slice());
-        match hand_on(Side::Response, job.hold, &Verdict::keep(edits), job.held.len, new_body) {
+        match hand_on(
+            Side::Response,
+            job.hold,
+            &Verdict::keep(edits),
+            job.held.len,
+            new_body,
+        ) {
             Ok(()) => {}
             Err(HandOnError::Verdict(e)) => {
-                return self.withhold(s, Withheld::Unreadable, job.held_body(), job.removals(), &e.to_string())
+                return self.withhold(
+                    s,
+                    Withheld::Unreadable,
+                    job.held_body(),
+                    job.removals(),
+                    &e.to_string(),
+                )
             }
             Err(HandOnError::Header(_)) => {
                 let reason = "a header could not be rewritten";
@@ -389,7 +547,9 @@ impl Response {
             }
             Err(HandOnError::Body(_)) => {
                 count(s.metrics.hms.withheld(Withheld::Host), 1);
-                return self.refuse(&reply::unaliasable("the response body could not be rewritten"));
+                return self.refuse(&reply::unaliasable(
+                    "the response body could not be rewritten",
+                ));
             }
         }
         if aliased {
@@ -419,7 +579,11 @@ impl Response {
         count(s.metrics.hms.withheld(why), 1);
         self.state = State::Idle;
         let reply = reply::unaliasable(reason);
-        let verdict = Verdict { status: reply.status, names: Vec::new(), edits: removals };
+        let verdict = Verdict {
+            status: reply.status,
+            names: Vec::new(),
+            edits: removals,
+        };
         let (hold, old_len, body) = match held_body {
             Some(old_len) => (Headers::Held, old_len, Some(reply.body.as_slice())),
             None => (Headers::Direct, 0, None),
@@ -430,7 +594,9 @@ impl Response {
             // Bodiless: the headers paused here are answered locally, the
             // removals made or not. Without a verdict, too.
             Ok(()) | Err(HandOnError::Header(_) | HandOnError::Verdict(_)) => self.refuse(&reply),
-            Err(HandOnError::Body(_)) => self.refuse(&reply::unaliasable("the response body could not be rewritten")),
+            Err(HandOnError::Body(_)) => self.refuse(&reply::unaliasable(
+                "the response body could not be rewritten",
+            )),
         }
     }
 
@@ -456,7 +622,10 @@ fn last_word(
     headers: &[(String, String)],
 ) -> Option<lastword::Finding> {
     let raw = job.scan.raw_values(known);
-    let given = aliases.iter().map(String::as_str).chain(known.iter().map(|k| k.alias.as_str()));
+    let given = aliases
+        .iter()
+        .map(String::as_str)
+        .chain(known.iter().map(|k| k.alias.as_str()));
     let word = lastword::LastWord::new(tax, raw, given);
     if !body.is_empty() {
         let found = match job.kind {
@@ -467,7 +636,9 @@ fn last_word(
             return found;
         }
     }
-    headers.iter().find_map(|(name, value)| word.check_header(name.as_bytes(), value.as_bytes()))
+    headers
+        .iter()
+        .find_map(|(name, value)| word.check_header(name.as_bytes(), value.as_bytes()))
 }
 
 /// Every scanned header as it will leave: name and value, rewritten or not.
@@ -475,10 +646,19 @@ type FinalHeaders = Vec<(String, String)>;
 
 /// The rewritten body, the header edits of `job` and its headers as they
 /// will leave, or why the response cannot be aliased (never quoting it).
-fn rewrite(job: &Job, aliases: &[String], known: &[KnownAlias]) -> Result<(Vec<u8>, Vec<HeaderEdit>, FinalHeaders), String> {
-    let rewriter = job.scan.rewriter(aliases, known).map_err(|e| e.to_string())?;
+fn rewrite(
+    job: &Job,
+    aliases: &[String],
+    known: &[KnownAlias],
+) -> Result<(Vec<u8>, Vec<HeaderEdit>, FinalHeaders), String> {
+    let rewriter = job
+        .scan
+        .rewriter(aliases, known)
+        .map_err(|e| e.to_string())?;
     let body = match job.body_part {
-        Some(part) => rewriter.rewrite(part, &job.body).map_err(|e| e.to_string())?,
+        Some(part) => rewriter
+            .rewrite(part, &job.body)
+            .map_err(|e| e.to_string())?,
         None => Vec::new(),
     };
     // Per header name, in order of first appearance: every value, rewritten,
@@ -487,10 +667,17 @@ fn rewrite(job: &Job, aliases: &[String], known: &[KnownAlias]) -> Result<(Vec<u
     // Per name: every value (text, and whether it goes back as bytes),
     // and whether any changed.
     let mut values: Vec<(&str, Vec<(String, bool)>, bool)> = Vec::new();
-    for ((name, value, part), latin1) in job.headers.iter().zip(job.latin1.iter().chain(std::iter::repeat(&false))) {
-        let out = rewriter.rewrite(*part, value.as_bytes()).map_err(|e| e.to_string())?;
+    for ((name, value, part), latin1) in job
+        .headers
+        .iter()
+        .zip(job.latin1.iter().chain(std::iter::repeat(&false)))
+    {
+        let out = rewriter
+            .rewrite(*part, value.as_bytes())
+            .map_err(|e| e.to_string())?;
         let changed = out != value.as_bytes();
-        let new = String::from_utf8(out).map_err(|_| "a header could not be rewritten".to_owned())?;
+        let new =
+            String::from_utf8(out).map_err(|_| "a header could not be rewritten".to_owned())?;
         match values.iter_mut().find(|(n, _, _)| *n == name.as_str()) {
             Some((_, all, any)) => {
                 all.push((new, *latin1));
@@ -512,12 +699,21 @@ fn rewrite(job: &Job, aliases: &[String], known: &[KnownAlias]) -> Result<(Vec<u
             // Written back byte for byte: only the alias changed.
             let bytes = all
                 .into_iter()
-                .map(|(v, latin1)| if latin1 { charset::header_bytes(&v) } else { Some(v.into_bytes()) })
+                .map(|(v, latin1)| {
+                    if latin1 {
+                        charset::header_bytes(&v)
+                    } else {
+                        Some(v.into_bytes())
+                    }
+                })
                 .collect::<Option<Vec<_>>>()
                 .ok_or_else(|| "a header could not be rewritten".to_owned())?;
             edits.extend(HeaderEdit::set_all_bytes(name, bytes));
         } else {
-            edits.extend(HeaderEdit::set_all(name, all.into_iter().map(|(v, _)| v).collect()));
+            edits.extend(HeaderEdit::set_all(
+                name,
+                all.into_iter().map(|(v, _)| v).collect(),
+            ));
         }
     }
     Ok((body, edits, finals))

@@ -18,8 +18,8 @@ use keyhole_core::wire::{descriptors_digest, ResolveRequest, ToolDescriptor};
 use keyhole_core::Phase;
 use keyhole_e2e::control::{self, Control};
 use keyhole_e2e::envoy::{Envoy, EnvoyOptions};
-use keyhole_e2e::upstream::Canned;
 use keyhole_e2e::fake_control::{FakeControl, Fault};
+use keyhole_e2e::upstream::Canned;
 use keyhole_e2e::{paths, Stack, StackOptions};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -38,9 +38,23 @@ struct Lat {
 fn summarize(mut v: Vec<Duration>) -> Lat {
     v.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    let at = |q: f64| v.get(((v.len() as f64 - 1.0) * q).round() as usize).copied().map(ms).unwrap_or(0.0);
-    let mean = if v.is_empty() { 0.0 } else { v.iter().copied().map(ms).sum::<f64>() / v.len() as f64 };
-    Lat { n: v.len(), p50_ms: at(0.5), p99_ms: at(0.99), mean_ms: mean }
+    let at = |q: f64| {
+        v.get(((v.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+            .map(ms)
+            .unwrap_or(0.0)
+    };
+    let mean = if v.is_empty() {
+        0.0
+    } else {
+        v.iter().copied().map(ms).sum::<f64>() / v.len() as f64
+    };
+    Lat {
+        n: v.len(),
+        p50_ms: at(0.5),
+        p99_ms: at(0.99),
+        mean_ms: mean,
+    }
 }
 
 /// A pair measured in one run.
@@ -54,7 +68,12 @@ struct Pair {
 
 fn pair(with: Vec<Duration>, without: Vec<Duration>) -> Pair {
     let (a, b) = (summarize(with), summarize(without));
-    Pair { added_p50_ms: a.p50_ms - b.p50_ms, added_p99_ms: a.p99_ms - b.p99_ms, with_keyhole: a, without: b }
+    Pair {
+        added_p50_ms: a.p50_ms - b.p50_ms,
+        added_p99_ms: a.p99_ms - b.p99_ms,
+        with_keyhole: a,
+        without: b,
+    }
 }
 
 /// One request: method, path, headers, body.
@@ -71,7 +90,10 @@ impl Req {
         Req {
             method: reqwest::Method::POST,
             path: path.into(),
-            headers: vec![("content-type".into(), "application/json".into()), ("x-keyhole-session".into(), session.into())],
+            headers: vec![
+                ("content-type".into(), "application/json".into()),
+                ("x-keyhole-session".into(), session.into()),
+            ],
             body,
         }
     }
@@ -85,8 +107,14 @@ impl Req {
     }
 }
 
-async fn send(client: &reqwest::Client, base: &str, r: &Req) -> anyhow::Result<(Duration, u16, usize)> {
-    let mut b = client.request(r.method.clone(), format!("{base}{}", r.path)).body(r.body.clone());
+async fn send(
+    client: &reqwest::Client,
+    base: &str,
+    r: &Req,
+) -> anyhow::Result<(Duration, u16, usize)> {
+    let mut b = client
+        .request(r.method.clone(), format!("{base}{}", r.path))
+        .body(r.body.clone());
     for (k, v) in &r.headers {
         b = b.header(k, v);
     }
@@ -99,16 +127,29 @@ async fn send(client: &reqwest::Client, base: &str, r: &Req) -> anyhow::Result<(
 
 /// `n` rounds, each sending every request once to each side, alternating which
 /// side goes first.
-async fn interleaved(a: &str, b: &str, reqs: &[Req], n: usize) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
+async fn interleaved(
+    a: &str,
+    b: &str,
+    reqs: &[Req],
+    n: usize,
+) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
     let client = reqwest::Client::new();
     let (mut va, mut vb) = (Vec::new(), Vec::new());
     for i in 0..n {
         for r in reqs {
-            let order: [(&str, bool); 2] = if i % 2 == 0 { [(a, true), (b, false)] } else { [(b, false), (a, true)] };
+            let order: [(&str, bool); 2] = if i % 2 == 0 {
+                [(a, true), (b, false)]
+            } else {
+                [(b, false), (a, true)]
+            };
             for (base, is_a) in order {
                 let (d, status, _) = send(&client, base, r).await?;
                 anyhow::ensure!(status < 500, "{base}{} answered {status}", r.path);
-                if is_a { va.push(d) } else { vb.push(d) }
+                if is_a {
+                    va.push(d)
+                } else {
+                    vb.push(d)
+                }
             }
         }
     }
@@ -146,18 +187,31 @@ async fn throughput(base: &str, r: &Req, conns: usize, secs: u64) -> anyhow::Res
 /// vectors (`x-keyhole-source: retrieval`), not lexically while it indexes.
 fn indexed_catalog() -> Vec<String> {
     let mut args = StackOptions::default().control_args;
-    args.extend(["--registry".into(), paths::catalog().join("openai_request.json").display().to_string()]);
+    args.extend([
+        "--registry".into(),
+        paths::catalog()
+            .join("openai_request.json")
+            .display()
+            .to_string(),
+    ]);
     args
 }
 
 /// How keyhole answered `r` (`x-keyhole-source`: `retrieval`, `lexical`, …).
 async fn source_of(client: &reqwest::Client, base: &str, r: &Req) -> anyhow::Result<String> {
-    let mut b = client.request(r.method.clone(), format!("{base}{}", r.path)).body(r.body.clone());
+    let mut b = client
+        .request(r.method.clone(), format!("{base}{}", r.path))
+        .body(r.body.clone());
     for (k, v) in &r.headers {
         b = b.header(k, v);
     }
     let resp = b.send().await?;
-    let source = resp.headers().get("x-keyhole-source").and_then(|v| v.to_str().ok()).unwrap_or("none").to_owned();
+    let source = resp
+        .headers()
+        .get("x-keyhole-source")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("none")
+        .to_owned();
     resp.bytes().await?;
     Ok(source)
 }
@@ -167,7 +221,11 @@ async fn source_of(client: &reqwest::Client, base: &str, r: &Req) -> anyhow::Res
 async fn warm_up(client: &reqwest::Client, base: &str, r: &Req) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(180);
     while send(client, base, r).await?.1 != 200 {
-        anyhow::ensure!(Instant::now() < deadline, "{base} never answered {} with 200", r.path);
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{base} never answered {} with 200",
+            r.path
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     for _ in 0..5 {
@@ -180,7 +238,11 @@ fn rss_kib(pid: Option<u32>) -> u64 {
     let Some(pid) = pid else { return 0 };
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).map(str::to_owned))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .map(str::to_owned)
+        })
         .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
         .unwrap_or(0)
 }
@@ -188,9 +250,15 @@ fn rss_kib(pid: Option<u32>) -> u64 {
 fn machine() -> Value {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
         .unwrap_or_default();
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
     json!({"cpu": cpu, "cores": cores})
 }
 
@@ -207,7 +275,9 @@ fn with_turn(catalog: &Value, turn: &str) -> Vec<u8> {
 
 fn percentile(mut v: Vec<f64>, q: f64) -> f64 {
     v.sort_by(f64::total_cmp);
-    v.get(((v.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0)
+    v.get(((v.len() as f64 - 1.0) * q).round() as usize)
+        .copied()
+        .unwrap_or(0.0)
 }
 
 /// A synthetic HMS list body of about `target` bytes with fresh ids.
@@ -216,7 +286,14 @@ fn synthetic_hms(target: usize) -> Vec<u8> {
     let mut size = 0;
     let mut i = 0u64;
     while size < target {
-        let uuid = format!("{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}", i * 7919 + 1, i % 65536, i % 4096, (i * 3) % 4096, i * 104729);
+        let uuid = format!(
+            "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+            i * 7919 + 1,
+            i % 65536,
+            i % 4096,
+            (i * 3) % 4096,
+            i * 104729
+        );
         let item = json!({
             "id": uuid,
             "fhirId": format!("pat-{:06}", i),
@@ -290,9 +367,15 @@ fn core_rewrite_in_turns(bodies: &[Vec<u8>], rounds: Rounds) -> anyhow::Result<R
     let mut answers = Vec::with_capacity(bodies.len());
     for (i, body) in bodies.iter().enumerate() {
         let mut scan = ResponseScan::new(&tax);
-        scan.add(body, BodyKind::Json, root).map_err(|e| anyhow::anyhow!("{e}"))?;
+        scan.add(body, BodyKind::Json, root)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         let mut session = SessionMap::with_epoch(Epoch::from_seed(i as u64 + 1));
-        answers.push(session.encode(&tax, scan.ids()).map_err(|e| anyhow::anyhow!("body {i}: {e}"))?.aliases);
+        answers.push(
+            session
+                .encode(&tax, scan.ids())
+                .map_err(|e| anyhow::anyhow!("body {i}: {e}"))?
+                .aliases,
+        );
     }
     let (mut rewrite, mut last_word, mut both) = (Vec::new(), Vec::new(), Vec::new());
     let begun = Instant::now();
@@ -304,15 +387,27 @@ fn core_rewrite_in_turns(bodies: &[Vec<u8>], rounds: Rounds) -> anyhow::Result<R
         for (i, (body, aliases)) in bodies.iter().zip(&answers).enumerate() {
             let started = Instant::now();
             let mut scan = ResponseScan::new(&tax);
-            let part = scan.add(body, BodyKind::Json, root).map_err(|e| anyhow::anyhow!("{e}"))?;
-            let out = scan.rewrite(part, body, aliases).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let part = scan
+                .add(body, BodyKind::Json, root)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let out = scan
+                .rewrite(part, body, aliases)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
             let rewritten = Instant::now();
-            let word = LastWord::new(&tax, scan.ids().iter().map(|id| id.value.as_str()), aliases.iter().map(String::as_str));
+            let word = LastWord::new(
+                &tax,
+                scan.ids().iter().map(|id| id.value.as_str()),
+                aliases.iter().map(String::as_str),
+            );
             let found = std::hint::black_box(word.check_body(std::hint::black_box(&out)));
             lw += rewritten.elapsed();
             rw += rewritten - started;
             if let Some(found) = found {
-                anyhow::bail!("the last word withholds body {i}: {} in the {}", found.reason.as_str(), found.place.as_str());
+                anyhow::bail!(
+                    "the last word withholds body {i}: {} in the {}",
+                    found.reason.as_str(),
+                    found.place.as_str()
+                );
             }
         }
         if round > 0 {
@@ -321,13 +416,20 @@ fn core_rewrite_in_turns(bodies: &[Vec<u8>], rounds: Rounds) -> anyhow::Result<R
             both.push((rw + lw).as_secs_f64());
         }
     }
-    Ok(RoundCost { rewrite: percentile(rewrite, 0.5), last_word: percentile(last_word, 0.5), both: percentile(both, 0.5) })
+    Ok(RoundCost {
+        rewrite: percentile(rewrite, 0.5),
+        last_word: percentile(last_word, 0.5),
+        both: percentile(both, 0.5),
+    })
 }
 
 /// An OpenAI-compatible embedder that answers deterministic vectors at once:
 /// the far side of the network for the scaling runs, where thousands of
 /// synthetic tools would take the real embedder minutes to embed.
-async fn hash_embedder() -> anyhow::Result<(std::net::SocketAddr, std::sync::Arc<std::sync::atomic::AtomicU64>)> {
+async fn hash_embedder() -> anyhow::Result<(
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicU64>,
+)> {
     use axum::routing::post;
     use std::sync::atomic::{AtomicU64, Ordering};
     let count = std::sync::Arc::new(AtomicU64::new(0));
@@ -339,7 +441,10 @@ async fn hash_embedder() -> anyhow::Result<(std::net::SocketAddr, std::sync::Arc
             async move {
                 let inputs: Vec<String> = match &req["input"] {
                     Value::String(s) => vec![s.clone()],
-                    Value::Array(a) => a.iter().map(|v| v.as_str().unwrap_or("").to_owned()).collect(),
+                    Value::Array(a) => a
+                        .iter()
+                        .map(|v| v.as_str().unwrap_or("").to_owned())
+                        .collect(),
                     _ => Vec::new(),
                 };
                 c.fetch_add(inputs.len() as u64, Ordering::Relaxed);
@@ -376,8 +481,26 @@ async fn hash_embedder() -> anyhow::Result<(std::net::SocketAddr, std::sync::Arc
 
 fn synthetic_registry(n: usize) -> Vec<ToolDescriptor> {
     const WORDS: &[&str] = &[
-        "patient", "appointment", "invoice", "lab", "order", "note", "vitals", "record", "search", "create", "update",
-        "list", "cancel", "schedule", "report", "export", "allergy", "medication", "referral", "document",
+        "patient",
+        "appointment",
+        "invoice",
+        "lab",
+        "order",
+        "note",
+        "vitals",
+        "record",
+        "search",
+        "create",
+        "update",
+        "list",
+        "cancel",
+        "schedule",
+        "report",
+        "export",
+        "allergy",
+        "medication",
+        "referral",
+        "document",
     ];
     (0..n)
         .map(|i| {
@@ -397,7 +520,11 @@ async fn resolve_over_socket(socket: &Path, req: &ResolveRequest, n: usize) -> a
         let started = Instant::now();
         let resp = control::request(socket, "POST", "/v1/resolve", Some(&body)).await?;
         v.push(started.elapsed());
-        anyhow::ensure!(resp.starts_with("HTTP/1.1 200"), "resolve failed: {}", resp.lines().next().unwrap_or(""));
+        anyhow::ensure!(
+            resp.starts_with("HTTP/1.1 200"),
+            "resolve failed: {}",
+            resp.lines().next().unwrap_or("")
+        );
     }
     Ok(summarize(v))
 }
@@ -410,7 +537,15 @@ fn backends() -> anyhow::Result<Vec<(&'static str, Vec<String>)>> {
     let namespace = format!("bench-{}", std::process::id());
     Ok(vec![
         ("embedded", Vec::new()),
-        ("qdrant", vec!["--qdrant-url".into(), qdrant, "--namespace".into(), namespace]),
+        (
+            "qdrant",
+            vec![
+                "--qdrant-url".into(),
+                qdrant,
+                "--namespace".into(),
+                namespace,
+            ],
+        ),
     ])
 }
 
@@ -425,7 +560,12 @@ async fn fallbacks(socket: &Path) -> anyhow::Result<u64> {
 
 /// The box's load average over the last minute (`/proc/loadavg`).
 fn load_average() -> Option<f64> {
-    std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// What the process's allocator does with the memory a round freed.
@@ -480,15 +620,31 @@ fn native_rewrite() -> anyhow::Result<Value> {
     for entry in std::fs::read_dir(paths::catalog().join("hms_samples"))? {
         samples.push(std::fs::read(entry?.path())?);
     }
-    let bodies: Vec<Vec<u8>> = [10 * 1024, 100 * 1024, 1 << 20].into_iter().map(synthetic_hms).collect();
+    let bodies: Vec<Vec<u8>> = [10 * 1024, 100 * 1024, 1 << 20]
+        .into_iter()
+        .map(synthetic_hms)
+        .collect();
     let measure = || -> anyhow::Result<(Vec<Value>, Value)> {
         let mut rewrite = Vec::new();
         for body in &bodies {
-            let cost = core_rewrite_in_turns(std::slice::from_ref(body), Rounds { min: 60, seconds: 2.0 })?;
+            let cost = core_rewrite_in_turns(
+                std::slice::from_ref(body),
+                Rounds {
+                    min: 60,
+                    seconds: 2.0,
+                },
+            )?;
             rewrite.push(cost.figures(body.len()));
         }
         let bytes = samples.iter().map(Vec::len).sum::<usize>();
-        let mut in_turns = core_rewrite_in_turns(&samples, Rounds { min: 1000, seconds: 2.0 })?.figures(bytes);
+        let mut in_turns = core_rewrite_in_turns(
+            &samples,
+            Rounds {
+                min: 1000,
+                seconds: 2.0,
+            },
+        )?
+        .figures(bytes);
         in_turns["bodies"] = json!(samples.len());
         Ok((rewrite, in_turns))
     };
@@ -498,9 +654,11 @@ fn native_rewrite() -> anyhow::Result<Value> {
     let kept = measure();
     set_heap(Heap::Returned);
     let (rewrite, in_turns) = kept?;
-    Ok(json!({"hms_core_rewrite": rewrite, "hms_core_rewrite_samples_in_turns": in_turns,
+    Ok(
+        json!({"hms_core_rewrite": rewrite, "hms_core_rewrite_samples_in_turns": in_turns,
               "heap_returned": {"hms_core_rewrite": returned, "hms_core_rewrite_samples_in_turns": returned_in_turns},
-              "load_average_1min_at_start": load}))
+              "load_average_1min_at_start": load}),
+    )
 }
 
 /// Scenario 6: resolve latency at 100 … 20,000 tools on each backend.
@@ -517,7 +675,8 @@ async fn scaling(rounds: usize) -> anyhow::Result<Value> {
         // real retrieval (the fallback count below checks it), not a fallback.
         control_args.extend(["--retrieval-timeout-ms".into(), "30000".into()]);
         control_args.extend(args);
-        let scale_control = Control::start(&scale_socket, &scale_dir.path().join("data"), &control_args).await?;
+        let scale_control =
+            Control::start(&scale_socket, &scale_dir.path().join("data"), &control_args).await?;
         let mut scaling = Vec::new();
         // Each registry extends the previous one; only the new tools are embedded.
         let mut previous = 0usize;
@@ -539,7 +698,10 @@ async fn scaling(rounds: usize) -> anyhow::Result<Value> {
                 resolve_over_socket(&scale_socket, &req, 1).await?;
                 let done = embedded.load(std::sync::atomic::Ordering::Relaxed) - before;
                 let trail = control::get(&scale_socket, &format!("/v1/audit/scale-{n}")).await?;
-                let hybrid = trail.rsplit("\"retrieval\":").next().is_some_and(|t| t.starts_with("\"hybrid\""));
+                let hybrid = trail
+                    .rsplit("\"retrieval\":")
+                    .next()
+                    .is_some_and(|t| t.starts_with("\"hybrid\""));
                 if (done >= (n - previous) as u64 && hybrid) || Instant::now() > deadline {
                     break;
                 }
@@ -555,29 +717,47 @@ async fn scaling(rounds: usize) -> anyhow::Result<Value> {
             };
             resolve_over_socket(&scale_socket, &by_digest, 3).await?;
             let fallbacks_before = fallbacks(&scale_socket).await?;
-            let lat = resolve_over_socket(&scale_socket, &by_digest, if n >= 5_000 { rounds / 5 } else { rounds / 2 }).await?;
+            let lat = resolve_over_socket(
+                &scale_socket,
+                &by_digest,
+                if n >= 5_000 { rounds / 5 } else { rounds / 2 },
+            )
+            .await?;
             let fell_back = fallbacks(&scale_socket).await? - fallbacks_before;
             previous = n;
             let request_bytes = serde_json::to_vec(&req)?.len();
             let digest_bytes = serde_json::to_vec(&by_digest)?.len();
-            eprintln!("  {backend}, {n} tools: p50 {:.3} ms, p99 {:.3} ms ({fell_back} fallbacks)", lat.p50_ms, lat.p99_ms);
-            scaling.push(json!({"tools": n, "resolve": lat, "request_bytes": request_bytes,
-                                "request_bytes_by_digest": digest_bytes, "fallbacks": fell_back}));
+            eprintln!(
+                "  {backend}, {n} tools: p50 {:.3} ms, p99 {:.3} ms ({fell_back} fallbacks)",
+                lat.p50_ms, lat.p99_ms
+            );
+            scaling.push(
+                json!({"tools": n, "resolve": lat, "request_bytes": request_bytes,
+                                "request_bytes_by_digest": digest_bytes, "fallbacks": fell_back}),
+            );
         }
         rss_20k.insert(backend.into(), json!(rss_kib(scale_control.child.id())));
         per_backend.insert(backend.into(), Value::Array(scaling));
     }
-    Ok(json!({"resolve": per_backend, "control_rss_kib_after_20k": rss_20k,
+    Ok(
+        json!({"resolve": per_backend, "control_rss_kib_after_20k": rss_20k,
               "qdrant_version": "1.18.3",
               "note": "resolve over the Unix socket, deterministic embedder (embedding excluded), warm index; \
-                       qdrant: the server scripts/with-services.sh starts, over gRPC on loopback"}))
+                       qdrant: the server scripts/with-services.sh starts, over gRPC on loopback"}),
+    )
 }
 
 /// Scenario 7: a soak of mixed traffic through keyhole, `conns` closed-loop
 /// clients for `secs` seconds, alternating the catalog LLM request and an HMS
 /// sample GET (every client its own session), with Envoy's and control's RSS
 /// before and after. Every answer that is not a 200 is an error.
-async fn soak(stack: &Stack, llm: &Req, hms: &Req, conns: usize, secs: u64) -> anyhow::Result<Value> {
+async fn soak(
+    stack: &Stack,
+    llm: &Req,
+    hms: &Req,
+    conns: usize,
+    secs: u64,
+) -> anyhow::Result<Value> {
     let rss = || {
         json!({"envoy": rss_kib(stack.envoy.child.id()),
                "control": rss_kib(stack.control.as_ref().and_then(|c| c.child.id()))})
@@ -590,7 +770,8 @@ async fn soak(stack: &Stack, llm: &Req, hms: &Req, conns: usize, secs: u64) -> a
         let (mut llm, mut hms) = (llm.clone(), hms.clone());
         for r in [&mut llm, &mut hms] {
             r.headers.retain(|(name, _)| name != "x-keyhole-session");
-            r.headers.push(("x-keyhole-session".into(), format!("soak-{worker}")));
+            r.headers
+                .push(("x-keyhole-session".into(), format!("soak-{worker}")));
         }
         tasks.push(tokio::spawn(async move {
             let client = reqwest::Client::new();
@@ -612,8 +793,10 @@ async fn soak(stack: &Stack, llm: &Req, hms: &Req, conns: usize, secs: u64) -> a
         ok += o;
         errors += e;
     }
-    Ok(json!({"seconds": secs, "connections": conns, "requests": ok + errors, "errors": errors,
-              "rps": (ok + errors) as f64 / secs as f64, "rss_kib_before": before, "rss_kib_after": rss()}))
+    Ok(
+        json!({"seconds": secs, "connections": conns, "requests": ok + errors, "errors": errors,
+              "rps": (ok + errors) as f64 / secs as f64, "rss_kib_before": before, "rss_kib_after": rss()}),
+    )
 }
 
 /// Scenario 8: a 20,000-tool registry through Envoy and the filter (control on
@@ -625,7 +808,12 @@ async fn edge_at_20k() -> anyhow::Result<Value> {
     let stack = Stack::start(StackOptions {
         llm_filter_config: r#"{"mode":"llm","timeout_ms":30000,"max_body_bytes":8388608}"#.into(),
         max_body_bytes: 8 << 20,
-        control_args: vec!["--embedder-url".into(), format!("http://{emb}"), "--retrieval-timeout-ms".into(), "30000".into()],
+        control_args: vec![
+            "--embedder-url".into(),
+            format!("http://{emb}"),
+            "--retrieval-timeout-ms".into(),
+            "30000".into(),
+        ],
         ..Default::default()
     })
     .await?;
@@ -634,7 +822,9 @@ async fn edge_at_20k() -> anyhow::Result<Value> {
         .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description,
                           "parameters": {"type": "object", "properties": {"id": {"type": "string"}}}}}))
         .collect();
-    let body = serde_json::to_vec(&json!({"model": "m", "messages": [{"role": "user", "content": "create an invoice for the patient"}], "tools": tools}))?;
+    let body = serde_json::to_vec(
+        &json!({"model": "m", "messages": [{"role": "user", "content": "create an invoice for the patient"}], "tools": tools}),
+    )?;
     let client = reqwest::Client::new();
     let req = Req::post("/v1/chat/completions", body.clone(), "bench-20k");
     let mut statuses = Vec::new();
@@ -644,12 +834,20 @@ async fn edge_at_20k() -> anyhow::Result<Value> {
         statuses.push(send(&client, &stack.envoy.llm_url(), &req).await?.1);
         forwarded = stack.llm.seen().first().map_or(0, |r| r.body.len());
     }
-    let metrics = control::get(&stack.socket(), "/metrics").await.unwrap_or_default();
-    let resolve_bytes: Vec<String> = metrics.lines().filter(|l| l.contains("request_bytes") && !l.starts_with('#')).map(str::to_owned).collect();
-    Ok(json!({"tools": 20_000, "request_bytes": body.len(), "forwarded_bytes": forwarded, "statuses": statuses,
+    let metrics = control::get(&stack.socket(), "/metrics")
+        .await
+        .unwrap_or_default();
+    let resolve_bytes: Vec<String> = metrics
+        .lines()
+        .filter(|l| l.contains("request_bytes") && !l.starts_with('#'))
+        .map(str::to_owned)
+        .collect();
+    Ok(
+        json!({"tools": 20_000, "request_bytes": body.len(), "forwarded_bytes": forwarded, "statuses": statuses,
               "envoy_rss_kib": rss_kib(stack.envoy.child.id()),
               "control_rss_kib": rss_kib(stack.control.as_ref().and_then(|c| c.child.id())),
-              "control_resolve_bytes": resolve_bytes}))
+              "control_resolve_bytes": resolve_bytes}),
+    )
 }
 
 /// Session counts scenario 9 measures at: one agent alone, a few, many, and
@@ -677,7 +875,9 @@ fn default_retrieval_timeout_ms() -> anyhow::Result<u64> {
         .output()
         .with_context(|| format!("running {} serve --help", paths::keyhole_bin().display()))?;
     let help = String::from_utf8_lossy(&out.stdout);
-    let flag = help.find("--retrieval-timeout-ms").context("`keyhole serve --help` names no --retrieval-timeout-ms")?;
+    let flag = help
+        .find("--retrieval-timeout-ms")
+        .context("`keyhole serve --help` names no --retrieval-timeout-ms")?;
     help[flag..]
         .split("[default: ")
         .nth(1)
@@ -699,7 +899,9 @@ async fn resolves_by_source(socket: &Path) -> anyhow::Result<BTreeMap<String, u6
 
 /// Today's date (UTC) as `YYYY-MM-DD`, from the system clock.
 fn utc_date() -> String {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
     // Days since 1970-01-01 to a civil date (Howard Hinnant's `civil_from_days`).
     let z = (secs / 86_400) as i64 + 719_468;
     let era = z.div_euclid(146_097);
@@ -721,15 +923,25 @@ fn utc_date() -> String {
 async fn embedder_drained(client: &reqwest::Client) -> anyhow::Result<Duration> {
     let started = Instant::now();
     for probe in 0u32.. {
-        anyhow::ensure!(started.elapsed() < Duration::from_secs(180), "the embedder did not drain within 180 s");
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(180),
+            "the embedder did not drain within 180 s"
+        );
         let sent = Instant::now();
-        let text = format!("keyhole-bench embedder probe {probe} {:?}", std::time::SystemTime::now());
+        let text = format!(
+            "keyhole-bench embedder probe {probe} {:?}",
+            std::time::SystemTime::now()
+        );
         let resp = client
             .post(format!("{}/v1/embeddings", paths::embedder_url()))
             .json(&json!({"model": "e5-query", "input": [text]}))
             .send()
             .await?;
-        anyhow::ensure!(resp.status().is_success(), "the embedder answered {}", resp.status());
+        anyhow::ensure!(
+            resp.status().is_success(),
+            "the embedder answered {}",
+            resp.status()
+        );
         resp.bytes().await?;
         if sent.elapsed() < Duration::from_millis(250) {
             break;
@@ -774,7 +986,12 @@ async fn vector_share_cell(
     let deadline = Instant::now() + Duration::from_secs(secs);
     let mut tasks = Vec::new();
     for s in 0..sessions {
-        let Turns { base, template, queries, next } = turns.clone();
+        let Turns {
+            base,
+            template,
+            queries,
+            next,
+        } = turns.clone();
         let session = format!("vector-share-{label}-{s}");
         tasks.push(tokio::spawn(async move {
             let client = reqwest::Client::new();
@@ -794,7 +1011,12 @@ async fn vector_share_cell(
                 let (status, source) = match sent {
                     Ok(resp) => {
                         let status = resp.status().as_u16();
-                        let source = resp.headers().get("x-keyhole-source").and_then(|v| v.to_str().ok()).unwrap_or("none").to_owned();
+                        let source = resp
+                            .headers()
+                            .get("x-keyhole-source")
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("none")
+                            .to_owned();
                         match resp.bytes().await {
                             Ok(_) => (status, source),
                             Err(_) => (0, source),
@@ -802,7 +1024,11 @@ async fn vector_share_cell(
                     }
                     Err(_) => (0, "none".to_owned()),
                 };
-                out.push(TurnOutcome { latency: started.elapsed(), status, source });
+                out.push(TurnOutcome {
+                    latency: started.elapsed(),
+                    status,
+                    source,
+                });
             }
             anyhow::Ok(out)
         }));
@@ -832,17 +1058,30 @@ async fn vector_share(secs: u64) -> anyhow::Result<Value> {
     // The box is shared: its load when the scenario starts goes with the figures.
     let loadavg = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let mut deadlines = vec![default_ms];
-    deadlines.extend(VECTOR_SHARE_CANDIDATES_MS.iter().copied().filter(|&d| d != default_ms));
+    deadlines.extend(
+        VECTOR_SHARE_CANDIDATES_MS
+            .iter()
+            .copied()
+            .filter(|&d| d != default_ms),
+    );
     deadlines.sort_unstable();
     let registry = paths::catalog().join("openai_request.json");
     let catalog: Value = serde_json::from_slice(&std::fs::read(&registry)?)?;
     let template = String::from_utf8(with_turn(&catalog, "@@keyhole-bench-turn@@"))?;
-    anyhow::ensure!(template.matches(VECTOR_SHARE_MARK).count() == 1, "the catalog request has no single user turn");
+    anyhow::ensure!(
+        template.matches(VECTOR_SHARE_MARK).count() == 1,
+        "the catalog request has no single user turn"
+    );
     let queries: Vec<String> = std::fs::read_to_string(paths::catalog().join("queries.dev.jsonl"))?
         .lines()
-        .map(|l| serde_json::from_str::<Value>(l).map(|q| q["query"].as_str().unwrap_or("").to_owned()))
+        .map(|l| {
+            serde_json::from_str::<Value>(l).map(|q| q["query"].as_str().unwrap_or("").to_owned())
+        })
         .collect::<Result<_, _>>()?;
-    anyhow::ensure!(!queries.is_empty(), "no labelled turns in queries.dev.jsonl");
+    anyhow::ensure!(
+        !queries.is_empty(),
+        "no labelled turns in queries.dev.jsonl"
+    );
     let control_args = |deadline: u64| {
         let mut args = StackOptions::default().control_args;
         args.extend(["--registry".into(), registry.display().to_string()]);
@@ -856,7 +1095,12 @@ async fn vector_share(secs: u64) -> anyhow::Result<Value> {
         ..Default::default()
     })
     .await?;
-    let turns = Turns { base: stack.envoy.llm_url(), template, queries: queries.into(), next: Default::default() };
+    let turns = Turns {
+        base: stack.envoy.llm_url(),
+        template,
+        queries: queries.into(),
+        next: Default::default(),
+    };
     let probe_client = reqwest::Client::new();
     let mut rows = Vec::new();
     for (i, &deadline) in deadlines.iter().enumerate() {
@@ -867,27 +1111,44 @@ async fn vector_share(secs: u64) -> anyhow::Result<Value> {
                 old.kill().await?;
             }
             let data = stack.dir.path().join("data");
-            stack.control = Some(Control::start(&stack.socket(), &data, &control_args(deadline)).await?);
+            stack.control =
+                Some(Control::start(&stack.socket(), &data, &control_args(deadline)).await?);
         }
         embedder_drained(&probe_client).await?;
         // Warm-up: Envoy's connections to control and the filter's VMs, a few sequential turns.
         let warm = vector_share_cell(&turns, &format!("{deadline}-warm"), 1, 30, 5).await?;
-        anyhow::ensure!(warm.iter().all(|t| t.status == 200), "warm-up turns were not all answered 200");
+        anyhow::ensure!(
+            warm.iter().all(|t| t.status == 200),
+            "warm-up turns were not all answered 200"
+        );
         for sessions in VECTOR_SHARE_SESSIONS {
             let before = resolves_by_source(&stack.socket()).await?;
-            let outcomes = vector_share_cell(&turns, &format!("{deadline}-{sessions}"), sessions, secs, usize::MAX).await?;
+            let outcomes = vector_share_cell(
+                &turns,
+                &format!("{deadline}-{sessions}"),
+                sessions,
+                secs,
+                usize::MAX,
+            )
+            .await?;
             let after = resolves_by_source(&stack.socket()).await?;
             let backlog = embedder_drained(&probe_client).await?;
             let mut sources: BTreeMap<String, u64> = BTreeMap::new();
             for t in &outcomes {
-                let key = if t.status == 200 { t.source.clone() } else { format!("status {}", t.status) };
+                let key = if t.status == 200 {
+                    t.source.clone()
+                } else {
+                    format!("status {}", t.status)
+                };
                 *sources.entry(key).or_default() += 1;
             }
             let vectors = sources.get("retrieval").copied().unwrap_or(0);
             let share = vectors as f64 / outcomes.len().max(1) as f64;
             let lat = summarize(outcomes.iter().map(|t| t.latency).collect());
-            let control_counts: BTreeMap<&String, u64> =
-                after.iter().map(|(k, v)| (k, v.saturating_sub(before.get(k).copied().unwrap_or(0)))).collect();
+            let control_counts: BTreeMap<&String, u64> = after
+                .iter()
+                .map(|(k, v)| (k, v.saturating_sub(before.get(k).copied().unwrap_or(0))))
+                .collect();
             eprintln!(
                 "  deadline {deadline} ms, {sessions} sessions: {} turns, vector share {share:.3}, p50 {:.1} ms, p99 {:.1} ms, embedder backlog after {:.1} s",
                 outcomes.len(),
@@ -905,7 +1166,9 @@ async fn vector_share(secs: u64) -> anyhow::Result<Value> {
         rows.iter().any(|r| {
             r["deadline_ms"] == d
                 && r["sessions"] == VECTOR_SHARE_RULE_SESSIONS
-                && r["vector_share"].as_f64().is_some_and(|s| s >= VECTOR_SHARE_TARGET)
+                && r["vector_share"]
+                    .as_f64()
+                    .is_some_and(|s| s >= VECTOR_SHARE_TARGET)
         })
     });
     Ok(json!({
@@ -956,7 +1219,9 @@ async fn main() -> anyhow::Result<()> {
             println!("{}", vector_share_markdown(&figures));
             return Ok(());
         }
-        Some(other) => anyhow::bail!("no scenario {other:?} to run alone (native_rewrite, scaling, vector_share)"),
+        Some(other) => anyhow::bail!(
+            "no scenario {other:?} to run alone (native_rewrite, scaling, vector_share)"
+        ),
     }
     let mut results: BTreeMap<&str, Value> = BTreeMap::new();
     results.insert("machine", machine());
@@ -1006,7 +1271,9 @@ async fn main() -> anyhow::Result<()> {
     })
     .await?;
     let k_off = off.envoy.llm_url();
-    warm_up(&client, &k_off, &warm).await.context("keyhole, aliases off")?;
+    warm_up(&client, &k_off, &warm)
+        .await
+        .context("keyhole, aliases off")?;
     let (a, z) = interleaved(&k, &k_off, std::slice::from_ref(&warm), rounds).await?;
     let alias_pair = pair(a, z);
     eprintln!(
@@ -1021,16 +1288,22 @@ async fn main() -> anyhow::Result<()> {
     eprintln!("scenario 1: catalog request, control answering at once…");
     let instant = Stack::start(StackOptions {
         control: false,
-        llm_filter_config: r#"{"mode":"llm","timeout_ms":30000,"aliases":"off","tool_search":"off"}"#.into(),
+        llm_filter_config:
+            r#"{"mode":"llm","timeout_ms":30000,"aliases":"off","tool_search":"off"}"#.into(),
         ..Default::default()
     })
     .await?;
     let _fake = FakeControl::start(&instant.socket(), Fault::Slow(Duration::ZERO)).await?;
     let k_instant = instant.envoy.llm_url();
-    warm_up(&client, &k_instant, &warm).await.context("keyhole, control answering at once")?;
+    warm_up(&client, &k_instant, &warm)
+        .await
+        .context("keyhole, control answering at once")?;
     let (a, z) = interleaved(&k_instant, &b, std::slice::from_ref(&warm), rounds).await?;
     let filter_pair = pair(a, z);
-    eprintln!("  filter + one callout: added p50 {:.3} ms, p99 {:.3} ms", filter_pair.added_p50_ms, filter_pair.added_p99_ms);
+    eprintln!(
+        "  filter + one callout: added p50 {:.3} ms, p99 {:.3} ms",
+        filter_pair.added_p50_ms, filter_pair.added_p99_ms
+    );
     drop(instant);
     // Throughput at 1, 4 and 16 connections, keyhole and plain Envoy side by side.
     let mut tput = Vec::new();
@@ -1042,7 +1315,19 @@ async fn main() -> anyhow::Result<()> {
     // Cold: a new turn each time, so the query is embedded on the request path.
     eprintln!("scenario 1: catalog request, cold query embedding…");
     let cold: Vec<Req> = (0..if quick { 5 } else { 30 })
-        .map(|i| Req::post("/v1/chat/completions", with_turn(&catalog, &format!("Book Anna Schmidt a follow-up, request {i} at {:?}", Instant::now())), "bench-cold"))
+        .map(|i| {
+            Req::post(
+                "/v1/chat/completions",
+                with_turn(
+                    &catalog,
+                    &format!(
+                        "Book Anna Schmidt a follow-up, request {i} at {:?}",
+                        Instant::now()
+                    ),
+                ),
+                "bench-cold",
+            )
+        })
         .collect();
     let (a, z) = interleaved(&k, &b, &cold, 1).await?;
     let cold_pair = pair(a, z);
@@ -1067,7 +1352,13 @@ async fn main() -> anyhow::Result<()> {
     let mut samples: Vec<(String, Vec<u8>)> = Vec::new();
     for entry in std::fs::read_dir(&samples_dir)? {
         let p = entry?.path();
-        samples.push((p.file_name().unwrap_or_default().to_string_lossy().into_owned(), std::fs::read(&p)?));
+        samples.push((
+            p.file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned(),
+            std::fs::read(&p)?,
+        ));
     }
     samples.sort();
     samples.push(("synthetic-30KB.json".into(), synthetic_hms(30 << 10)));
@@ -1083,7 +1374,11 @@ async fn main() -> anyhow::Result<()> {
             format!("/api/v2/bench/{}", name.trim_end_matches(".json"))
         };
         stack.hms.set(&path, Canned::json(body.clone()));
-        let n = if body.len() > 100_000 { rounds / 10 } else { rounds / 3 };
+        let n = if body.len() > 100_000 {
+            rounds / 10
+        } else {
+            rounds / 3
+        };
         // A session per body: the synthetic bodies reuse FHIR ids of the
         // samples (`pat-000123`) for other patients, which in one session is a
         // conflict (withheld), not a benchmark.
@@ -1097,8 +1392,19 @@ async fn main() -> anyhow::Result<()> {
             }
         };
         let p = pair(a, z);
-        let mbps = if p.added_p50_ms > 0.0 { body.len() as f64 / (p.added_p50_ms / 1e3) / 1e6 } else { f64::INFINITY };
-        let (core_mbps, _) = core_rewrite(body, Rounds { min: if body.len() > 500_000 { 20 } else { 200 }, seconds: 0.0 }).unwrap_or((0.0, 0.0));
+        let mbps = if p.added_p50_ms > 0.0 {
+            body.len() as f64 / (p.added_p50_ms / 1e3) / 1e6
+        } else {
+            f64::INFINITY
+        };
+        let (core_mbps, _) = core_rewrite(
+            body,
+            Rounds {
+                min: if body.len() > 500_000 { 20 } else { 200 },
+                seconds: 0.0,
+            },
+        )
+        .unwrap_or((0.0, 0.0));
         hms.push(json!({"sample": name, "bytes": body.len(), "latency": p, "route_mb_per_s": mbps, "core_rewrite_mb_per_s": core_mbps}));
     }
     // HMS route throughput: the patient search sample at 4 connections.
@@ -1114,15 +1420,25 @@ async fn main() -> anyhow::Result<()> {
     let queries = std::fs::read_to_string(paths::catalog().join("queries.dev.jsonl"))?;
     let (mut bytes_out, mut tools_out) = (Vec::new(), Vec::new());
     stack.llm.clear();
-    for (i, line) in queries.lines().enumerate().take(if quick { 20 } else { usize::MAX }) {
+    for (i, line) in queries
+        .lines()
+        .enumerate()
+        .take(if quick { 20 } else { usize::MAX })
+    {
         let q: Value = serde_json::from_str(line)?;
         let body = with_turn(&catalog, q["query"].as_str().unwrap_or(""));
-        let (_, status, _) = send(&client, &k, &Req::post("/v1/chat/completions", body, &format!("dev-{i}"))).await?;
+        let (_, status, _) = send(
+            &client,
+            &k,
+            &Req::post("/v1/chat/completions", body, &format!("dev-{i}")),
+        )
+        .await?;
         anyhow::ensure!(status == 200, "dev turn {i}: {status}");
     }
     for r in stack.llm.seen() {
         bytes_out.push(r.body.len() as f64);
-        let parsed = format::parse("/v1/chat/completions", &r.body).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let parsed =
+            format::parse("/v1/chat/completions", &r.body).map_err(|e| anyhow::anyhow!("{e}"))?;
         tools_out.push(parsed.map_or(0, |p| p.tools.len()) as f64);
     }
     let n = bytes_out.len().max(1) as f64;
@@ -1135,7 +1451,9 @@ async fn main() -> anyhow::Result<()> {
 
     // 4. control alone, and memory.
     eprintln!("scenario 4: control alone…");
-    let parsed = format::parse("/v1/chat/completions", &catalog_bytes).map_err(|e| anyhow::anyhow!("{e}"))?.context("tools")?;
+    let parsed = format::parse("/v1/chat/completions", &catalog_bytes)
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .context("tools")?;
     let catalog_req = ResolveRequest {
         session: Some("bench".into()),
         phase: Phase::Planner,
@@ -1149,11 +1467,16 @@ async fn main() -> anyhow::Result<()> {
     let resolve_108 = resolve_over_socket(&socket, &catalog_req, rounds).await?;
     // Bytes filter→control per turn: the first turn carries the registry, the
     // next ones name it by digest.
-    let catalog_by_digest =
-        ResolveRequest { registry: Some(descriptors_digest(&catalog_req.tools)), tools: Vec::new(), ..catalog_req.clone() };
+    let catalog_by_digest = ResolveRequest {
+        registry: Some(descriptors_digest(&catalog_req.tools)),
+        tools: Vec::new(),
+        ..catalog_req.clone()
+    };
     let turn_bytes_108 = json!({"tools": 108, "first_turn": serde_json::to_vec(&catalog_req)?.len(),
                                 "by_digest": serde_json::to_vec(&catalog_by_digest)?.len()});
-    let ids: Vec<Value> = (0..10).map(|i| json!({"value": format!("00000000-0000-4000-8000-{:012}", i), "kind": "patient"})).collect();
+    let ids: Vec<Value> = (0..10)
+        .map(|i| json!({"value": format!("00000000-0000-4000-8000-{:012}", i), "kind": "patient"}))
+        .collect();
     let encode = serde_json::to_string(&json!({"session": "bench-alias", "ids": ids}))?;
     let started = Instant::now();
     let alias_rounds = rounds;
@@ -1188,9 +1511,15 @@ async fn main() -> anyhow::Result<()> {
 
     // 7. A soak of mixed LLM and HMS traffic, 0 errors expected.
     eprintln!("scenario 7: soak…");
-    stack.hms.set("/api/v2/bench/02_patient.detail", Canned::json(std::fs::read(samples_dir.join("02_patient.detail.json"))?));
+    stack.hms.set(
+        "/api/v2/bench/02_patient.detail",
+        Canned::json(std::fs::read(samples_dir.join("02_patient.detail.json"))?),
+    );
     let hms_req = Req::get("/api/v2/bench/02_patient.detail", "soak");
-    results.insert("soak", soak(&stack, &warm, &hms_req, 4, if quick { 10 } else { 60 }).await?);
+    results.insert(
+        "soak",
+        soak(&stack, &warm, &hms_req, 4, if quick { 10 } else { 60 }).await?,
+    );
     drop(stack);
     drop(baseline);
 
@@ -1234,26 +1563,65 @@ fn markdown(r: &BTreeMap<&str, Value>) -> String {
     let row = |name: &str, p: &Value| {
         format!(
             "| {name} | {} / {} | {} / {} | {} / {} |\n",
-            f(&p["with_keyhole"]["p50_ms"]), f(&p["with_keyhole"]["p99_ms"]), f(&p["without"]["p50_ms"]), f(&p["without"]["p99_ms"]),
-            f(&p["added_p50_ms"]), f(&p["added_p99_ms"])
+            f(&p["with_keyhole"]["p50_ms"]),
+            f(&p["with_keyhole"]["p99_ms"]),
+            f(&p["without"]["p50_ms"]),
+            f(&p["without"]["p99_ms"]),
+            f(&p["added_p50_ms"]),
+            f(&p["added_p99_ms"])
         )
     };
     let source = |which: &str| l["source"][which].as_str().unwrap_or("?").to_owned();
-    s += &row(&format!("1. LLM catalog request (84 KB), warm (answered by: {})", source("warm")), &l["warm"]);
-    s += &row(&format!("1. LLM catalog request, cold query embedding (answered by: {})", source("cold")), &l["cold_query_embedding"]);
-    s += &row("1. LLM catalog request, aliases on (vs keyhole with aliases off)", &l["alias_pass"]);
-    s += &row("1. LLM catalog request, filter + one callout (control answering at once, aliases off)", &l["filter_and_callout"]);
+    s += &row(
+        &format!(
+            "1. LLM catalog request (84 KB), warm (answered by: {})",
+            source("warm")
+        ),
+        &l["warm"],
+    );
+    s += &row(
+        &format!(
+            "1. LLM catalog request, cold query embedding (answered by: {})",
+            source("cold")
+        ),
+        &l["cold_query_embedding"],
+    );
+    s += &row(
+        "1. LLM catalog request, aliases on (vs keyhole with aliases off)",
+        &l["alias_pass"],
+    );
+    s += &row(
+        "1. LLM catalog request, filter + one callout (control answering at once, aliases off)",
+        &l["filter_and_callout"],
+    );
     s += &row("2. GET through the LLM listener", &r["llm_get"]);
     for h in r["hms"].as_array().into_iter().flatten() {
         if let Some(e) = h["error"].as_str() {
-            s += &format!("| 3. HMS {} ({} B) | failed: {e} | | |\n", h["sample"].as_str().unwrap_or("?"), h["bytes"]);
+            s += &format!(
+                "| 3. HMS {} ({} B) | failed: {e} | | |\n",
+                h["sample"].as_str().unwrap_or("?"),
+                h["bytes"]
+            );
             continue;
         }
-        s += &row(&format!("3. HMS {} ({} B)", h["sample"].as_str().unwrap_or("?"), h["bytes"]), &h["latency"]);
+        s += &row(
+            &format!(
+                "3. HMS {} ({} B)",
+                h["sample"].as_str().unwrap_or("?"),
+                h["bytes"]
+            ),
+            &h["latency"],
+        );
     }
     s += "\n| throughput, catalog request | with keyhole (req/s) | plain Envoy (req/s) | share |\n|---|---|---|---|\n";
     for t in l["throughput_rps"].as_array().into_iter().flatten() {
-        s += &format!("| {} connections | {} | {} | {} |\n", t["connections"], f(&t["with_keyhole"]), f(&t["without"]), f(&t["share"]));
+        s += &format!(
+            "| {} connections | {} | {} | {} |\n",
+            t["connections"],
+            f(&t["with_keyhole"]),
+            f(&t["without"]),
+            f(&t["share"])
+        );
     }
     let h = &r["hms_throughput_rps"];
     s += &format!(
@@ -1294,15 +1662,26 @@ fn markdown(r: &BTreeMap<&str, Value>) -> String {
         for x in rows.as_array().into_iter().flatten() {
             s += &format!(
                 "| {backend} | {} | {} | {} | {} | {} | {} |\n",
-                x["tools"], f(&x["resolve"]["p50_ms"]), f(&x["resolve"]["p99_ms"]), x["fallbacks"], x["request_bytes"],
+                x["tools"],
+                f(&x["resolve"]["p50_ms"]),
+                f(&x["resolve"]["p99_ms"]),
+                x["fallbacks"],
+                x["request_bytes"],
                 x["request_bytes_by_digest"]
             );
         }
     }
-    for (backend, kib) in r["scaling"]["control_rss_kib_after_20k"].as_object().into_iter().flatten() {
+    for (backend, kib) in r["scaling"]["control_rss_kib_after_20k"]
+        .as_object()
+        .into_iter()
+        .flatten()
+    {
         s += &format!("\ncontrol RSS after the 20,000-tool registry ({backend}): {kib} KiB.");
     }
-    s += &format!("\nQdrant: {}.\n\n", r["scaling"]["qdrant_version"].as_str().unwrap_or("?"));
+    s += &format!(
+        "\nQdrant: {}.\n\n",
+        r["scaling"]["qdrant_version"].as_str().unwrap_or("?")
+    );
     s += &format!(
         "Scenario 0, run first, before any server of the bench has work (1-minute load average when it began: {}):\n\n",
         f(&r["native_rewrite"]["load_average_1min_at_start"])
@@ -1313,13 +1692,21 @@ fn markdown(r: &BTreeMap<&str, Value>) -> String {
     let row = |x: &Value, r: &Value| {
         format!(
             "| {} | {} | {} | {} | {} | {} |\n",
-            f(&x["ms"]), f(&x["mb_per_s"]), f(&r["mb_per_s"]), f(&x["last_word_mb_per_s"]), f(&x["with_last_word_mb_per_s"]),
+            f(&x["ms"]),
+            f(&x["mb_per_s"]),
+            f(&r["mb_per_s"]),
+            f(&x["last_word_mb_per_s"]),
+            f(&x["with_last_word_mb_per_s"]),
             f(&x["last_word_ms_per_mb"])
         )
     };
     let rows = native["hms_core_rewrite"].as_array().into_iter().flatten();
     for (i, x) in rows.enumerate() {
-        s += &format!("| {} B {}", x["bytes"], row(x, &returned["hms_core_rewrite"][i]));
+        s += &format!(
+            "| {} B {}",
+            x["bytes"],
+            row(x, &returned["hms_core_rewrite"][i])
+        );
     }
     let turns = &native["hms_core_rewrite_samples_in_turns"];
     s += &format!(
@@ -1347,15 +1734,32 @@ fn vector_share_markdown(v: &Value) -> String {
     );
     s += "| deadline (ms) | sessions | turns | vector share | p50 (ms) | p99 (ms) | sources | embedder backlog after (s) |\n|---|---|---|---|---|---|---|---|\n";
     for x in v["rows"].as_array().into_iter().flatten() {
-        let sources: Vec<String> =
-            x["sources"].as_object().into_iter().flatten().map(|(k, n)| format!("{k} {n}")).collect();
+        let sources: Vec<String> = x["sources"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
         s += &format!(
             "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
-            x["deadline_ms"], x["sessions"], x["turns"], f(&x["vector_share"]), f(&x["latency"]["p50_ms"]),
-            f(&x["latency"]["p99_ms"]), sources.join(", "), f(&x["embedder_backlog_after_s"])
+            x["deadline_ms"],
+            x["sessions"],
+            x["turns"],
+            f(&x["vector_share"]),
+            f(&x["latency"]["p50_ms"]),
+            f(&x["latency"]["p99_ms"]),
+            sources.join(", "),
+            f(&x["embedder_backlog_after_s"])
         );
     }
-    let picks = v["rule_picks_ms"].as_u64().map_or("none of the deadlines measured".to_owned(), |d| format!("{d} ms"));
-    s += &format!("\nRule for the default: {}. It picks {picks}.\n", v["rule"].as_str().unwrap_or("?"));
+    let picks = v["rule_picks_ms"]
+        .as_u64()
+        .map_or("none of the deadlines measured".to_owned(), |d| {
+            format!("{d} ms")
+        });
+    s += &format!(
+        "\nRule for the default: {}. It picks {picks}.\n",
+        v["rule"].as_str().unwrap_or("?")
+    );
     s
 }

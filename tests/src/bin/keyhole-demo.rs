@@ -10,7 +10,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(name = "keyhole-demo", about = "Demo upstreams for keyhole: an echoing LLM and an HMS serving samples")]
+#[command(
+    name = "keyhole-demo",
+    about = "Demo upstreams for keyhole: an echoing LLM and an HMS serving samples"
+)]
 struct Args {
     /// Address of the echoing LLM upstream.
     #[arg(long, default_value = "127.0.0.1:18080")]
@@ -26,13 +29,22 @@ struct Args {
 /// The HMS path each sample is served at.
 pub const SAMPLE_ROUTES: &[(&str, &str)] = &[
     ("01_patients.search.json", "/api/v2/patients"),
-    ("02_patient.detail.json", "/api/v2/patients/039b70b8-92f7-44b7-9c91-4e3f0e900c71"),
+    (
+        "02_patient.detail.json",
+        "/api/v2/patients/039b70b8-92f7-44b7-9c91-4e3f0e900c71",
+    ),
     ("03_appointments.list.json", "/api/v2/appointments"),
     ("04_visit.detail.json", "/api/v2/visit"),
     ("05_prescription.detail.json", "/api/v2/prescription"),
     ("06_task-group.detail.json", "/api/v2/task-group"),
-    ("07_appointment.create.response.json", "/api/v2/appointments/create"),
-    ("08_error.appointment-conflict.json", "/api/v2/appointments/conflict"),
+    (
+        "07_appointment.create.response.json",
+        "/api/v2/appointments/create",
+    ),
+    (
+        "08_error.appointment-conflict.json",
+        "/api/v2/appointments/conflict",
+    ),
 ];
 
 #[tokio::main(flavor = "current_thread")]
@@ -46,7 +58,10 @@ async fn main() -> anyhow::Result<()> {
             hms.set(path, Canned::json(body));
         }
     }
-    eprintln!("keyhole-demo: echo LLM on http://{}, HMS on http://{}", args.llm, args.hms);
+    eprintln!(
+        "keyhole-demo: echo LLM on http://{}, HMS on http://{}",
+        args.llm, args.hms
+    );
     tokio::signal::ctrl_c().await?;
     Ok(())
 }

@@ -35,28 +35,61 @@ const LOOKALIKES: [&str; 10] = [
 ];
 
 fn uuid() -> impl Strategy<Value = String> {
-    (any::<u32>(), any::<u16>(), any::<u16>(), any::<u16>(), any::<u64>()).prop_map(|(a, b, c, d, e)| {
-        format!("{a:08x}-{b:04x}-4{:03x}-{:04x}-{:012x}", c & 0xfff, (d & 0x3fff) | 0x8000, e & 0xffff_ffff_ffff)
-    })
+    (
+        any::<u32>(),
+        any::<u16>(),
+        any::<u16>(),
+        any::<u16>(),
+        any::<u64>(),
+    )
+        .prop_map(|(a, b, c, d, e)| {
+            format!(
+                "{a:08x}-{b:04x}-4{:03x}-{:04x}-{:012x}",
+                c & 0xfff,
+                (d & 0x3fff) | 0x8000,
+                e & 0xffff_ffff_ffff
+            )
+        })
 }
 
 /// A raw id in one of its written forms.
 fn id() -> impl Strategy<Value = Id> {
-    let plain = uuid().prop_map(|u| Id { written: u.clone(), raw: u });
+    let plain = uuid().prop_map(|u| Id {
+        written: u.clone(),
+        raw: u,
+    });
     let url = uuid().prop_map(|u| Id {
         written: format!("https://hms.example.org/api/v2/patients/{u}?view=full"),
         raw: u,
     });
-    let reference = (prop::sample::select(vec![("Patient", "pat"), ("Encounter", "enc"), ("Practitioner", "prac")]), 1u32..999_999)
+    let reference = (
+        prop::sample::select(vec![
+            ("Patient", "pat"),
+            ("Encounter", "enc"),
+            ("Practitioner", "prac"),
+        ]),
+        1u32..999_999,
+    )
         .prop_map(|((ty, prefix), n)| {
             let raw = format!("{prefix}-{n:06}");
-            Id { written: format!("{ty}/{raw}"), raw }
+            Id {
+                written: format!("{ty}/{raw}"),
+                raw,
+            }
         });
     let encoded = (1u32..999_999).prop_map(|n| {
         let raw = format!("pat-{n:06}");
-        Id { written: format!("https://hms.example.org/fhir/Observation?subject=Patient%2F{raw}&_count=10"), raw }
+        Id {
+            written: format!(
+                "https://hms.example.org/fhir/Observation?subject=Patient%2F{raw}&_count=10"
+            ),
+            raw,
+        }
     });
-    let upper = uuid().prop_map(|u| Id { written: u.to_uppercase(), raw: u });
+    let upper = uuid().prop_map(|u| Id {
+        written: u.to_uppercase(),
+        raw: u,
+    });
     prop_oneof![plain, url, reference, encoded, upper]
 }
 
@@ -79,10 +112,16 @@ fn prose(ids: &[Id], lookalike: &str) -> String {
 fn tools(format: usize) -> Value {
     let params = json!({"type":"object","properties":{"patientId":{"type":"string","description":"e.g. 039b70b8-92f7-44b7-9c91-4e3f0e900c71"}}});
     match format {
-        0 => json!([{"type":"function","function":{"name":"get_patient","description":"Reads a patient","parameters":params}}]),
-        1 => json!([{"type":"function","name":"get_patient","description":"Reads a patient","parameters":params}]),
+        0 => {
+            json!([{"type":"function","function":{"name":"get_patient","description":"Reads a patient","parameters":params}}])
+        }
+        1 => {
+            json!([{"type":"function","name":"get_patient","description":"Reads a patient","parameters":params}])
+        }
         2 => json!([{"name":"get_patient","description":"Reads a patient","input_schema":params}]),
-        _ => json!([{"functionDeclarations":[{"name":"get_patient","description":"Reads a patient","parameters":params}]}]),
+        _ => {
+            json!([{"functionDeclarations":[{"name":"get_patient","description":"Reads a patient","parameters":params}]}])
+        }
     }
 }
 
@@ -91,7 +130,8 @@ fn tools(format: usize) -> Value {
 fn request(format: usize, ids: &[Id], rec: (u64, &str), look: &str) -> Value {
     let n = ids.len();
     let (a, b, c) = (&ids[..n / 3], &ids[n / 3..2 * n / 3], &ids[2 * n / 3..]);
-    let result = json!({"id": rec.0, "patientId": rec.1, "status": "in-progress", "note": prose(c, look)});
+    let result =
+        json!({"id": rec.0, "patientId": rec.1, "status": "in-progress", "note": prose(c, look)});
     let result_text = result.to_string();
     match format {
         0 => json!({
@@ -158,9 +198,13 @@ fn readable(v: &Value, top: bool, out: &mut Vec<String>) {
 fn same_shape(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same_shape(v, w)))
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| same_shape(v, w)))
         }
-        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(v, w)| same_shape(v, w)),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(v, w)| same_shape(v, w))
+        }
         _ => true,
     }
 }
@@ -234,12 +278,24 @@ proptest! {
 fn tool_definitions_stay_byte_identical_even_with_ids_in_them() {
     let tax = Taxonomy::default();
     let tools = r#"[{"type":"function","function":{"name":"get_patient","description":"e.g. 039b70b8-92f7-44b7-9c91-4e3f0e900c71","parameters":{"type":"object"}}}]"#;
-    let body = format!(r#"{{"messages":[{{"role":"user","content":"open 039b70b8-92f7-44b7-9c91-4e3f0e900c71"}}],"tools":{tools}}}"#);
+    let body = format!(
+        r#"{{"messages":[{{"role":"user","content":"open 039b70b8-92f7-44b7-9c91-4e3f0e900c71"}}],"tools":{tools}}}"#
+    );
     let scan = PromptScan::new(&tax, body.as_bytes()).expect("scan");
-    let aliases = SessionMap::new().encode(&tax, scan.ids()).expect("encode").aliases;
-    let out = String::from_utf8(scan.rewrite(body.as_bytes(), &aliases, &[]).expect("rewrite")).expect("utf8");
+    let aliases = SessionMap::new()
+        .encode(&tax, scan.ids())
+        .expect("encode")
+        .aliases;
+    let out = String::from_utf8(
+        scan.rewrite(body.as_bytes(), &aliases, &[])
+            .expect("rewrite"),
+    )
+    .expect("utf8");
     assert!(out.ends_with(&format!(r#""tools":{tools}}}"#)), "{out}");
-    assert!(out.starts_with(r#"{"messages":[{"role":"user","content":"open ref-"#), "{out}");
+    assert!(
+        out.starts_with(r#"{"messages":[{"role":"user","content":"open ref-"#),
+        "{out}"
+    );
 }
 
 #[test]
@@ -251,13 +307,31 @@ fn request_bookkeeping_never_reaches_the_model_and_is_left_as_sent() {
     );
     let body = format!(r#"{{{hidden},"messages":[{{"role":"user","content":"open {id}"}}]}}"#);
     let scan = PromptScan::new(&tax, body.as_bytes()).expect("scan");
-    let aliases = SessionMap::new().encode(&tax, scan.ids()).expect("encode").aliases;
-    let known = [KnownAlias { value: id.into(), alias: "ref-001".into() }];
-    let out = String::from_utf8(scan.rewrite(body.as_bytes(), &aliases, &known).expect("rewrite")).expect("utf8");
-    assert!(out.starts_with(&format!("{{{hidden},")), "bookkeeping untouched: {out}");
-    assert!(out.ends_with(r#""content":"open ref-001"}]}"#), "the message is aliased: {out}");
+    let aliases = SessionMap::new()
+        .encode(&tax, scan.ids())
+        .expect("encode")
+        .aliases;
+    let known = [KnownAlias {
+        value: id.into(),
+        alias: "ref-001".into(),
+    }];
+    let out = String::from_utf8(
+        scan.rewrite(body.as_bytes(), &aliases, &known)
+            .expect("rewrite"),
+    )
+    .expect("utf8");
+    assert!(
+        out.starts_with(&format!("{{{hidden},")),
+        "bookkeeping untouched: {out}"
+    );
+    assert!(
+        out.ends_with(r#""content":"open ref-001"}]}"#),
+        "the message is aliased: {out}"
+    );
     // Only at the top level: a `metadata` inside a message is what the model reads.
-    let nested = format!(r#"{{"messages":[{{"role":"user","content":[{{"type":"text","text":"x","metadata":"{id}"}}]}}]}}"#);
+    let nested = format!(
+        r#"{{"messages":[{{"role":"user","content":[{{"type":"text","text":"x","metadata":"{id}"}}]}}]}}"#
+    );
     let scan = PromptScan::new(&tax, nested.as_bytes()).expect("scan");
     assert_eq!(scan.ids().len(), 1);
 }
@@ -265,12 +339,22 @@ fn request_bookkeeping_never_reaches_the_model_and_is_left_as_sent() {
 #[test]
 fn ids_the_session_learned_before_are_replaced_in_prompts() {
     let tax = Taxonomy::default();
-    let body = br#"{"messages":[{"role":"system","content":"Clinic: berlin-mitte-ambulanz. Ward 7b."}]}"#;
+    let body =
+        br#"{"messages":[{"role":"system","content":"Clinic: berlin-mitte-ambulanz. Ward 7b."}]}"#;
     let scan = PromptScan::new(&tax, body).expect("scan");
-    assert!(scan.ids().is_empty(), "a bare slug is not an id by its shape");
-    let known = [KnownAlias { value: "berlin-mitte-ambulanz".into(), alias: "clinic-001".into() }];
+    assert!(
+        scan.ids().is_empty(),
+        "a bare slug is not an id by its shape"
+    );
+    let known = [KnownAlias {
+        value: "berlin-mitte-ambulanz".into(),
+        alias: "clinic-001".into(),
+    }];
     let out = scan.rewrite(body, &[], &known).expect("rewrite");
-    assert_eq!(out, br#"{"messages":[{"role":"system","content":"Clinic: clinic-001. Ward 7b."}]}"#);
+    assert_eq!(
+        out,
+        br#"{"messages":[{"role":"system","content":"Clinic: clinic-001. Ward 7b."}]}"#
+    );
 }
 
 #[test]
@@ -279,16 +363,31 @@ fn number_ids_in_tool_data_are_ids() {
     let body = br#"{"contents":[{"parts":[{"functionResponse":{"name":"get","response":{"patientId":482913,"count":3}}}]}]}"#;
     let scan = PromptScan::new(&tax, body).expect("scan");
     assert_eq!(scan.ids().len(), 1);
-    let aliases = SessionMap::new().encode(&tax, scan.ids()).expect("encode").aliases;
+    let aliases = SessionMap::new()
+        .encode(&tax, scan.ids())
+        .expect("encode")
+        .aliases;
     let out = String::from_utf8(scan.rewrite(body, &aliases, &[]).expect("rewrite")).expect("utf8");
-    assert!(!out.contains("482913") && out.contains(r#""count":3"#), "{out}");
+    assert!(
+        !out.contains("482913") && out.contains(r#""count":3"#),
+        "{out}"
+    );
 }
 
 #[test]
 fn bodies_that_are_not_json_are_errors() {
     let tax = Taxonomy::default();
-    for bad in [&b"{\"messages\":["[..], b"not json", b"{\"a\":\"\xff\"}", b"{\"a\":\"\\x\"}"] {
-        assert!(PromptScan::new(&tax, bad).is_err(), "{}", String::from_utf8_lossy(bad));
+    for bad in [
+        &b"{\"messages\":["[..],
+        b"not json",
+        b"{\"a\":\"\xff\"}",
+        b"{\"a\":\"\\x\"}",
+    ] {
+        assert!(
+            PromptScan::new(&tax, bad).is_err(),
+            "{}",
+            String::from_utf8_lossy(bad)
+        );
     }
 }
 
@@ -298,21 +397,39 @@ fn the_models_own_aliases_pass_unchanged_and_are_not_counted() {
     let tax = Taxonomy::default();
     let mut session = SessionMap::with_epoch(Epoch::from_seed(11));
     // An earlier HMS response gave the model these aliases.
-    let hms = [IdInput { value: "039b70b8-92f7-44b7-9c91-4e3f0e900c71".into(), kind: Some("patient".into()), form: None, group: None }];
-    let held = session.encode(&tax, &hms).expect("encode").aliases.remove(0);
+    let hms = [IdInput {
+        value: "039b70b8-92f7-44b7-9c91-4e3f0e900c71".into(),
+        kind: Some("patient".into()),
+        form: None,
+        group: None,
+    }];
+    let held = session
+        .encode(&tax, &hms)
+        .expect("encode")
+        .aliases
+        .remove(0);
     let body = format!(
         r#"{{"messages":[{{"role":"assistant","content":null,"tool_calls":[{{"id":"c1","type":"function","function":{{"name":"get_patient","arguments":"{{\"patientId\":\"{held}\"}}"}}}}]}},{{"role":"user","content":"Compare {held} with 74229a55-de5f-4d66-af4a-88e122c37321."}}]}}"#
     );
     let scan = PromptScan::new(&tax, body.as_bytes()).expect("scan");
     let before = session.len();
-    let encoded = session.encode_from(&tax, scan.ids(), Origin::Prompt).expect("encode");
+    let encoded = session
+        .encode_from(&tax, scan.ids(), Origin::Prompt)
+        .expect("encode");
     assert_eq!(session.len(), before + 1, "only the raw UUID is minted");
     let known: Vec<KnownAlias> = session
         .records()
         .iter()
-        .filter_map(|r| r.ids.uuid.clone().map(|value| KnownAlias { value, alias: r.alias.clone() }))
+        .filter_map(|r| {
+            r.ids.uuid.clone().map(|value| KnownAlias {
+                value,
+                alias: r.alias.clone(),
+            })
+        })
         .collect();
-    let out = scan.rewrite_counted(body.as_bytes(), &encoded.aliases, &known).expect("rewrite");
+    let out = scan
+        .rewrite_counted(body.as_bytes(), &encoded.aliases, &known)
+        .expect("rewrite");
     let text = String::from_utf8(out.body).expect("utf8");
     assert_eq!(text.matches(held.as_str()).count(), 2, "{text}");
     assert!(!text.contains("74229a55"), "{text}");
@@ -323,31 +440,64 @@ fn the_models_own_aliases_pass_unchanged_and_are_not_counted() {
 fn occurrences_are_counted_once_each() {
     let tax = Taxonomy::default();
     let u = "039b70b8-92f7-44b7-9c91-4e3f0e900c71";
-    let body = format!(r#"{{"system":"open {u}","messages":[{{"role":"user","content":"{u} and Patient/pat-000123 and {u}"}}]}}"#);
+    let body = format!(
+        r#"{{"system":"open {u}","messages":[{{"role":"user","content":"{u} and Patient/pat-000123 and {u}"}}]}}"#
+    );
     let scan = PromptScan::new(&tax, body.as_bytes()).expect("scan");
-    let aliases = SessionMap::new().encode(&tax, scan.ids()).expect("encode").aliases;
-    let out = scan.rewrite_counted(body.as_bytes(), &aliases, &[]).expect("rewrite");
+    let aliases = SessionMap::new()
+        .encode(&tax, scan.ids())
+        .expect("encode")
+        .aliases;
+    let out = scan
+        .rewrite_counted(body.as_bytes(), &aliases, &[])
+        .expect("rewrite");
     assert_eq!(out.ids, 4, "{}", String::from_utf8_lossy(&out.body));
     // Ids the session knew, found only at rewrite time, count too.
     let body = br#"{"messages":[{"role":"system","content":"Clinic berlin-mitte-ambulanz, again berlin-mitte-ambulanz."}]}"#;
     let scan = PromptScan::new(&tax, body).expect("scan");
-    let known = [KnownAlias { value: "berlin-mitte-ambulanz".into(), alias: "clinic-001".into() }];
-    assert_eq!(scan.rewrite_counted(body, &[], &known).expect("rewrite").ids, 2);
+    let known = [KnownAlias {
+        value: "berlin-mitte-ambulanz".into(),
+        alias: "clinic-001".into(),
+    }];
+    assert_eq!(
+        scan.rewrite_counted(body, &[], &known)
+            .expect("rewrite")
+            .ids,
+        2
+    );
 }
 
 #[test]
 fn refusals_read_controls_error_codes_and_never_quote_the_request() {
-    let body = |code: &str| format!(r#"{{"error":{{"code":"{code}","message":"m"}}}}"#).into_bytes();
-    assert_eq!(Refusal::of_answer(503, Some(&body("store_unavailable"))), Refusal::Store);
-    assert_eq!(Refusal::of_answer(409, Some(&body("conflict"))), Refusal::Conflict);
-    assert_eq!(Refusal::of_answer(409, Some(&body("taxonomy_mismatch"))), Refusal::Conflict);
-    assert_eq!(Refusal::of_answer(503, Some(b"no healthy upstream")), Refusal::Control);
+    let body =
+        |code: &str| format!(r#"{{"error":{{"code":"{code}","message":"m"}}}}"#).into_bytes();
+    assert_eq!(
+        Refusal::of_answer(503, Some(&body("store_unavailable"))),
+        Refusal::Store
+    );
+    assert_eq!(
+        Refusal::of_answer(409, Some(&body("conflict"))),
+        Refusal::Conflict
+    );
+    assert_eq!(
+        Refusal::of_answer(409, Some(&body("taxonomy_mismatch"))),
+        Refusal::Conflict
+    );
+    assert_eq!(
+        Refusal::of_answer(503, Some(b"no healthy upstream")),
+        Refusal::Control
+    );
     assert_eq!(Refusal::of_answer(0, None), Refusal::Control);
     for r in Refusal::ALL {
         let reply = r.reply("x-keyhole-session");
         let v: Value = serde_json::from_slice(&reply.body).expect("json");
         assert_eq!(v["error"]["code"], reply.status);
-        assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("not sent")), "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("not sent")),
+            "{v}"
+        );
     }
     assert_eq!(Refusal::NoSession.reply("x-s").status, 400);
     assert_eq!(Refusal::Store.reply("x-s").status, 503);
@@ -357,6 +507,9 @@ fn refusals_read_controls_error_codes_and_never_quote_the_request() {
 #[test]
 fn alias_tokens_end_at_percent_escapes() {
     let tax = Taxonomy::default();
-    assert_eq!(alias_tokens(&tax, b"subject=Patient%2Fpatient-001&x=patient-002"), 2);
+    assert_eq!(
+        alias_tokens(&tax, b"subject=Patient%2Fpatient-001&x=patient-002"),
+        2
+    );
     assert_eq!(alias_tokens(&tax, b"pat-000123 patient-0001 patient"), 0);
 }

@@ -12,8 +12,8 @@
 //! text that holds an alias cannot be rewritten: that request is refused as
 //! well (the client can send the body plain).
 
-use crate::coding::{self, CodingError};
 use crate::charset;
+use crate::coding::{self, CodingError};
 
 /// How to read a request body.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -87,11 +87,19 @@ pub fn view(
     if inner.as_is {
         hidden.insert(0, String::from_utf8_lossy(&decoded).into_owned());
     }
-    Ok(BodyView { as_is: false, hidden })
+    Ok(BodyView {
+        as_is: false,
+        hidden,
+    })
 }
 
 /// [`view`] of bytes under no content coding.
-fn text_view(content_type: Option<&str>, body: &[u8], limit: usize, depth: usize) -> Result<BodyView, BodyError> {
+fn text_view(
+    content_type: Option<&str>,
+    body: &[u8],
+    limit: usize,
+    depth: usize,
+) -> Result<BodyView, BodyError> {
     let charset = content_type.and_then(charset::declared);
     let utf16 = match charset.as_deref() {
         Some(c) if c.starts_with("utf-16") || c == "utf16" => Some(c.ends_with("be")),
@@ -105,13 +113,25 @@ fn text_view(content_type: Option<&str>, body: &[u8], limit: usize, depth: usize
         _ => None,
     };
     if let Some(big_endian) = utf16 {
-        return Ok(BodyView { as_is: false, hidden: vec![utf16_text(body, big_endian)] });
+        return Ok(BodyView {
+            as_is: false,
+            hidden: vec![utf16_text(body, big_endian)],
+        });
     }
     let multipart = content_type.is_some_and(|t| {
-        t.split(';').next().is_some_and(|m| m.trim().to_ascii_lowercase().starts_with("multipart/"))
+        t.split(';')
+            .next()
+            .is_some_and(|m| m.trim().to_ascii_lowercase().starts_with("multipart/"))
     });
-    let hidden = if multipart { multipart_hidden(content_type.unwrap_or(""), body, limit, depth)? } else { Vec::new() };
-    Ok(BodyView { as_is: true, hidden })
+    let hidden = if multipart {
+        multipart_hidden(content_type.unwrap_or(""), body, limit, depth)?
+    } else {
+        Vec::new()
+    };
+    Ok(BodyView {
+        as_is: true,
+        hidden,
+    })
 }
 
 /// UTF-16 text (a byte order mark, if any, decides the byte order), lossily.
@@ -127,7 +147,9 @@ fn utf16_text(body: &[u8], mut big_endian: bool) -> String {
         [a, b] => u16::from_le_bytes([*a, *b]),
         _ => 0xfffd,
     });
-    char::decode_utf16(units).map(|c| c.unwrap_or('\u{fffd}')).collect()
+    char::decode_utf16(units)
+        .map(|c| c.unwrap_or('\u{fffd}'))
+        .collect()
 }
 
 /// The parameter `name` of a header value (`boundary` of `multipart/…`),
@@ -135,20 +157,33 @@ fn utf16_text(body: &[u8], mut big_endian: bool) -> String {
 fn parameter<'v>(value: &'v str, name: &str) -> Option<&'v str> {
     value.split(';').skip(1).find_map(|param| {
         let (n, v) = param.split_once('=')?;
-        n.trim().eq_ignore_ascii_case(name).then(|| v.trim().trim_matches('"'))
+        n.trim()
+            .eq_ignore_ascii_case(name)
+            .then(|| v.trim().trim_matches('"'))
     })
 }
 
 /// The decoded text of every part under a transfer encoding (base64,
 /// quoted-printable), and of nested multipart bodies' such parts. Parts in
 /// `7bit`, `8bit` or `binary` are in the bytes as sent.
-fn multipart_hidden(content_type: &str, body: &[u8], limit: usize, depth: usize) -> Result<Vec<String>, BodyError> {
+fn multipart_hidden(
+    content_type: &str,
+    body: &[u8],
+    limit: usize,
+    depth: usize,
+) -> Result<Vec<String>, BodyError> {
     if depth >= MAX_DEPTH {
-        return Err(BodyError::Part { part: 0, problem: "multipart bodies nested too deep" });
+        return Err(BodyError::Part {
+            part: 0,
+            problem: "multipart bodies nested too deep",
+        });
     }
     let boundary = parameter(content_type, "boundary")
         .filter(|b| !b.is_empty())
-        .ok_or(BodyError::Part { part: 0, problem: "a multipart body without a boundary" })?;
+        .ok_or(BodyError::Part {
+            part: 0,
+            problem: "a multipart body without a boundary",
+        })?;
     let delimiter = format!("--{boundary}");
     let mut hidden = Vec::new();
     for (index, part) in split_parts(body, delimiter.as_bytes()).enumerate() {
@@ -158,27 +193,50 @@ fn multipart_hidden(content_type: &str, body: &[u8], limit: usize, depth: usize)
         let header = |name: &str| {
             head.lines().find_map(|line| {
                 let (n, v) = line.split_once(':')?;
-                n.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+                n.trim()
+                    .eq_ignore_ascii_case(name)
+                    .then(|| v.trim().to_owned())
             })
         };
-        let decoded = match header("content-transfer-encoding").map(|v| v.to_ascii_lowercase()).as_deref() {
+        let decoded = match header("content-transfer-encoding")
+            .map(|v| v.to_ascii_lowercase())
+            .as_deref()
+        {
             None | Some("7bit" | "8bit" | "binary") => None,
-            Some("base64") => Some(base64(content).ok_or(BodyError::Part { part: part_no, problem: "invalid base64" })?),
+            Some("base64") => Some(base64(content).ok_or(BodyError::Part {
+                part: part_no,
+                problem: "invalid base64",
+            })?),
             Some("quoted-printable") => Some(quoted_printable(content)),
-            Some(_) => return Err(BodyError::Part { part: part_no, problem: "a transfer encoding keyhole does not decode" }),
+            Some(_) => {
+                return Err(BodyError::Part {
+                    part: part_no,
+                    problem: "a transfer encoding keyhole does not decode",
+                })
+            }
         };
         if decoded.as_ref().is_some_and(|d| d.len() > limit) {
-            return Err(BodyError::Part { part: part_no, problem: "decodes past the body limit" });
+            return Err(BodyError::Part {
+                part: part_no,
+                problem: "decodes past the body limit",
+            });
         }
         let part_type = header("content-type");
         if header("content-encoding").is_some_and(|v| !v.eq_ignore_ascii_case("identity")) {
-            return Err(BodyError::Part { part: part_no, problem: "a content coding inside a part" });
+            return Err(BodyError::Part {
+                part: part_no,
+                problem: "a content coding inside a part",
+            });
         }
         let bytes = decoded.as_deref().unwrap_or(content);
-        let inner = text_view(part_type.as_deref(), bytes, limit, depth + 1).map_err(|e| match e {
-            BodyError::Charset(_) => BodyError::Part { part: part_no, problem: "a charset keyhole does not read" },
-            other => other,
-        })?;
+        let inner =
+            text_view(part_type.as_deref(), bytes, limit, depth + 1).map_err(|e| match e {
+                BodyError::Charset(_) => BodyError::Part {
+                    part: part_no,
+                    problem: "a charset keyhole does not read",
+                },
+                other => other,
+            })?;
         if decoded.is_some() && inner.as_is {
             hidden.push(String::from_utf8_lossy(bytes).into_owned());
         }
@@ -194,7 +252,10 @@ fn multipart_hidden(content_type: &str, body: &[u8], limit: usize, depth: usize)
 fn split_parts<'b>(body: &'b [u8], delimiter: &'b [u8]) -> impl Iterator<Item = &'b [u8]> + 'b {
     let mut starts = Vec::new();
     let mut at = 0;
-    while let Some(found) = body.get(at..).and_then(|rest| memchr::memmem::find(rest, delimiter)) {
+    while let Some(found) = body
+        .get(at..)
+        .and_then(|rest| memchr::memmem::find(rest, delimiter))
+    {
         let pos = at + found;
         // A delimiter starts a line.
         if pos == 0 || body.get(pos.wrapping_sub(1)) == Some(&b'\n') {
@@ -202,7 +263,12 @@ fn split_parts<'b>(body: &'b [u8], delimiter: &'b [u8]) -> impl Iterator<Item = 
         }
         at = pos + delimiter.len();
     }
-    let ends: Vec<usize> = starts.iter().skip(1).copied().chain(std::iter::once(body.len())).collect();
+    let ends: Vec<usize> = starts
+        .iter()
+        .skip(1)
+        .copied()
+        .chain(std::iter::once(body.len()))
+        .collect();
     starts.into_iter().zip(ends).filter_map(move |(from, to)| {
         let part = body.get(from + delimiter.len()..to)?;
         if part.starts_with(b"--") {
@@ -210,18 +276,31 @@ fn split_parts<'b>(body: &'b [u8], delimiter: &'b [u8]) -> impl Iterator<Item = 
         }
         // The line break after the delimiter and the one before the next
         // belong to the delimiters.
-        let part = part.strip_prefix(b"\r\n").or_else(|| part.strip_prefix(b"\n")).unwrap_or(part);
-        Some(part.strip_suffix(b"\r\n").or_else(|| part.strip_suffix(b"\n")).unwrap_or(part))
+        let part = part
+            .strip_prefix(b"\r\n")
+            .or_else(|| part.strip_prefix(b"\n"))
+            .unwrap_or(part);
+        Some(
+            part.strip_suffix(b"\r\n")
+                .or_else(|| part.strip_suffix(b"\n"))
+                .unwrap_or(part),
+        )
     })
 }
 
 /// A part's header lines and its content (after the first empty line).
 fn split_head(part: &[u8]) -> (&[u8], &[u8]) {
     if let Some(p) = memchr::memmem::find(part, b"\r\n\r\n") {
-        return (part.get(..p).unwrap_or_default(), part.get(p + 4..).unwrap_or_default());
+        return (
+            part.get(..p).unwrap_or_default(),
+            part.get(p + 4..).unwrap_or_default(),
+        );
     }
     if let Some(p) = memchr::memmem::find(part, b"\n\n") {
-        return (part.get(..p).unwrap_or_default(), part.get(p + 2..).unwrap_or_default());
+        return (
+            part.get(..p).unwrap_or_default(),
+            part.get(p + 2..).unwrap_or_default(),
+        );
     }
     (part, &[])
 }

@@ -119,7 +119,9 @@ fn a_drift_is_never_repaired_across_kinds() {
     ] {
         assert_eq!(
             rewrite(path, body).unwrap_err(),
-            RequestError::UnknownAlias { alias: "task-group-001".into() },
+            RequestError::UnknownAlias {
+                alias: "task-group-001".into()
+            },
             "{path} {body:?}"
         );
     }
@@ -210,7 +212,10 @@ fn an_alias_of_another_epoch_is_refused_as_from_an_earlier_map() {
         ("patient-042", Some("k7q2")),
         ("patient-k7q2-042", None),
     ] {
-        assert_eq!(unknown(alias).with_current_epoch(&tax, current), unknown(alias));
+        assert_eq!(
+            unknown(alias).with_current_epoch(&tax, current),
+            unknown(alias)
+        );
     }
 }
 
@@ -218,7 +223,9 @@ fn an_alias_of_another_epoch_is_refused_as_from_an_earlier_map() {
 fn epoch_session(tax: &Taxonomy, n: u32) -> (SessionMap, crate::alias::Epoch, Vec<String>) {
     let epoch = crate::alias::Epoch::parse("k7q2").unwrap();
     let mut m = SessionMap::with_epoch(epoch);
-    let uuids: Vec<String> = (1..=n).map(|i| format!("00000000-0000-4000-8000-{i:012}")).collect();
+    let uuids: Vec<String> = (1..=n)
+        .map(|i| format!("00000000-0000-4000-8000-{i:012}"))
+        .collect();
     let ids: Vec<IdInput> = uuids
         .iter()
         .map(|u| IdInput {
@@ -286,9 +293,20 @@ fn near_misses_are_repaired_only_to_issued_aliases() {
     let (p, _) = rewrite_in(&tax, &m, "/api/v2/patients/patient-k7q2-12", None).unwrap();
     assert_eq!(p, format!("/api/v2/patients/{}", uuids[11]));
     // Not issued: refused, naming the alias as written.
-    for written in ["Patient-K7Q2-013", "patient-k7q2-13", "patient-k7q2-0099", "PATIENT-M3P9-001"] {
+    for written in [
+        "Patient-K7Q2-013",
+        "patient-k7q2-13",
+        "patient-k7q2-0099",
+        "PATIENT-M3P9-001",
+    ] {
         let err = rewrite_in(&tax, &m, &format!("/api/v2/patients/{written}"), None).unwrap_err();
-        assert_eq!(err, RequestError::UnknownAlias { alias: written.into() }, "{written}");
+        assert_eq!(
+            err,
+            RequestError::UnknownAlias {
+                alias: written.into()
+            },
+            "{written}"
+        );
     }
     // A padded sentinel is the sentinel.
     let scan = RequestScan::new(&tax, "/p/patient-k7q2-0", None).unwrap();
@@ -311,13 +329,24 @@ fn epoch_aliases_glued_to_other_text_are_decoded_and_prose_is_not() {
         ("if-match", "\"patient-k7q2-001-v7\""),
         ("x-file", "Arztbrief_patient-k7q2-002_2025.pdf"),
         ("x-pair", "patient-k7q2-001_patient-k7q2-002"),
-        ("x-note", "non-patient-care-100 wing-a2b3-001 patient-k7q2-001x"),
+        (
+            "x-note",
+            "non-patient-care-100 wing-a2b3-001 patient-k7q2-001x",
+        ),
     ]);
-    let mut scan = RequestScan::new(&tax, "/api/v2/visits?etag=patient%2Dk7q2%2D002-v1", None).unwrap();
+    let mut scan =
+        RequestScan::new(&tax, "/api/v2/visits?etag=patient%2Dk7q2%2D002-v1", None).unwrap();
     scan.scan_headers(&tax, &hs);
     assert_eq!(scan.aliases(), ["patient-k7q2-002", "patient-k7q2-001"]);
     let decoded = decode(&tax, &m, &scan);
-    let (p, _) = scan.rewrite(&tax, "/api/v2/visits?etag=patient%2Dk7q2%2D002-v1", None, &decoded).unwrap();
+    let (p, _) = scan
+        .rewrite(
+            &tax,
+            "/api/v2/visits?etag=patient%2Dk7q2%2D002-v1",
+            None,
+            &decoded,
+        )
+        .unwrap();
     assert_eq!(p, format!("/api/v2/visits?etag={u2}-v1"));
     let out = scan.rewrite_headers(&tax, &hs, &decoded).unwrap();
     assert_eq!(
@@ -332,7 +361,10 @@ fn epoch_aliases_glued_to_other_text_are_decoded_and_prose_is_not() {
     // A run of any length is read in linear time: 400,000 bytes of dashes or
     // underscores before the alias (quadratic, this would take minutes).
     for filler in ["a-", "a_", "ab9c-", "-"] {
-        let run = format!("{}patient-k7q2-001-v2", filler.repeat(400_000 / filler.len()));
+        let run = format!(
+            "{}patient-k7q2-001-v2",
+            filler.repeat(400_000 / filler.len())
+        );
         let mut scan = RequestScan::new(&tax, "/api/v2/visits", None).unwrap();
         scan.scan_headers(&tax, &headers(&[("if-match", run.as_str())]));
         assert_eq!(scan.aliases(), ["patient-k7q2-001"], "{filler}");
@@ -344,7 +376,9 @@ fn epoch_aliases_glued_to_other_text_are_decoded_and_prose_is_not() {
     let decoded = decode(&tax, &m, &scan);
     assert_eq!(
         scan.rewrite_headers(&tax, &hs, &decoded),
-        Err(RequestError::UnknownAlias { alias: "patient-k7q2-009".into() })
+        Err(RequestError::UnknownAlias {
+            alias: "patient-k7q2-009".into()
+        })
     );
 }
 
@@ -369,7 +403,10 @@ fn raw_id_shaped_values_are_counted_per_place_never_kept() {
             body: 3
         }
     );
-    assert_eq!(scan.raw_ids().places(), [("path", 2), ("query", 1), ("body", 3)]);
+    assert_eq!(
+        scan.raw_ids().places(),
+        [("path", 2), ("query", 1), ("body", 3)]
+    );
     // Look-alikes that are not ids.
     let scan = RequestScan::new(
         &tax,
@@ -384,7 +421,10 @@ fn raw_id_shaped_values_are_counted_per_place_never_kept() {
 }
 
 fn headers(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-    pairs.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect()
+    pairs
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect()
 }
 
 #[test]
@@ -403,7 +443,10 @@ fn aliases_in_headers_are_decoded_and_counted_with_the_rest() {
     ]);
     let mut scan = RequestScan::new(&tax, path, None).unwrap();
     scan.scan_headers(&tax, &hs);
-    assert_eq!(scan.aliases(), ["patient-001", "task-001", "clinic-001", "ref-001"]);
+    assert_eq!(
+        scan.aliases(),
+        ["patient-001", "task-001", "clinic-001", "ref-001"]
+    );
     assert_eq!(scan.raw_ids().headers, 1);
     let decoded = decode(&tax, &m, &scan);
     let (p, _) = scan.rewrite(&tax, path, None, &decoded).unwrap();
@@ -414,8 +457,14 @@ fn aliases_in_headers_are_decoded_and_counted_with_the_rest() {
         [
             (0, "039b70b8-92f7-44b7-9c91-4e3f0e900c71".to_owned()),
             (1, "\"task-0055101\"".to_owned()),
-            (2, "http://hms/api/v2/clinics/clinic-berlin-mitte?x=1".to_owned()),
-            (3, "</fhir/R4/Patient/pat-000123>; rel=\"subject\"".to_owned()),
+            (
+                2,
+                "http://hms/api/v2/clinics/clinic-berlin-mitte?x=1".to_owned()
+            ),
+            (
+                3,
+                "</fhir/R4/Patient/pat-000123>; rel=\"subject\"".to_owned()
+            ),
             // Reserved characters of an id never reach a header raw.
             (4, "a%20b%2Fc".to_owned()),
         ]
@@ -427,9 +476,13 @@ fn aliases_in_headers_are_decoded_and_counted_with_the_rest() {
     let decoded = decode(&tax, &m, &scan);
     assert_eq!(
         scan.rewrite_headers(&tax, &hs, &decoded),
-        Err(RequestError::UnknownAlias { alias: "patient-077".into() })
+        Err(RequestError::UnknownAlias {
+            alias: "patient-077".into()
+        })
     );
-    assert!(scan.rewrite(&tax, "/api/v2/visits", None, &decoded).is_err());
+    assert!(scan
+        .rewrite(&tax, "/api/v2/visits", None, &decoded)
+        .is_err());
 }
 
 /// How one alias occurrence is written.
@@ -560,7 +613,12 @@ fn kinds_session(tax: &Taxonomy) -> SessionMap {
         .encode(
             tax,
             &[
-                id("039b70b8-92f7-44b7-9c91-4e3f0e900c71", "patient", None, Some(1)),
+                id(
+                    "039b70b8-92f7-44b7-9c91-4e3f0e900c71",
+                    "patient",
+                    None,
+                    Some(1),
+                ),
                 id("pat-000123", "patient", Some(Form::Fhir), Some(1)),
                 id("obs-0042", "observation", Some(Form::Fhir), None),
                 id("enc-0077", "visit", Some(Form::Fhir), None),
@@ -571,13 +629,24 @@ fn kinds_session(tax: &Taxonomy) -> SessionMap {
         .unwrap();
     assert_eq!(
         e.aliases,
-        ["patient-001", "patient-001", "observation-001", "visit-001", "ref-001", "ref-002"]
+        [
+            "patient-001",
+            "patient-001",
+            "observation-001",
+            "visit-001",
+            "ref-001",
+            "ref-002"
+        ]
     );
     m
 }
 
 fn wrong_kind(alias: &str, kind: &str, wanted: &str) -> RequestError {
-    RequestError::WrongKind { alias: alias.into(), kind: kind.into(), wanted: wanted.into() }
+    RequestError::WrongKind {
+        alias: alias.into(),
+        kind: kind.into(),
+        wanted: wanted.into(),
+    }
 }
 
 /// The red team's case: an observation's alias under `/fhir/Patient/` reached
@@ -590,31 +659,91 @@ fn an_alias_of_another_kind_in_a_kinds_place_is_refused() {
     let tax = Taxonomy::default();
     let m = kinds_session(&tax);
     for (path, body, want) in [
-        ("/fhir/Patient/observation-001", None, wrong_kind("observation-001", "observation", "patient")),
-        ("/fhir/R4/Patient/observation-001/$everything", None, wrong_kind("observation-001", "observation", "patient")),
-        ("/api/v2/patients/observation-001", None, wrong_kind("observation-001", "observation", "patient")),
-        ("/api/v2/patients/patient-001/visits/observation-001", None, wrong_kind("observation-001", "observation", "visit")),
-        ("/fhir/Observation?subject=Patient/observation-001", None, wrong_kind("observation-001", "observation", "patient")),
-        ("/fhir/Observation?subject=Patient%2Fobservation-001", None, wrong_kind("observation-001", "observation", "patient")),
-        ("/api/v2/appointments?patientId=visit-001", None, wrong_kind("visit-001", "visit", "patient")),
+        (
+            "/fhir/Patient/observation-001",
+            None,
+            wrong_kind("observation-001", "observation", "patient"),
+        ),
+        (
+            "/fhir/R4/Patient/observation-001/$everything",
+            None,
+            wrong_kind("observation-001", "observation", "patient"),
+        ),
+        (
+            "/api/v2/patients/observation-001",
+            None,
+            wrong_kind("observation-001", "observation", "patient"),
+        ),
+        (
+            "/api/v2/patients/patient-001/visits/observation-001",
+            None,
+            wrong_kind("observation-001", "observation", "visit"),
+        ),
+        (
+            "/fhir/Observation?subject=Patient/observation-001",
+            None,
+            wrong_kind("observation-001", "observation", "patient"),
+        ),
+        (
+            "/fhir/Observation?subject=Patient%2Fobservation-001",
+            None,
+            wrong_kind("observation-001", "observation", "patient"),
+        ),
+        (
+            "/api/v2/appointments?patientId=visit-001",
+            None,
+            wrong_kind("visit-001", "visit", "patient"),
+        ),
         // A FHIR search parameter named for a kind (its object key).
-        ("/fhir/Observation?patient=observation-001", None, wrong_kind("observation-001", "observation", "patient")),
-        ("/fhir/Observation?subject=ref-001&_count=5", None, wrong_kind("ref-001", "record", "patient")),
-        ("/api/v2/notes", Some(r#"{"patientId":"observation-001"}"#), wrong_kind("observation-001", "observation", "patient")),
-        ("/api/v2/notes", Some(r#"{"patientIds":["patient-001","visit-001"]}"#), wrong_kind("visit-001", "visit", "patient")),
+        (
+            "/fhir/Observation?patient=observation-001",
+            None,
+            wrong_kind("observation-001", "observation", "patient"),
+        ),
+        (
+            "/fhir/Observation?subject=ref-001&_count=5",
+            None,
+            wrong_kind("ref-001", "record", "patient"),
+        ),
+        (
+            "/api/v2/notes",
+            Some(r#"{"patientId":"observation-001"}"#),
+            wrong_kind("observation-001", "observation", "patient"),
+        ),
+        (
+            "/api/v2/notes",
+            Some(r#"{"patientIds":["patient-001","visit-001"]}"#),
+            wrong_kind("visit-001", "visit", "patient"),
+        ),
         (
             "/api/v2/notes",
             Some(r#"{"subject":{"reference":"Patient/observation-001"}}"#),
             wrong_kind("observation-001", "observation", "patient"),
         ),
-        ("/fhir/Observation/patient-001", None, wrong_kind("patient-001", "patient", "observation")),
+        (
+            "/fhir/Observation/patient-001",
+            None,
+            wrong_kind("patient-001", "patient", "observation"),
+        ),
         // An unconfigured FHIR type names records of the fallback kind only.
-        ("/fhir/Immunization/patient-001", None, wrong_kind("patient-001", "patient", "record")),
+        (
+            "/fhir/Immunization/patient-001",
+            None,
+            wrong_kind("patient-001", "patient", "record"),
+        ),
         // A record of unknown kind known by a FHIR id: under `Patient/` its
         // id would name whichever patient has it.
-        ("/fhir/Patient/ref-001", None, wrong_kind("ref-001", "record", "patient")),
+        (
+            "/fhir/Patient/ref-001",
+            None,
+            wrong_kind("ref-001", "record", "patient"),
+        ),
     ] {
-        assert_eq!(rewrite_in(&tax, &m, path, body).unwrap_err(), want, "{path} {body:?}");
+        assert_eq!(
+            rewrite_in(&tax, &m, path, body).unwrap_err(),
+            want,
+            "{path} {body:?}"
+        );
     }
     let scan_headers = |hs: &[(String, String)]| {
         let mut scan = RequestScan::new(&tax, "/api/v2/x", None).unwrap();
@@ -639,31 +768,94 @@ fn an_alias_decodes_where_its_kind_fits_or_no_kind_is_named() {
     let tax = Taxonomy::default();
     let m = kinds_session(&tax);
     for (path, body, want_path, want_body) in [
-        ("/fhir/Patient/patient-001", None, "/fhir/Patient/pat-000123", None),
-        ("/fhir/Observation/observation-001", None, "/fhir/Observation/obs-0042", None),
-        ("/api/v2/vitals/observation-001", None, "/api/v2/vitals/obs-0042", None),
+        (
+            "/fhir/Patient/patient-001",
+            None,
+            "/fhir/Patient/pat-000123",
+            None,
+        ),
+        (
+            "/fhir/Observation/observation-001",
+            None,
+            "/fhir/Observation/obs-0042",
+            None,
+        ),
+        (
+            "/api/v2/vitals/observation-001",
+            None,
+            "/api/v2/vitals/obs-0042",
+            None,
+        ),
         // A visit and an encounter are one FHIR Encounter.
-        ("/fhir/Encounter/visit-001", None, "/fhir/Encounter/enc-0077", None),
-        ("/api/v2/x?encounterId=visit-001", None, "/api/v2/x?encounterId=enc-0077", None),
-        ("/fhir/Observation?patient=patient-001", None, "/fhir/Observation?patient=039b70b8-92f7-44b7-9c91-4e3f0e900c71", None),
-        ("/fhir/Observation?subject=ref-002", None, "/fhir/Observation?subject=5b0c6c57-8f43-4f4e-a3f3-7a1b2c3d4e5f", None),
+        (
+            "/fhir/Encounter/visit-001",
+            None,
+            "/fhir/Encounter/enc-0077",
+            None,
+        ),
+        (
+            "/api/v2/x?encounterId=visit-001",
+            None,
+            "/api/v2/x?encounterId=enc-0077",
+            None,
+        ),
+        (
+            "/fhir/Observation?patient=patient-001",
+            None,
+            "/fhir/Observation?patient=039b70b8-92f7-44b7-9c91-4e3f0e900c71",
+            None,
+        ),
+        (
+            "/fhir/Observation?subject=ref-002",
+            None,
+            "/fhir/Observation?subject=5b0c6c57-8f43-4f4e-a3f3-7a1b2c3d4e5f",
+            None,
+        ),
         // Object keys in a body stay kind-neutral.
-        ("/api/v2/x", Some(r#"{"participants":["patient-001"]}"#), "/api/v2/x", Some(r#"{"participants":["039b70b8-92f7-44b7-9c91-4e3f0e900c71"]}"#)),
+        (
+            "/api/v2/x",
+            Some(r#"{"participants":["patient-001"]}"#),
+            "/api/v2/x",
+            Some(r#"{"participants":["039b70b8-92f7-44b7-9c91-4e3f0e900c71"]}"#),
+        ),
         // Kind-neutral places: prose, a search, an `id`, an unnamed segment.
-        ("/api/v2/search?q=observation-001", None, "/api/v2/search?q=obs-0042", None),
-        ("/api/v2/patients/search/observation-001", None, "/api/v2/patients/search/obs-0042", None),
+        (
+            "/api/v2/search?q=observation-001",
+            None,
+            "/api/v2/search?q=obs-0042",
+            None,
+        ),
+        (
+            "/api/v2/patients/search/observation-001",
+            None,
+            "/api/v2/patients/search/obs-0042",
+            None,
+        ),
         (
             "/api/v2/notes",
             Some(r#"{"id":"observation-001","text":"for patient-001 see observation-001"}"#),
             "/api/v2/notes",
-            Some(r#"{"id":"obs-0042","text":"for 039b70b8-92f7-44b7-9c91-4e3f0e900c71 see obs-0042"}"#),
+            Some(
+                r#"{"id":"obs-0042","text":"for 039b70b8-92f7-44b7-9c91-4e3f0e900c71 see obs-0042"}"#,
+            ),
         ),
         // The fallback kind: its own FHIR types, and by UUID anywhere (a
         // UUID names one record whatever its type).
-        ("/fhir/Immunization/ref-001", None, "/fhir/Immunization/example", None),
-        ("/api/v2/patients/ref-002", None, "/api/v2/patients/5b0c6c57-8f43-4f4e-a3f3-7a1b2c3d4e5f", None),
+        (
+            "/fhir/Immunization/ref-001",
+            None,
+            "/fhir/Immunization/example",
+            None,
+        ),
+        (
+            "/api/v2/patients/ref-002",
+            None,
+            "/api/v2/patients/5b0c6c57-8f43-4f4e-a3f3-7a1b2c3d4e5f",
+            None,
+        ),
     ] {
-        let (p, b) = rewrite_in(&tax, &m, path, body).unwrap_or_else(|e| panic!("{path} {body:?}: {e}"));
+        let (p, b) =
+            rewrite_in(&tax, &m, path, body).unwrap_or_else(|e| panic!("{path} {body:?}: {e}"));
         assert_eq!(p, want_path, "{path}");
         assert_eq!(b.as_deref(), want_body, "{path}");
     }
@@ -680,24 +872,90 @@ fn glued_typed_numeric_and_authority_raw_ids_are_counted() {
     let tax = Taxonomy::default();
     let u = "039b70b8-92f7-44b7-9c91-4e3f0e900c71";
     let count = |path: &str, hs: &[(&str, &str)], body: Option<&str>| {
-        let mut scan = RequestScan::new(&tax, path, body.map(|b| (b.as_bytes(), BodyKind::Json))).unwrap();
+        let mut scan =
+            RequestScan::new(&tax, path, body.map(|b| (b.as_bytes(), BodyKind::Json))).unwrap();
         scan.scan_headers(&tax, &headers(hs));
         scan.raw_ids()
     };
-    let raw = |path, query, headers, body| RawIdCount { path, query, headers, body };
+    let raw = |path, query, headers, body| RawIdCount {
+        path,
+        query,
+        headers,
+        body,
+    };
     for (path, hs, body, want) in [
-        (format!("/api/v2/documents/Arztbrief_{u}_2025.pdf"), vec![], None, raw(1, 0, 0, 0)),
-        (format!("/api/v2/documents/{u}_v2"), vec![], None, raw(1, 0, 0, 0)),
-        ("/api/v2/documents/befund_pat-000123_2025".to_owned(), vec![], None, raw(1, 0, 0, 0)),
-        (format!("/api/v2/x?file=scan_{}", u.replace('-', "")), vec![], None, raw(0, 1, 0, 0)),
-        ("/api/v2/visits/v1".to_owned(), vec![("if-match", format!("\"{u}-v7\""))], None, raw(0, 0, 1, 0)),
-        ("/api/v2/visits/v1".to_owned(), vec![("if-match", "W/\"pat-000123-v7\"".to_owned())], None, raw(0, 0, 1, 0)),
-        ("/fhir/Patient/482913".to_owned(), vec![], None, raw(1, 0, 0, 0)),
-        ("/fhir/R4/Patient/482913/_history/2".to_owned(), vec![], None, raw(1, 0, 0, 0)),
-        ("/fhir/Observation?subject=Patient/482913".to_owned(), vec![], None, raw(0, 1, 0, 0)),
-        ("/fhir/Observation?subject=Patient%2F482913&_count=20".to_owned(), vec![], None, raw(0, 1, 0, 0)),
-        ("/fhir/Observation".to_owned(), vec![], Some(r#"{"subject":{"reference":"Patient/482913"}}"#), raw(0, 0, 0, 1)),
-        (format!("/api/v2/x"), vec![("x-note", format!("Befund_{u}"))], Some(&*format!(r#"{{"f":"a_{u}"}}"#)), raw(0, 0, 1, 1)),
+        (
+            format!("/api/v2/documents/Arztbrief_{u}_2025.pdf"),
+            vec![],
+            None,
+            raw(1, 0, 0, 0),
+        ),
+        (
+            format!("/api/v2/documents/{u}_v2"),
+            vec![],
+            None,
+            raw(1, 0, 0, 0),
+        ),
+        (
+            "/api/v2/documents/befund_pat-000123_2025".to_owned(),
+            vec![],
+            None,
+            raw(1, 0, 0, 0),
+        ),
+        (
+            format!("/api/v2/x?file=scan_{}", u.replace('-', "")),
+            vec![],
+            None,
+            raw(0, 1, 0, 0),
+        ),
+        (
+            "/api/v2/visits/v1".to_owned(),
+            vec![("if-match", format!("\"{u}-v7\""))],
+            None,
+            raw(0, 0, 1, 0),
+        ),
+        (
+            "/api/v2/visits/v1".to_owned(),
+            vec![("if-match", "W/\"pat-000123-v7\"".to_owned())],
+            None,
+            raw(0, 0, 1, 0),
+        ),
+        (
+            "/fhir/Patient/482913".to_owned(),
+            vec![],
+            None,
+            raw(1, 0, 0, 0),
+        ),
+        (
+            "/fhir/R4/Patient/482913/_history/2".to_owned(),
+            vec![],
+            None,
+            raw(1, 0, 0, 0),
+        ),
+        (
+            "/fhir/Observation?subject=Patient/482913".to_owned(),
+            vec![],
+            None,
+            raw(0, 1, 0, 0),
+        ),
+        (
+            "/fhir/Observation?subject=Patient%2F482913&_count=20".to_owned(),
+            vec![],
+            None,
+            raw(0, 1, 0, 0),
+        ),
+        (
+            "/fhir/Observation".to_owned(),
+            vec![],
+            Some(r#"{"subject":{"reference":"Patient/482913"}}"#),
+            raw(0, 0, 0, 1),
+        ),
+        (
+            format!("/api/v2/x"),
+            vec![("x-note", format!("Befund_{u}"))],
+            Some(&*format!(r#"{{"f":"a_{u}"}}"#)),
+            raw(0, 0, 1, 1),
+        ),
     ] {
         let hs: Vec<(&str, &str)> = hs.iter().map(|(n, v)| (*n, v.as_str())).collect();
         assert_eq!(count(&path, &hs, body), want, "{path} {hs:?} {body:?}");
@@ -717,12 +975,27 @@ fn glued_typed_numeric_and_authority_raw_ids_are_counted() {
 fn glued_aliases_and_look_alikes_are_not_raw_ids() {
     let tax = Taxonomy::default();
     for (path, hs) in [
-        ("/api/v2/documents/Arztbrief_patient-k7q2-002_2025.pdf", vec![("if-match", "\"patient-k7q2-001-v7\"")]),
+        (
+            "/api/v2/documents/Arztbrief_patient-k7q2-002_2025.pdf",
+            vec![("if-match", "\"patient-k7q2-001-v7\"")],
+        ),
         ("/fhir/Patient/patient-k7q2-001/_history/2", vec![]),
-        ("/fhir/Patient?_count=50&birthdate=2025-03-25", vec![("if-none-match", "W/\"7\"")]),
-        ("/fhir/Observation?code=http://loinc.org|4548-4&value-quantity=5.4", vec![]),
-        ("/api/v2/reports/report_2025-03_final?dose=1-0-1-0&v=v2-1", vec![("x-file", "scan_2025_v2.pdf")]),
-        ("/fhir/metadata", vec![("x-note", "Observation/ CodeSystem/2 R4/482913 page_2")]),
+        (
+            "/fhir/Patient?_count=50&birthdate=2025-03-25",
+            vec![("if-none-match", "W/\"7\"")],
+        ),
+        (
+            "/fhir/Observation?code=http://loinc.org|4548-4&value-quantity=5.4",
+            vec![],
+        ),
+        (
+            "/api/v2/reports/report_2025-03_final?dose=1-0-1-0&v=v2-1",
+            vec![("x-file", "scan_2025_v2.pdf")],
+        ),
+        (
+            "/fhir/metadata",
+            vec![("x-note", "Observation/ CodeSystem/2 R4/482913 page_2")],
+        ),
     ] {
         let mut scan = RequestScan::new(&tax, path, None).unwrap();
         scan.scan_headers(&tax, &headers(&hs));
@@ -736,9 +1009,24 @@ fn glued_aliases_and_look_alikes_are_not_raw_ids() {
 fn hidden_texts_count_raw_ids_and_name_their_aliases() {
     let tax = Taxonomy::default();
     let mut scan = RequestScan::new(&tax, "/api/v2/notes", None).unwrap();
-    assert_eq!(scan.scan_hidden(&tax, "Befund 039b70b8-92f7-44b7-9c91-4e3f0e900c71, /fhir/Patient/482913"), None);
-    assert_eq!(scan.raw_ids(), RawIdCount { body: 2, ..RawIdCount::default() });
-    assert_eq!(scan.scan_hidden(&tax, "für Patient-K7Q2-1 und patient-k7q2-002"), Some("Patient-K7Q2-1".to_owned()));
+    assert_eq!(
+        scan.scan_hidden(
+            &tax,
+            "Befund 039b70b8-92f7-44b7-9c91-4e3f0e900c71, /fhir/Patient/482913"
+        ),
+        None
+    );
+    assert_eq!(
+        scan.raw_ids(),
+        RawIdCount {
+            body: 2,
+            ..RawIdCount::default()
+        }
+    );
+    assert_eq!(
+        scan.scan_hidden(&tax, "für Patient-K7Q2-1 und patient-k7q2-002"),
+        Some("Patient-K7Q2-1".to_owned())
+    );
     assert!(scan.aliases().is_empty(), "a hidden alias is never decoded");
     assert_eq!(scan.scan_hidden(&tax, "nothing here, 2025-03-25"), None);
     assert_eq!(scan.raw_ids().body, 2);
@@ -748,7 +1036,13 @@ fn hidden_texts_count_raw_ids_and_name_their_aliases() {
 fn a_hidden_json_text_is_read_with_its_escapes() {
     let tax = Taxonomy::default();
     let mut scan = RequestScan::new(&tax, "/api/v2/notes", None).unwrap();
-    assert_eq!(scan.scan_hidden(&tax, r#"{"note":"\u0070at-000123","a":"\u0070atient-k7q2-001"}"#), Some("patient-k7q2-001".to_owned()));
+    assert_eq!(
+        scan.scan_hidden(
+            &tax,
+            r#"{"note":"\u0070at-000123","a":"\u0070atient-k7q2-001"}"#
+        ),
+        Some("patient-k7q2-001".to_owned())
+    );
     assert_eq!(scan.raw_ids().body, 1);
 }
 
@@ -756,11 +1050,25 @@ fn raw_id() -> impl Strategy<Value = String> {
     prop_oneof![
         (any::<u128>(), any::<bool>()).prop_map(|(n, upper)| {
             let h = format!("{n:032x}");
-            let u = format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..]);
-            if upper { u.to_ascii_uppercase() } else { u }
+            let u = format!(
+                "{}-{}-{}-{}-{}",
+                &h[..8],
+                &h[8..12],
+                &h[12..16],
+                &h[16..20],
+                &h[20..]
+            );
+            if upper {
+                u.to_ascii_uppercase()
+            } else {
+                u
+            }
         }),
         any::<u128>().prop_map(|n| format!("a1{:030x}", n >> 8)),
-        (prop::sample::select(vec!["pat", "enc", "obs", "PAT", "Enc", "prac"]), 1u64..1_000_000_000)
+        (
+            prop::sample::select(vec!["pat", "enc", "obs", "PAT", "Enc", "prac"]),
+            1u64..1_000_000_000
+        )
             .prop_map(|(p, n)| format!("{p}-{n:06}")),
     ]
 }
@@ -821,14 +1129,21 @@ fn every_kind_in_every_kinds_place_decodes_only_where_it_fits() {
     let configs = defaults::kinds();
     let meet = |a: &KindConfig, b: &KindConfig| {
         a.name == b.name
-            || a.resource_types.iter().any(|t| b.resource_types.contains(t))
+            || a.resource_types
+                .iter()
+                .any(|t| b.resource_types.contains(t))
             || a.fhir_prefixes.iter().any(|p| b.fhir_prefixes.contains(p))
     };
     let mut m = SessionMap::new();
     let ids: Vec<IdInput> = configs
         .iter()
         .enumerate()
-        .map(|(i, k)| IdInput { value: format!("rec{i}-{i:04}"), kind: Some(k.name.clone()), form: Some(Form::Fhir), group: None })
+        .map(|(i, k)| IdInput {
+            value: format!("rec{i}-{i:04}"),
+            kind: Some(k.name.clone()),
+            form: Some(Form::Fhir),
+            group: None,
+        })
         .collect();
     let aliases = m.encode(&tax, &ids).unwrap().aliases;
     let fallback = tax.kind_name(tax.fallback_kind()).to_owned();
@@ -838,12 +1153,19 @@ fn every_kind_in_every_kinds_place_decodes_only_where_it_fits() {
         let types: Vec<&str> = if place_kind.name == fallback {
             vec!["Immunization"]
         } else {
-            place_kind.resource_types.iter().map(String::as_str).collect()
+            place_kind
+                .resource_types
+                .iter()
+                .map(String::as_str)
+                .collect()
         };
         for t in types {
             places.push((format!("/fhir/{t}/@"), None));
             places.push((format!("/fhir/Observation?subject={t}/@"), None));
-            places.push(("/api/v2/x".to_owned(), Some(format!(r#"{{"x":{{"reference":"{t}/@"}}}}"#))));
+            places.push((
+                "/api/v2/x".to_owned(),
+                Some(format!(r#"{{"x":{{"reference":"{t}/@"}}}}"#)),
+            ));
         }
         for seg in &place_kind.path_segments {
             places.push((format!("/api/v2/{seg}/@"), None));
@@ -859,17 +1181,28 @@ fn every_kind_in_every_kinds_place_decodes_only_where_it_fits() {
         for (ri, record_kind) in configs.iter().enumerate() {
             let alias = &aliases[ri];
             for (path, body) in &places {
-                let (path, body) = (path.replace('@', alias), body.as_ref().map(|b| b.replace('@', alias)));
+                let (path, body) = (
+                    path.replace('@', alias),
+                    body.as_ref().map(|b| b.replace('@', alias)),
+                );
                 let got = rewrite_in(&tax, &m, &path, body.as_deref());
-                let ctx = format!("{} record {alias} in a {} place: {path} {body:?}", record_kind.name, configs[pi].name);
+                let ctx = format!(
+                    "{} record {alias} in a {} place: {path} {body:?}",
+                    record_kind.name, configs[pi].name
+                );
                 if meet(record_kind, place_kind) {
                     let (p, b) = got.unwrap_or_else(|e| panic!("{ctx}: {e}"));
                     let out = format!("{p} {}", b.unwrap_or_default());
-                    assert!(out.contains(&ids[ri].value) && !out.contains(alias.as_str()), "{ctx}: {out}");
+                    assert!(
+                        out.contains(&ids[ri].value) && !out.contains(alias.as_str()),
+                        "{ctx}: {out}"
+                    );
                     decoded += 1;
                 } else {
                     match got {
-                        Err(RequestError::WrongKind { alias: a, .. }) => assert_eq!(&a, alias, "{ctx}"),
+                        Err(RequestError::WrongKind { alias: a, .. }) => {
+                            assert_eq!(&a, alias, "{ctx}")
+                        }
                         other => panic!("{ctx}: {other:?}"),
                     }
                     refused += 1;
@@ -877,5 +1210,8 @@ fn every_kind_in_every_kinds_place_decodes_only_where_it_fits() {
             }
         }
     }
-    assert!(decoded > 100 && refused > 1000, "{decoded} decoded, {refused} refused");
+    assert!(
+        decoded > 100 && refused > 1000,
+        "{decoded} decoded, {refused} refused"
+    );
 }

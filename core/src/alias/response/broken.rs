@@ -82,8 +82,11 @@ fn odd_reference(s: &[u8]) -> Option<(Option<u8>, usize)> {
     } else {
         match name {
             "shy" => '\u{ad}',
-            "ZeroWidthSpace" | "NegativeVeryThinSpace" | "NegativeThinSpace"
-            | "NegativeMediumSpace" | "NegativeThickSpace" => '\u{200b}',
+            "ZeroWidthSpace"
+            | "NegativeVeryThinSpace"
+            | "NegativeThinSpace"
+            | "NegativeMediumSpace"
+            | "NegativeThickSpace" => '\u{200b}',
             "zwnj" => '\u{200c}',
             "zwj" => '\u{200d}',
             "lrm" => '\u{200e}',
@@ -163,7 +166,18 @@ fn ends_token(b: u8) -> bool {
     b.is_ascii_whitespace()
         || matches!(
             b,
-            b'"' | b'\'' | b'<' | b'>' | b'(' | b')' | b'[' | b']' | b'{' | b'}' | b',' | b'|' | b'\\'
+            b'"' | b'\''
+                | b'<'
+                | b'>'
+                | b'('
+                | b')'
+                | b'['
+                | b']'
+                | b'{'
+                | b'}'
+                | b','
+                | b'|'
+                | b'\\'
         )
 }
 
@@ -188,7 +202,10 @@ pub(crate) fn broken_id(
         }
         let from = o.at.saturating_sub(REACH);
         let head = canon.get(from..o.at).unwrap_or_default();
-        let start = head.iter().rposition(|b| ends_token(*b)).map_or(from, |p| from + p + 1);
+        let start = head
+            .iter()
+            .rposition(|b| ends_token(*b))
+            .map_or(from, |p| from + p + 1);
         let tail = canon.get(o.at..).unwrap_or_default();
         let end = o.at
             + tail
@@ -204,9 +221,13 @@ pub(crate) fn broken_id(
             .map(|x| (x.at - start, x.removed))
             .collect();
         let spans = |s: usize, e: usize| {
-            inside
-                .iter()
-                .any(|&(p, removed)| if removed { s < p && p < e } else { s <= p && p < e })
+            inside.iter().any(|&(p, removed)| {
+                if removed {
+                    s < p && p < e
+                } else {
+                    s <= p && p < e
+                }
+            })
         };
         if let Some(tax) = tax {
             shape::find_in_text(tax, token, &mut hits);

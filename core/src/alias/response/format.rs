@@ -142,7 +142,10 @@ impl BodyKind {
     /// numbers; an event stream's other lines count as literals), as
     /// opposed to text read as a whole.
     pub(crate) fn is_json(self) -> bool {
-        matches!(self, BodyKind::Json | BodyKind::NdJson | BodyKind::EventStream)
+        matches!(
+            self,
+            BodyKind::Json | BodyKind::NdJson | BodyKind::EventStream
+        )
     }
 }
 
@@ -224,7 +227,10 @@ pub(crate) fn json_span(src: &str) -> std::ops::Range<usize> {
         .bytes()
         .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'$' | b'.'))
         .count();
-    let starts_name = rest.bytes().next().is_some_and(|b| b.is_ascii_alphabetic() || matches!(b, b'_' | b'$'));
+    let starts_name = rest
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || matches!(b, b'_' | b'$'));
     if starts_name {
         let after = rest.get(name..).unwrap_or_default().trim_start();
         if let Some(inner) = after.strip_prefix('(') {

@@ -17,7 +17,12 @@ use crate::alias::shape;
 use crate::alias::taxonomy::KindId;
 
 /// Reads a form-encoded body: `&`- or `;`-separated `key=value` pairs.
-pub(super) fn scan_form(scan: &mut ResponseScan<'_>, body: &[u8], root_kind: Option<KindId>, part: &mut Part) {
+pub(super) fn scan_form(
+    scan: &mut ResponseScan<'_>,
+    body: &[u8],
+    root_kind: Option<KindId>,
+    part: &mut Part,
+) {
     let mut at = 0;
     for pair in body.split(|b| matches!(b, b'&' | b';')) {
         let base = at;
@@ -25,14 +30,23 @@ pub(super) fn scan_form(scan: &mut ResponseScan<'_>, body: &[u8], root_kind: Opt
         let Some(eq) = memchr::memchr(b'=', pair) else {
             continue;
         };
-        let (key, value) = (pair.get(..eq).unwrap_or_default(), pair.get(eq + 1..).unwrap_or_default());
-        let key = decoded_view(key).map_or_else(|| String::from_utf8_lossy(key).into_owned(), |k| k);
+        let (key, value) = (
+            pair.get(..eq).unwrap_or_default(),
+            pair.get(eq + 1..).unwrap_or_default(),
+        );
+        let key =
+            decoded_view(key).map_or_else(|| String::from_utf8_lossy(key).into_owned(), |k| k);
         value_under(scan, part, &key, value, base + eq + 1, root_kind);
     }
 }
 
 /// Reads a YAML body's `key: value` lines.
-pub(super) fn scan_yaml(scan: &mut ResponseScan<'_>, body: &[u8], root_kind: Option<KindId>, part: &mut Part) {
+pub(super) fn scan_yaml(
+    scan: &mut ResponseScan<'_>,
+    body: &[u8],
+    root_kind: Option<KindId>,
+    part: &mut Part,
+) {
     let mut at = 0;
     for line in body.split(|b| *b == b'\n') {
         let base = at;
@@ -58,7 +72,8 @@ fn yaml_pair(line: &[u8]) -> Option<(&[u8], &[u8], usize)> {
         i += line.get(i..)?.iter().take_while(|b| **b == b' ').count();
     }
     let rest = line.get(i..)?;
-    let colon = memchr::memmem::find(rest, b": ").or_else(|| rest.ends_with(b":").then(|| rest.len() - 1))?;
+    let colon = memchr::memmem::find(rest, b": ")
+        .or_else(|| rest.ends_with(b":").then(|| rest.len() - 1))?;
     let key = unquote(rest.get(..colon)?);
     if key.is_empty() || key.iter().any(|b| matches!(b, b'{' | b'[' | b'#')) {
         return None;
@@ -85,7 +100,9 @@ fn yaml_pair(line: &[u8]) -> Option<(&[u8], &[u8], usize)> {
 
 fn unquote(s: &[u8]) -> &[u8] {
     match (s.first(), s.last()) {
-        (Some(b'"'), Some(b'"')) | (Some(b'\''), Some(b'\'')) if s.len() >= 2 => s.get(1..s.len() - 1).unwrap_or_default(),
+        (Some(b'"'), Some(b'"')) | (Some(b'\''), Some(b'\'')) if s.len() >= 2 => {
+            s.get(1..s.len() - 1).unwrap_or_default()
+        }
         _ => s,
     }
 }

@@ -201,14 +201,27 @@ fn ids_seen_only_in_text_are_found_by_their_shape() {
         for id in raw {
             assert!(!out.contains(id), "{id} leaked ({kind:?}): {out}");
         }
-        for kept in ["2025-03-25", "E11.65", "1-0-1-0", "in-progress", "&limit=20", "?cursor="] {
+        for kept in [
+            "2025-03-25",
+            "E11.65",
+            "1-0-1-0",
+            "in-progress",
+            "&limit=20",
+            "?cursor=",
+        ] {
             assert!(out.contains(kept), "{kept} lost ({kind:?}): {out}");
         }
     }
     let out = rewritten(&tax, &body, BodyKind::Json);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["note"], "see /api/v2/patients/patient-001/visits on 2025-03-25");
-    assert_eq!(v["link"], "https://hms.example/fhir?subject=Patient%2Fpatient-002&code=1-0-1-0");
+    assert_eq!(
+        v["note"],
+        "see /api/v2/patients/patient-001/visits on 2025-03-25"
+    );
+    assert_eq!(
+        v["link"],
+        "https://hms.example/fhir?subject=Patient%2Fpatient-002&code=1-0-1-0"
+    );
 }
 
 /// FHIR's terminology and conformance definitions are not records: their
@@ -229,7 +242,12 @@ fn canonical_urls_and_version_ids_are_not_records() {
         ] {
             assert!(out.contains(kept), "{kept} lost ({kind:?}): {out}");
         }
-        for id in ["enc-000451", "pat-000123", "pat-000124", "5d0c7e2a-41b3-4f6e-9a8d-2c7b1e0f3a94"] {
+        for id in [
+            "enc-000451",
+            "pat-000123",
+            "pat-000124",
+            "5d0c7e2a-41b3-4f6e-9a8d-2c7b1e0f3a94",
+        ] {
             assert!(!out.contains(id), "{id} leaked ({kind:?}): {out}");
         }
     }
@@ -241,7 +259,11 @@ fn canonical_urls_and_version_ids_are_not_records() {
         br#"{"kinds":[{"name":"codesystem","prefix":"codesystem","resourceTypes":["CodeSystem"]}]}"#,
     )
     .unwrap();
-    let out = rewritten(&mapped, r#"{"system":"http://terminology.hl7.org/CodeSystem/v3-ActCode"}"#, BodyKind::Json);
+    let out = rewritten(
+        &mapped,
+        r#"{"system":"http://terminology.hl7.org/CodeSystem/v3-ActCode"}"#,
+        BodyKind::Json,
+    );
     assert!(!out.contains("v3-ActCode"), "{out}");
 }
 
@@ -515,7 +537,10 @@ fn ids_cut_by_invisible_characters_are_never_aliased_as_a_prefix() {
         (r#"{"note":"Patient/4829\u200b13"}"#, BodyKind::Json),
         ("{\"note\":\"Patient/4829\u{ad}13\"}", BodyKind::Json),
         ("enc\u{2013}0077812 seen", BodyKind::Text),
-        ("pat-\u{ff10}\u{ff10}\u{ff10}\u{ff11}\u{ff12}\u{ff14}", BodyKind::Text),
+        (
+            "pat-\u{ff10}\u{ff10}\u{ff10}\u{ff11}\u{ff12}\u{ff14}",
+            BodyKind::Text,
+        ),
     ] {
         let mut scan = ResponseScan::new(&tax);
         let err = scan.add(body.as_bytes(), kind, None).unwrap_err();
@@ -523,11 +548,18 @@ fn ids_cut_by_invisible_characters_are_never_aliased_as_a_prefix() {
         assert!(scan.ids().is_empty(), "{body}: {:?}", scan.ids());
     }
     // Known from an earlier body; this one cuts it with U+2011.
-    let known = [KnownAlias { value: "anna-k-4471".into(), alias: "patient-001".into() }];
+    let known = [KnownAlias {
+        value: "anna-k-4471".into(),
+        alias: "patient-001".into(),
+    }];
     let body = "Letter for anna\u{2011}k-4471".as_bytes();
     let mut scan = ResponseScan::new(&tax);
     let part = scan.add(body, BodyKind::Text, None).unwrap();
-    let err = scan.rewriter(&[], &known).unwrap().rewrite(part, body).unwrap_err();
+    let err = scan
+        .rewriter(&[], &known)
+        .unwrap()
+        .rewrite(part, body)
+        .unwrap_err();
     assert_eq!(err.reason(), WithholdReason::BrokenId);
     // Entity-written hyphens are read whole, as before.
     let out = rewritten(&tax, "<p>pat&hyphen;000124</p>", BodyKind::Html);
@@ -541,16 +573,24 @@ fn ids_cut_by_invisible_characters_are_never_aliased_as_a_prefix() {
 fn json_with_a_byte_order_mark_is_read_as_json() {
     let tax = Taxonomy::default();
     let body = "\u{feff}{\"resourceType\":\"Patient\",\"id\":\"pat-000123\",\"n\":482913}";
-    for kind in [BodyKind::Json, BodyKind::Text, BodyKind::from_content_type(None)] {
+    for kind in [
+        BodyKind::Json,
+        BodyKind::Text,
+        BodyKind::from_content_type(None),
+    ] {
         let out = rewritten(&tax, body, kind);
         assert!(out.starts_with('\u{feff}'), "{kind:?}: {out}");
-        let v: serde_json::Value = serde_json::from_str(out.trim_start_matches('\u{feff}')).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(out.trim_start_matches('\u{feff}')).unwrap();
         assert_eq!(v["id"], "patient-001", "{kind:?}: {out}");
         assert_eq!(v["n"], 482913, "{kind:?}: {out}");
     }
     let nd = "\u{feff}{\"patientId\":\"pat-000123\"}\n{\"patientId\":\"pat-000124\"}\n";
     let out = rewritten(&tax, nd, BodyKind::NdJson);
-    assert!(out.starts_with('\u{feff}') && !out.contains("pat-00012"), "{out}");
+    assert!(
+        out.starts_with('\u{feff}') && !out.contains("pat-00012"),
+        "{out}"
+    );
     // Escaped strings (re-encoded whole) keep their place after the mark.
     let esc = "\u{feff}{\"note\":\"a\\tpat-000123\"}";
     let out = rewritten(&tax, esc, BodyKind::Json);

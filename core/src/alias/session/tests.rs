@@ -159,9 +159,18 @@ fn sightings_of_one_entity_merge_and_both_aliases_keep_decoding() {
     for reverse in [false, true] {
         let mut m = SessionMap::new();
         // The UUID seen in prose (no kind known), its FHIR id seen alone.
-        let prose = IdInput { value: U1.into(), kind: None, form: None, group: None };
+        let prose = IdInput {
+            value: U1.into(),
+            kind: None,
+            form: None,
+            group: None,
+        };
         let fhir = id("pat-000123", "patient", Some(Form::Fhir), None);
-        let (first, second) = if reverse { (fhir.clone(), prose.clone()) } else { (prose.clone(), fhir.clone()) };
+        let (first, second) = if reverse {
+            (fhir.clone(), prose.clone())
+        } else {
+            (prose.clone(), fhir.clone())
+        };
         let a1 = m.encode(&t, &[first]).unwrap().aliases;
         let a2 = m.encode(&t, &[second]).unwrap().aliases;
         assert_ne!(a1, a2);
@@ -184,8 +193,14 @@ fn sightings_of_one_entity_merge_and_both_aliases_keep_decoding() {
             assert_eq!(d.ids.fhir_id.as_deref(), Some("pat-000123"), "{a}");
         }
         // Every later sighting, in either form, keeps the one alias.
-        assert_eq!(m.encode(&t, &[prose.clone()]).unwrap().aliases, again.aliases[..1]);
-        assert_eq!(m.encode(&t, &[fhir.clone()]).unwrap().aliases, again.aliases[..1]);
+        assert_eq!(
+            m.encode(&t, &[prose.clone()]).unwrap().aliases,
+            again.aliases[..1]
+        );
+        assert_eq!(
+            m.encode(&t, &[fhir.clone()]).unwrap().aliases,
+            again.aliases[..1]
+        );
         // A reload (stores keep the record under each alias) gives the same map.
         let rows: Vec<EntityRecord> = m
             .records()
@@ -195,12 +210,37 @@ fn sightings_of_one_entity_merge_and_both_aliases_keep_decoding() {
             .collect();
         let rebuilt = SessionMap::from_records(&t, rows).unwrap();
         for a in a1.iter().chain(&a2) {
-            assert_eq!(rebuilt.decode(&t, a).map(|d| d.record), m.decode(&t, a).map(|d| d.record), "{a}");
+            assert_eq!(
+                rebuilt.decode(&t, a).map(|d| d.record),
+                m.decode(&t, a).map(|d| d.record),
+                "{a}"
+            );
         }
-        assert_eq!(rebuilt.plan(&t, &[id(U2, "patient", None, None)]).unwrap().aliases, ["patient-002"], "counters survive a merge and a reload");
+        assert_eq!(
+            rebuilt
+                .plan(&t, &[id(U2, "patient", None, None)])
+                .unwrap()
+                .aliases,
+            ["patient-002"],
+            "counters survive a merge and a reload"
+        );
         let fallback = t.kind_name(t.fallback_kind()).to_owned();
-        let next = rebuilt.plan(&t, &[IdInput { value: U2.into(), kind: Some(fallback), form: None, group: None }]).unwrap().aliases;
-        assert!(!a1.contains(&next[0]) && !a2.contains(&next[0]), "a merged alias' number is never reissued: {next:?}");
+        let next = rebuilt
+            .plan(
+                &t,
+                &[IdInput {
+                    value: U2.into(),
+                    kind: Some(fallback),
+                    form: None,
+                    group: None,
+                }],
+            )
+            .unwrap()
+            .aliases;
+        assert!(
+            !a1.contains(&next[0]) && !a2.contains(&next[0]),
+            "a merged alias' number is never reissued: {next:?}"
+        );
     }
 }
 
@@ -209,18 +249,38 @@ fn merging_two_different_records_still_fails_closed() {
     let t = tax();
     let mut m = SessionMap::new();
     m.encode(&t, &[id(U1, "patient", None, None)]).unwrap();
-    m.encode(&t, &[id(U2, "patient", None, Some(1)), id("pat-2", "patient", Some(Form::Fhir), Some(1))]).unwrap();
+    m.encode(
+        &t,
+        &[
+            id(U2, "patient", None, Some(1)),
+            id("pat-2", "patient", Some(Form::Fhir), Some(1)),
+        ],
+    )
+    .unwrap();
     let before = m.clone();
     // U1's entity and pat-2's entity (whose UUID is U2) are two records.
     let e = m
-        .encode(&t, &[id(U1, "patient", None, Some(2)), id("pat-2", "patient", Some(Form::Fhir), Some(2))])
+        .encode(
+            &t,
+            &[
+                id(U1, "patient", None, Some(2)),
+                id("pat-2", "patient", Some(Form::Fhir), Some(2)),
+            ],
+        )
         .unwrap_err();
     assert!(matches!(e, SessionError::Conflict { .. }), "{e}");
     // Two specific kinds are two records too.
-    m.encode(&t, &[id("enc-1", "encounter", Some(Form::Fhir), None)]).unwrap();
+    m.encode(&t, &[id("enc-1", "encounter", Some(Form::Fhir), None)])
+        .unwrap();
     let before2 = m.clone();
     let e = m
-        .encode(&t, &[id(U1, "patient", None, Some(3)), id("enc-1", "encounter", Some(Form::Fhir), Some(3))])
+        .encode(
+            &t,
+            &[
+                id(U1, "patient", None, Some(3)),
+                id("enc-1", "encounter", Some(Form::Fhir), Some(3)),
+            ],
+        )
         .unwrap_err();
     assert!(matches!(e, SessionError::Conflict { .. }), "{e}");
     assert_eq!(m, before2);
@@ -232,19 +292,31 @@ fn epoch_maps_issue_and_decode_only_their_own_epoch() {
     let t = tax();
     let (e1, e2) = (Epoch::from_seed(1), Epoch::from_seed(2));
     let mut old = SessionMap::with_epoch(e1);
-    let a_old = old.encode(&t, &[id(U1, "patient", None, None)]).unwrap().aliases;
+    let a_old = old
+        .encode(&t, &[id(U1, "patient", None, None)])
+        .unwrap()
+        .aliases;
     assert_eq!(a_old, [format!("patient-{e1}-001")]);
     // The session's map recreated (expiry, lost store): a new epoch.
     let mut new = SessionMap::with_epoch(e2);
-    let a_new = new.encode(&t, &[id(U2, "patient", None, None)]).unwrap().aliases;
+    let a_new = new
+        .encode(&t, &[id(U2, "patient", None, None)])
+        .unwrap()
+        .aliases;
     assert_eq!(a_new, [format!("patient-{e2}-001")]);
-    assert!(new.decode(&t, &a_old[0]).is_none(), "an old alias never reaches the new record");
+    assert!(
+        new.decode(&t, &a_old[0]).is_none(),
+        "an old alias never reaches the new record"
+    );
     assert!(new.decode(&t, "patient-001").is_none());
     let rebuilt = SessionMap::from_records(&t, new.records().to_vec()).unwrap();
     assert_eq!(rebuilt.epoch(), Some(e2));
     let mut mixed = old.records().to_vec();
     mixed.extend(new.records().iter().cloned());
-    assert!(matches!(SessionMap::from_records(&t, mixed), Err(SessionError::BadRecord { .. })));
+    assert!(matches!(
+        SessionMap::from_records(&t, mixed),
+        Err(SessionError::BadRecord { .. })
+    ));
 }
 
 #[test]
@@ -301,7 +373,10 @@ fn near_miss_repair_only_to_issued_aliases() {
     let d = m.decode(&t, "task-group-001").unwrap();
     assert!(!d.repaired);
     assert_eq!(d.record.kind, "task-group");
-    assert_eq!(m.decode(&t, "task-group-item-001").unwrap().record.kind, "task-group");
+    assert_eq!(
+        m.decode(&t, "task-group-item-001").unwrap().record.kind,
+        "task-group"
+    );
     assert_eq!(m.decode(&t, "task-item-001").unwrap().record.kind, "task");
 }
 
@@ -453,14 +528,28 @@ proptest! {
 
 /// An id as a prompt scan sends it: no hints beyond what the scan saw.
 fn plain(value: &str) -> IdInput {
-    IdInput { value: value.into(), kind: None, form: None, group: None }
+    IdInput {
+        value: value.into(),
+        kind: None,
+        form: None,
+        group: None,
+    }
 }
 
 #[test]
 fn a_prompt_passes_the_aliases_this_session_issued_unchanged() {
     let t = tax();
     let mut m = SessionMap::with_epoch(Epoch::from_seed(7));
-    let issued = m.encode(&t, &[id(U1, "patient", None, None), id("ward-101", "ward", Some(Form::Slug), None)]).unwrap().aliases;
+    let issued = m
+        .encode(
+            &t,
+            &[
+                id(U1, "patient", None, None),
+                id("ward-101", "ward", Some(Form::Slug), None),
+            ],
+        )
+        .unwrap()
+        .aliases;
     assert_eq!(m.len(), 2);
     // The model writes back the aliases it was given, beside a new raw id.
     let batch = [plain(&issued[0]), plain(U2), plain(&issued[1])];
@@ -471,7 +560,11 @@ fn a_prompt_passes_the_aliases_this_session_issued_unchanged() {
     assert!(t.parse_alias(&e.aliases[1]).is_some());
     assert_eq!(e.changes.len(), 1, "only the raw id is minted");
     assert_eq!(m.len(), 3);
-    assert_eq!(m.alias_of(&issued[0]), None, "an alias never becomes a raw value");
+    assert_eq!(
+        m.alias_of(&issued[0]),
+        None,
+        "an alias never becomes a raw value"
+    );
     // A repairable near-miss of an issued alias is the model's too.
     let drifted = issued[0].to_uppercase();
     let e = m.plan_from(&t, &[plain(&drifted)], Origin::Prompt).unwrap();
@@ -485,8 +578,13 @@ fn a_prompt_passes_the_aliases_this_session_issued_unchanged() {
 fn from_a_response_an_issued_alias_is_a_raw_id_like_any_other() {
     let t = tax();
     let mut m = SessionMap::with_epoch(Epoch::from_seed(7));
-    let issued = m.encode(&t, &[id(U1, "patient", None, None)]).unwrap().aliases;
-    let e = m.encode_from(&t, &[plain(&issued[0])], Origin::Response).unwrap();
+    let issued = m
+        .encode(&t, &[id(U1, "patient", None, None)])
+        .unwrap()
+        .aliases;
+    let e = m
+        .encode_from(&t, &[plain(&issued[0])], Origin::Response)
+        .unwrap();
     assert_ne!(e.aliases[0], issued[0]);
     assert_eq!(e.changes.len(), 1);
     assert_eq!(m.alias_of(&issued[0]), Some(e.aliases[0].as_str()));
@@ -497,8 +595,16 @@ fn a_prompt_mints_for_alias_shaped_values_this_session_did_not_issue() {
     let t = tax();
     let mut m = SessionMap::with_epoch(Epoch::from_seed(7));
     m.encode(&t, &[id(U1, "patient", None, None)]).unwrap();
-    let other = SessionMap::with_epoch(Epoch::from_seed(8)).encode(&t, &[id(U1, "patient", None, None)]).unwrap().aliases;
-    for foreign in [other[0].as_str(), "ward-101", "patient-001", "patient-k7q2-001"] {
+    let other = SessionMap::with_epoch(Epoch::from_seed(8))
+        .encode(&t, &[id(U1, "patient", None, None)])
+        .unwrap()
+        .aliases;
+    for foreign in [
+        other[0].as_str(),
+        "ward-101",
+        "patient-001",
+        "patient-k7q2-001",
+    ] {
         if m.decode(&t, foreign).is_some() {
             continue;
         }
@@ -512,10 +618,22 @@ fn a_prompt_mints_for_alias_shaped_values_this_session_did_not_issue() {
 fn prompt_errors_name_the_callers_index() {
     let t = tax();
     let mut m = SessionMap::with_epoch(Epoch::from_seed(7));
-    let issued = m.encode(&t, &[id(U1, "patient", None, None)]).unwrap().aliases;
+    let issued = m
+        .encode(&t, &[id(U1, "patient", None, None)])
+        .unwrap()
+        .aliases;
     let long = "x".repeat(t.max_id_len() + 1);
-    let err = m.plan_from(&t, &[plain(&issued[0]), plain(U2), plain(&long)], Origin::Prompt).unwrap_err();
-    assert!(matches!(err, SessionError::BadValue { index: 2, .. }), "{err}");
+    let err = m
+        .plan_from(
+            &t,
+            &[plain(&issued[0]), plain(U2), plain(&long)],
+            Origin::Prompt,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(err, SessionError::BadValue { index: 2, .. }),
+        "{err}"
+    );
 }
 
 // === Repair never crosses kinds ===
@@ -523,8 +641,14 @@ fn prompt_errors_name_the_callers_index() {
 /// The taxonomies the project ships: the built-in kinds, and the built-ins
 /// with `config/taxonomy.example.json`'s kinds.
 fn shipped_taxonomies() -> Vec<(&'static str, Taxonomy)> {
-    let example = include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../config/taxonomy.example.json"));
-    vec![("built-in", Taxonomy::default()), ("example", Taxonomy::from_json(example).unwrap())]
+    let example = include_bytes!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../config/taxonomy.example.json"
+    ));
+    vec![
+        ("built-in", Taxonomy::default()),
+        ("example", Taxonomy::from_json(example).unwrap()),
+    ]
 }
 
 /// splitmix64: a fixed-seed shuffle that does not depend on proptest's RNG
@@ -590,30 +714,55 @@ fn no_string_decodes_to_two_records_over_a_sessions_life() {
     let mut repairs = 0usize;
     for (name, t) in shipped_taxonomies() {
         let kinds: Vec<KindId> = t.kinds().map(|(k, _)| k).collect();
-        for (round, epoch) in [None, Some(Epoch::from_seed(7)), Some(Epoch::from_seed(0xC0FFEE))].into_iter().enumerate() {
+        for (round, epoch) in [
+            None,
+            Some(Epoch::from_seed(7)),
+            Some(Epoch::from_seed(0xC0FFEE)),
+        ]
+        .into_iter()
+        .enumerate()
+        {
             let probes = drift_probes(&t, epoch);
             for order in 0..4u64 {
                 let seed = 0x5EED_0000 + (round as u64) * 16 + order;
-                let mut mints: Vec<(KindId, u32)> = kinds.iter().flat_map(|k| [(*k, 0), (*k, 1)]).collect();
+                let mut mints: Vec<(KindId, u32)> =
+                    kinds.iter().flat_map(|k| [(*k, 0), (*k, 1)]).collect();
                 shuffle(&mut mints, seed);
                 let mut m = epoch.map_or_else(SessionMap::new, SessionMap::with_epoch);
                 let mut seen: BTreeMap<&str, String> = BTreeMap::new();
                 for (step, (kind, n)) in mints.iter().enumerate() {
                     let value = format!("raw-{}-{n}", kind_index(&t, *kind));
-                    m.encode(&t, &[id(&value, t.kind_name(*kind), Some(Form::Slug), None)]).unwrap();
+                    m.encode(
+                        &t,
+                        &[id(&value, t.kind_name(*kind), Some(Form::Slug), None)],
+                    )
+                    .unwrap();
                     for probe in &probes {
-                        let Some(d) = m.decode(&t, probe) else { continue };
+                        let Some(d) = m.decode(&t, probe) else {
+                            continue;
+                        };
                         decodes += 1;
                         repairs += usize::from(d.repaired);
-                        let ctx = || format!("{name} taxonomy, seed {seed:#x}, after mint {step}: {probe}");
+                        let ctx = || {
+                            format!("{name} taxonomy, seed {seed:#x}, after mint {step}: {probe}")
+                        };
                         let own = t
                             .parse_alias(probe)
                             .map(|p| p.kind)
                             .or_else(|| t.own_prefix_kind(probe).map(|(k, _)| k))
                             .unwrap_or_else(|| panic!("{} decoded with no prefix", ctx()));
-                        assert_eq!(d.record.kind, t.kind_name(own), "{} decoded across kinds", ctx());
+                        assert_eq!(
+                            d.record.kind,
+                            t.kind_name(own),
+                            "{} decoded across kinds",
+                            ctx()
+                        );
                         if t.parse_alias(probe).is_some() {
-                            assert!(!d.repaired && d.record.alias == *probe, "{} parses: exact only", ctx());
+                            assert!(
+                                !d.repaired && d.record.alias == *probe,
+                                "{} parses: exact only",
+                                ctx()
+                            );
                         }
                         if let Some(before) = seen.insert(probe, d.record.alias.clone()) {
                             assert_eq!(before, d.record.alias, "{} decoded to two records", ctx());
@@ -624,7 +773,10 @@ fn no_string_decodes_to_two_records_over_a_sessions_life() {
         }
     }
     // The probes do exercise repair (not only exact hits).
-    assert!(repairs > 100_000 && decodes > repairs, "{decodes} decodes, {repairs} repairs");
+    assert!(
+        repairs > 100_000 && decodes > repairs,
+        "{decodes} decodes, {repairs} repairs"
+    );
 }
 
 fn kind_index(t: &Taxonomy, kind: KindId) -> usize {
@@ -635,22 +787,46 @@ fn kind_index(t: &Taxonomy, kind: KindId) -> usize {
 fn one_value_under_two_kinds_is_two_records_and_prose_names_the_oldest() {
     let t = tax();
     let mut m = SessionMap::new();
-    let prose = IdInput { value: "enc-000042".into(), kind: None, form: None, group: None };
+    let prose = IdInput {
+        value: "enc-000042".into(),
+        kind: None,
+        form: None,
+        group: None,
+    };
     let first = m.encode(&t, &[prose.clone()]).unwrap().aliases;
     // First seen with a kind: the record of unknown kind takes it.
-    let visit = m.encode(&t, &[id("enc-000042", "visit", Some(Form::Fhir), None)]).unwrap();
+    let visit = m
+        .encode(&t, &[id("enc-000042", "visit", Some(Form::Fhir), None)])
+        .unwrap();
     assert_eq!(visit.aliases, first);
-    assert_eq!(visit.changes.first().map(|r| r.kind.as_str()), Some("visit"));
+    assert_eq!(
+        visit.changes.first().map(|r| r.kind.as_str()),
+        Some("visit")
+    );
     // Another kind that names another record: another alias.
-    let task = m.encode(&t, &[id("enc-000042", "task", Some(Form::Fhir), None)]).unwrap().aliases;
+    let task = m
+        .encode(&t, &[id("enc-000042", "task", Some(Form::Fhir), None)])
+        .unwrap()
+        .aliases;
     assert_ne!(task, first);
     assert_eq!(m.decode(&t, &task[0]).unwrap().record.kind, "task");
     assert_eq!(m.decode(&t, &first[0]).unwrap().record.kind, "visit");
     // Where no kind is known, the oldest record; each kind keeps its own.
     assert_eq!(m.encode(&t, &[prose]).unwrap().aliases, first);
-    assert_eq!(m.encode(&t, &[id("enc-000042", "task", Some(Form::Fhir), None)]).unwrap().aliases, task);
+    assert_eq!(
+        m.encode(&t, &[id("enc-000042", "task", Some(Form::Fhir), None)])
+            .unwrap()
+            .aliases,
+        task
+    );
     let known: Vec<(&str, &str)> = m.known_values().collect();
-    assert_eq!(known, [("enc-000042", first[0].as_str()), ("enc-000042", task[0].as_str())]);
+    assert_eq!(
+        known,
+        [
+            ("enc-000042", first[0].as_str()),
+            ("enc-000042", task[0].as_str())
+        ]
+    );
     // A reload gives the same map.
     let rebuilt = SessionMap::from_records(&t, m.records().to_vec()).unwrap();
     assert_eq!(rebuilt, m);

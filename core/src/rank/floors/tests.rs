@@ -7,28 +7,61 @@ fn floors() -> Floors {
 }
 
 fn dev_turns() -> Vec<Value> {
-    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/catalog/queries.dev.jsonl"))
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/catalog/queries.dev.jsonl"
+    ))
+    .lines()
+    .map(|l| serde_json::from_str(l).unwrap())
+    .collect()
 }
 
 #[test]
 fn one_action_is_one_signal_and_two_actions_pin_the_workflows() {
     let f = floors();
-    assert_eq!(f.multi_entity.signals(&fold("Book an appointment for Mrs. Krause.")), ["appointment"]);
-    assert_eq!(f.multi_entity.signals(&fold("Book, then reschedule the appointment")), ["appointment"]);
-    let fired = f.multi_entity.evaluate(&fold("Book an appointment and write a note."), Phase::Planner).unwrap();
+    assert_eq!(
+        f.multi_entity
+            .signals(&fold("Book an appointment for Mrs. Krause.")),
+        ["appointment"]
+    );
+    assert_eq!(
+        f.multi_entity
+            .signals(&fold("Book, then reschedule the appointment")),
+        ["appointment"]
+    );
+    let fired = f
+        .multi_entity
+        .evaluate(
+            &fold("Book an appointment and write a note."),
+            Phase::Planner,
+        )
+        .unwrap();
     assert_eq!(fired.signals, ["appointment", "note"]);
     assert_eq!(fired.reason, Reason::FloorMultiEntity);
-    assert_eq!(fired.tools, ["intake.composite", "admission.composite", "discharge.composite"]);
-    assert!(f.multi_entity.evaluate(&fold("Book an appointment."), Phase::Planner).is_none());
+    assert_eq!(
+        fired.tools,
+        [
+            "intake.composite",
+            "admission.composite",
+            "discharge.composite"
+        ]
+    );
+    assert!(f
+        .multi_entity
+        .evaluate(&fold("Book an appointment."), Phase::Planner)
+        .is_none());
 }
 
 #[test]
 fn codes_doses_and_vital_units_are_signals_in_three_languages() {
     let f = floors();
-    let s = |t: &str| f.multi_entity.signals(&fold(t)).into_iter().map(str::to_owned).collect::<Vec<_>>();
+    let s = |t: &str| {
+        f.multi_entity
+            .signals(&fold(t))
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
     assert!(s("Add diagnosis E11.9").contains(&"icd10-code".to_owned()));
     assert!(s("Diagnose I10 hinterlegen").contains(&"icd10-code".to_owned()));
     assert!(s("levothyroxine 75 mcg").contains(&"dose-unit".to_owned()));
@@ -43,10 +76,23 @@ fn codes_doses_and_vital_units_are_signals_in_three_languages() {
 #[test]
 fn research_floor_never_fires_on_patient_searches() {
     let f = floors();
-    for q in ["Search for the patient Becker", "Such mal nach dem Patienten Lukas Müller", "Rechercher la patiente Bernard"] {
-        assert!(f.research.evaluate(&fold(q), Phase::Planner).is_none(), "{q}");
+    for q in [
+        "Search for the patient Becker",
+        "Such mal nach dem Patienten Lukas Müller",
+        "Rechercher la patiente Bernard",
+    ] {
+        assert!(
+            f.research.evaluate(&fold(q), Phase::Planner).is_none(),
+            "{q}"
+        );
     }
-    let fired = f.research.evaluate(&fold("Suche aktuelle Leitlinien zur Herzinsuffizienz"), Phase::Planner).unwrap();
+    let fired = f
+        .research
+        .evaluate(
+            &fold("Suche aktuelle Leitlinien zur Herzinsuffizienz"),
+            Phase::Planner,
+        )
+        .unwrap();
     assert_eq!(fired.signals, ["guideline-de"]);
     assert_eq!(fired.reason, Reason::FloorResearch);
 }
@@ -59,7 +105,11 @@ fn on_the_dev_turns_research_fires_on_research_turns_and_never_where_forbidden()
         let text = fold(q["query"].as_str().unwrap());
         let fires = f.research.fires(&text);
         if q.get("forbidden").is_some() {
-            assert!(!fires, "forbidden turn fired the research floor: {}", q["id"]);
+            assert!(
+                !fires,
+                "forbidden turn fired the research floor: {}",
+                q["id"]
+            );
         }
         if q["kind"] == "research" {
             research += 1;

@@ -3,7 +3,11 @@ use crate::phase::RECOVERY_NEW_TOOLS;
 use proptest::prelude::*;
 
 fn c(name: &str, reason: Reason) -> Candidate {
-    Candidate { name: name.into(), reason, score: 0.5 }
+    Candidate {
+        name: name.into(),
+        reason,
+        score: 0.5,
+    }
 }
 
 fn set(names: &[&str]) -> BTreeSet<String> {
@@ -18,7 +22,12 @@ fn names(v: &[Candidate]) -> Vec<&str> {
 fn planner_takes_tool_choice_then_floors_then_hits() {
     let registry = set(&["a", "b", "c", "d", "f"]);
     let floors = [c("f", Reason::FloorResearch)];
-    let hits = [c("a", Reason::Rag), c("f", Reason::Rag), c("b", Reason::Rag), c("zz", Reason::Rag)];
+    let hits = [
+        c("a", Reason::Rag),
+        c("f", Reason::Rag),
+        c("b", Reason::Rag),
+        c("zz", Reason::Rag),
+    ];
     let out = bounded(&SetInputs {
         phase: Phase::Planner,
         registry: &registry,
@@ -48,7 +57,10 @@ fn outage_and_empty_success_both_answer_floors_and_the_prior_set() {
         prior: &prior,
     };
     let outage = bounded(&base);
-    let empty = bounded(&SetInputs { hits: Some(&[]), ..base });
+    let empty = bounded(&SetInputs {
+        hits: Some(&[]),
+        ..base
+    });
     assert_eq!(outage, empty);
     assert_eq!(names(&outage), ["a", "p", "q"]);
     assert_eq!(outage[1].reason, Reason::PriorSet);
@@ -68,7 +80,10 @@ fn recovery_keeps_the_prior_set_and_adds_at_most_three() {
         hits: Some(&hits),
         prior: &prior,
     });
-    assert_eq!(names(&out), ["t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7"]);
+    assert_eq!(
+        names(&out),
+        ["t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7"]
+    );
 }
 
 #[test]
@@ -102,7 +117,13 @@ fn tool_input_surfaces_exactly_one() {
         prior: &[],
     };
     assert_eq!(names(&bounded(&inputs)), ["b"]);
-    assert_eq!(names(&bounded(&SetInputs { tool_choice: None, ..inputs })), ["a"]);
+    assert_eq!(
+        names(&bounded(&SetInputs {
+            tool_choice: None,
+            ..inputs
+        })),
+        ["a"]
+    );
 }
 
 fn phase() -> impl Strategy<Value = Phase> {
@@ -114,11 +135,23 @@ fn name() -> impl Strategy<Value = String> {
 }
 
 fn reason() -> impl Strategy<Value = Reason> {
-    prop::sample::select(vec![Reason::Rag, Reason::FloorMultiEntity, Reason::FloorResearch, Reason::FloorPatientResolve])
+    prop::sample::select(vec![
+        Reason::Rag,
+        Reason::FloorMultiEntity,
+        Reason::FloorResearch,
+        Reason::FloorPatientResolve,
+    ])
 }
 
 fn cands(max: usize) -> impl Strategy<Value = Vec<Candidate>> {
-    prop::collection::vec((name(), reason()).prop_map(|(n, r)| Candidate { name: n, reason: r, score: 0.0 }), 0..max)
+    prop::collection::vec(
+        (name(), reason()).prop_map(|(n, r)| Candidate {
+            name: n,
+            reason: r,
+            score: 0.0,
+        }),
+        0..max,
+    )
 }
 
 proptest! {

@@ -48,7 +48,11 @@ impl Rng {
         match self.next() % 3 {
             0 => self.uuid(),
             1 => self.pick(words).to_owned(),
-            _ => format!("{}{:03}", self.pick(&["f", "xcda", "pat"]), self.next() % 1000),
+            _ => format!(
+                "{}{:03}",
+                self.pick(&["f", "xcda", "pat"]),
+                self.next() % 1000
+            ),
         }
     }
 }
@@ -196,7 +200,15 @@ struct Counts {
 
 /// Compares one output value with its input: `key` is the member name the
 /// value sits under, `resource` whether the enclosing object is a resource.
-fn compare(tax: &Taxonomy, key: &str, resource: bool, inp: &Value, out: &Value, contained: &mut Vec<(String, String)>, c: &mut Counts) {
+fn compare(
+    tax: &Taxonomy,
+    key: &str,
+    resource: bool,
+    inp: &Value,
+    out: &Value,
+    contained: &mut Vec<(String, String)>,
+    c: &mut Counts,
+) {
     match (inp, out) {
         (Value::Object(a), Value::Object(b)) => {
             let is_res = a.contains_key("resourceType");
@@ -206,7 +218,9 @@ fn compare(tax: &Taxonomy, key: &str, resource: bool, inp: &Value, out: &Value, 
                     None => c.values_changed += 1,
                 }
             }
-            if let (true, Some(Value::String(id)), Some(Value::String(alias))) = (is_res, a.get("id"), b.get("id")) {
+            if let (true, Some(Value::String(id)), Some(Value::String(alias))) =
+                (is_res, a.get("id"), b.get("id"))
+            {
                 contained.push((id.clone(), alias.clone()));
             }
         }
@@ -265,12 +279,19 @@ fn run_session(tax: &'static Taxonomy, seed: u64, c: &mut Counts) {
             })
             .collect();
         let mut scan = ResponseScan::new(tax);
-        let Ok(part) = scan.add(body.as_bytes(), BodyKind::Json, tax.kind_for_path("/fhir/Bundle")) else {
+        let Ok(part) = scan.add(
+            body.as_bytes(),
+            BodyKind::Json,
+            tax.kind_for_path("/fhir/Bundle"),
+        ) else {
             c.withheld += 1;
             continue;
         };
         let aliases = session.encode(tax, scan.ids()).unwrap().aliases;
-        let out = match scan.rewriter(&aliases, &known).and_then(|r| r.rewrite(part, body.as_bytes())) {
+        let out = match scan
+            .rewriter(&aliases, &known)
+            .and_then(|r| r.rewrite(part, body.as_bytes()))
+        {
             Ok(out) => out,
             Err(e) => {
                 c.withheld += 1;
@@ -278,8 +299,15 @@ fn run_session(tax: &'static Taxonomy, seed: u64, c: &mut Counts) {
                 continue;
             }
         };
-        let values = scan.ids().iter().map(|i| i.value.as_str()).chain(known.iter().map(|k| k.value.as_str()));
-        let given = aliases.iter().map(String::as_str).chain(known.iter().map(|k| k.alias.as_str()));
+        let values = scan
+            .ids()
+            .iter()
+            .map(|i| i.value.as_str())
+            .chain(known.iter().map(|k| k.value.as_str()));
+        let given = aliases
+            .iter()
+            .map(String::as_str)
+            .chain(known.iter().map(|k| k.alias.as_str()));
         if let Some(f) = crate::lastword::LastWord::new(tax, values, given).check_body(&out) {
             c.last_word += 1;
             eprintln!("last word {f:?}: {}", String::from_utf8_lossy(&out));
@@ -317,7 +345,11 @@ fn fhir_bundles_keep_every_clinical_value_and_alias_every_id() {
         "fhir shapes: bodies={} ids={} ids_left_raw={} values={} values_changed={} withheld={} last_word={}",
         c.bodies, c.ids, c.ids_left_raw, c.values, c.values_changed, c.withheld, c.last_word
     );
-    assert_eq!((c.ids_left_raw, c.values_changed, c.withheld, c.last_word), (0, 0, 0, 0), "{c:?}");
+    assert_eq!(
+        (c.ids_left_raw, c.values_changed, c.withheld, c.last_word),
+        (0, 0, 0, 0),
+        "{c:?}"
+    );
     assert!(c.ids > 10_000 && c.values > 50_000, "{c:?}");
 }
 
@@ -333,9 +365,15 @@ fn a_word_like_id_is_aliased_in_its_positions_and_left_alone_as_a_word() {
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["name"][0]["family"], "Proband", "{out}");
     assert_eq!(v["telecom"][0]["value"], "hq@HL7.org", "{out}");
-    assert_eq!(v["maritalStatus"]["coding"][0]["system"], "http://terminology.hl7.org/CodeSystem/v3-MaritalStatus");
+    assert_eq!(
+        v["maritalStatus"]["coding"][0]["system"],
+        "http://terminology.hl7.org/CodeSystem/v3-MaritalStatus"
+    );
     let org = v["managingOrganization"]["reference"].as_str().unwrap();
-    assert!(org.starts_with("Organization/") && !org.contains("hl7"), "{out}");
+    assert!(
+        org.starts_with("Organization/") && !org.contains("hl7"),
+        "{out}"
+    );
     let pat = v["id"].as_str().unwrap();
     assert_ne!(pat, "proband");
     let org_alias = org.trim_start_matches("Organization/");
@@ -352,7 +390,13 @@ fn link_ids_and_element_ids_are_left_alone() {
     let tax = Taxonomy::default();
     let body = r#"{"resourceType":"QuestionnaireResponse","id":"qr-1","item":[{"linkId":"3.2.1.1.1.1","id":"item-7","prefix":"3.2.1","answer":[{"valueString":"x"}]},{"linkId":"q-2"}],"extension":[{"id":"ext-12","url":"http://example.org/x"}]}"#;
     let out = rewritten(&tax, body, BodyKind::Json);
-    for kept in [r#""linkId":"3.2.1.1.1.1""#, r#""id":"item-7""#, r#""prefix":"3.2.1""#, r#""linkId":"q-2""#, r#""id":"ext-12""#] {
+    for kept in [
+        r#""linkId":"3.2.1.1.1.1""#,
+        r#""id":"item-7""#,
+        r#""prefix":"3.2.1""#,
+        r#""linkId":"q-2""#,
+        r#""id":"ext-12""#,
+    ] {
         assert!(out.contains(kept), "{kept} lost: {out}");
     }
     assert!(!out.contains("qr-1"), "{out}");

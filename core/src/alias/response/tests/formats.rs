@@ -49,8 +49,14 @@ fn server_sent_events_read_each_json_data_line_as_json() {
 fn form_bodies_alias_values_under_id_keys() {
     let ct = BodyKind::from_content_type(Some("application/x-www-form-urlencoded"));
     assert_eq!(ct, BodyKind::Form);
-    let out = rewritten("patientId=482913&note=seen+today&visitId=%37%37&count=3", ct);
-    assert_eq!(out, "patientId=patient-001&note=seen+today&visitId=visit-001&count=3");
+    let out = rewritten(
+        "patientId=482913&note=seen+today&visitId=%37%37&count=3",
+        ct,
+    );
+    assert_eq!(
+        out,
+        "patientId=patient-001&note=seen+today&visitId=visit-001&count=3"
+    );
 }
 
 #[test]
@@ -64,20 +70,44 @@ fn yaml_lines_alias_values_under_id_keys() {
         "patient:\n  id: ref-001\n  name: Renate Kühn\nvisits:\n  - visitId: \"visit-001\"  # last\n  - visitId: 'visit-002'\ncount: 2\n"
     );
     // YAML that is JSON is read as JSON.
-    assert_eq!(rewritten("{\"patientId\": 5}", ct), "{\"patientId\": \"patient-001\"}");
+    assert_eq!(
+        rewritten("{\"patientId\": 5}", ct),
+        "{\"patientId\": \"patient-001\"}"
+    );
 }
 
 #[test]
 fn jsonp_and_xssi_wrappers_are_read_as_json_and_kept() {
     for (body, want) in [
-        (")]}'\n{\"patientId\": 482913}", ")]}'\n{\"patientId\": \"patient-001\"}"),
-        (")]}',\n{\"patientId\": 482913}", ")]}',\n{\"patientId\": \"patient-001\"}"),
-        ("while(1);{\"patientId\": 482913}", "while(1);{\"patientId\": \"patient-001\"}"),
-        ("for(;;);{\"patientId\": 482913}", "for(;;);{\"patientId\": \"patient-001\"}"),
-        ("cb_1({\"patientId\": 482913});", "cb_1({\"patientId\": \"patient-001\"});"),
-        ("jQuery.x ( [{\"patientId\": 482913}] )\n", "jQuery.x ( [{\"patientId\": \"patient-001\"}] )\n"),
+        (
+            ")]}'\n{\"patientId\": 482913}",
+            ")]}'\n{\"patientId\": \"patient-001\"}",
+        ),
+        (
+            ")]}',\n{\"patientId\": 482913}",
+            ")]}',\n{\"patientId\": \"patient-001\"}",
+        ),
+        (
+            "while(1);{\"patientId\": 482913}",
+            "while(1);{\"patientId\": \"patient-001\"}",
+        ),
+        (
+            "for(;;);{\"patientId\": 482913}",
+            "for(;;);{\"patientId\": \"patient-001\"}",
+        ),
+        (
+            "cb_1({\"patientId\": 482913});",
+            "cb_1({\"patientId\": \"patient-001\"});",
+        ),
+        (
+            "jQuery.x ( [{\"patientId\": 482913}] )\n",
+            "jQuery.x ( [{\"patientId\": \"patient-001\"}] )\n",
+        ),
     ] {
-        for kind in [BodyKind::Json, BodyKind::from_content_type(Some("application/javascript"))] {
+        for kind in [
+            BodyKind::Json,
+            BodyKind::from_content_type(Some("application/javascript")),
+        ] {
             assert_eq!(rewritten(body, kind), want, "{body} as {kind:?}");
         }
     }
@@ -85,8 +115,16 @@ fn jsonp_and_xssi_wrappers_are_read_as_json_and_kept() {
 
 #[test]
 fn json_with_comments_or_trailing_commas_is_withheld_as_not_json() {
-    for body in ["{\"patientId\": 1, // note\n}", "{\"patientId\": 1,}", "/* x */ {\"patientId\": 1}"] {
-        assert_eq!(withheld(body, BodyKind::Json), WithholdReason::NotJson, "{body}");
+    for body in [
+        "{\"patientId\": 1, // note\n}",
+        "{\"patientId\": 1,}",
+        "/* x */ {\"patientId\": 1}",
+    ] {
+        assert_eq!(
+            withheld(body, BodyKind::Json),
+            WithholdReason::NotJson,
+            "{body}"
+        );
     }
 }
 
@@ -105,8 +143,28 @@ fn scalars_under_kind_named_keys_are_ids_of_that_kind() {
     let body = r#"{"patient": 482913, "encounter": "77", "visits": [12, 13], "practitioner": {"id": "5"}}"#;
     let out = rewritten(body, BodyKind::Json);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert!(v["patient"].as_str().is_some_and(|a| a.starts_with("patient-")), "{out}");
-    assert!(v["encounter"].as_str().is_some_and(|a| a.starts_with("encounter-")), "{out}");
-    assert!(v["visits"][0].as_str().is_some_and(|a| a.starts_with("visit-")), "{out}");
-    assert!(v["practitioner"]["id"].as_str().is_some_and(|a| a.starts_with("practitioner-")), "{out}");
+    assert!(
+        v["patient"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("patient-")),
+        "{out}"
+    );
+    assert!(
+        v["encounter"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("encounter-")),
+        "{out}"
+    );
+    assert!(
+        v["visits"][0]
+            .as_str()
+            .is_some_and(|a| a.starts_with("visit-")),
+        "{out}"
+    );
+    assert!(
+        v["practitioner"]["id"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("practitioner-")),
+        "{out}"
+    );
 }

@@ -35,9 +35,18 @@ struct Counts {
 }
 
 fn run_one(tax: &'static Taxonomy, seed: u64, c: &mut Counts) {
-    let corpus::Session { ids, readable, unreadable } = corpus::session(seed);
+    let corpus::Session {
+        ids,
+        readable,
+        unreadable,
+    } = corpus::session(seed);
     let mut session = SessionMap::with_epoch(Epoch::from_seed(seed));
-    for corpus::Sample { body, content_type: ct, label } in readable {
+    for corpus::Sample {
+        body,
+        content_type: ct,
+        label,
+    } in readable
+    {
         let body = String::from_utf8(body).expect("generated bodies are UTF-8");
         c.bodies += 1;
         c.ids += ids.len() as u64;
@@ -99,8 +108,12 @@ fn run_one(tax: &'static Taxonomy, seed: u64, c: &mut Counts) {
         // A look-alike inside an id (`8-930` in a UUID) goes with the id,
         // also where the id is written with escapes (`&#x65;a5526bb-4548-…`):
         // both sides are compared decoded.
-        let decoded = |s: &str| crate::alias::known::decoded_view(s.as_bytes()).unwrap_or_else(|| s.to_owned());
-        let outside_ids = ids.iter().fold(decoded(&body), |b, id| b.replace(id.as_str(), " "));
+        let decoded = |s: &str| {
+            crate::alias::known::decoded_view(s.as_bytes()).unwrap_or_else(|| s.to_owned())
+        };
+        let outside_ids = ids
+            .iter()
+            .fold(decoded(&body), |b, id| b.replace(id.as_str(), " "));
         let out_decoded = decoded(&out);
         for l in lookalikes {
             c.lookalikes += 1;
@@ -114,9 +127,16 @@ fn run_one(tax: &'static Taxonomy, seed: u64, c: &mut Counts) {
     if let Some((sample, why)) = unreadable {
         c.unreadable += 1;
         let mut scan = ResponseScan::new(tax);
-        match scan.add(&sample.body, BodyKind::from_content_type(sample.content_type), None) {
+        match scan.add(
+            &sample.body,
+            BodyKind::from_content_type(sample.content_type),
+            None,
+        ) {
             Err(e) if e.reason() == why => c.refused += 1,
-            other => eprintln!("unreadable body not refused as {why:?}: {other:?}: {:?}", sample.body),
+            other => eprintln!(
+                "unreadable body not refused as {why:?}: {other:?}: {:?}",
+                sample.body
+            ),
         }
     }
 }
