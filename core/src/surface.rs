@@ -417,7 +417,7 @@ fn decide_in(
         offered
             .chain(prior)
             .find(|t| t.name == name)
-            .map_or(true, |t| t.mutating)
+            .is_none_or(|t| t.mutating)
     };
     for forced in &req.forced {
         set.offer(SurfacedTool {

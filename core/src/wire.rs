@@ -218,8 +218,9 @@ pub fn registry_digest<'a>(tools: impl IntoIterator<Item = (&'a str, &'a str)>) 
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(64);
     for b in bytes {
-        out.push(char::from(HEX[usize::from(b >> 4)]));
-        out.push(char::from(HEX[usize::from(b & 15)]));
+        for nibble in [b >> 4, b & 15] {
+            out.extend(HEX.get(usize::from(nibble)).map(|&c| char::from(c)));
+        }
     }
     out
 }
@@ -232,8 +233,9 @@ pub fn parse_digest(hex: &str) -> Option<[u8; 32]> {
     }
     let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
     let mut out = [0u8; 32];
-    for (i, pair) in hex.chunks_exact(2).enumerate() {
-        out[i] = digit(pair[0])? << 4 | digit(pair[1])?;
+    for (slot, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
+        let [hi, lo] = [pair.first()?, pair.get(1)?];
+        *slot = digit(*hi)? << 4 | digit(*lo)?;
     }
     Some(out)
 }

@@ -327,8 +327,8 @@ mod tests {
         assert_eq!(
             deserialize_map(&bytes),
             vec![
-                ("location".to_owned(), "/a/b".to_owned()),
-                (":status".to_owned(), "201".to_owned())
+                ("location".to_owned(), b"/a/b".to_vec()),
+                (":status".to_owned(), b"201".to_vec())
             ]
         );
         assert_eq!(

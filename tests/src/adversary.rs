@@ -22,7 +22,7 @@ impl Rng {
     }
 
     /// The next 64 random bits.
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -32,12 +32,12 @@ impl Rng {
 
     /// A number in `0..n` (`n > 0`).
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
+        (self.next_u64() % n.max(1) as u64) as usize
     }
 
     /// True with probability `percent`/100.
     pub fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
+        self.next_u64() % 100 < percent
     }
 
     /// One element of `items`.
@@ -485,7 +485,7 @@ fn count(v: &Value, place: Place, reference: bool) -> usize {
                     | "schema"
                     | "inputjsonschema" => defines = true,
                     "arguments" | "input" | "args" => call = true,
-                    "type" => typed = Some(v.as_str().map(|t| squash(t)).unwrap_or_default()),
+                    "type" => typed = Some(v.as_str().map(squash).unwrap_or_default()),
                     _ => {}
                 }
             }
@@ -493,7 +493,7 @@ fn count(v: &Value, place: Place, reference: bool) -> usize {
             let by_name = !reference
                 && (function_typed
                     || (place == Place::Wrapper && !call)
-                    || (place == Place::InToolsList && (typed.is_none() || function_typed)));
+                    || (place == Place::InToolsList && typed.is_none()));
             let definition = named && (defines || place == Place::InList || by_name);
             n + usize::from(definition)
         }

@@ -1629,7 +1629,7 @@ async fn aliases_in_request_headers_are_decoded_and_unknown_ones_never_reach_hms
     for (case, session, header, alias) in cases {
         for (method, body) in [("GET", false), ("POST", true)] {
             stack.hms.clear();
-            let r = request(method, session, &[header.clone()], body)
+            let r = request(method, session, std::slice::from_ref(&header), body)
                 .await
                 .unwrap();
             let reply = Reply::read(r).await;

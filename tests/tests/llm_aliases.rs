@@ -338,6 +338,7 @@ async fn every_format_reaches_the_model_with_aliases_only_and_the_aliases_decode
     let stack = Stack::start(StackOptions::default()).await.expect("stack");
     let mut g = Gen(20_261_130);
     let mut total = 0u64;
+    let open_patient = Regex::new(r"The open patient is ([A-Za-z0-9-]+)\.").expect("regex");
     for format in 0..4 {
         for stream in [false, true] {
             let what = format!(
@@ -370,8 +371,7 @@ async fn every_format_reaches_the_model_with_aliases_only_and_the_aliases_decode
                 "{what}: look-alikes lost"
             );
             // The open patient's alias decodes on the HMS listener to its UUID.
-            let alias = Regex::new(r"The open patient is ([A-Za-z0-9-]+)\.")
-                .expect("regex")
+            let alias = open_patient
                 .captures(&got)
                 .map(|c| c[1].to_owned())
                 .unwrap_or_else(|| panic!("{what}: no alias in {got}"));

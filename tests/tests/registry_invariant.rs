@@ -413,7 +413,7 @@ fn seed() -> u64 {
     std::env::var("KEYHOLE_INVARIANT_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(0x6b65_7968_6f6c_65)
+        .unwrap_or(0x006b_6579_686f_6c65)
 }
 
 /// Generated requests through Envoy: every method, transport and phase;

@@ -369,7 +369,7 @@ async fn merged_hold(store: &dyn AliasStore, m: &Merged) {
     for sighting in m.sightings() {
         assert_eq!(
             store.encode(&m.session, &[sighting]).await.unwrap(),
-            [m.alias.clone()],
+            std::slice::from_ref(&m.alias),
             "a later sighting keeps the one alias"
         );
     }

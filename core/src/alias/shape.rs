@@ -385,7 +385,7 @@ pub(crate) fn find_in_text<'t>(tax: &'t Taxonomy, text: &[u8], out: &mut Vec<Tex
             let tail = text.get(i..end).map_or(0, |t| {
                 t.iter().rev().take_while(|b| b.is_ascii_digit()).count()
             });
-            let dash_before_tail = end >= i + tail + 1 && text.get(end - tail - 1) == Some(&b'-');
+            let dash_before_tail = end > i + tail && text.get(end - tail - 1) == Some(&b'-');
             if tail >= 3
                 && dash_before_tail
                 && !text.get(end).copied().is_some_and(is_token_byte)

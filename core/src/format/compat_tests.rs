@@ -176,16 +176,12 @@ fn allowed_tools_are_kept_as_a_named_choice_is() {
 
 #[test]
 fn current_builtins_of_every_family_are_kept_and_unknown_types_refused() {
-    let anthropic = format!(
-        r#"{{"model":"m","max_tokens":10,"messages":[{{"role":"user","content":"hi"}}],"tools":[{{"type":"web_search_20260209","name":"web_search","max_uses":3}},{{"type":"web_fetch_20260309","name":"web_fetch"}},{{"type":"code_execution_20260120","name":"code_execution"}},{{"type":"computer_20251124","name":"computer","display_width_px":1024,"display_height_px":768}},{{"type":"text_editor_20250728","name":"str_replace_based_edit_tool"}},{{"type":"bash_20250124","name":"bash"}},{{"type":"memory_20250818","name":"memory"}},{{"type":"tool_search_tool_bm25_20251119","name":"tool_search_tool_bm25"}},{{"name":"a","description":"d","input_schema":{{"type":"object"}}}}]}}"#
-    );
+    let anthropic = r#"{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"web_search_20260209","name":"web_search","max_uses":3},{"type":"web_fetch_20260309","name":"web_fetch"},{"type":"code_execution_20260120","name":"code_execution"},{"type":"computer_20251124","name":"computer","display_width_px":1024,"display_height_px":768},{"type":"text_editor_20250728","name":"str_replace_based_edit_tool"},{"type":"bash_20250124","name":"bash"},{"type":"memory_20250818","name":"memory"},{"type":"tool_search_tool_bm25_20251119","name":"tool_search_tool_bm25"},{"name":"a","description":"d","input_schema":{"type":"object"}}]}"#.to_string();
     let req = parse("/v1/messages", anthropic.as_bytes())
         .unwrap()
         .unwrap();
     assert_eq!(req.tools.len(), 1);
-    let responses = format!(
-        r#"{{"input":"hi","tools":[{{"type":"tool_search"}},{{"type":"computer","display_width":1024,"display_height":768,"environment":"browser"}},{{"type":"web_search_2025_08_26"}},{{"type":"function","name":"a","description":"d","parameters":{{}},"defer_loading":true}}]}}"#
-    );
+    let responses = r#"{"input":"hi","tools":[{"type":"tool_search"},{"type":"computer","display_width":1024,"display_height":768,"environment":"browser"},{"type":"web_search_2025_08_26"},{"type":"function","name":"a","description":"d","parameters":{},"defer_loading":true}]}"#.to_string();
     let req = parse("/v1/responses", responses.as_bytes())
         .unwrap()
         .unwrap();

@@ -78,6 +78,9 @@ pub enum Format {
     Gemini,
 }
 
+/// Reads an answer's function-call names (`None` for a call without one).
+type ReadCalls = fn(&[u8], &mut dyn FnMut(Option<Cow<'_, str>>)) -> Result<(), serde_json::Error>;
+
 /// Everything keyhole knows of one wire format, in one place: each
 /// `format/<dialect>.rs` defines one, and nothing outside it matches on the
 /// format.
@@ -108,7 +111,7 @@ struct Dialect {
     read_request:
         for<'a, 'b> fn(&mut Builder<'a, 'b>, &body::Top<'a>) -> Result<String, FormatError>,
     /// Adds the names of the function calls in an answer (or streamed event).
-    read_calls: fn(&[u8], &mut dyn FnMut(Option<Cow<'_, str>>)) -> Result<(), serde_json::Error>,
+    read_calls: ReadCalls,
     /// The request's history as far as the tool-search control tool is
     /// concerned: user messages with text, and the model's calls of it.
     read_history: fn(&body::Top<'_>) -> Vec<HistoryEvent>,

@@ -91,7 +91,7 @@ enum State {
     /// scanned (and are rewritten); otherwise only texts keyhole decoded from
     /// it were, which held no alias, and the body goes on unchanged.
     Decoding {
-        scan: RequestScan,
+        scan: Box<RequestScan>,
         body: Option<Vec<u8>>,
         as_is: bool,
         headers: Headers,
@@ -338,7 +338,7 @@ impl Request {
             return self.reject(s, reply::internal("the decode request could not be built"));
         };
         self.state = State::Decoding {
-            scan,
+            scan: Box::new(scan),
             body,
             as_is: view.as_is,
             headers,
@@ -376,7 +376,7 @@ impl Request {
                     body,
                     as_is,
                     headers,
-                } => (scan, body, as_is, headers),
+                } => (*scan, body, as_is, headers),
                 other => {
                     self.state = other;
                     return Action::Pause;

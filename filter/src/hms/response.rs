@@ -644,6 +644,10 @@ fn last_word(
 /// Every scanned header as it will leave: name and value, rewritten or not.
 type FinalHeaders = Vec<(String, String)>;
 
+/// One header name's values as rewritten (text, and whether it goes back as
+/// bytes), and whether any of them changed.
+type HeaderValues<'a> = (&'a str, Vec<(String, bool)>, bool);
+
 /// The rewritten body, the header edits of `job` and its headers as they
 /// will leave, or why the response cannot be aliased (never quoting it).
 fn rewrite(
@@ -661,12 +665,11 @@ fn rewrite(
             .map_err(|e| e.to_string())?,
         None => Vec::new(),
     };
-    // Per header name, in order of first appearance: every value, rewritten,
-    // and whether any changed. A repeated header (`Link` twice) is set to all
-    // its values again, so it stays repeated.
-    // Per name: every value (text, and whether it goes back as bytes),
-    // and whether any changed.
-    let mut values: Vec<(&str, Vec<(String, bool)>, bool)> = Vec::new();
+    // Per header name, in order of first appearance: every value, rewritten
+    // (text, and whether it goes back as bytes), and whether any changed. A
+    // repeated header (`Link` twice) is set to all its values again, so it
+    // stays repeated.
+    let mut values: Vec<HeaderValues<'_>> = Vec::new();
     for ((name, value, part), latin1) in job
         .headers
         .iter()

@@ -951,7 +951,7 @@ fn glued_typed_numeric_and_authority_raw_ids_are_counted() {
             raw(0, 0, 0, 1),
         ),
         (
-            format!("/api/v2/x"),
+            "/api/v2/x".to_string(),
             vec![("x-note", format!("Befund_{u}"))],
             Some(&*format!(r#"{{"f":"a_{u}"}}"#)),
             raw(0, 0, 1, 1),

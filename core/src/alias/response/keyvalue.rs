@@ -34,8 +34,7 @@ pub(super) fn scan_form(
             pair.get(..eq).unwrap_or_default(),
             pair.get(eq + 1..).unwrap_or_default(),
         );
-        let key =
-            decoded_view(key).map_or_else(|| String::from_utf8_lossy(key).into_owned(), |k| k);
+        let key = decoded_view(key).unwrap_or_else(|| String::from_utf8_lossy(key).into_owned());
         value_under(scan, part, &key, value, base + eq + 1, root_kind);
     }
 }

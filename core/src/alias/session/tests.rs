@@ -194,11 +194,11 @@ fn sightings_of_one_entity_merge_and_both_aliases_keep_decoding() {
         }
         // Every later sighting, in either form, keeps the one alias.
         assert_eq!(
-            m.encode(&t, &[prose.clone()]).unwrap().aliases,
+            m.encode(&t, std::slice::from_ref(&prose)).unwrap().aliases,
             again.aliases[..1]
         );
         assert_eq!(
-            m.encode(&t, &[fhir.clone()]).unwrap().aliases,
+            m.encode(&t, std::slice::from_ref(&fhir)).unwrap().aliases,
             again.aliases[..1]
         );
         // A reload (stores keep the record under each alias) gives the same map.
@@ -793,7 +793,7 @@ fn one_value_under_two_kinds_is_two_records_and_prose_names_the_oldest() {
         form: None,
         group: None,
     };
-    let first = m.encode(&t, &[prose.clone()]).unwrap().aliases;
+    let first = m.encode(&t, std::slice::from_ref(&prose)).unwrap().aliases;
     // First seen with a kind: the record of unknown kind takes it.
     let visit = m
         .encode(&t, &[id("enc-000042", "visit", Some(Form::Fhir), None)])
