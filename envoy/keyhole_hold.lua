@@ -1,4 +1,4 @@
--- keyhole's response hold (protocol: core/src/hold.rs). A wasm filter can
+-- keyhole's response hold (protocol: core/src/proto/hold.rs). A wasm filter can
 -- neither pause response headers (that stops its own body callbacks) nor
 -- change them from a body callback. When keyhole marks a response (the hold
 -- header), this filter keeps the headers until the body is complete, then

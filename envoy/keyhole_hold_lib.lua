@@ -1,4 +1,4 @@
--- Reading and applying a verdict line (grammar: core/src/hold.rs), shared by
+-- Reading and applying a verdict line (grammar: core/src/proto/hold.rs), shared by
 -- both hold filters. Needs the constants of keyhole_hold_protocol.lua.
 
 -- The verdict at the start of `body`, or nil when there is none; and the

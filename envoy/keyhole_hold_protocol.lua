@@ -1,5 +1,5 @@
--- keyhole's hold protocol, generated from keyhole-core (core/src/hold.rs and
--- core/src/reply.rs). Do not edit: `KEYHOLE_BLESS=1 cargo test -p keyhole-core hold`
+-- keyhole's hold protocol, generated from keyhole-core (core/src/proto/hold.rs and
+-- core/src/proto/reply.rs). Do not edit: `KEYHOLE_BLESS=1 cargo test -p keyhole-core hold`
 -- rewrites it, and a test fails while it differs.
 local HOLD_HEADER = "x-keyhole-hold"
 local HOLD_CLOSED = "closed"

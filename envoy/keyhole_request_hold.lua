@@ -1,4 +1,4 @@
--- keyhole's request hold (protocol: core/src/hold.rs): a request with a body
+-- keyhole's request hold (protocol: core/src/proto/hold.rs): a request with a body
 -- leaves keyhole's request-headers callback before keyhole has read the body,
 -- so keyhole cannot change its headers any more. When keyhole marks a request
 -- (the hold header, set only by keyhole; it strips the header from clients),

@@ -12,7 +12,7 @@
 //!   top 12 surfaced (a baseline, on the same embeddings);
 //! - `clauses`: the engine with multi-intent turns split into clauses, each
 //!   clause embedded and retrieved on its own
-//!   ([`resolve_clauses`](keyhole_core::rank::pipeline::resolve_clauses));
+//!   ([`resolve_clauses`](keyhole_core::tools::rank::pipeline::resolve_clauses));
 //! - `fitted`, `fitted-clauses`: `hybrid` and `clauses` with the confidence
 //!   budget's margin fitted on this dataset's tune part (see below).
 //!
@@ -44,10 +44,10 @@ use crate::index::sync::SyncError;
 use crate::index::{IndexError, Search};
 use crate::load::{LoadError, LoadedRegistry};
 use crate::resolve::Resolver;
-use keyhole_core::format;
-use keyhole_core::rank::clauses::interleave;
-use keyhole_core::rank::config::RankConfig;
-use keyhole_core::rank::pipeline::{per_subtask, resolve_clauses, search, Clause, Turn};
+use keyhole_core::tools::format;
+use keyhole_core::tools::rank::clauses::interleave;
+use keyhole_core::tools::rank::config::RankConfig;
+use keyhole_core::tools::rank::pipeline::{per_subtask, resolve_clauses, search, Clause, Turn};
 use keyhole_core::Phase;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -263,7 +263,7 @@ pub enum EvalError {
     /// The settings of a fitted or clause mode (a grid margin, clauses on)
     /// are not valid ranking settings.
     #[error("the ranking settings of a fitted or clause mode")]
-    Grid(#[from] keyhole_core::rank::config::RankConfigError),
+    Grid(#[from] keyhole_core::tools::rank::config::RankConfigError),
     /// The request body could not be rewritten.
     #[error("the registry's request body is unreadable: {0}")]
     Request(String),

@@ -7,11 +7,11 @@
 //! - a `tools.jsonl` (one `{id, name, description, parameters, category}` per
 //!   line, the public evaluation sets): the function name is the id (labels
 //!   name ids), so the registry uses the identity mapping;
-//! - a full LLM request body (any format [`keyhole_core::format`] reads).
+//! - a full LLM request body (any format [`keyhole_core::tools::format`] reads).
 
-use keyhole_core::format;
-use keyhole_core::rank::meta::{MetaError, NameMapping, Overlay, Plane, ToolMeta};
-use keyhole_core::wire::ToolDescriptor;
+use keyhole_core::proto::tools::ToolDescriptor;
+use keyhole_core::tools::format;
+use keyhole_core::tools::rank::meta::{MetaError, NameMapping, Overlay, Plane, ToolMeta};
 use serde::Deserialize;
 use serde_json::Value;
 use std::path::{Path, PathBuf};

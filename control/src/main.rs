@@ -11,10 +11,10 @@ use keyhole_control::load::{load_registry, LoadedRegistry};
 use keyhole_control::resolve::{Resolver, ResolverSettings, StartupIndex};
 use keyhole_control::server::{self, AppState};
 use keyhole_core::alias::Taxonomy;
-use keyhole_core::rank::config::{RankConfig, RankSettings};
-use keyhole_core::rank::meta::{NameMapping, Overlay, ToolMeta};
-use keyhole_core::rank::pipeline::search;
-use keyhole_core::wire::{ResolveRequest, ToolDescriptor};
+use keyhole_core::proto::tools::{ResolveRequest, ToolDescriptor};
+use keyhole_core::tools::rank::config::{RankConfig, RankSettings};
+use keyhole_core::tools::rank::meta::{NameMapping, Overlay, ToolMeta};
+use keyhole_core::tools::rank::pipeline::search;
 use keyhole_core::Phase;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -652,7 +652,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             common.engine.retrieval_timeout_ms = common.engine.retrieval_timeout_ms.max(10_000);
             let body = std::fs::read(&request)
                 .with_context(|| format!("reading {}", request.display()))?;
-            let parsed = keyhole_core::format::parse(&request.to_string_lossy(), &body)
+            let parsed = keyhole_core::tools::format::parse(&request.to_string_lossy(), &body)
                 .with_context(|| format!("{}", request.display()))?
                 .with_context(|| format!("{} carries no tools", request.display()))?;
             let resolver = resolver(

@@ -8,7 +8,7 @@
 use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
-use keyhole_core::wire::Source;
+use keyhole_core::proto::tools::Source;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};

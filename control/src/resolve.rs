@@ -1,6 +1,6 @@
 //! Answers `/v1/resolve`: which of a request's tools a turn may see.
 //!
-//! The decision itself is the pure engine ([`keyhole_core::rank`]); this module
+//! The decision itself is the pure engine ([`keyhole_core::tools::rank`]); this module
 //! feeds it:
 //! - the request's tools, joined with the metadata overlay into a
 //!   [`Registry`] — built once per distinct tool list (kept by its
@@ -31,9 +31,9 @@
 //!
 //! # Recovery: the tool-search control tool
 //! A request whose filter adds the control tool (`tool_search` present) is
-//! composed for one place less ([`keyhole_core::recovery`]). When it carries
+//! composed for one place less ([`keyhole_core::tools::recovery`]). When it carries
 //! the model's query, the registry is searched with it — the same ranking as
-//! a turn ([`keyhole_core::rank::pipeline::search`]: fusion, domain scoping,
+//! a turn ([`keyhole_core::tools::rank::pipeline::search`]: fusion, domain scoping,
 //! dedup), hybrid when the registry's vectors and the embedder answer within
 //! the turn's deadline, else lexical — and the best [`MAX_FOUND`] join the
 //! set with the reason `recovery` ([`recovery::compose`]), under the phase
@@ -51,16 +51,16 @@ use crate::embed::{EmbedError, Side};
 use crate::index::sync::SyncError;
 use crate::index::{Indexer, Search, SyncReport};
 use audit::Sessions;
-use keyhole_core::rank::config::RankConfig;
-use keyhole_core::rank::meta::Overlay;
-use keyhole_core::rank::pipeline::{resolve as rank_turn, Resolution, Turn};
-use keyhole_core::rank::registry::Registry;
-use keyhole_core::rank::Candidate;
-use keyhole_core::recovery::{self, MAX_FOUND};
-use keyhole_core::wire::{
+use keyhole_core::proto::tools::{
     descriptors_digest, parse_digest, registry_digest, ResolveRequest, ResolveResponse, Source,
     SurfacedTool, ToolDescriptor,
 };
+use keyhole_core::tools::rank::config::RankConfig;
+use keyhole_core::tools::rank::meta::Overlay;
+use keyhole_core::tools::rank::pipeline::{resolve as rank_turn, Resolution, Turn};
+use keyhole_core::tools::rank::registry::Registry;
+use keyhole_core::tools::rank::Candidate;
+use keyhole_core::tools::recovery::{self, MAX_FOUND};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -673,7 +673,7 @@ impl Resolver {
     /// hybrid when the registry's vectors and the embedder answer before
     /// `deadline`, else lexical. Never fails.
     ///
-    /// [`pipeline::search`]: keyhole_core::rank::pipeline::search
+    /// [`pipeline::search`]: keyhole_core::tools::rank::pipeline::search
     async fn search_registry(
         &self,
         prepared: &PreparedRegistry,
@@ -699,7 +699,7 @@ impl Resolver {
         } else {
             (Vec::new(), Retrieval::Lexical)
         };
-        let hits = keyhole_core::rank::pipeline::search(
+        let hits = keyhole_core::tools::rank::pipeline::search(
             prepared.registry(),
             &self.rank,
             query,

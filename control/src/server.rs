@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use keyhole_core::wire::{ResolveRequest, UnknownRegistry, UNKNOWN_REGISTRY_STATUS};
+use keyhole_core::proto::tools::{ResolveRequest, UnknownRegistry, UNKNOWN_REGISTRY_STATUS};
 use std::future::Future;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

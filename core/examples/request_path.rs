@@ -8,9 +8,9 @@
 
 use keyhole_core::alias::{PromptScan, Taxonomy};
 use keyhole_core::config::OnOutage;
-use keyhole_core::format;
-use keyhole_core::surface::{self, Finished};
-use keyhole_core::wire::{Reason, ResolveResponse, Source, SurfacedTool};
+use keyhole_core::proto::tools::{Reason, ResolveResponse, Source, SurfacedTool};
+use keyhole_core::tools::format;
+use keyhole_core::tools::surface::{self, Finished};
 use keyhole_core::Phase;
 use std::time::{Duration, Instant};
 

@@ -6,7 +6,7 @@
 //! `envoy --mode validate`) can say exactly what is wrong.
 
 use crate::alias::{Taxonomy, TaxonomyConfig};
-use crate::format::{BuiltinTools, Format};
+use crate::tools::format::{BuiltinTools, Format};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -79,7 +79,7 @@ pub enum Aliases {
 }
 
 /// Whether the LLM listener adds the tool-search control tool
-/// ([`crate::recovery`]) to the surfaced set of every turn that chooses tools.
+/// ([`crate::tools::recovery`]) to the surfaced set of every turn that chooses tools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SearchTool {
@@ -174,9 +174,9 @@ pub struct LlmFilterConfig {
 }
 
 /// Allow-lists of built-in tool types per format, as the operator writes them:
-/// format name ([`crate::format::Format::as_str`]) → types (`"anthropic":
+/// format name ([`crate::tools::format::Format::as_str`]) → types (`"anthropic":
 /// ["web_search_20250305", …]`). An absent format keeps its defaults
-/// ([`crate::format::BuiltinTools::default`]).
+/// ([`crate::tools::format::BuiltinTools::default`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(transparent)]
 pub struct BuiltinToolsConfig(pub std::collections::BTreeMap<String, Vec<String>>);

@@ -5,24 +5,20 @@
 //! both sides share one implementation of every decision.
 //!
 //! # Layout
-//! - [`admission`]: which tools an LLM response calls (edge plan validation).
-//! - [`alias`]: raw record ids ↔ per-session aliases: scanning, rewriting, session maps.
-//! - [`charset`]: windows-1252 / ISO-8859-1 bodies read as UTF-8.
-//! - [`coding`]: undoing a body's `Content-Encoding` (gzip, deflate, br, zstd), bounded.
+//! The two features, what they share, and their protocol with the rest of
+//! keyhole, each in its own module tree:
+//! - [`tools`]: the tool surface of an LLM request — reading the four wire
+//!   formats, the independent detector, ranking the registry, the bounded
+//!   decision, recovery by the tool-search control tool.
+//! - [`alias`]: raw record ids ↔ per-session aliases — the taxonomy, scanning
+//!   and rewriting responses, prompts and requests, session maps, and the
+//!   independent last word on every HMS response.
+//! - [`json`]: the two JSON readers the features share beside serde_json.
+//! - [`proto`]: what crosses a process or filter boundary: the JSON of
+//!   control's APIs, the hold protocol with Envoy's Lua filters, the local
+//!   error replies.
 //! - [`config`]: the filter's plugin configuration, raw and validated.
-//! - [`detect`]: the independent tool detector, the last word before a body leaves.
 //! - [`field`]: the one error type for a bad setting ([`FieldError`]).
-//! - [`format`](mod@format): reading and rewriting LLM request bodies without re-serialising them.
-//! - [`hold`]: the hold protocol with Envoy's Lua hold filters (verdict lines).
-//! - [`lastword`]: the independent last word on every HMS response (raw-id shapes in any encoding).
-//! - [`phase`]: agent phases and their candidate-set budgets.
-//! - [`reply`]: the JSON error bodies the filter answers locally.
-//! - `shallow`: reading parts of a JSON text serde_json has checked, without parsing the rest again.
-//! - [`prior`]: a bounded per-session memory of the last audited set.
-//! - [`rank`]: the candidate-set engine: ranking, floors, phase budgets, bounded fallback.
-//! - [`recovery`]: the tool-search control tool (recovery when retrieval misses).
-//! - [`surface`]: the filter's bounded decision on one LLM request.
-//! - [`wire`]: the JSON types exchanged between the filter and control.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 #![cfg_attr(
@@ -35,24 +31,12 @@
     )
 )]
 
-pub mod admission;
 pub mod alias;
-pub mod charset;
-pub mod coding;
 pub mod config;
-pub mod detect;
 pub mod field;
-pub mod format;
-pub mod hold;
-pub mod lastword;
-pub mod phase;
-pub mod prior;
-pub mod rank;
-pub mod recovery;
-pub mod reply;
-mod shallow;
-pub mod surface;
-pub mod wire;
+pub mod json;
+pub mod proto;
+pub mod tools;
 
 pub use field::FieldError;
-pub use phase::{Budget, Phase};
+pub use tools::phase::{Budget, Phase};

@@ -5,7 +5,7 @@
 //! parsed and rewritten, and the rewrite is compared byte for byte with the
 //! body rebuilt independently from the original's raw tool elements.
 
-use keyhole_core::format::{parse, Format};
+use keyhole_core::tools::format::{parse, Format};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;

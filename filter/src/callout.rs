@@ -17,8 +17,8 @@
 //! 503/504: callers always get the status, never an assumed success.
 
 use crate::host::{self, HostError};
-use keyhole_core::alias::wire::{ErrorBody, ErrorCode};
 use keyhole_core::config::Control;
+use keyhole_core::proto::alias::{ErrorBody, ErrorCode};
 use proxy_wasm::types::{Action, BufferType, StreamType};
 use serde::de::DeserializeOwned;
 use std::time::Duration;

@@ -1,4 +1,4 @@
 //! The hold protocol with Envoy's Lua hold filters: defined once in
-//! [`keyhole_core::hold`] (which also generates the Lua side's constants).
+//! [`keyhole_core::proto::hold`] (which also generates the Lua side's constants).
 
-pub use keyhole_core::hold::*;
+pub use keyhole_core::proto::hold::*;

@@ -38,8 +38,8 @@ pub mod metrics;
 mod taxonomy;
 
 use keyhole_core::config::{Config, HmsConfig, LlmConfig};
-use keyhole_core::format::Memo;
-use keyhole_core::prior::PriorSets;
+use keyhole_core::tools::format::Memo;
+use keyhole_core::tools::prior::PriorSets;
 use metrics::Metrics;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::ContextType;
@@ -78,7 +78,7 @@ impl Root {
             shared: Rc::new(llm::Shared {
                 prior: RefCell::new(PriorSets::new(
                     PRIOR_SESSIONS,
-                    keyhole_core::phase::MAX_BUDGET,
+                    keyhole_core::tools::phase::MAX_BUDGET,
                 )),
                 memo: RefCell::new(Memo::new()),
             }),

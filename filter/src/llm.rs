@@ -32,7 +32,7 @@
 //! (`keyhole.prompt-aliases`) and put on the answer ([`ALIASED_HEADER`]).
 //!
 //! # The tool-search control tool (`tool_search: on`, the default)
-//! Core decides ([`keyhole_core::recovery`], [`surface::offers_search_tool`]):
+//! Core decides ([`keyhole_core::tools::recovery`], [`surface::offers_search_tool`]):
 //! in phases that choose tools, the forwarded set is one registry tool
 //! shorter and ends with `keyhole_tool_search`; the question to control
 //! carries `tool_search` (with the model's query when the history shows it
@@ -49,18 +49,18 @@ use crate::callout::{self, Callout, Sent};
 use crate::hold::{Verdict, HOLD_HEADER, HOLD_OPEN};
 use crate::host::{self, HostError};
 use crate::metrics::{count, Metrics};
-use keyhole_core::admission::{self, ScanLimits, StreamScanner};
 use keyhole_core::alias::prompt::Refusal as AliasRefusal;
-use keyhole_core::alias::wire::WithTaxonomy;
 use keyhole_core::alias::{EncodeRequest, EncodeResponse, PromptScan};
 use keyhole_core::config::{Aliases, LlmConfig, OffSurface, SearchTool};
-use keyhole_core::format::{Format, Memo, ParsedRequest};
-use keyhole_core::hold::HeaderEdit;
-use keyhole_core::prior::PriorSets;
-use keyhole_core::recovery;
-use keyhole_core::reply::{self, ErrorKind, LocalReply};
-use keyhole_core::surface::{self, Finished, Outage, Read, Refusal, Reply};
-use keyhole_core::wire::{Reason, ResolveResponse, Source, SurfacedTool};
+use keyhole_core::proto::alias::WithTaxonomy;
+use keyhole_core::proto::hold::HeaderEdit;
+use keyhole_core::proto::reply::{self, ErrorKind, LocalReply};
+use keyhole_core::proto::tools::{Reason, ResolveResponse, Source, SurfacedTool};
+use keyhole_core::tools::admission::{self, ScanLimits, StreamScanner};
+use keyhole_core::tools::format::{Format, Memo, ParsedRequest};
+use keyhole_core::tools::prior::PriorSets;
+use keyhole_core::tools::recovery;
+use keyhole_core::tools::surface::{self, Finished, Outage, Read, Refusal, Reply};
 use keyhole_core::Phase;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType, StreamType};

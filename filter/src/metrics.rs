@@ -3,8 +3,8 @@
 //! [`count`].
 
 use crate::abi;
+use keyhole_core::alias::lastword::Reason as LastWordReason;
 use keyhole_core::alias::prompt::Refusal as AliasRefusal;
-use keyhole_core::lastword::Reason as LastWordReason;
 use proxy_wasm::types::MetricType;
 
 /// Counter ids; a counter the host refused to define is `None` and never counted.
@@ -58,7 +58,7 @@ pub enum Withheld {
     /// Control runs another taxonomy than the filter (409 `taxonomy_mismatch`).
     Taxonomy,
     /// The last word found a raw id in what was about to leave
-    /// (`keyhole_core::lastword`; its reason has a counter of its own).
+    /// (`keyhole_core::alias::lastword`; its reason has a counter of its own).
     LastWord,
 }
 
@@ -127,7 +127,7 @@ impl Refused {
         }
     }
 
-    /// The reason of a local reply, by its status (see `keyhole_core::reply::ErrorKind::status`).
+    /// The reason of a local reply, by its status (see `keyhole_core::proto::reply::ErrorKind::status`).
     pub fn of_status(status: u16) -> Refused {
         match status {
             400 => Refused::Invalid,
@@ -174,7 +174,7 @@ pub struct HmsMetrics {
     /// Refused requests, per [`Refused::ALL`].
     refused: [Option<u32>; 5],
     /// Responses the last word withheld, per
-    /// [`keyhole_core::lastword::Reason::ALL`] (`keyhole.hms_last_word.<reason>`).
+    /// [`keyhole_core::alias::lastword::Reason::ALL`] (`keyhole.hms_last_word.<reason>`).
     last_word: [Option<u32>; LastWordReason::ALL.len()],
 }
 

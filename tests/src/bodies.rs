@@ -40,7 +40,7 @@ pub fn function_tools(body: &[u8], gemini: bool) -> Vec<String> {
 /// which the filter adds to every surfaced set (`tool_search: on`, the
 /// default), rather than one of the client's.
 pub fn is_search_tool(raw: &str) -> bool {
-    raw.contains(&format!("\"{}\"", keyhole_core::recovery::TOOL_NAME))
+    raw.contains(&format!("\"{}\"", keyhole_core::tools::recovery::TOOL_NAME))
 }
 
 /// `tools` without keyhole's control tool: the client's tools as forwarded.

@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use keyhole_core::wire::{
+use keyhole_core::proto::tools::{
     Reason, ResolveRequest, ResolveResponse, Source, SurfacedTool, UnknownRegistry,
     UNKNOWN_REGISTRY_STATUS,
 };

@@ -1,15 +1,15 @@
 //! The hold protocol, Rust against Lua, through a real Envoy: verdict lines
-//! written by `keyhole_core::hold` (what the filter sends) are applied by the
+//! written by `keyhole_core::proto::hold` (what the filter sends) are applied by the
 //! shipped Lua hold filters (`envoy/keyhole_hold.lua`,
 //! `envoy/keyhole_request_hold.lua`), and the Lua side's own answers are
-//! byte-for-byte the replies `keyhole_core::reply` defines. The wasm filter is
+//! byte-for-byte the replies `keyhole_core::proto::reply` defines. The wasm filter is
 //! not in this config (`tests/envoy/hold.yaml.tmpl`): the upstream and the
 //! client play keyhole's part, so every verdict shape can be sent.
 
-use keyhole_core::hold::{
+use keyhole_core::proto::hold::{
     HeaderEdit, Verdict, HOLD_CLOSED, HOLD_HEADER, HOLD_OPEN, KEPT_ON_WITHHOLD, NAMES_HEADER,
 };
-use keyhole_core::reply;
+use keyhole_core::proto::reply;
 use keyhole_e2e::envoy::{Envoy, EnvoyOptions};
 use keyhole_e2e::upstream::{Canned, Upstream};
 

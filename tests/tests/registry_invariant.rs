@@ -9,9 +9,9 @@
 //! checks found has a test here; a seeded generator covers their mixtures
 //! over methods and transports (HTTP/1.1, h2c, h2c with request trailers).
 
-use keyhole_core::surface::{self, Finished, Read};
-use keyhole_core::wire::{Reason, ResolveResponse, Source, SurfacedTool};
-use keyhole_core::{config::OnOutage, format::BuiltinTools, format::Memo, Phase};
+use keyhole_core::proto::tools::{Reason, ResolveResponse, Source, SurfacedTool};
+use keyhole_core::tools::surface::{self, Finished, Read};
+use keyhole_core::{config::OnOutage, tools::format::BuiltinTools, tools::format::Memo, Phase};
 use keyhole_e2e::adversary::{self, Rng, Transport};
 use keyhole_e2e::fake_control::{FakeControl, Fault};
 use keyhole_e2e::{h2, paths, Stack, StackOptions};

@@ -1,6 +1,6 @@
 //! `POST /v1/alias/encode` and `POST /v1/alias/decode`.
 //!
-//! Bodies are the types of [`keyhole_core::alias::wire`]; every error is a JSON
+//! Bodies are the types of [`keyhole_core::proto::alias`]; every error is a JSON
 //! [`ErrorBody`] with a code: `bad_request` (400), `unknown_kind` (422),
 //! `conflict` (409), `taxonomy_mismatch` (409), `store_unavailable` (503).
 //! Logs carry the session, counts and timings, never an id.
@@ -17,10 +17,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use keyhole_core::alias::wire::{ErrorBody, ErrorCode, WithTaxonomy};
 use keyhole_core::alias::{
     DecodeRequest, DecodeResponse, EncodeRequest, EncodeResponse, SessionError, Taxonomy,
 };
+use keyhole_core::proto::alias::{ErrorBody, ErrorCode, WithTaxonomy};
 use serde::de::DeserializeOwned;
 use std::sync::Arc;
 

@@ -13,7 +13,7 @@
 
 use super::{collection_name, point_id, IndexError, Point, PointPayload, Search, VectorStore};
 use crate::embed::{EmbedError, Embedder, Side};
-use keyhole_core::rank::registry::Registry;
+use keyhole_core::tools::rank::registry::Registry;
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};

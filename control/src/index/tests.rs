@@ -5,9 +5,9 @@
 
 use super::*;
 use crate::test_util::{fresh_namespace, qdrant_store, stores, FakeEmbedder};
-use keyhole_core::rank::config::RankConfig;
-use keyhole_core::rank::registry::Registry;
-use keyhole_core::wire::ToolDescriptor;
+use keyhole_core::proto::tools::ToolDescriptor;
+use keyhole_core::tools::rank::config::RankConfig;
+use keyhole_core::tools::rank::registry::Registry;
 use std::sync::Arc;
 
 fn payload(name: &str, category: &str, domain: &str) -> PointPayload {

@@ -7,9 +7,9 @@
 //! tool outside retrieval's answer was shown (cut to 256 characters; raw ids
 //! in it were replaced by aliases on the LLM listener before it left).
 
-use keyhole_core::rank::floors::FiredFloor;
-use keyhole_core::rank::pipeline::Resolution;
-use keyhole_core::wire::{ResolveRequest, Source, SurfacedTool};
+use keyhole_core::proto::tools::{ResolveRequest, Source, SurfacedTool};
+use keyhole_core::tools::rank::floors::FiredFloor;
+use keyhole_core::tools::rank::pipeline::Resolution;
 use keyhole_core::Phase;
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
@@ -95,7 +95,7 @@ impl SearchAudit {
         let surfaced = res
             .candidates
             .iter()
-            .filter(|c| c.reason == keyhole_core::wire::Reason::Recovery)
+            .filter(|c| c.reason == keyhole_core::proto::tools::Reason::Recovery)
             .map(|c| c.name.clone())
             .collect();
         SearchAudit {

@@ -7,7 +7,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt as _;
 use keyhole_core::alias::Taxonomy;
-use keyhole_core::wire::Reason;
+use keyhole_core::proto::tools::Reason;
 use keyhole_core::Phase;
 use std::sync::atomic::Ordering;
 use tower::ServiceExt as _;
@@ -42,7 +42,7 @@ async fn fixture_on(store: Arc<dyn VectorStore>) -> Fixture {
     let rank = RankConfig::try_new(Default::default()).unwrap();
     let tools: Vec<ToolDescriptor> = overlay
         .iter()
-        .filter(|m| m.plane == keyhole_core::rank::meta::Plane::Business)
+        .filter(|m| m.plane == keyhole_core::tools::rank::meta::Plane::Business)
         .map(|m| ToolDescriptor {
             name: rank.settings().names.to_name(&m.id),
             description: m.description.clone(),
@@ -355,7 +355,7 @@ async fn handlers_resolve_and_show_the_audit_trail_without_prompt_text() {
     assert!(answer.tools.len() <= 8);
     assert_eq!(
         answer.tools[0],
-        keyhole_core::wire::SurfacedTool {
+        keyhole_core::proto::tools::SurfacedTool {
             name: "billing__invoice__create".into(),
             reason: Reason::ToolChoice,
             mutating: true
@@ -733,7 +733,7 @@ fn searching(
     phase: Phase,
     query: Option<&str>,
 ) -> ResolveRequest {
-    let tool_search = Some(keyhole_core::wire::ToolSearch {
+    let tool_search = Some(keyhole_core::proto::tools::ToolSearch {
         query: query.map(str::to_owned),
     });
     ResolveRequest {
@@ -790,7 +790,7 @@ async fn a_tool_search_surfaces_what_retrieval_missed_with_the_recovery_reason()
             .iter()
             .filter(|t| t.reason == Reason::Recovery)
             .count()
-            <= keyhole_core::recovery::MAX_FOUND
+            <= keyhole_core::tools::recovery::MAX_FOUND
     );
     assert!(
         recovered
@@ -839,7 +839,7 @@ async fn a_tool_search_keeps_every_phase_rule() {
         .map(|t| t.name.as_str())
         .collect();
     assert!(
-        new.len() <= keyhole_core::phase::RECOVERY_NEW_TOOLS,
+        new.len() <= keyhole_core::tools::phase::RECOVERY_NEW_TOOLS,
         "{new:?}"
     );
     assert!(new.contains(&MISSED), "{new:?}");

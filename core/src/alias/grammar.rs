@@ -18,7 +18,8 @@
 //! creates one. Number 0 is the sentinel `<prefix>[-<epoch>]-000`, which is
 //! never issued and decodes to nothing.
 
-use super::taxonomy::{KindId, Taxonomy};
+use super::id::KindId;
+use super::taxonomy::Taxonomy;
 
 /// Characters of an epoch: lowercase letters and digits without the
 /// look-alikes `0`, `1`, `i`, `l`, `o`.

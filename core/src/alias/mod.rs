@@ -17,7 +17,12 @@
 //! - [`request`]: find aliases in a request's path, query and body, and
 //!   rewrite them to real ids.
 //! - [`session`]: one session's alias map as a pure state machine.
-//! - [`wire`]: the JSON of control's alias API.
+//! - [`coding`], [`charset`]: undoing a body's content coding and reading
+//!   windows-1252 / ISO-8859-1 as UTF-8, bounded.
+//! - [`lastword`]: the independent last word on every HMS response (raw-id
+//!   shapes in any encoding), sharing no code with the scanner and rewriter.
+//!
+//! The JSON of control's alias API is [`crate::proto::alias`].
 //!
 //! # Flow of a response
 //! ```
@@ -34,12 +39,15 @@
 //! assert_eq!(out, br#"{"data":{"id":"patient-001","fhirId":"patient-001"}}"#);
 //! ```
 
+pub mod charset;
+pub mod coding;
 #[cfg(any(test, feature = "corpus"))]
 pub mod corpus;
 pub mod fhir;
 pub mod grammar;
-mod json;
+pub mod id;
 mod known;
+pub mod lastword;
 mod pairs;
 pub mod prompt;
 pub mod request;
@@ -47,20 +55,20 @@ pub mod response;
 pub mod session;
 pub mod shape;
 pub mod taxonomy;
-pub mod wire;
 
-pub use grammar::{AliasParts, Epoch};
-pub use json::JsonError;
-pub use prompt::PromptScan;
-pub use request::{RawIdCount, RequestError, RequestScan};
-pub use response::{BodyKind, PartId, ResponseScan, RewriteError, Rewriter};
-pub use session::{Decoded, Encoded, EntityRecord, Origin, SessionError, SessionMap};
-pub use shape::{classify, Form};
-pub use taxonomy::{Kind, KindConfig, KindId, Taxonomy, TaxonomyConfig, TaxonomyError};
-pub use wire::{
+pub use crate::json::JsonError;
+pub use crate::proto::alias::{
     DecodeRequest, DecodeResponse, DecodedIds, EncodeRequest, EncodeResponse, IdInput, KnownAlias,
     RealIds,
 };
+pub use grammar::{AliasParts, Epoch};
+pub use id::{Form, KindId, Origin};
+pub use prompt::PromptScan;
+pub use request::{RawIdCount, RequestError, RequestScan};
+pub use response::{BodyKind, PartId, ResponseScan, RewriteError, Rewriter};
+pub use session::{Decoded, Encoded, EntityRecord, SessionError, SessionMap};
+pub use shape::classify;
+pub use taxonomy::{Kind, KindConfig, Taxonomy, TaxonomyConfig, TaxonomyError};
 
 #[cfg(test)]
 mod tests;

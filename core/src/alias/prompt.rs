@@ -32,11 +32,11 @@
 //! assert_eq!(out, br#"{"messages":[{"role":"system","content":"Patient ref-001 is open."}],"tools":[]}"#);
 //! ```
 
-use super::json::{text_of, Event, JsonError, Lexer};
 use super::response::{splice, BodyKind, PartId, ResponseScan, RewriteError};
 use super::taxonomy::Taxonomy;
-use super::wire::{IdInput, KnownAlias};
-use crate::reply::{self, ErrorKind, LocalReply};
+use crate::json::lexer::{text_of, Event, JsonError, Lexer};
+use crate::proto::alias::{IdInput, KnownAlias};
+use crate::proto::reply::{self, ErrorKind, LocalReply};
 use std::borrow::Cow;
 use std::ops::Range;
 
@@ -133,7 +133,7 @@ impl<'t> PromptScan<'t> {
 
     /// [`Self::new`], where `known(text)` is the length of a tool
     /// definitions value already known to be JSON at the start of `text`
-    /// (the filter's [`crate::format::Memo`]), passed over without a look.
+    /// (the filter's [`crate::tools::format::Memo`]), passed over without a look.
     pub fn new_skipping(
         tax: &'t Taxonomy,
         body: &[u8],
@@ -376,7 +376,7 @@ impl Refusal {
     /// was not an encode answer) and the body, read as control's error body.
     /// Envoy answers 503 for an unreachable control without that body.
     pub fn of_answer(status: u16, body: Option<&[u8]>) -> Refusal {
-        use super::wire::{ErrorBody, ErrorCode};
+        use crate::proto::alias::{ErrorBody, ErrorCode};
         let code = body
             .and_then(|b| serde_json::from_slice::<ErrorBody>(b).ok())
             .map(|e| e.error.code);

@@ -35,11 +35,13 @@
 pub mod body;
 
 use super::grammar;
-use super::json::{text_of, Event, JsonError, Lexer, Lit};
+use super::id::Form;
+use super::id::KindId;
 use super::response::{splice, BodyKind};
-use super::shape::{self, Form};
-use super::taxonomy::{KindId, Taxonomy};
-use super::wire::DecodedIds;
+use super::shape;
+use super::taxonomy::Taxonomy;
+use crate::json::lexer::{text_of, Event, JsonError, Lexer, Lit};
+use crate::proto::alias::DecodedIds;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::ops::Range;

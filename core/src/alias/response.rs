@@ -38,11 +38,13 @@
 //! its key order, whitespace and number formatting. A string holding a backslash
 //! escape is decoded, rewritten and re-encoded as a whole.
 
-use super::json::{text_of, Event, JsonError, Lexer, Lit};
+use super::id::Form;
+use super::id::KindId;
 use super::known::KnownIds;
-use super::shape::{self, Form, Pattern, TextHit};
-use super::taxonomy::{KeyRole, KindId, Taxonomy};
-use super::wire::{IdInput, KnownAlias};
+use super::shape::{self, Pattern, TextHit};
+use super::taxonomy::{KeyRole, Taxonomy};
+use crate::json::lexer::{text_of, Event, JsonError, Lexer, Lit};
+use crate::proto::alias::{IdInput, KnownAlias};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ops::Range;
@@ -1188,7 +1190,7 @@ impl<'t> Rewriter<'_, 't> {
         hits: &mut Vec<TextHit<'t>>,
     ) -> Result<(), RewriteError> {
         let at = base + span.start;
-        let lit = super::json::Lit {
+        let lit = crate::json::lexer::Lit {
             span,
             escaped: true,
         };

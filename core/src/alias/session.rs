@@ -38,9 +38,11 @@
 //!   records over a session's life.
 
 use super::grammar::Epoch;
-use super::shape::{self, Form};
-use super::taxonomy::{KindId, Taxonomy};
-use super::wire::{IdInput, RealIds};
+use super::id::KindId;
+use super::id::{Form, Origin};
+use super::shape;
+use super::taxonomy::Taxonomy;
+use crate::proto::alias::{IdInput, RealIds};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -163,22 +165,6 @@ pub struct Encoded {
     /// Entity records created or extended by the batch (full snapshots), to be
     /// persisted as one batch and then applied. Empty when nothing changed.
     pub changes: Vec<EntityRecord>,
-}
-
-/// Where the values of an encode batch were read: it decides what a value
-/// spelled like an alias is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Origin {
-    /// An HMS response: every value is a raw id, alias-shaped ones included
-    /// (an HMS id spelled `ward-101` is data, not an alias).
-    #[default]
-    Response,
-    /// An LLM request: the model's own words and the agent's. A value that
-    /// is an alias this session issued ([`SessionMap::decode`] finds it) is
-    /// that alias, which the model holds already: it is answered with itself
-    /// and nothing is minted. Any other value, alias-shaped or not, is a raw
-    /// id as for [`Origin::Response`].
-    Prompt,
 }
 
 /// A decoded alias.

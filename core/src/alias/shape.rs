@@ -7,34 +7,10 @@
 //! anywhere, with no boundary required; FHIR references `Type/id` for configured
 //! resource types; and FHIR ids `prefix-digits` for configured prefixes.
 
-use super::taxonomy::{KeyRole, KindId, Taxonomy};
-use serde::{Deserialize, Serialize};
+use super::id::{Form, KindId};
+use super::taxonomy::{KeyRole, Taxonomy};
+
 use std::ops::Range;
-
-/// The form of a raw id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Form {
-    /// A UUID (`039b70b8-92f7-44b7-9c91-4e3f0e900c71`).
-    #[serde(rename = "uuid")]
-    Uuid,
-    /// A FHIR logical id (`pat-000123`).
-    #[serde(rename = "fhirId")]
-    Fhir,
-    /// A slug (`clinic-berlin-mitte`) or any other identifier.
-    #[serde(rename = "slug")]
-    Slug,
-}
-
-impl Form {
-    /// The wire name (`uuid`, `fhirId`, `slug`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Form::Uuid => "uuid",
-            Form::Fhir => "fhirId",
-            Form::Slug => "slug",
-        }
-    }
-}
 
 /// Bytes that continue a token: an id next to one of these is part of a longer
 /// word. `-` counts, so `appt-001` inside `patient-appt-001` is no match.

@@ -35,8 +35,8 @@
 //! be given the new taxonomy together: until they are, control answers the
 //! filter's alias requests with `409 taxonomy_mismatch`.
 
+use super::id::{Form, KindId};
 use super::pairs::PairSet;
-use super::shape::Form;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -621,11 +621,6 @@ impl WordPairs {
     }
 }
 
-/// A kind, as an index into its [`Taxonomy`]. Only meaningful with the taxonomy
-/// that produced it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct KindId(u16);
-
 /// A validated kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Kind {
@@ -1117,7 +1112,7 @@ impl Taxonomy {
     /// The taxonomy's digest: SHA-256 of the merged configuration (built-in
     /// kinds included), 64 lowercase hex digits. Equal digests mean the same
     /// kinds, prefixes and rules; the filter sends its digest with every alias
-    /// request (`taxonomy` of [`super::wire::WithTaxonomy`]) and control
+    /// request (`taxonomy` of [`crate::proto::alias::WithTaxonomy`]) and control
     /// refuses one that is not its own.
     pub fn digest(&self) -> &str {
         &self.digest
@@ -1240,7 +1235,7 @@ impl Taxonomy {
     }
     // The text-pattern lookups take a word as bytes, as the patterns read it.
     /// Every FHIR id prefix the taxonomy names (`pat`), for a check that
-    /// reads the configuration only ([`crate::lastword`]).
+    /// reads the configuration only ([`crate::alias::lastword`]).
     /// The keys whose object is a record of a kind (`patient`, `visits`),
     /// as the table holds them: lower case, without separators.
     pub fn object_keys(&self) -> impl Iterator<Item = &[u8]> {

@@ -27,12 +27,12 @@ use crate::hold::{self, HeaderEdit, Verdict};
 use crate::host::{self, HostError};
 use crate::metrics::{count, Refused};
 use keyhole_core::alias::request::body::{self as request_body, BodyView};
-use keyhole_core::alias::wire::{ErrorCode, WithTaxonomy};
 use keyhole_core::alias::{
     BodyKind, DecodeRequest, DecodeResponse, RawIdCount, RequestError, RequestScan,
 };
 use keyhole_core::config::RawIds;
-use keyhole_core::reply::{self, ErrorKind, LocalReply};
+use keyhole_core::proto::alias::{ErrorCode, WithTaxonomy};
+use keyhole_core::proto::reply::{self, ErrorKind, LocalReply};
 use proxy_wasm::types::{Action, BufferType, StreamType};
 
 /// Request headers that are never scanned (besides pseudo-headers, the

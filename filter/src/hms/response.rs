@@ -14,12 +14,12 @@ use crate::callout::{self, Answer, Callout, Sent};
 use crate::hold::{self, HeaderEdit, Verdict};
 use crate::host;
 use crate::metrics::{count, Withheld};
-use keyhole_core::alias::wire::{ErrorCode, WithTaxonomy};
 use keyhole_core::alias::{
     BodyKind, EncodeRequest, EncodeResponse, KnownAlias, PartId, ResponseScan, Taxonomy,
 };
-use keyhole_core::reply::{self, LocalReply};
-use keyhole_core::{charset, coding, lastword};
+use keyhole_core::proto::alias::{ErrorCode, WithTaxonomy};
+use keyhole_core::proto::reply::{self, LocalReply};
+use keyhole_core::{alias::charset, alias::coding, alias::lastword};
 use proxy_wasm::types::{Action, BufferType, StreamType};
 
 /// Response headers that are never scanned (pseudo-headers aside: `:status`

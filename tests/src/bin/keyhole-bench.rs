@@ -11,10 +11,10 @@
 //! `--only native_rewrite` scenario 0.
 
 use anyhow::Context as _;
+use keyhole_core::alias::lastword::LastWord;
 use keyhole_core::alias::{BodyKind, Epoch, ResponseScan, SessionMap, Taxonomy};
-use keyhole_core::format;
-use keyhole_core::lastword::LastWord;
-use keyhole_core::wire::{descriptors_digest, ResolveRequest, ToolDescriptor};
+use keyhole_core::proto::tools::{descriptors_digest, ResolveRequest, ToolDescriptor};
+use keyhole_core::tools::format;
 use keyhole_core::Phase;
 use keyhole_e2e::control::{self, Control};
 use keyhole_e2e::envoy::{Envoy, EnvoyOptions};

@@ -244,8 +244,8 @@ proptest! {
         let out = scan.rewrite(body.as_bytes(), &aliases, &[]).map_err(|e| TestCaseError::fail(e.to_string()))?;
         // Tool definitions passed over as the filter does, its memo knowing
         // them: the same ids, the same rewrite.
-        let mut memo = crate::format::Memo::new();
-        let read = crate::format::parse_memo("/any", body.as_bytes(), &crate::format::BuiltinTools::default(), &mut memo);
+        let mut memo = crate::tools::format::Memo::new();
+        let read = crate::tools::format::parse_memo("/any", body.as_bytes(), &crate::tools::format::BuiltinTools::default(), &mut memo);
         prop_assert!(matches!(read, Ok(Some(_))));
         let skipping = PromptScan::new_skipping(&tax, body.as_bytes(), &|rest| memo.known_array(rest))
             .map_err(|e| TestCaseError::fail(e.to_string()))?;

@@ -12,8 +12,8 @@
 //! text that holds an alias cannot be rewritten: that request is refused as
 //! well (the client can send the body plain).
 
-use crate::charset;
-use crate::coding::{self, CodingError};
+use crate::alias::charset;
+use crate::alias::coding::{self, CodingError};
 
 /// How to read a request body.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -11,8 +11,10 @@
 //! `;`, tab and `|` that the header line uses most (German exports use `;`).
 
 use super::{Part, ResponseScan};
-use crate::alias::shape::{self, Form};
-use crate::alias::taxonomy::{KeyRole, KindId};
+use crate::alias::id::Form;
+use crate::alias::id::KindId;
+use crate::alias::shape;
+use crate::alias::taxonomy::KeyRole;
 use csv_core::{ReadFieldResult, ReaderBuilder};
 
 /// Longest cell kept for a look; longer cells are text, never one id.

@@ -18,7 +18,7 @@
 //! it is read with the text patterns.
 
 use super::BodyKind;
-use crate::alias::json::Lexer;
+use crate::json::lexer::Lexer;
 
 /// Why a body was withheld: one label per cause, for the filter's counters
 /// and logs (`RewriteError::reason`).

@@ -12,9 +12,9 @@
 
 use super::csv::{self, Column};
 use super::{Part, ResponseScan};
+use crate::alias::id::KindId;
 use crate::alias::known::decoded_view;
 use crate::alias::shape;
-use crate::alias::taxonomy::KindId;
 
 /// Reads a form-encoded body: `&`- or `;`-separated `key=value` pairs.
 pub(super) fn scan_form(

@@ -15,9 +15,10 @@
 //! is learned decoded and replaced whole by the known-id search.
 
 use super::{choose, Part, ResponseScan, RewriteError};
+use crate::alias::id::Form;
+use crate::alias::id::KindId;
 use crate::alias::known::MappedView;
-use crate::alias::shape::{self, Form};
-use crate::alias::taxonomy::KindId;
+use crate::alias::shape;
 use quick_xml::events::Event;
 use quick_xml::Reader;
 

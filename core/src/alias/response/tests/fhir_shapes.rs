@@ -194,7 +194,7 @@ struct Counts {
     values: usize,
     values_changed: usize,
     withheld: usize,
-    /// Rewritten bodies the last word ([`crate::lastword`]) would withhold.
+    /// Rewritten bodies the last word ([`crate::alias::lastword`]) would withhold.
     last_word: usize,
 }
 
@@ -308,7 +308,8 @@ fn run_session(tax: &'static Taxonomy, seed: u64, c: &mut Counts) {
             .iter()
             .map(String::as_str)
             .chain(known.iter().map(|k| k.alias.as_str()));
-        if let Some(f) = crate::lastword::LastWord::new(tax, values, given).check_body(&out) {
+        if let Some(f) = crate::alias::lastword::LastWord::new(tax, values, given).check_body(&out)
+        {
             c.last_word += 1;
             eprintln!("last word {f:?}: {}", String::from_utf8_lossy(&out));
         }

@@ -3,7 +3,7 @@
 //! word, so what is aliased is all there was.
 
 use super::*;
-use crate::lastword::LastWord;
+use crate::alias::lastword::LastWord;
 
 /// Rewrites `body` read as `kind` and checks it with the last word.
 fn rewritten(body: &str, kind: BodyKind) -> String {

@@ -1,0 +1,342 @@
+//! The last word on "never the full registry": an independent tool detector.
+//!
+//! [`count_tool_shaped`] reads a whole JSON body and counts every object,
+//! anywhere in it, that has the shape of a function / tool *definition* in any
+//! provider format. It knows nothing of paths, of the format the request was
+//! read as, or of the request parser in [`crate::tools::format`], and shares no code
+//! with it, so a blind spot of the parser is not a blind spot here. The filter
+//! runs it on every body that leaves the LLM listener; more tool-shaped
+//! objects than the phase budget means the request is refused.
+//!
+//! # What counts
+//! Keys are compared *folded*: Unicode lowercase, with `_` and `-` removed, and
+//! with the two non-ASCII letters that case-insensitive JSON decoders (Go's
+//! `encoding/json`) fold onto ASCII (`ſ` → `s`, `K` (Kelvin) → `k`). So
+//! `input_schema`, `inputSchema`, `INPUT_SCHEMA` and `\u0069nput_schema` are
+//! one key. An object counts once when it has a string-valued `name` and:
+//!
+//! - a definition key: `description`, `parameters`, `parametersJsonSchema`,
+//!   `input_schema`, `inputJsonSchema`, `schema` (every format, legacy
+//!   `functions` included); or
+//! - a `type` of `function` or `custom`, wherever it stands: a definition
+//!   needs nothing but a name (a Responses tool, a tool loaded by OpenAI's
+//!   tool search in a `tool_search_output` item, a Realtime session's tools);
+//!   or
+//! - it is the value of a `function` or `custom` key of an array element and
+//!   carries no call payload (`arguments`, `input`, `args`): a Chat
+//!   Completions definition, which needs nothing but a name (a `tool_choice`
+//!   naming a function is not an array element); or
+//! - it is an element of a `tools` array and has no `type`, or one of
+//!   `function` / `custom` (a provider built-in names its own `type`); or
+//! - it is an element of a `functionDeclarations` or `functions` array.
+//!
+//! # What does not count
+//! A *reference* names a tool without defining it. Inside the value of a
+//! `tool_choice`, `toolConfig`, `allowed_tools` or `allowedFunctionNames`
+//! member (any spelling), only an object with a definition key counts: the
+//! name-only rules above do not apply there, so `{"type": "allowed_tools",
+//! "tools": [{"type": "function", "name": "a"}]}` counts nothing. This is the
+//! detector's own short list of reference positions; it shares nothing with
+//! the request parser's.
+//!
+//! Tool *calls* in a conversation history (`{"name", "arguments"}`,
+//! `{"type":"tool_use","name","input"}`, `{"functionCall":{"name","args"}}`,
+//! `{"type":"function_call",…}`) carry no definition key and are not counted;
+//! neither are provider built-in tools (`{"type":"web_search_20250305",
+//! "name":"web_search"}`), which carry no schema. JSON Schema properties
+//! named `name` are objects, not strings, and are not counted. The count
+//! errs on the side of counting: a structured-output schema (`{"name",
+//! "schema"}`) counts as one, and the filter leaves room for it
+//! ([`crate::tools::surface`]); a false negative could forward a registry.
+
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use std::borrow::Cow;
+use std::cell::Cell;
+use std::fmt;
+
+/// Why a body could not be counted. The filter refuses such a body.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DetectError {
+    /// The body is not valid JSON (or nests deeper than the parser allows).
+    /// The message never quotes the body.
+    #[error("request body is not readable JSON at line {line} column {column}")]
+    Json {
+        /// Line of the problem.
+        line: usize,
+        /// Column of the problem.
+        column: usize,
+    },
+}
+
+/// The number of tool-definition-shaped objects anywhere in `body`.
+///
+/// An empty (or all-whitespace) body has none. Any other body must be one
+/// JSON value; a body that is not is an error, never "zero".
+pub fn count_tool_shaped(body: &[u8]) -> Result<usize, DetectError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(0);
+    }
+    let count = Cell::new(0usize);
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let root = Node {
+        at: Position::Plain,
+        reference: false,
+        count: &count,
+    };
+    let result = root.deserialize(&mut de).and_then(|_| de.end());
+    match result {
+        Ok(()) => Ok(count.get()),
+        Err(e) => Err(DetectError::Json {
+            line: e.line(),
+            column: e.column(),
+        }),
+    }
+}
+
+/// Where a value sits, as far as tool shapes are concerned.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Position {
+    /// Anywhere else.
+    Plain,
+    /// An element of an array.
+    Element,
+    /// The value of a `function` / `custom` key.
+    Wrapped,
+    /// A `functionDeclarations` / `functions` array.
+    DeclarationList,
+    /// An element of such an array.
+    Declaration,
+    /// A `tools` array.
+    ToolsList,
+    /// An element of a `tools` array.
+    ToolsElement,
+}
+
+/// What a visited value was, as its parent needs to know.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    String,
+    /// A string that folds to `function` or `custom`.
+    FunctionWord,
+    Other,
+}
+
+/// The keys that matter, after folding.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Key {
+    Name,
+    Definition,
+    CallPayload,
+    Wrapper,
+    DeclarationList,
+    ToolsList,
+    Type,
+    /// A member whose value only names tools ([the module docs](self)).
+    Reference,
+    Other,
+}
+
+/// Keys that mean something to the detector, folded.
+const TABLE: [(&str, Key); 20] = [
+    ("name", Key::Name),
+    ("description", Key::Definition),
+    ("parameters", Key::Definition),
+    ("parametersjsonschema", Key::Definition),
+    ("inputschema", Key::Definition),
+    ("inputjsonschema", Key::Definition),
+    ("schema", Key::Definition),
+    ("arguments", Key::CallPayload),
+    ("input", Key::CallPayload),
+    ("args", Key::CallPayload),
+    ("function", Key::Wrapper),
+    ("custom", Key::Wrapper),
+    ("functiondeclarations", Key::DeclarationList),
+    ("functions", Key::DeclarationList),
+    ("tools", Key::ToolsList),
+    ("type", Key::Type),
+    ("toolchoice", Key::Reference),
+    ("toolconfig", Key::Reference),
+    ("allowedtools", Key::Reference),
+    ("allowedfunctionnames", Key::Reference),
+];
+
+/// Whether a string value folds to `function` or `custom` (the `type` of a
+/// client-defined tool), without allocating: most strings are not.
+fn is_function_word(value: &str) -> bool {
+    value.len() <= 16 && (folds_to(value, "function") || folds_to(value, "custom"))
+}
+
+fn classify(key: &str) -> Key {
+    // Folding never lengthens an ASCII key by more than the removed
+    // separators, so a key much longer than every target is none of them.
+    if key.len() > 64 {
+        return Key::Other;
+    }
+    // Most keys are ASCII: folded once into a buffer and compared whole
+    // (ASCII letters lowercase the same by either rule).
+    if key.is_ascii() {
+        let mut folded = [0u8; 64];
+        let mut len = 0;
+        for b in key.bytes().filter(|b| *b != b'_' && *b != b'-') {
+            if let Some(slot) = folded.get_mut(len) {
+                *slot = b.to_ascii_lowercase();
+                len += 1;
+            }
+        }
+        let folded = folded.get(..len).unwrap_or_default();
+        return TABLE
+            .iter()
+            .find(|(target, _)| target.as_bytes() == folded)
+            .map_or(Key::Other, |(_, k)| *k);
+    }
+    classify_folding(key)
+}
+
+/// [`classify`], folding each character as it is compared.
+fn classify_folding(key: &str) -> Key {
+    TABLE
+        .iter()
+        .find(|(target, _)| folds_to(key, target))
+        .map_or(Key::Other, |(_, k)| *k)
+}
+
+/// Whether `key`, folded, equals `target` (lowercase ASCII, no separators).
+fn folds_to(key: &str, target: &str) -> bool {
+    let mut want = target.bytes();
+    for c in key.chars() {
+        if c == '_' || c == '-' {
+            continue;
+        }
+        let folded = match c {
+            'ſ' => 's',
+            '\u{212A}' => 'k',
+            c => c.to_lowercase().next().unwrap_or(c),
+        };
+        match want.next() {
+            Some(w) if u32::from(w) == u32::from(folded) => {}
+            _ => return false,
+        }
+    }
+    want.next().is_none()
+}
+
+/// Visits one value, counting the tool-shaped objects in it.
+struct Node<'c> {
+    at: Position,
+    /// Inside a reference member: name-only rules do not apply.
+    reference: bool,
+    count: &'c Cell<usize>,
+}
+
+impl<'de> DeserializeSeed<'de> for Node<'_> {
+    type Value = Kind;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Kind, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Node<'_> {
+    type Value = Kind;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_str<E>(self, value: &str) -> Result<Kind, E> {
+        Ok(if is_function_word(value) {
+            Kind::FunctionWord
+        } else {
+            Kind::String
+        })
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Kind, E> {
+        Ok(Kind::Other)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Kind, E> {
+        Ok(Kind::Other)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Kind, E> {
+        Ok(Kind::Other)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Kind, E> {
+        Ok(Kind::Other)
+    }
+
+    fn visit_unit<E>(self) -> Result<Kind, E> {
+        Ok(Kind::Other)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Kind, A::Error> {
+        let at = match self.at {
+            Position::DeclarationList => Position::Declaration,
+            Position::ToolsList => Position::ToolsElement,
+            _ => Position::Element,
+        };
+        while seq
+            .next_element_seed(Node {
+                at,
+                reference: self.reference,
+                count: self.count,
+            })?
+            .is_some()
+        {}
+        Ok(Kind::Other)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Kind, A::Error> {
+        let (mut named, mut defines, mut calls) = (false, false, false);
+        // `type`: absent, `function` / `custom`, or anything else.
+        let (mut typed_function, mut typed_other) = (false, false);
+        let element = matches!(
+            self.at,
+            Position::Element | Position::Declaration | Position::ToolsElement
+        );
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            let key = classify(&key);
+            let at = match key {
+                Key::Wrapper if element => Position::Wrapped,
+                Key::DeclarationList => Position::DeclarationList,
+                Key::ToolsList => Position::ToolsList,
+                _ => Position::Plain,
+            };
+            let reference = self.reference || key == Key::Reference;
+            let kind = map.next_value_seed(Node {
+                at,
+                reference,
+                count: self.count,
+            })?;
+            match key {
+                Key::Name => named |= matches!(kind, Kind::String | Kind::FunctionWord),
+                Key::Definition => defines = true,
+                Key::CallPayload => calls = true,
+                Key::Type => match kind {
+                    Kind::FunctionWord => typed_function = true,
+                    Kind::String | Kind::Other => typed_other = true,
+                },
+                Key::Wrapper
+                | Key::DeclarationList
+                | Key::ToolsList
+                | Key::Reference
+                | Key::Other => {}
+            }
+        }
+        let by_name_only = !self.reference
+            && (typed_function
+                || (self.at == Position::Wrapped && !calls)
+                || (self.at == Position::ToolsElement && !typed_other));
+        let shaped = named && (defines || self.at == Position::Declaration || by_name_only);
+        if shaped {
+            self.count.set(self.count.get().saturating_add(1));
+        }
+        Ok(Kind::Other)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,749 @@
+//! The per-turn resolution: floors, fused ranking and its post-processing
+//! stages, the bounded composition and the structural patient-resolve floor.
+//!
+//! Stages, in order (each one recorded in the [`Trace`]):
+//!
+//! 1. prompt-conditioned floors (multi-entity, research) fire on the folded turn;
+//! 2. every business tool gets its fused score ([`FusionSettings::fuse`]);
+//! 3. score threshold (the phase minimum is still filled when possible);
+//! 4. domain scoping: the non-generic domains of the best-ranked tools (and of
+//!    fired floors) are the turn's domains; tools of other domains take a
+//!    penalty; tools without a domain, or in a generic domain, never do;
+//! 5. semantic-group dedup: the best read and the best write of one group
+//!    keep their place, further siblings are demoted (or dropped);
+//! 6. workflow boost on execute or composite turns;
+//! 7. the confidence budget: the hits within `budget.margin` of the best one
+//!    are kept, at least the phase minimum (see [`BudgetSettings`]);
+//! 8. [`bounded`] composition under the phase budget (tool_choice, floors,
+//!    hits, prior set);
+//! 9. the patient-resolve floor, then [`bounded`] again.
+//!
+//! [`FusionSettings::fuse`]: super::fuse::FusionSettings::fuse
+
+use super::clauses::interleave;
+use super::config::RankConfig;
+use super::floors::FiredFloor;
+use super::fuse::{compare, Scored};
+use super::lexical::LexicalScore;
+use super::outage::{bounded, SetInputs};
+use super::registry::Registry;
+use super::tokenize::fold;
+use super::Candidate;
+use crate::proto::tools::{Reason, ResolveResponse, Source, SurfacedTool};
+use crate::Phase;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One turn to resolve.
+#[derive(Debug, Clone, Copy)]
+pub struct Turn<'a> {
+    /// The latest user turn's text (never logged, never traced).
+    pub text: &'a str,
+    /// The agent phase.
+    pub phase: Phase,
+    /// The session's last audited set (function names, best first).
+    pub prior: &'a [String],
+    /// A function the request's `tool_choice` names.
+    pub tool_choice: Option<&'a str>,
+    /// Cosine similarity of the turn to each tool, by function name, as the
+    /// vector search returned them (any order; tools missing get no cosine
+    /// term). `None` means retrieval failed: the bounded fallback answers.
+    pub cosine: Option<&'a [(String, f32)]>,
+}
+
+/// The patient-resolve floor's decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PatientResolveTrace {
+    /// A surfaced tool that needs a patient id.
+    pub needed_by: String,
+    /// The resolver prepended.
+    pub added: String,
+}
+
+/// What each stage did on one turn: names, counts and signal names only —
+/// never the turn's text.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Trace {
+    /// Floors that fired, with their signal names.
+    pub floors: Vec<FiredFloor>,
+    /// Whether an execute intent was detected.
+    pub execute_intent: bool,
+    /// Whether the turn counts as composite (multi-entity signals).
+    pub composite_intent: bool,
+    /// Business tools scored.
+    pub scored: usize,
+    /// Tools at or above the threshold.
+    pub above_threshold: usize,
+    /// The turn's domains (domain scoping).
+    pub domains: Vec<String>,
+    /// Tools that took the off-domain penalty.
+    pub off_domain: Vec<String>,
+    /// Tools demoted or dropped by semantic-group dedup.
+    pub deduped: Vec<String>,
+    /// Tools boosted as workflows.
+    pub boosted: Vec<String>,
+    /// The patient-resolve floor, when it fired.
+    pub patient_resolve: Option<PatientResolveTrace>,
+    /// A `tool_choice` named a function the request does not carry.
+    pub tool_choice_unknown: bool,
+    /// The phase budget's ceiling.
+    pub budget_max: usize,
+    /// Ranked hits the confidence budget kept (`None`: it did not run).
+    pub confident: Option<usize>,
+    /// Clauses retrieved on their own (0: the turn was retrieved whole).
+    pub clauses: usize,
+}
+
+/// The answer for one turn.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Resolution {
+    /// The tools the model may see, in order, each with its reason.
+    pub candidates: Vec<Candidate>,
+    /// Whether this came from retrieval or from the bounded fallback.
+    pub source: Source,
+    /// What each stage did.
+    pub trace: Trace,
+    /// The candidates that may change a record (the filter enforces the
+    /// formatter phase's rule with this).
+    #[serde(skip)]
+    pub mutating: BTreeSet<String>,
+}
+
+impl Resolution {
+    /// The wire answer for the filter.
+    pub fn to_response(&self) -> ResolveResponse {
+        let tool = |c: &Candidate| SurfacedTool {
+            name: c.name.clone(),
+            reason: c.reason,
+            mutating: self.mutating.contains(&c.name),
+        };
+        ResolveResponse {
+            tools: self.candidates.iter().map(tool).collect(),
+            source: self.source,
+        }
+    }
+}
+
+/// Which stages a ranking runs.
+#[derive(Debug, Clone, Copy)]
+struct Stages {
+    threshold: f32,
+    min_fill: usize,
+    scoped: bool,
+    limit: usize,
+    reason: Reason,
+}
+
+/// One clause of a multi-intent turn with its own cosines (see
+/// [`ClauseSettings::split`](super::clauses::ClauseSettings::split)).
+#[derive(Debug, Clone, Copy)]
+pub struct Clause<'a> {
+    /// The clause's text (a slice of the turn).
+    pub text: &'a str,
+    /// Cosine similarity of the clause to each tool, as for [`Turn::cosine`].
+    pub cosine: &'a [(String, f32)],
+}
+
+/// Resolves one turn's candidate set. Never fails; the answer never exceeds
+/// the phase budget.
+pub fn resolve(registry: &Registry, config: &RankConfig, turn: &Turn<'_>) -> Resolution {
+    resolve_clauses(registry, config, turn, &[])
+}
+
+/// [`resolve`] for a turn split into clauses: when there are two or more and
+/// clause retrieval is enabled, each clause's best `clauses.perClauseK` hits
+/// ([`per_subtask`]) join the turn's hits in turns
+/// ([`interleave`](super::clauses::interleave)), under the same budget.
+/// With fewer than two clauses, or on outage, it is [`resolve`].
+pub fn resolve_clauses(
+    registry: &Registry,
+    config: &RankConfig,
+    turn: &Turn<'_>,
+    clauses: &[Clause<'_>],
+) -> Resolution {
+    if turn.text.trim().is_empty() {
+        return without_text(registry, turn);
+    }
+    let folded = fold(turn.text);
+    let floors_cfg = config.floors();
+    let mut trace = Trace {
+        budget_max: turn.phase.budget().max,
+        ..Trace::default()
+    };
+    trace.floors = floors_cfg.prompt_floors(&folded, turn.phase);
+    trace.execute_intent = !config.execute_signals().matches(&folded).is_empty();
+    trace.composite_intent = floors_cfg.multi_entity.fires(&folded);
+    trace.tool_choice_unknown = turn
+        .tool_choice
+        .is_some_and(|n| !registry.names().contains(n));
+
+    let scores = fused_scores(registry, config, turn.text, turn.cosine.unwrap_or(&[]));
+    trace.scored = scores.business;
+    let floor_candidates = floor_candidates(registry, &scores, &trace.floors);
+    let hits = turn.cosine.map(|_| {
+        let stages = Stages {
+            threshold: config.settings().pipeline.threshold,
+            min_fill: turn.phase.budget().min,
+            scoped: true,
+            limit: usize::MAX,
+            reason: Reason::Rag,
+        };
+        let mut ranked = rank(
+            registry,
+            config,
+            &scores,
+            &floor_candidates,
+            stages,
+            &mut trace,
+        );
+        if turn.cosine.is_some_and(|c| !c.is_empty()) {
+            let keep = config
+                .settings()
+                .pipeline
+                .budget
+                .keep(&ranked, turn.phase.budget().min);
+            if config.settings().pipeline.budget.margin.is_some() {
+                trace.confident = Some(keep);
+            }
+            ranked.truncate(keep);
+        }
+        let c = &config.settings().clauses;
+        if c.enabled && clauses.len() >= 2 {
+            let each = clauses
+                .iter()
+                .map(|cl| per_subtask(registry, config, cl.text, cl.cosine))
+                .collect();
+            ranked = interleave(ranked, each, c.per_clause_k);
+            trace.clauses = clauses.len();
+        }
+        ranked
+    });
+    let source = if turn.cosine.is_some() {
+        Source::Retrieval
+    } else {
+        Source::ControlFallback
+    };
+    let inputs = SetInputs {
+        phase: turn.phase,
+        registry: registry.names(),
+        mutating: registry.mutating(),
+        tool_choice: turn.tool_choice,
+        floors: &floor_candidates,
+        hits: hits.as_deref(),
+        prior: turn.prior,
+    };
+    let mut candidates = bounded(&inputs);
+
+    // Structural patient-resolve floor: after the set is known.
+    let pr = &floors_cfg.patient_resolve;
+    if pr.phases.contains(&turn.phase) {
+        let tool = |c: &Candidate| registry.by_name(&c.name);
+        let has_resolver = candidates
+            .iter()
+            .filter_map(tool)
+            .any(|t| pr.is_resolver(&t.id));
+        let needed_by = candidates
+            .iter()
+            .filter_map(tool)
+            .find(|t| t.meta.as_ref().is_some_and(|m| pr.needs_patient(m)))
+            .map(|t| t.name.clone());
+        if let (false, Some(needed_by)) = (has_resolver, needed_by) {
+            if let Some(resolver) =
+                floor_candidate(registry, &scores, &pr.prepend, Reason::FloorPatientResolve)
+            {
+                let mut with_resolver = Vec::with_capacity(floor_candidates.len() + 1);
+                with_resolver.push(resolver.clone());
+                with_resolver.extend(floor_candidates.iter().cloned());
+                candidates = bounded(&SetInputs {
+                    floors: &with_resolver,
+                    ..inputs
+                });
+                if candidates.iter().any(|c| c.name == resolver.name) {
+                    trace.patient_resolve = Some(PatientResolveTrace {
+                        needed_by,
+                        added: resolver.name,
+                    });
+                }
+            }
+        }
+    }
+    let mutating = candidates
+        .iter()
+        .filter(|c| registry.mutating().contains(&c.name))
+        .map(|c| c.name.clone())
+        .collect();
+    Resolution {
+        candidates,
+        source,
+        trace,
+        mutating,
+    }
+}
+
+/// A turn with no text to rank (a tool result only, an image, an empty user
+/// message): nothing says which tools it needs, so it keeps what the session
+/// was shown last — the prior set, reason `prior-set` — and with none, the
+/// phase minimum of tools that change nothing, in registry order, reason
+/// `no-turn`. Never a set that changes records by default. A forced tool is
+/// kept as always; the phase rules and budget hold.
+fn without_text(registry: &Registry, turn: &Turn<'_>) -> Resolution {
+    let candidate = |name: &str, reason| Candidate {
+        name: name.to_owned(),
+        reason,
+        score: 0.0,
+    };
+    let floors: Vec<Candidate> = if turn.prior.is_empty() {
+        let read_only = registry.tools().iter().filter(|t| !t.mutates());
+        read_only
+            .take(turn.phase.budget().min)
+            .map(|t| candidate(&t.name, Reason::NoTurn))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let inputs = SetInputs {
+        phase: turn.phase,
+        registry: registry.names(),
+        mutating: registry.mutating(),
+        tool_choice: turn.tool_choice,
+        floors: &floors,
+        hits: Some(&[]),
+        prior: turn.prior,
+    };
+    let candidates = bounded(&inputs);
+    let mutating = candidates
+        .iter()
+        .filter(|c| registry.mutating().contains(&c.name))
+        .map(|c| c.name.clone())
+        .collect();
+    let trace = Trace {
+        budget_max: turn.phase.budget().max,
+        ..Trace::default()
+    };
+    Resolution {
+        candidates,
+        source: Source::NoTurn,
+        trace,
+        mutating,
+    }
+}
+
+/// The discovery search ("is there a tool for X?"): the ranking pipeline —
+/// fusion, domain scoping, dedup, workflow boost — without floors, threshold
+/// or budget, cut to `k`.
+pub fn search(
+    registry: &Registry,
+    config: &RankConfig,
+    text: &str,
+    cosine: &[(String, f32)],
+    k: usize,
+) -> Vec<Candidate> {
+    let folded = fold(text);
+    let mut trace = Trace {
+        floors: config.floors().prompt_floors(&folded, Phase::Planner),
+        execute_intent: !config.execute_signals().matches(&folded).is_empty(),
+        composite_intent: config.floors().multi_entity.fires(&folded),
+        ..Trace::default()
+    };
+    let scores = fused_scores(registry, config, text, cosine);
+    // Floors are not added, but the domains they open stay in scope.
+    let floors = floor_candidates(registry, &scores, &trace.floors);
+    let stages = Stages {
+        threshold: f32::NEG_INFINITY,
+        min_fill: 0,
+        scoped: true,
+        limit: k,
+        reason: Reason::Rag,
+    };
+    rank(registry, config, &scores, &floors, stages, &mut trace)
+}
+
+/// The per-subtask match: [`search`] on one subtask's (clause's) text, cut at
+/// the threshold (keeping at least one) and capped at `clauses.perClauseK`
+/// because a subtask needs a tight matched set, not the planner budget.
+pub fn per_subtask(
+    registry: &Registry,
+    config: &RankConfig,
+    text: &str,
+    cosine: &[(String, f32)],
+) -> Vec<Candidate> {
+    let mut hits = search(
+        registry,
+        config,
+        text,
+        cosine,
+        config.settings().clauses.per_clause_k.max(1),
+    );
+    let threshold = config.settings().pipeline.threshold;
+    // Keep the best one even below the threshold: a subtask always gets a tool.
+    let keep = hits
+        .iter()
+        .skip(1)
+        .take_while(|c| c.score >= threshold)
+        .count()
+        + 1;
+    hits.truncate(keep);
+    hits
+}
+
+/// One business tool's scores.
+#[derive(Debug, Clone, Copy)]
+struct ToolScore {
+    index: usize,
+    fused: f32,
+    coverage: f32,
+}
+
+/// The fused scores of a registry's business tools for one turn. Only tools
+/// with evidence (a cosine hit or a lexical match) are scored one by one;
+/// every other business tool has the same `implicit` score and no coverage,
+/// and they rank among themselves by id. Ranking reads what it needs from
+/// this without ever sorting the whole registry.
+#[derive(Debug, Clone)]
+struct Scores {
+    /// Tools with evidence, by registry index ascending.
+    scored: Vec<ToolScore>,
+    /// The fused score of a business tool without evidence.
+    implicit: f32,
+    /// Number of business tools.
+    business: usize,
+}
+
+impl Scores {
+    /// A business tool's fused score (`implicit` when it had no evidence).
+    fn fused(&self, index: usize) -> f32 {
+        match self.scored.binary_search_by_key(&index, |s| s.index) {
+            Ok(at) => self.scored.get(at).map_or(self.implicit, |s| s.fused),
+            Err(_) => self.implicit,
+        }
+    }
+
+    /// Business tools without evidence, in ranking order (id, then index).
+    fn implicit_in_order<'a>(
+        &'a self,
+        registry: &'a Registry,
+    ) -> impl Iterator<Item = ToolScore> + 'a {
+        registry
+            .business_by_id()
+            .iter()
+            .copied()
+            .filter(|&index| {
+                self.scored
+                    .binary_search_by_key(&index, |s| s.index)
+                    .is_err()
+            })
+            .map(|index| ToolScore {
+                index,
+                fused: self.implicit,
+                coverage: 0.0,
+            })
+    }
+}
+
+/// Fused scores of the business tools: those the vector search returned or
+/// whose text matches a query term one by one, the rest implicitly.
+fn fused_scores(
+    registry: &Registry,
+    config: &RankConfig,
+    text: &str,
+    cosine: &[(String, f32)],
+) -> Scores {
+    // A name listed twice keeps its highest score: no dependence on order.
+    let mut cos: Vec<(usize, f32)> = cosine
+        .iter()
+        .filter_map(|(name, c)| registry.index_of_name(name).map(|i| (i, *c)))
+        .collect();
+    cos.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)));
+    cos.dedup_by_key(|c| c.0);
+    let lexical = registry.lexical();
+    let query = lexical.query(text);
+    let lex = lexical.matches(&query);
+    let s = config.settings();
+    let business = |i: usize| registry.tool(i).is_some_and(|t| t.is_business());
+    let fuse = |index: usize, cosine: Option<f32>, lex: LexicalScore| ToolScore {
+        index,
+        fused: s.fusion.fuse(cosine, lex, &s.lexical),
+        coverage: lex.coverage,
+    };
+    // Merge the two lists, both by index ascending.
+    let mut scored = Vec::with_capacity(cos.len() + lex.len());
+    let (mut c, mut l) = (cos.iter().peekable(), lex.iter().peekable());
+    loop {
+        let next = match (c.peek(), l.peek()) {
+            (Some(&&(ci, cv)), Some(&&(li, lv))) if ci == li => {
+                c.next();
+                l.next();
+                fuse(ci, Some(cv), lv)
+            }
+            (Some(&&(ci, cv)), Some(&&(li, _))) if ci < li => {
+                c.next();
+                fuse(ci, Some(cv), LexicalScore::default())
+            }
+            (_, Some(&&(li, lv))) => {
+                l.next();
+                fuse(li, None, lv)
+            }
+            (Some(&&(ci, cv)), None) => {
+                c.next();
+                fuse(ci, Some(cv), LexicalScore::default())
+            }
+            (None, None) => break,
+        };
+        if business(next.index) {
+            scored.push(next);
+        }
+    }
+    Scores {
+        scored,
+        implicit: s.fusion.fuse(None, LexicalScore::default(), &s.lexical),
+        business: registry.business_by_id().len(),
+    }
+}
+
+fn floor_candidate(
+    registry: &Registry,
+    scores: &Scores,
+    id: &str,
+    reason: Reason,
+) -> Option<Candidate> {
+    let tool = registry.by_id(id).filter(|t| t.is_business())?;
+    let index = registry.index_of_name(&tool.name)?;
+    let score = scores.fused(index);
+    Some(Candidate {
+        name: tool.name.clone(),
+        reason,
+        score,
+    })
+}
+
+/// The tools of fired floors, in floor order, each once.
+fn floor_candidates(registry: &Registry, scores: &Scores, fired: &[FiredFloor]) -> Vec<Candidate> {
+    let mut out: Vec<Candidate> = Vec::new();
+    let all = fired
+        .iter()
+        .flat_map(|f| f.tools.iter().map(move |id| (id, f.reason)));
+    for c in all.filter_map(|(id, reason)| floor_candidate(registry, scores, id, reason)) {
+        if !out.iter().any(|o| o.name == c.name) {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The `m` best business tools, in ranking order: what sorting every
+/// business tool and keeping the first `m` gives (ties beyond the ranking
+/// order keep registry order, as a stable sort of the registry would), without
+/// sorting the whole registry.
+fn best(registry: &Registry, scores: &Scores, m: usize) -> Vec<ToolScore> {
+    let id_of = |i: usize| registry.tool(i).map_or("", |t| t.id.as_str());
+    let order = |a: &ToolScore, b: &ToolScore| {
+        compare(
+            &Scored {
+                id: id_of(a.index),
+                score: a.fused,
+                coverage: a.coverage,
+            },
+            &Scored {
+                id: id_of(b.index),
+                score: b.fused,
+                coverage: b.coverage,
+            },
+        )
+        .then(a.index.cmp(&b.index))
+    };
+    // The m-th best score bounds the m best (found on bare floats, which
+    // compare cheaply); only tools at or above it are ordered in full.
+    let mut top: Vec<ToolScore> = match m
+        .checked_sub(1)
+        .filter(|&last| last + 1 < scores.scored.len())
+    {
+        Some(last) => {
+            let mut fused: Vec<f32> = scores.scored.iter().map(|s| s.fused).collect();
+            let (_, &mut bound, _) = fused.select_nth_unstable_by(last, |a, b| b.total_cmp(a));
+            scores
+                .scored
+                .iter()
+                .filter(|s| s.fused.total_cmp(&bound).is_ge())
+                .copied()
+                .collect()
+        }
+        None if m == 0 => Vec::new(),
+        None => scores.scored.clone(),
+    };
+    if m < top.len() {
+        top.select_nth_unstable_by(m, order);
+        top.truncate(m);
+    }
+    top.sort_by(order);
+    // Tools without evidence all score `implicit`: they enter only where that
+    // score ranks (checked before walking them).
+    let room = top.len() < m;
+    let outranked = top
+        .last()
+        .is_some_and(|last| last.fused.total_cmp(&scores.implicit).is_gt());
+    if scores.business == scores.scored.len() || (!room && outranked) {
+        return top;
+    }
+    let mut merged = Vec::with_capacity(m.min(scores.business));
+    let mut rest = scores.implicit_in_order(registry).peekable();
+    let mut top = top.into_iter().peekable();
+    while merged.len() < m {
+        let next = match (top.peek(), rest.peek()) {
+            (Some(a), Some(b)) if order(a, b).is_le() => top.next(),
+            (_, Some(_)) => rest.next(),
+            (Some(_), None) => top.next(),
+            (None, None) => None,
+        };
+        let Some(next) = next else { break };
+        merged.push(next);
+    }
+    merged
+}
+
+/// Stages 3–6 over precomputed scores; returns candidates best first.
+fn rank(
+    registry: &Registry,
+    config: &RankConfig,
+    scores: &Scores,
+    floors: &[Candidate],
+    stages: Stages,
+    trace: &mut Trace,
+) -> Vec<Candidate> {
+    let p = &config.settings().pipeline;
+    let id_of = |i: usize| registry.tool(i).map_or("", |t| t.id.as_str());
+    let sort = |v: &mut Vec<ToolScore>| {
+        v.sort_by(|a, b| {
+            compare(
+                &Scored {
+                    id: id_of(a.index),
+                    score: a.fused,
+                    coverage: a.coverage,
+                },
+                &Scored {
+                    id: id_of(b.index),
+                    score: b.fused,
+                    coverage: b.coverage,
+                },
+            )
+        })
+    };
+    // 3. Threshold, keeping the phase minimum when there is anything to keep.
+    let implicit = scores.business - scores.scored.len();
+    let above = scores
+        .scored
+        .iter()
+        .filter(|s| s.fused >= stages.threshold)
+        .count()
+        + if scores.implicit >= stages.threshold {
+            implicit
+        } else {
+            0
+        };
+    trace.above_threshold = above;
+    let mut ranked = best(registry, scores, above.max(stages.min_fill));
+
+    if stages.scoped {
+        // 4. Domain scoping.
+        if p.domain.enabled {
+            let d = &p.domain;
+            let scoped = |dom: &str| !d.generic_domains.iter().any(|g| g == dom);
+            let domain_of = |i: usize| registry.tool(i).and_then(|t| t.domain.as_deref());
+            let floor_only = |dom: &str| d.floor_only_domains.iter().any(|f| f == dom);
+            let mut domains: BTreeSet<String> = ranked
+                .iter()
+                .filter_map(|s| domain_of(s.index))
+                .filter(|dom| scoped(dom) && !floor_only(dom))
+                .take(d.anchor_top)
+                .map(str::to_owned)
+                .collect();
+            domains.extend(
+                floors
+                    .iter()
+                    .filter_map(|c| registry.by_name(&c.name))
+                    .filter_map(|t| t.domain.clone()),
+            );
+            for s in ranked.iter_mut() {
+                let Some(dom) =
+                    domain_of(s.index).filter(|dom| scoped(dom) && !domains.contains(*dom))
+                else {
+                    continue;
+                };
+                s.fused -= if floor_only(dom) {
+                    d.floor_only_penalty
+                } else {
+                    d.penalty
+                };
+                if let Some(t) = registry.tool(s.index) {
+                    trace.off_domain.push(t.name.clone());
+                }
+            }
+            trace.domains = domains.into_iter().collect();
+            sort(&mut ranked);
+        }
+        // 5. Semantic-group dedup: best read and best write of a group keep their place.
+        if p.dedup.enabled {
+            let mut seen: BTreeMap<(&str, bool), usize> = BTreeMap::new();
+            let mut kept = Vec::with_capacity(ranked.len());
+            for mut s in ranked {
+                let key = registry
+                    .tool(s.index)
+                    .and_then(|t| t.meta.as_ref())
+                    .and_then(|m| m.semantic_group.as_deref().map(|g| (g, m.mutates())));
+                let Some(key) = key else {
+                    kept.push(s);
+                    continue;
+                };
+                let n = seen.entry(key).or_default();
+                *n += 1;
+                if *n <= p.dedup.per_axis {
+                    kept.push(s);
+                    continue;
+                }
+                if let Some(t) = registry.tool(s.index) {
+                    trace.deduped.push(t.name.clone());
+                }
+                if let Some(penalty) = p.dedup.sibling_penalty {
+                    s.fused -= penalty;
+                    kept.push(s);
+                }
+            }
+            ranked = kept;
+            sort(&mut ranked);
+        }
+        // 6. Workflow boost on execute or composite turns.
+        if trace.execute_intent || trace.composite_intent {
+            for s in ranked.iter_mut() {
+                let Some(t) = registry.tool(s.index) else {
+                    continue;
+                };
+                let is_workflow = t
+                    .meta
+                    .as_ref()
+                    .and_then(|m| m.category.as_ref())
+                    .is_some_and(|c| p.workflow.categories.contains(c));
+                if is_workflow {
+                    s.fused += p.workflow.boost;
+                    trace.boosted.push(t.name.clone());
+                }
+            }
+            sort(&mut ranked);
+        }
+        // A tool whose penalties outweigh all its evidence is no candidate.
+        ranked.retain(|s| s.fused > 0.0);
+    }
+    ranked
+        .into_iter()
+        .take(stages.limit)
+        .filter_map(|s| {
+            registry.tool(s.index).map(|t| Candidate {
+                name: t.name.clone(),
+                reason: stages.reason,
+                score: s.fused,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

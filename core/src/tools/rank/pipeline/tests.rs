@@ -1,0 +1,613 @@
+use super::*;
+use crate::proto::tools::ToolDescriptor;
+use crate::tools::rank::config::RankSettings;
+use crate::tools::rank::meta::{NameMapping, Overlay};
+use crate::tools::rank::stages::BudgetSettings;
+use proptest::prelude::*;
+use serde_json::Value;
+
+const TOOLS: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../shared/catalog/tools.json"
+));
+const DEV: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../shared/catalog/queries.dev.jsonl"
+));
+
+fn config() -> RankConfig {
+    RankConfig::try_new(Default::default()).unwrap()
+}
+
+/// The catalog's business tools as a request would carry them, plus the
+/// overlay (which also knows the two control-plane tools).
+fn catalog() -> (Vec<ToolDescriptor>, Overlay) {
+    let map = NameMapping::default();
+    let all: Vec<Value> = serde_json::from_str(TOOLS).unwrap();
+    let tools = all
+        .iter()
+        .filter(|t| t["plane"] == "business")
+        .map(|t| ToolDescriptor {
+            name: map.to_name(t["id"].as_str().unwrap()),
+            description: t["description"].as_str().unwrap().into(),
+        })
+        .collect();
+    (tools, Overlay::from_json(TOOLS.as_bytes()).unwrap())
+}
+
+fn registry() -> Registry {
+    let (tools, overlay) = catalog();
+    Registry::build(&tools, Some(&overlay), &config())
+}
+
+/// Lexical-only retrieval (an empty cosine list is a successful retrieval).
+fn lexical_turn(text: &str, phase: Phase) -> Turn<'_> {
+    Turn {
+        text,
+        phase,
+        prior: &[],
+        tool_choice: None,
+        cosine: Some(&[]),
+    }
+}
+
+fn names(r: &Resolution) -> Vec<&str> {
+    r.candidates.iter().map(|c| c.name.as_str()).collect()
+}
+
+#[test]
+fn booking_turns_surface_the_booking_tool() {
+    let reg = registry();
+    let cfg = config();
+    for text in [
+        "Book an appointment for Mrs. Krause on Friday at 9.",
+        "Termin buchen für Herrn Becker",
+        "Prendre un rendez-vous pour Mme Dubois",
+    ] {
+        let r = resolve(&reg, &cfg, &lexical_turn(text, Phase::Planner));
+        assert!(
+            names(&r).contains(&"appointment__manage"),
+            "{text}: {:?}",
+            names(&r)
+        );
+        assert!(r.candidates.len() <= 12);
+    }
+}
+
+#[test]
+fn patient_searches_surface_no_research_tool() {
+    let reg = registry();
+    let cfg = config();
+    for text in [
+        "Search for the patient Hannelore Krause, born 1941.",
+        "Kannst du die Patientin Weiß suchen?",
+        "Rechercher la patiente Bernard, Camille",
+    ] {
+        let r = resolve(&reg, &cfg, &lexical_turn(text, Phase::Planner));
+        assert!(
+            !names(&r).iter().any(|n| n.starts_with("research__")),
+            "{text}: {:?}",
+            names(&r)
+        );
+        assert!(names(&r).contains(&"patient__search__smart"), "{text}");
+    }
+}
+
+#[test]
+fn research_phrasing_pins_the_research_tools() {
+    let r = resolve(
+        &registry(),
+        &config(),
+        &lexical_turn("Find literature on lactic acidosis in CKD", Phase::Planner),
+    );
+    let research: Vec<&Candidate> = r
+        .candidates
+        .iter()
+        .filter(|c| c.name.starts_with("research__"))
+        .collect();
+    assert_eq!(research.len(), 4);
+    assert!(research.iter().all(|c| c.reason == Reason::FloorResearch));
+    assert!(r.trace.domains.contains(&"research".to_owned()));
+}
+
+#[test]
+fn composite_turns_pin_the_workflows_without_taking_rag_slots() {
+    let r = resolve(
+        &registry(),
+        &config(),
+        &lexical_turn("Book an appointment and write a note.", Phase::Planner),
+    );
+    let floored: Vec<&str> = r
+        .candidates
+        .iter()
+        .filter(|c| c.reason == Reason::FloorMultiEntity)
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(
+        floored,
+        [
+            "intake__composite",
+            "admission__composite",
+            "discharge__composite"
+        ]
+    );
+    assert!(names(&r).contains(&"appointment__manage") && names(&r).contains(&"note__write"));
+    assert!(r.candidates.len() <= 12);
+}
+
+#[test]
+fn a_tool_needing_a_patient_brings_exactly_one_resolver() {
+    let reg = registry();
+    // Cosine puts only patient-scoped tools on top; no resolver among them.
+    let cosine: Vec<(String, f32)> = vec![
+        ("vitals__list".into(), 0.95),
+        ("vitals__record".into(), 0.94),
+        ("ui__vitals__chart".into(), 0.93),
+    ];
+    let turn = Turn {
+        text: "blood pressure trend",
+        phase: Phase::AgentCall,
+        prior: &[],
+        tool_choice: None,
+        cosine: Some(&cosine),
+    };
+    let r = resolve(&reg, &config(), &turn);
+    assert_eq!(r.candidates[0].name, "patient__search__smart");
+    assert_eq!(r.candidates[0].reason, Reason::FloorPatientResolve);
+    assert_eq!(
+        r.candidates
+            .iter()
+            .filter(|c| c.reason == Reason::FloorPatientResolve)
+            .count(),
+        1
+    );
+    assert!(r.candidates.len() <= 8);
+    let pr = r.trace.patient_resolve.unwrap();
+    assert_eq!(pr.added, "patient__search__smart");
+}
+
+#[test]
+fn tool_input_surfaces_only_the_forced_tool() {
+    let turn = Turn {
+        text: "Book an appointment and write a note.",
+        phase: Phase::ToolInput,
+        prior: &[],
+        tool_choice: Some("note__write"),
+        cosine: Some(&[]),
+    };
+    let r = resolve(&registry(), &config(), &turn);
+    assert_eq!(
+        r.candidates,
+        [Candidate {
+            name: "note__write".into(),
+            reason: Reason::ToolChoice,
+            score: 0.0
+        }]
+    );
+}
+
+#[test]
+fn formatter_turns_see_no_mutating_tool() {
+    let reg = registry();
+    let r = resolve(
+        &reg,
+        &config(),
+        &lexical_turn(
+            "Book an appointment and prescribe metformin 500 mg",
+            Phase::Formatter,
+        ),
+    );
+    assert!(!r.candidates.is_empty());
+    assert!(
+        r.candidates
+            .iter()
+            .all(|c| !reg.by_name(&c.name).unwrap().mutates()),
+        "{:?}",
+        names(&r)
+    );
+}
+
+#[test]
+fn outage_answers_floors_and_prior_set_only() {
+    let prior: Vec<String> = vec!["vitals__list".into(), "patient__search__smart".into()];
+    let turn = Turn {
+        text: "Find literature on metformin",
+        phase: Phase::Planner,
+        prior: &prior,
+        tool_choice: None,
+        cosine: None,
+    };
+    let r = resolve(&registry(), &config(), &turn);
+    assert_eq!(r.source, Source::ControlFallback);
+    let reasons: BTreeSet<Reason> = r.candidates.iter().map(|c| c.reason).collect();
+    assert_eq!(
+        reasons,
+        [Reason::FloorResearch, Reason::PriorSet]
+            .into_iter()
+            .collect()
+    );
+    assert_eq!(r.candidates.len(), 6);
+    assert_eq!(r.to_response().tools.len(), 6);
+}
+
+#[test]
+fn recovery_adds_at_most_three_to_the_prior_set() {
+    let prior: Vec<String> = ["vitals__list", "patient__search__smart", "note__read"]
+        .map(String::from)
+        .to_vec();
+    let turn = Turn {
+        text: "Book an appointment",
+        phase: Phase::Recovery,
+        prior: &prior,
+        tool_choice: None,
+        cosine: Some(&[]),
+    };
+    let r = resolve(&registry(), &config(), &turn);
+    assert_eq!(
+        &names(&r)[..3],
+        ["vitals__list", "patient__search__smart", "note__read"]
+    );
+    assert_eq!(r.candidates.len(), 6);
+    assert!(names(&r).contains(&"appointment__manage"));
+}
+
+#[test]
+fn control_plane_tools_are_never_candidates() {
+    let (mut tools, overlay) = catalog();
+    tools.push(ToolDescriptor {
+        name: "tool__search".into(),
+        description: "Search the tool registry.".into(),
+    });
+    let reg = Registry::build(&tools, Some(&overlay), &config());
+    let r = resolve(
+        &reg,
+        &config(),
+        &lexical_turn("search the tool registry for a tool", Phase::Planner),
+    );
+    assert!(!names(&r).contains(&"tool__search"));
+    assert!(search(&reg, &config(), "tool search", &[], 200)
+        .iter()
+        .all(|c| c.name != "tool__search"));
+}
+
+#[test]
+fn per_subtask_is_bounded_and_keeps_its_best() {
+    let reg = registry();
+    let cfg = config();
+    let s = per_subtask(&reg, &cfg, "order a CRP", &[]);
+    assert!(!s.is_empty() && s.len() <= cfg.settings().clauses.per_clause_k);
+    assert_eq!(s[0].name, "lab__order");
+}
+
+#[test]
+fn each_clause_brings_its_best_tool_under_the_budget() {
+    let reg = registry();
+    let mut s = RankSettings::default();
+    s.clauses.enabled = true;
+    let cfg = RankConfig::try_new(s).unwrap();
+    let text =
+        "Record BP 160/95 mmHg and pulse 102 bpm, then create a task for the doctor to review.";
+    let parts = cfg.settings().clauses.split(text);
+    assert_eq!(parts.len(), 3);
+    let clauses: Vec<Clause<'_>> = parts
+        .iter()
+        .map(|t| Clause {
+            text: t,
+            cosine: &[],
+        })
+        .collect();
+    let turn = lexical_turn(text, Phase::Planner);
+    let r = resolve_clauses(&reg, &cfg, &turn, &clauses);
+    assert!(
+        names(&r).contains(&"vitals__record") && names(&r).contains(&"task__manage"),
+        "{:?}",
+        names(&r)
+    );
+    assert!(r.candidates.len() <= 12);
+    assert_eq!(r.trace.clauses, 3);
+    // One clause, or clause retrieval off (the default), is the plain resolution.
+    let one = [Clause { text, cosine: &[] }];
+    assert_eq!(
+        resolve_clauses(&reg, &cfg, &turn, &one),
+        resolve(&reg, &cfg, &turn)
+    );
+    assert_eq!(
+        resolve_clauses(&reg, &config(), &turn, &clauses),
+        resolve(&reg, &config(), &turn)
+    );
+}
+
+#[test]
+fn the_confidence_budget_keeps_hits_within_the_margin_and_the_minimum() {
+    let c = |n: &str, score: f32| Candidate {
+        name: n.into(),
+        reason: Reason::Rag,
+        score,
+    };
+    let hits: Vec<Candidate> = [0.95, 0.90, 0.88, 0.86, 0.85, 0.84, 0.83, 0.70, 0.60]
+        .iter()
+        .enumerate()
+        .map(|(i, s)| c(&format!("t{i}"), *s))
+        .collect();
+    let keep = |margin: Option<f32>, min: usize| BudgetSettings { margin }.keep(&hits, min);
+    assert_eq!(keep(None, 6), 9, "no margin: every hit");
+    assert_eq!(
+        keep(Some(0.02), 6),
+        6,
+        "a clear top still fills the minimum"
+    );
+    assert_eq!(keep(Some(0.2), 6), 7);
+    assert_eq!(keep(Some(1.0), 6), 9);
+    assert_eq!(keep(Some(0.0), 12), 9, "never more than there are");
+    assert_eq!(BudgetSettings { margin: Some(0.1) }.keep(&[], 6), 0);
+}
+
+#[test]
+fn the_confidence_budget_cuts_only_turns_with_cosines() {
+    let reg = registry();
+    let mut s = RankSettings::default();
+    s.pipeline.budget.margin = Some(0.0);
+    let tight = RankConfig::try_new(s).unwrap();
+    let text = "Show the vital signs";
+    let cos: Vec<(String, f32)> = reg
+        .tools()
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name.clone(), 0.9 - i as f32 * 0.001))
+        .collect();
+    let with = Turn {
+        cosine: Some(&cos),
+        ..lexical_turn(text, Phase::Planner)
+    };
+    let r = resolve(&reg, &tight, &with);
+    assert_eq!(r.trace.confident, Some(6));
+    assert!(
+        r.candidates.len() <= 6 + 1,
+        "the minimum, plus a resolver at most: {:?}",
+        names(&r)
+    );
+    let lexical = resolve(&reg, &tight, &lexical_turn(text, Phase::Planner));
+    assert_eq!(lexical.trace.confident, None);
+    assert_eq!(
+        lexical,
+        resolve(&reg, &config(), &lexical_turn(text, Phase::Planner))
+    );
+}
+
+#[test]
+fn lexical_only_retrieval_keeps_most_gold_on_the_dev_turns() {
+    // A floor for the lexical half alone (no embedder): full-gold recall within
+    // the surfaced set over the 120 dev turns.
+    let reg = registry();
+    let cfg = config();
+    let map = NameMapping::default();
+    let (mut ok, mut n) = (0, 0);
+    for line in DEV.lines() {
+        let q: Value = serde_json::from_str(line).unwrap();
+        let r = resolve(
+            &reg,
+            &cfg,
+            &lexical_turn(q["query"].as_str().unwrap(), Phase::Planner),
+        );
+        let got = names(&r);
+        n += 1;
+        ok += usize::from(
+            q["gold"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|g| got.contains(&map.to_name(g.as_str().unwrap()).as_str())),
+        );
+    }
+    assert!(
+        ok as f64 / n as f64 >= 0.9,
+        "lexical-only full-gold recall {ok}/{n}"
+    );
+}
+
+#[test]
+fn a_tools_score_does_not_depend_on_the_other_tools_cosines() {
+    let reg = registry();
+    let cfg = config();
+    let text = "Show the lab results";
+    let alone = vec![("lab__results__list".to_owned(), 0.8)];
+    let mut crowded = alone.clone();
+    crowded.extend([
+        ("vitals__list".to_owned(), 0.99),
+        ("note__read".to_owned(), 0.2),
+    ]);
+    let score = |cos: &[(String, f32)]| {
+        fused_scores(&reg, &cfg, text, cos)
+            .scored
+            .into_iter()
+            .find(|s| reg.tool(s.index).unwrap().name == "lab__results__list")
+            .unwrap()
+            .fused
+    };
+    assert_eq!(score(&alone), score(&crowded));
+}
+
+/// What ranking did before it read postings only: score every business tool
+/// one by one, sort them all (stable, from registry order), keep the first `m`.
+fn best_by_full_sort(
+    reg: &Registry,
+    cfg: &RankConfig,
+    text: &str,
+    cos: &[(String, f32)],
+    m: usize,
+) -> Vec<(usize, u32, u32)> {
+    let mut by_name: BTreeMap<&str, f32> = BTreeMap::new();
+    for (name, c) in cos {
+        let e = by_name.entry(name.as_str()).or_insert(*c);
+        if c.total_cmp(e).is_gt() {
+            *e = *c;
+        }
+    }
+    let lexical = reg.lexical();
+    let query = lexical.query(text);
+    let s = cfg.settings();
+    let mut all: Vec<ToolScore> = reg
+        .tools()
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.is_business())
+        .map(|(index, t)| {
+            let lex = lexical.score(index, &query);
+            ToolScore {
+                index,
+                fused: s
+                    .fusion
+                    .fuse(by_name.get(t.name.as_str()).copied(), lex, &s.lexical),
+                coverage: lex.coverage,
+            }
+        })
+        .collect();
+    let id_of = |i: usize| reg.tool(i).map_or("", |t| t.id.as_str());
+    all.sort_by(|a, b| {
+        compare(
+            &Scored {
+                id: id_of(a.index),
+                score: a.fused,
+                coverage: a.coverage,
+            },
+            &Scored {
+                id: id_of(b.index),
+                score: b.fused,
+                coverage: b.coverage,
+            },
+        )
+    });
+    all.truncate(m);
+    all.into_iter()
+        .map(|s| (s.index, s.fused.to_bits(), s.coverage.to_bits()))
+        .collect()
+}
+
+#[test]
+fn ranking_from_postings_equals_sorting_every_tool() {
+    let reg = registry();
+    let cfg = config();
+    let names: Vec<String> = reg.tools().iter().map(|t| t.name.clone()).collect();
+    let texts = [
+        "Show the lab results",
+        "Book an appointment and write a note.",
+        "Zeig mir den letzten Blutdruck",
+        "",
+        "qqq",
+    ];
+    for (k, text) in texts.iter().enumerate() {
+        // No cosines, a few, some negative, every tool (with ties).
+        let few: Vec<(String, f32)> = names
+            .iter()
+            .step_by(7)
+            .enumerate()
+            .map(|(i, n)| (n.clone(), 0.9 - i as f32 * 0.2))
+            .collect();
+        let every: Vec<(String, f32)> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), 0.7 + (i % 3) as f32 * 0.05))
+            .collect();
+        for cos in [Vec::new(), few, every] {
+            let scores = fused_scores(&reg, &cfg, text, &cos);
+            for m in [0, 1, 3, 10, 40, usize::MAX] {
+                let got: Vec<(usize, u32, u32)> = best(&reg, &scores, m)
+                    .into_iter()
+                    .map(|s| (s.index, s.fused.to_bits(), s.coverage.to_bits()))
+                    .collect();
+                assert_eq!(
+                    got,
+                    best_by_full_sort(&reg, &cfg, text, &cos, m),
+                    "text {k}, {} cosines, m {m}",
+                    cos.len()
+                );
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Shuffling the request's tools and the vector hits changes nothing.
+    #[test]
+    fn resolution_does_not_depend_on_input_order(
+        seed in any::<u64>(),
+        turn in prop::sample::select(vec![
+            "Book an appointment and write a note.",
+            "Search for the patient Becker",
+            "Zeig mir den letzten Blutdruck von Anna Schmidt.",
+            "Prescrire une NFS et une CRP",
+        ]),
+        phase in prop::sample::select(Phase::ALL.to_vec()),
+    ) {
+        let (tools, overlay) = catalog();
+        let cfg = config();
+        // Cosines with many exact ties, to exercise the tie-breaks.
+        let cosine: Vec<(String, f32)> = tools.iter().enumerate()
+            .map(|(i, t)| (t.name.clone(), 0.7 + ((i as u64 * 7 + seed) % 5) as f32 * 0.05)).collect();
+        let mut rng = seed;
+        let mut shuffle = |len: usize| -> Vec<usize> {
+            let mut idx: Vec<usize> = (0..len).collect();
+            for i in (1..len).rev() {
+                rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                idx.swap(i, (rng >> 33) as usize % (i + 1));
+            }
+            idx
+        };
+        let t2: Vec<ToolDescriptor> = shuffle(tools.len()).into_iter().map(|i| tools[i].clone()).collect();
+        let c2: Vec<(String, f32)> = shuffle(cosine.len()).into_iter().map(|i| cosine[i].clone()).collect();
+        let a = resolve(&Registry::build(&tools, Some(&overlay), &cfg), &cfg,
+            &Turn { text: turn, phase, prior: &[], tool_choice: None, cosine: Some(&cosine) });
+        let b = resolve(&Registry::build(&t2, Some(&overlay), &cfg), &cfg,
+            &Turn { text: turn, phase, prior: &[], tool_choice: None, cosine: Some(&c2) });
+        prop_assert_eq!(a, b);
+    }
+}
+
+#[test]
+fn a_turn_without_text_keeps_the_prior_set_or_the_read_only_minimum() {
+    let (registry, config) = (registry(), config());
+    for text in ["", "  \n"] {
+        // No prior set: the phase minimum, none of them changes a record.
+        let none = resolve(
+            &registry,
+            &config,
+            &Turn {
+                text,
+                phase: Phase::Planner,
+                prior: &[],
+                tool_choice: None,
+                cosine: Some(&[]),
+            },
+        );
+        assert_eq!(none.source, Source::NoTurn);
+        assert_eq!(none.candidates.len(), Phase::Planner.budget().min);
+        assert!(none
+            .candidates
+            .iter()
+            .all(|c| c.reason == Reason::NoTurn && !registry.mutating().contains(&c.name)));
+        // A prior set: exactly it, whatever retrieval would say.
+        let prior: Vec<String> = registry
+            .tools()
+            .iter()
+            .rev()
+            .take(4)
+            .map(|t| t.name.clone())
+            .collect();
+        let kept = resolve(
+            &registry,
+            &config,
+            &Turn {
+                text,
+                phase: Phase::Planner,
+                prior: &prior,
+                tool_choice: None,
+                cosine: None,
+            },
+        );
+        let names: Vec<&str> = kept.candidates.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, prior.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(kept.candidates.iter().all(|c| c.reason == Reason::PriorSet));
+    }
+}

@@ -1,0 +1,199 @@
+//! A registry ready for ranking: the request's tools joined with their overlay
+//! metadata, sorted by name, with the lexical index built over them.
+//!
+//! Build it once per distinct registry (control caches it by content hash) and
+//! rank every turn against it. The input order of the tools never matters: they
+//! are sorted by name, and a name sent twice keeps its smallest description.
+
+use super::config::RankConfig;
+use super::lexical::{LexicalDoc, LexicalIndex};
+use super::meta::{Overlay, Plane, ToolMeta};
+use super::text::embedding_text;
+use crate::proto::tools::ToolDescriptor;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One tool of the registry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RegisteredTool {
+    /// Function name as the request carries it.
+    pub name: String,
+    /// Tool id (the name through the configured mapping).
+    pub id: String,
+    /// The request's description (the overlay's when the request sent none).
+    pub description: String,
+    /// Overlay metadata, if the overlay knows the id.
+    pub meta: Option<ToolMeta>,
+    /// Domain for domain scoping: the overlay's, else the configured domain of
+    /// its category; `None` is generic.
+    pub domain: Option<String>,
+}
+
+impl RegisteredTool {
+    /// Whether the tool may be a business candidate (control-plane tools never are).
+    pub fn is_business(&self) -> bool {
+        self.meta
+            .as_ref()
+            .is_none_or(|m| m.plane == Plane::Business)
+    }
+
+    /// Whether the formatter phase must not see it (unknown ops count as mutating).
+    pub fn mutates(&self) -> bool {
+        self.meta.as_ref().is_none_or(ToolMeta::mutates)
+    }
+
+    /// The frozen passage text to embed for this tool.
+    pub fn embedding_text(&self) -> String {
+        embedding_text(&self.id, &self.description, self.meta.as_ref())
+    }
+}
+
+/// The tools of one registry plus their lexical index.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    tools: Vec<RegisteredTool>,
+    by_name: BTreeMap<String, usize>,
+    by_id: BTreeMap<String, usize>,
+    names: BTreeSet<String>,
+    mutating: BTreeSet<String>,
+    /// Business tools' indices, by id then index: the ranking order of tools
+    /// that tie on score and coverage.
+    business_by_id: Vec<usize>,
+    lexical: LexicalIndex,
+}
+
+impl Registry {
+    /// Joins the request's tools with the overlay and indexes them.
+    pub fn build(tools: &[ToolDescriptor], overlay: Option<&Overlay>, config: &RankConfig) -> Self {
+        let mut sorted: Vec<&ToolDescriptor> = tools.iter().collect();
+        sorted.sort_by(|a, b| {
+            a.name
+                .cmp(&b.name)
+                .then_with(|| a.description.cmp(&b.description))
+        });
+        sorted.dedup_by(|later, first| later.name == first.name);
+        let settings = config.settings();
+        let tools: Vec<RegisteredTool> = sorted
+            .into_iter()
+            .map(|t| {
+                let id = settings.names.to_id(&t.name);
+                let meta = overlay.and_then(|o| o.get(&id)).cloned();
+                let description = match (&meta, t.description.is_empty()) {
+                    (Some(m), true) => m.description.clone(),
+                    _ => t.description.clone(),
+                };
+                let domain = meta.as_ref().and_then(|m| {
+                    m.domain.clone().or_else(|| {
+                        m.category
+                            .as_ref()
+                            .and_then(|c| settings.pipeline.domain.category_domains.get(c).cloned())
+                    })
+                });
+                RegisteredTool {
+                    name: t.name.clone(),
+                    id,
+                    description,
+                    meta,
+                    domain,
+                }
+            })
+            .collect();
+        let docs: Vec<LexicalDoc<'_>> = tools
+            .iter()
+            .map(|t| LexicalDoc {
+                id: &t.id,
+                description: &t.description,
+                rag_description: t.meta.as_ref().and_then(|m| m.rag_description.as_deref()),
+                keywords: t.meta.as_ref().map_or(&[], |m| m.rag_keywords.as_slice()),
+            })
+            .collect();
+        let lexical = LexicalIndex::build(&docs, &settings.lexical);
+        let by_name = tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.clone(), i))
+            .collect();
+        let by_id = tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.id.clone(), i))
+            .collect();
+        let names = tools.iter().map(|t| t.name.clone()).collect();
+        let mutating = tools
+            .iter()
+            .filter(|t| t.mutates())
+            .map(|t| t.name.clone())
+            .collect();
+        let mut business_by_id: Vec<usize> = (0..tools.len())
+            .filter(|&i| tools.get(i).is_some_and(RegisteredTool::is_business))
+            .collect();
+        business_by_id.sort_by(|&a, &b| {
+            let id = |i: usize| tools.get(i).map_or("", |t| t.id.as_str());
+            id(a).cmp(id(b)).then(a.cmp(&b))
+        });
+        Registry {
+            tools,
+            by_name,
+            by_id,
+            names,
+            mutating,
+            business_by_id,
+            lexical,
+        }
+    }
+
+    /// All tools, sorted by name; a tool's position is its index.
+    pub fn tools(&self) -> &[RegisteredTool] {
+        &self.tools
+    }
+
+    /// The tool at an index.
+    pub fn tool(&self, index: usize) -> Option<&RegisteredTool> {
+        self.tools.get(index)
+    }
+
+    /// The index of a function name.
+    pub fn index_of_name(&self, name: &str) -> Option<usize> {
+        self.by_name.get(name).copied()
+    }
+
+    /// The tool with a function name.
+    pub fn by_name(&self, name: &str) -> Option<&RegisteredTool> {
+        self.index_of_name(name).and_then(|i| self.tools.get(i))
+    }
+
+    /// The tool with an id.
+    pub fn by_id(&self, id: &str) -> Option<&RegisteredTool> {
+        self.by_id.get(id).and_then(|&i| self.tools.get(i))
+    }
+
+    /// Every function name.
+    pub fn names(&self) -> &BTreeSet<String> {
+        &self.names
+    }
+
+    /// Names the formatter phase must not see.
+    pub fn mutating(&self) -> &BTreeSet<String> {
+        &self.mutating
+    }
+
+    /// Indices of the business tools (those that may be candidates), by id
+    /// ascending (ties by index).
+    pub fn business_by_id(&self) -> &[usize] {
+        &self.business_by_id
+    }
+
+    /// The lexical index (document `i` is tool `i`).
+    pub fn lexical(&self) -> &LexicalIndex {
+        &self.lexical
+    }
+
+    /// Number of tools.
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    /// Whether the registry is empty.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+}
