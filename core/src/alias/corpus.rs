@@ -18,7 +18,7 @@
 //! schedules, status words, hyphenated names) stand around them.
 #![allow(clippy::indexing_slicing, clippy::unwrap_used)]
 
-use super::response::WithholdReason;
+use super::scan::WithholdReason;
 
 /// The path the bodies are served at: a patient list.
 pub const PATH: &str = "/api/v2/patients";

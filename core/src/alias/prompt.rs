@@ -32,7 +32,8 @@
 //! assert_eq!(out, br#"{"messages":[{"role":"system","content":"Patient ref-001 is open."}],"tools":[]}"#);
 //! ```
 
-use super::response::{splice, BodyKind, PartId, ResponseScan, RewriteError};
+use super::rewrite::{splice, RewriteError};
+use super::scan::{BodyKind, PartId, ResponseScan};
 use super::taxonomy::Taxonomy;
 use crate::json::lexer::{text_of, Event, JsonError, Lexer};
 use crate::proto::alias::{IdInput, KnownAlias};

@@ -6,7 +6,7 @@
 //! patterns see a shorter id (`pat-0001`, another patient) or none at all.
 //! Aliasing the prefix would hand the model an alias that decodes to another
 //! record, so a body where an id shape or a known id runs across such a
-//! character is withheld ([`super::RewriteError::BrokenId`]).
+//! character is withheld ([`crate::alias::rewrite::RewriteError::BrokenId`]).
 //!
 //! The check reads a canonical copy of the text, made only when the body
 //! holds a candidate byte: invisible characters (soft hyphen, zero-width

@@ -1,4 +1,5 @@
 use super::*;
+use crate::alias::rewrite::*;
 use crate::alias::SessionMap;
 
 fn run(

@@ -18,7 +18,8 @@
 //! it is read with the text patterns.
 
 use super::BodyKind;
-use crate::json::lexer::Lexer;
+use crate::alias::rewrite::RewriteError;
+use crate::json::lexer::{JsonError, Lexer};
 
 /// Why a body was withheld: one label per cause, for the filter's counters
 /// and logs (`RewriteError::reason`).
@@ -254,6 +255,74 @@ pub(super) fn parses(src: &str) -> bool {
             Ok(None) => return true,
             Err(_) => return false,
         }
+    }
+}
+
+/// One line of an event stream ([`event_lines`]).
+pub(crate) struct EventLine<'a> {
+    /// Its offset in the body.
+    pub(crate) base: usize,
+    /// The line, its end of line excluded.
+    pub(crate) text: &'a str,
+    /// Where its payload starts, when it is a `data:` line whose payload is
+    /// one JSON document.
+    pub(crate) json: Option<usize>,
+}
+
+/// The lines of an event stream `doc` that starts `base` bytes into the
+/// body (`\n`, `\r\n` or `\r` ends a line).
+pub(crate) fn event_lines(doc: &str, base: usize) -> impl Iterator<Item = EventLine<'_>> {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let rest = doc.get(at..).filter(|r| !r.is_empty())?;
+        let len = rest.find(['\n', '\r']).unwrap_or(rest.len());
+        let text = rest.get(..len).unwrap_or_default();
+        let mut next = at + len;
+        if doc.get(next..).is_some_and(|r| r.starts_with("\r\n")) {
+            next += 2;
+        } else if next < doc.len() {
+            next += 1;
+        }
+        let line = EventLine {
+            base: base + at,
+            text,
+            json: data_json(text),
+        };
+        at = next;
+        Some(line)
+    })
+}
+
+/// Where the JSON payload of a `data:` line starts, if the payload is one
+/// JSON object or array.
+pub(crate) fn data_json(line: &str) -> Option<usize> {
+    let payload = line.strip_prefix("data:")?;
+    let lead = payload.len() - payload.trim_start().len();
+    let at = line.len() - payload.len() + lead;
+    let doc = line.get(at..)?;
+    (matches!(doc.bytes().next(), Some(b'{' | b'[')) && parses(doc)).then_some(at)
+}
+
+/// The length of a leading UTF-8 byte order mark (0 or 3) and the text
+/// after it.
+pub(crate) fn split_bom(src: &str) -> (usize, &str) {
+    match src.strip_prefix('\u{feff}') {
+        Some(rest) => (src.len() - rest.len(), rest),
+        None => (0, src),
+    }
+}
+
+/// A JSON error at an offset of a document that starts `by` bytes into the
+/// body.
+pub(crate) fn shift_json_error(e: RewriteError, by: usize) -> RewriteError {
+    match e {
+        RewriteError::Json(JsonError::Unexpected { at }) => {
+            RewriteError::Json(JsonError::Unexpected { at: at + by })
+        }
+        RewriteError::Json(JsonError::Eof { at }) => {
+            RewriteError::Json(JsonError::Eof { at: at + by })
+        }
+        other => other,
     }
 }
 
