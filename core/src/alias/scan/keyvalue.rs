@@ -6,7 +6,8 @@
 //! scanned for id shapes and known ids.
 //!
 //! YAML is read line by line, not as a document: a `key: value` line (in a
-//! list item too, `- id: 7`) whose value is a plain or quoted scalar. A
+//! list item too, `- id: 7`) whose value is a plain or quoted scalar, with
+//! the kind of the mapping it is nested in (its indentation says which). A
 //! value in a flow collection or a block scalar is text. A YAML body that is
 //! JSON never gets here (it is read as JSON).
 
@@ -39,25 +40,78 @@ pub(super) fn scan_form(
     }
 }
 
-/// Reads a YAML body's `key: value` lines.
+/// Reads a YAML body's `key: value` lines. A generic id key (`id`) takes
+/// the kind of the nearest mapping it is nested in whose key names a kind
+/// (`patient:` then `  id: 7`), as a JSON object's `id` does; outside
+/// one, the path's kind.
 pub(super) fn scan_yaml(
     scan: &mut ResponseScan<'_>,
     body: &[u8],
     root_kind: Option<KindId>,
     part: &mut Part,
 ) {
+    // The open mappings: the column of their key, and the kind it names.
+    let mut open: Vec<(usize, Option<KindId>)> = Vec::new();
     let mut at = 0;
     for line in body.split(|b| *b == b'\n') {
         let base = at;
         at += line.len() + 1;
+        let Some(column) = key_column(line) else {
+            continue;
+        };
+        while open.last().is_some_and(|(c, _)| *c >= column) {
+            open.pop();
+        }
+        let context = open.iter().rev().find_map(|(_, k)| *k).or(root_kind);
+        if let Some(key) = yaml_opener(line) {
+            let kind = std::str::from_utf8(key)
+                .ok()
+                .and_then(|k| scan.tax.object_key_kind(k));
+            open.push((column, kind));
+            continue;
+        }
         let Some((key, value, offset)) = yaml_pair(line) else {
             continue;
         };
         let Ok(key) = std::str::from_utf8(key) else {
             continue;
         };
-        value_under(scan, part, key, value, base + offset, root_kind);
+        value_under(scan, part, key, value, base + offset, context);
     }
+}
+
+/// The column a YAML line's content starts at, past its indentation and a
+/// list item's `- `; `None` for a blank or comment line.
+fn key_column(line: &[u8]) -> Option<usize> {
+    let mut i = line.iter().take_while(|b| **b == b' ').count();
+    if line.get(i..i + 2) == Some(b"- ") {
+        i += 2;
+        i += line.get(i..)?.iter().take_while(|b| **b == b' ').count();
+    }
+    match line.get(i) {
+        None | Some(b'#' | b'\r') => None,
+        Some(_) => Some(i),
+    }
+}
+
+/// The key of a line that opens a nested mapping or list (`patient:`,
+/// `- visits:  # all`), with no value of its own.
+fn yaml_opener(line: &[u8]) -> Option<&[u8]> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let line = match memchr::memmem::find(line, b" #") {
+        Some(c) => line.get(..c)?,
+        None => line,
+    };
+    let start = key_column(line)?;
+    let rest = line.get(start..)?;
+    let trimmed = rest.len() - rest.iter().rev().take_while(|b| **b == b' ').count();
+    let key = rest.get(..trimmed)?.strip_suffix(b":")?;
+    let key = unquote(key);
+    (!key.is_empty()
+        && !key
+            .iter()
+            .any(|b| matches!(b, b':' | b'{' | b'[' | b'"' | b'\'')))
+    .then_some(key)
 }
 
 /// The key, the scalar value and the value's offset of a YAML `key: value`

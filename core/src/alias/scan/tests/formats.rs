@@ -67,7 +67,14 @@ fn yaml_lines_alias_values_under_id_keys() {
     let out = rewritten(body, ct);
     assert_eq!(
         out,
-        "patient:\n  id: ref-001\n  name: Renate Kühn\nvisits:\n  - visitId: \"visit-001\"  # last\n  - visitId: 'visit-002'\ncount: 2\n"
+        "patient:\n  id: patient-001\n  name: Renate Kühn\nvisits:\n  - visitId: \"visit-001\"  # last\n  - visitId: 'visit-002'\ncount: 2\n"
+    );
+    // A nested `id` takes the kind of the mapping it is in, list items and
+    // deeper levels included; back at the top level, the path's kind again.
+    let body = "data:\n  encounters:  # today\n  - id: 91\n    status: arrived\n    subject:\n      id: 482913\n    meta:\n      versionId: 3\n  - id: 92\nid: 5\n";
+    assert_eq!(
+        rewritten(body, ct),
+        "data:\n  encounters:  # today\n  - id: encounter-001\n    status: arrived\n    subject:\n      id: patient-001\n    meta:\n      versionId: 3\n  - id: encounter-002\nid: ref-001\n"
     );
     // YAML that is JSON is read as JSON.
     assert_eq!(
