@@ -8,6 +8,8 @@ use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
+mod requests;
+
 fn samples_dir() -> PathBuf {
     std::env::var_os("KEYHOLE_CATALOG")
         .map(PathBuf::from)
