@@ -5,6 +5,8 @@
 use crate::abi;
 use keyhole_core::alias::lastword::Reason as LastWordReason;
 use keyhole_core::alias::prompt::Refusal as AliasRefusal;
+use keyhole_core::proto::reply::ErrorKind;
+use keyhole_core::proto::withhold::Withheld;
 use proxy_wasm::types::MetricType;
 
 /// Counter ids; a counter the host refused to define is `None` and never counted.
@@ -37,57 +39,6 @@ pub struct Metrics {
     pub llm: LlmAliasMetrics,
     /// The HMS listener's counters.
     pub hms: HmsMetrics,
-}
-
-/// Why an HMS response was withheld (replaced by a 502): the suffix of
-/// `keyhole.hms_withheld.<reason>`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Withheld {
-    /// The body or a header could not be scanned or rewritten (malformed, encoded, too odd).
-    Unreadable,
-    /// Control could not be reached or answered garbage.
-    Control,
-    /// Control found conflicting ids for one record (409).
-    Conflict,
-    /// Control's alias store is unavailable (503).
-    Store,
-    /// Envoy refused a host call (reading, holding or replacing the response).
-    Host,
-    /// The response had trailers, so its body was never complete for a scan.
-    Trailers,
-    /// Control runs another taxonomy than the filter (409 `taxonomy_mismatch`).
-    Taxonomy,
-    /// The last word found a raw id in what was about to leave
-    /// (`keyhole_core::alias::lastword`; its reason has a counter of its own).
-    LastWord,
-}
-
-impl Withheld {
-    /// Every reason, in counter order.
-    pub const ALL: [Withheld; 8] = [
-        Withheld::Unreadable,
-        Withheld::Control,
-        Withheld::Conflict,
-        Withheld::Store,
-        Withheld::Host,
-        Withheld::Trailers,
-        Withheld::Taxonomy,
-        Withheld::LastWord,
-    ];
-
-    /// The counter's name suffix.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Withheld::Unreadable => "unreadable",
-            Withheld::Control => "control",
-            Withheld::Conflict => "conflict",
-            Withheld::Store => "store",
-            Withheld::Host => "host",
-            Withheld::Trailers => "trailers",
-            Withheld::Taxonomy => "taxonomy",
-            Withheld::LastWord => "last_word",
-        }
-    }
 }
 
 /// Why an HMS request was refused (answered locally, never sent): the suffix
@@ -127,13 +78,13 @@ impl Refused {
         }
     }
 
-    /// The reason of a local reply, by its status (see `keyhole_core::proto::reply::ErrorKind::status`).
-    pub fn of_status(status: u16) -> Refused {
-        match status {
-            400 => Refused::Invalid,
-            404 => Refused::UnknownAlias,
-            413 => Refused::TooLarge,
-            503 => Refused::Unavailable,
+    /// The reason of a local reply, by its kind.
+    pub fn of_reply(kind: ErrorKind) -> Refused {
+        match kind {
+            ErrorKind::InvalidRequest => Refused::Invalid,
+            ErrorKind::UnknownAlias => Refused::UnknownAlias,
+            ErrorKind::BodyTooLarge => Refused::TooLarge,
+            ErrorKind::Unavailable => Refused::Unavailable,
             _ => Refused::Internal,
         }
     }

@@ -9,8 +9,11 @@
 //! - [`hold`]: verdict lines between the filter and the Lua hold filters
 //!   (the Lua side is generated from it).
 //! - [`reply`]: the JSON error bodies the filter answers locally.
+//! - [`withhold`]: why an HMS response is withheld, the counter names, and
+//!   the response headers that are never scanned.
 
 pub mod alias;
 pub mod hold;
 pub mod reply;
 pub mod tools;
+pub mod withhold;

@@ -74,6 +74,8 @@ impl ErrorKind {
 /// A local reply: status and JSON body (send with [`CONTENT_TYPE`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalReply {
+    /// What kind of error it answers (the status follows from it).
+    pub kind: ErrorKind,
     /// HTTP status.
     pub status: u16,
     /// The JSON body.
@@ -116,6 +118,7 @@ pub fn error(kind: ErrorKind, message: &str) -> LocalReply {
         .into_bytes()
     });
     LocalReply {
+        kind,
         status: kind.status(),
         body,
     }

@@ -12,7 +12,7 @@
 //! - [`response`]: every raw id in the body (JSON or text) and in every header
 //!   but a safe few (`content-length`, `server`,
 //!   `x-envoy-upstream-service-time`, the hold header: see
-//!   `response::UNSCANNED`; `content-type` and `date` are scanned) is replaced
+//!   `keyhole_core::proto::withhold::UNSCANNED_RESPONSE_HEADERS`; `content-type` and `date` are scanned) is replaced
 //!   by its alias (encoded by control at `POST /v1/alias/encode`, persisted
 //!   before control answers). A repeated header (`Link` twice) stays repeated:
 //!   it is set to all its values again (`HeaderEdit::set_all`). An id that

@@ -492,7 +492,7 @@ impl Request {
             s.session,
             reply.status
         );
-        count(s.metrics.hms.refused(Refused::of_status(reply.status)), 1);
+        count(s.metrics.hms.refused(Refused::of_reply(reply.kind)), 1);
         // Refused, the request stays paused until Envoy times it out: nothing
         // reaches HMS either way.
         let _ = host::send_json(reply.status, &reply.body, &[]);

@@ -13,32 +13,15 @@ use super::{body_kind, hand_on, taxonomy, HandOnError, Headers, Side, Stream};
 use crate::callout::{self, Answer, Callout, Sent};
 use crate::hold::{self, HeaderEdit, Verdict};
 use crate::host;
-use crate::metrics::{count, Withheld};
+use crate::metrics::count;
 use keyhole_core::alias::{
     BodyKind, EncodeRequest, EncodeResponse, KnownAlias, PartId, ResponseScan, Taxonomy,
 };
-use keyhole_core::proto::alias::{ErrorCode, WithTaxonomy};
+use keyhole_core::proto::alias::WithTaxonomy;
 use keyhole_core::proto::reply::{self, LocalReply};
+use keyhole_core::proto::withhold::{Withheld, UNSCANNED_RESPONSE_HEADERS};
 use keyhole_core::{alias::charset, alias::coding, alias::lastword};
 use proxy_wasm::types::{Action, BufferType, StreamType};
-
-/// Response headers that are never scanned (pseudo-headers aside: `:status`
-/// is a number Envoy's codec checks). Each carries no id and is owned by Envoy
-/// or keyhole, whatever the upstream sent:
-/// - `content-length`: a number Envoy's codec checks; the hold filter sets it;
-/// - `server`: Envoy's connection manager overwrites it on every response;
-/// - `x-envoy-upstream-service-time`: Envoy's router overwrites it;
-/// - the hold header: keyhole's own, removed from upstream responses.
-///
-/// Every other header is scanned, `content-type` included (its parameters are
-/// free text: `application/pdf; name="pat-000123.pdf"`), and `date` too:
-/// measured, Envoy passes an upstream's `date` on as it came.
-pub(super) const UNSCANNED: [&str; 4] = [
-    "content-length",
-    "server",
-    "x-envoy-upstream-service-time",
-    hold::HOLD_HEADER,
-];
 
 /// The response half of one HMS stream.
 #[derive(Default)]
@@ -272,7 +255,9 @@ impl Response {
         );
         let (headers, latin1): (Vec<(String, String)>, Vec<bool>) = all
             .into_iter()
-            .filter(|((n, _), _)| !n.starts_with(':') && !UNSCANNED.contains(&n.as_str()))
+            .filter(|((n, _), _)| {
+                !n.starts_with(':') && !UNSCANNED_RESPONSE_HEADERS.contains(&n.as_str())
+            })
             .unzip();
         if end_of_stream {
             return self.encode(
@@ -452,18 +437,15 @@ impl Response {
         match answer {
             Answer::Ok(e) => self.apply(s, job, &e.aliases, &e.known),
             Answer::Failed(failure) => {
-                let (why, reason) = match (failure.code, failure.status) {
-                    (Some(ErrorCode::TaxonomyMismatch), _) => (
-                        Withheld::Taxonomy,
-                        "the filter and control run different taxonomies".to_owned(),
-                    ),
-                    (_, 409) => (
-                        Withheld::Conflict,
-                        "conflicting ids for one record".to_owned(),
-                    ),
-                    (_, 503) => (Withheld::Store, "alias store unavailable".to_owned()),
-                    (_, 0) => (Withheld::Control, "control answered garbage".to_owned()),
-                    (_, other) => (Withheld::Control, format!("control answered {other}")),
+                let why = Withheld::of_code(failure.code);
+                let reason = match why {
+                    Withheld::Taxonomy => {
+                        "the filter and control run different taxonomies".to_owned()
+                    }
+                    Withheld::Conflict => "conflicting ids for one record".to_owned(),
+                    Withheld::Store => "alias store unavailable".to_owned(),
+                    _ if failure.status == 0 => "control answered garbage".to_owned(),
+                    _ => format!("control answered {}", failure.status),
                 };
                 self.withhold(s, why, job.held_body(), job.removals(), &reason)
             }

@@ -20,44 +20,7 @@
 use super::BodyKind;
 use crate::alias::rewrite::RewriteError;
 use crate::json::lexer::{JsonError, Lexer};
-
-/// Why a body was withheld: one label per cause, for the filter's counters
-/// and logs (`RewriteError::reason`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum WithholdReason {
-    /// Compressed or archived bytes without a `content-encoding` header.
-    Compressed,
-    /// Binary bytes: NUL bytes, or a text body that is not UTF-8.
-    Binary,
-    /// Declared (or sniffed) JSON or NDJSON that does not parse.
-    NotJson,
-    /// Declared XML that does not parse.
-    NotXml,
-    /// Verification found a raw id in the rewritten body.
-    Leak,
-    /// The encode answer does not fit the scan (alias count, empty alias,
-    /// another body): a bug on the caller's side, not in the body.
-    Mismatch,
-    /// An id runs across an invisible or look-alike character.
-    BrokenId,
-}
-
-impl WithholdReason {
-    /// The label (`compressed`, `binary`, `not_json`, `not_xml`, `leak`,
-    /// `mismatch`, `broken_id`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WithholdReason::Compressed => "compressed",
-            WithholdReason::Binary => "binary",
-            WithholdReason::NotJson => "not_json",
-            WithholdReason::NotXml => "not_xml",
-            WithholdReason::Leak => "leak",
-            WithholdReason::Mismatch => "mismatch",
-            WithholdReason::BrokenId => "broken_id",
-        }
-    }
-}
+pub use crate::proto::withhold::WithholdReason;
 
 impl BodyKind {
     /// The reader for a `content-type` header value (parameters ignored,
