@@ -13,13 +13,16 @@
 //!   research tools. There is deliberately no bare `search` signal: "search for
 //!   the patient" is the commonest clinical phrasing and must not fire.
 //! - **Patient-resolve** (structural, after retrieval): when a surfaced tool
-//!   needs a patient id and no resolver is surfaced, exactly one resolver is
-//!   prepended.
+//!   needs a patient id, or the turn names a person ([`person`]: an
+//!   honorific or a capitalised name pair), and no resolver is surfaced,
+//!   exactly one resolver is prepended.
 //!
 //! Everything here is configuration with defaults for the catalog; patterns
 //! are matched against the turn after [`fold`](super::tokenize::fold)
 //! (lowercase, diacritics stripped), so they are written lowercase and
 //! without accents.
+
+pub mod person;
 
 use super::meta::ToolMeta;
 use crate::proto::tools::Reason;
@@ -61,6 +64,9 @@ pub struct PatientResolveSettings {
     pub prepend: String,
     /// Parameter names that identify a patient in `requiresOneOf`.
     pub patient_params: Vec<String>,
+    /// Whether a turn that names a person ([`person::names_a_person`])
+    /// needs the resolver too, whatever was surfaced.
+    pub on_named_person: bool,
     /// Phases the floor applies in.
     pub phases: Vec<Phase>,
 }
@@ -399,6 +405,7 @@ impl Default for PatientResolveSettings {
             resolvers: ids(&["patient.search.smart", "patient.search.exact"]),
             prepend: "patient.search.smart".into(),
             patient_params: ids(&["patientId", "patient_id", "patient"]),
+            on_named_person: true,
             phases: vec![Phase::Planner, Phase::AgentCall, Phase::Recovery],
         }
     }

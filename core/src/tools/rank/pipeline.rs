@@ -22,7 +22,7 @@
 
 use super::clauses::interleave;
 use super::config::RankConfig;
-use super::floors::FiredFloor;
+use super::floors::{person, FiredFloor};
 use super::fuse::{compare, Scored};
 use super::lexical::LexicalScore;
 use super::outage::{bounded, SetInputs};
@@ -54,11 +54,15 @@ pub struct Turn<'a> {
 /// The patient-resolve floor's decision.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PatientResolveTrace {
-    /// A surfaced tool that needs a patient id.
+    /// A surfaced tool that needs a patient id, or [`NAMED_PERSON`] when
+    /// the turn names a person and no surfaced tool needs one.
     pub needed_by: String,
     /// The resolver prepended.
     pub added: String,
 }
+
+/// [`PatientResolveTrace::needed_by`] when the turn itself names a person.
+pub const NAMED_PERSON: &str = "turn:named-person";
 
 /// What each stage did on one turn: names, counts and signal names only —
 /// never the turn's text.
@@ -239,16 +243,22 @@ pub fn resolve_clauses(
     let pr = &floors_cfg.patient_resolve;
     if pr.phases.contains(&turn.phase) {
         let tool = |c: &Candidate| registry.by_name(&c.name);
-        let has_resolver = candidates
-            .iter()
-            .filter_map(tool)
-            .any(|t| pr.is_resolver(&t.id));
-        let needed_by = candidates
-            .iter()
-            .filter_map(tool)
-            .find(|t| t.meta.as_ref().is_some_and(|m| pr.needs_patient(m)))
-            .map(|t| t.name.clone());
-        if let (false, Some(needed_by)) = (has_resolver, needed_by) {
+        let surfaced = || candidates.iter().filter_map(tool);
+        // A tool that needs a patient id is served by any resolver; a person
+        // named in the turn by the one that takes a name (`prepend`): the
+        // others take an identifier.
+        let needed_by = if surfaced().any(|t| pr.is_resolver(&t.id)) {
+            None
+        } else {
+            surfaced()
+                .find(|t| t.meta.as_ref().is_some_and(|m| pr.needs_patient(m)))
+                .map(|t| t.name.clone())
+        }
+        .or_else(|| {
+            let named = pr.on_named_person && person::names_a_person(turn.text);
+            (named && !surfaced().any(|t| t.id == pr.prepend)).then(|| NAMED_PERSON.to_owned())
+        });
+        if let Some(needed_by) = needed_by {
             if let Some(resolver) =
                 floor_candidate(registry, &scores, &pr.prepend, Reason::FloorPatientResolve)
             {

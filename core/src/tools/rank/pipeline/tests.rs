@@ -167,6 +167,47 @@ fn a_tool_needing_a_patient_brings_exactly_one_resolver() {
 }
 
 #[test]
+fn a_turn_naming_a_person_brings_the_name_resolver() {
+    let reg = registry();
+    // Retrieval surfaces an update and the identifier search, no tool that
+    // needs a patient id: the person named in the turn still needs the
+    // resolver that takes a name.
+    let cosine: Vec<(String, f32)> = vec![
+        ("patient__update".into(), 0.95),
+        ("patient__search__exact".into(), 0.94),
+        ("inbox__list".into(), 0.93),
+    ];
+    let turn = |text| Turn {
+        text,
+        phase: Phase::Planner,
+        prior: &[],
+        tool_choice: None,
+        cosine: Some(&cosine),
+    };
+    let r = resolve(
+        &reg,
+        &config(),
+        &turn("Frau Renate Kühn hat eine neue Handynummer"),
+    );
+    assert_eq!(r.candidates[0].name, "patient__search__smart");
+    assert_eq!(r.candidates[0].reason, Reason::FloorPatientResolve);
+    assert_eq!(r.trace.patient_resolve.unwrap().needed_by, NAMED_PERSON);
+    // The same turn without a name: no floor.
+    let r = resolve(&reg, &config(), &turn("die Handynummer ist neu"));
+    assert!(r.trace.patient_resolve.is_none(), "{:?}", names(&r));
+    // Switched off, the name alone brings nothing.
+    let mut s = config().settings().clone();
+    s.floors.patient_resolve.on_named_person = false;
+    let off = RankConfig::try_new(s).unwrap();
+    let r = resolve(
+        &reg,
+        &off,
+        &turn("Frau Renate Kühn hat eine neue Handynummer"),
+    );
+    assert!(r.trace.patient_resolve.is_none(), "{:?}", names(&r));
+}
+
+#[test]
 fn tool_input_surfaces_only_the_forced_tool() {
     let turn = Turn {
         text: "Book an appointment and write a note.",
