@@ -1,5 +1,5 @@
 //! Deployment artefacts: the compose file, the compose and provider Envoy
-//! configurations, and the configuration documented in README.md.
+//! configurations, and the configuration documented in docs/configuration.md.
 
 use keyhole_core::alias::Taxonomy;
 use keyhole_core::config::Config;
@@ -117,29 +117,33 @@ fn the_tls_provider_configs_validate() {
     }
 }
 
-/// Every ```json keyhole-filter block in README.md is a valid filter
-/// configuration holding its mode's defaults, and both modes are documented.
+/// The configuration reference the tests below hold against the code.
+const CONFIGURATION_DOC: &str = "docs/configuration.md";
+
+/// Every ```json keyhole-filter block in docs/configuration.md is a valid
+/// filter configuration holding its mode's defaults, and both modes are
+/// documented.
 #[test]
 fn the_documented_filter_configuration_parses() {
-    let readme = std::fs::read_to_string(paths::repo().join("README.md")).unwrap();
-    let blocks: Vec<&str> = readme
+    let doc = std::fs::read_to_string(paths::repo().join(CONFIGURATION_DOC)).unwrap();
+    let blocks: Vec<&str> = doc
         .split("```json keyhole-filter\n")
         .skip(1)
         .filter_map(|rest| rest.split("\n```").next())
         .collect();
     assert!(
         !blocks.is_empty(),
-        "README.md documents the filter configuration"
+        "{CONFIGURATION_DOC} documents the filter configuration"
     );
     let mut modes = Vec::new();
     for block in blocks {
         let config = Config::from_json(block.as_bytes())
-            .unwrap_or_else(|e| panic!("README example does not parse: {e}\n{block}"));
+            .unwrap_or_else(|e| panic!("{CONFIGURATION_DOC} example does not parse: {e}\n{block}"));
         let mode = format!("{:?}", config.mode()).to_lowercase();
         let defaults = Config::from_json(format!(r#"{{"mode":"{mode}"}}"#).as_bytes()).unwrap();
         assert_eq!(
             config, defaults,
-            "README example is not {mode}'s defaults:\n{block}"
+            "{CONFIGURATION_DOC} example is not {mode}'s defaults:\n{block}"
         );
         modes.push(mode);
     }
@@ -147,20 +151,20 @@ fn the_documented_filter_configuration_parses() {
     assert_eq!(
         modes,
         ["hms", "llm"],
-        "README.md documents one block per mode"
+        "{CONFIGURATION_DOC} documents one block per mode"
     );
 }
 
-/// The ```toml keyhole-control example in README.md passes `keyhole config
-/// check`; a file with mistakes fails, naming each field.
+/// The ```toml keyhole-control example in docs/configuration.md passes
+/// `keyhole config check`; a file with mistakes fails, naming each field.
 #[test]
 fn the_documented_control_configuration_checks() {
-    let readme = std::fs::read_to_string(paths::repo().join("README.md")).unwrap();
-    let block = readme
+    let doc = std::fs::read_to_string(paths::repo().join(CONFIGURATION_DOC)).unwrap();
+    let block = doc
         .split("```toml keyhole-control\n")
         .nth(1)
         .and_then(|rest| rest.split("\n```").next())
-        .expect("README.md documents the control configuration");
+        .unwrap_or_else(|| panic!("{CONFIGURATION_DOC} documents the control configuration"));
     let dir = tempfile::tempdir().unwrap();
     let good = dir.path().join("keyhole.toml");
     std::fs::write(&good, block).unwrap();
