@@ -1,5 +1,6 @@
 //! Deployment artefacts: the compose file, the compose and provider Envoy
-//! configurations, and the configuration documented in docs/configuration.md.
+//! configurations, the configuration documented in docs/configuration.md, and
+//! the paths the docs name.
 
 use keyhole_core::alias::Taxonomy;
 use keyhole_core::config::Config;
@@ -389,4 +390,169 @@ fn the_taxonomy_file_checks() {
     let out = check_taxonomy(&missing);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains(&missing.display().to_string()));
+}
+
+/// The docs a reader walks: README.md, ARCHITECTURE.md and every docs/*.md.
+fn walked_docs(repo: &Path) -> Vec<PathBuf> {
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(repo.join("docs"))
+        .expect("docs/")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    let mut all = vec![repo.join("README.md"), repo.join("ARCHITECTURE.md")];
+    all.extend(docs);
+    all
+}
+
+/// `text` without its fenced code blocks (examples, not references).
+fn prose(text: &str) -> String {
+    let mut out = String::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if !fenced {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The anchors of a markdown file's headings, as GitHub spells them:
+/// lowercase, punctuation dropped, spaces as `-`.
+fn anchors(file: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    prose(&text)
+        .lines()
+        .filter_map(|line| {
+            let title = line.trim_start_matches('#');
+            (title.len() < line.len() && title.starts_with(' ')).then(|| {
+                title
+                    .trim()
+                    .to_lowercase()
+                    .chars()
+                    .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+                    .map(|c| if c == ' ' { '-' } else { c })
+                    .collect()
+            })
+        })
+        .collect()
+}
+
+/// Whether `path` (relative to `repo`) names something that exists; a `*`
+/// in its last part must match at least one entry of its folder.
+fn exists(repo: &Path, path: &str) -> bool {
+    let Some((dir, pattern)) = path.rsplit_once('/').filter(|(_, last)| last.contains('*')) else {
+        return repo.join(path).exists();
+    };
+    let (head, tail) = pattern.split_once('*').unwrap_or((pattern, ""));
+    std::fs::read_dir(repo.join(dir)).is_ok_and(|entries| {
+        entries.filter_map(Result::ok).any(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.len() >= head.len() + tail.len() && name.starts_with(head) && name.ends_with(tail)
+        })
+    })
+}
+
+/// Every file under `dir` (relative to `repo`, `/`-separated).
+fn files_under(repo: &Path, dir: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut todo = vec![repo.join(dir)];
+    while let Some(dir) = todo.pop() {
+        for entry in std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+        {
+            let path = entry.path();
+            if path.is_dir() {
+                todo.push(path);
+            } else if let Ok(rel) = path.strip_prefix(repo) {
+                out.push(rel.to_string_lossy().into_owned());
+            }
+        }
+    }
+    out
+}
+
+/// Folders whose paths the docs name in backticks, relative to the repository.
+const NAMED_TREES: &[&str] = &[
+    "core/", "filter/", "control/", "tests/", "envoy/", "scripts/", "config/", "docker/", "bench/",
+    "eval/", "docs/",
+];
+
+/// Every relative link (and its `#anchor`) and every repository path in
+/// backticks (`core/src/…`, `filter/src/…`, `control/src/…`, `tests/…`, …)
+/// in the docs names a file, folder or heading that exists, so the walk
+/// through the code cannot go stale silently when a file moves. A Rust file
+/// named short (`surface.rs`, `scan/xml.rs`, as the module map does) must
+/// be the end of some crate file's path.
+#[test]
+fn the_docs_name_paths_that_exist() {
+    let repo = paths::repo();
+    let link = regex::Regex::new(r"\]\(([^)\s]+)\)").unwrap();
+    let span = regex::Regex::new(r"`([A-Za-z0-9_./*-]+)`").unwrap();
+    let sources: Vec<String> = ["core", "filter", "control", "tests"]
+        .iter()
+        .flat_map(|dir| files_under(&repo, dir))
+        .collect();
+    let mut wrong = Vec::new();
+    let (mut links, mut spans) = (0, 0);
+    for doc in walked_docs(&repo) {
+        let text =
+            std::fs::read_to_string(&doc).unwrap_or_else(|e| panic!("{}: {e}", doc.display()));
+        let text = prose(&text);
+        let name = doc
+            .strip_prefix(&repo)
+            .unwrap_or(&doc)
+            .display()
+            .to_string();
+        let dir = doc.parent().unwrap_or(&repo);
+        for target in link.captures_iter(&text).map(|c| c[1].to_owned()) {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            links += 1;
+            let (file, anchor) = target.split_once('#').unwrap_or((&target, ""));
+            let file = if file.is_empty() {
+                doc.clone()
+            } else {
+                dir.join(file)
+            };
+            if !file.exists() {
+                wrong.push(format!("{name}: the link ({target}) names no file"));
+            } else if !anchor.is_empty()
+                && file.extension().is_some_and(|e| e == "md")
+                && !anchors(&file).iter().any(|a| a == anchor)
+            {
+                wrong.push(format!("{name}: the link ({target}) names no heading"));
+            }
+        }
+        for path in span.captures_iter(&text).map(|c| c[1].to_owned()) {
+            if !NAMED_TREES.iter().any(|tree| path.starts_with(tree)) {
+                if path.ends_with(".rs") && !path.contains('*') {
+                    spans += 1;
+                    let tail = format!("/{path}");
+                    if !sources.iter().any(|f| f.ends_with(&tail)) {
+                        wrong.push(format!("{name}: `{path}` is no crate file"));
+                    }
+                }
+                continue;
+            }
+            spans += 1;
+            if !exists(&repo, &path) {
+                wrong.push(format!("{name}: `{path}` does not exist"));
+            }
+        }
+    }
+    assert!(
+        links > 10 && spans > 50,
+        "the docs were not read: {links} links, {spans} paths"
+    );
+    assert!(wrong.is_empty(), "stale references:\n{}", wrong.join("\n"));
 }
