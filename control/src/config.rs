@@ -3,8 +3,8 @@
 //! A [`Setting`] names its TOML key, its flag, its environment variable, its
 //! kind, its default and its meaning. From that one table come the clap
 //! arguments of `keyhole serve` (and the other commands), the checks of
-//! `keyhole config check` and `serve --config FILE`, and the README's table
-//! of flags ([`readme_table`]; a test checks README.md holds it).
+//! `keyhole config check` and `serve --config FILE`, and the table of flags in
+//! docs/configuration.md ([`settings_table`]; a test checks the file holds it).
 //!
 //! Every setting of `keyhole serve` can live in one TOML file; environment
 //! variables override the file, and flags override both. The file is turned
@@ -20,8 +20,8 @@
 //!
 //! # How to add a control setting
 //! 1. Add one [`Setting`] to [`SETTINGS`] here (key, flag, env, kind,
-//!    default, meaning), then regenerate the README table: the test
-//!    `the_readme_table_is_current` prints it.
+//!    default, meaning), then regenerate the table in docs/configuration.md:
+//!    the test `the_settings_table_is_current` prints it.
 //! 2. Read it where it is used, in `control/src/main.rs`: one field in the
 //!    args struct of its [`Scope`] and one line in that struct's
 //!    `from_arg_matches` (`value(m, "section.key")`).
@@ -84,7 +84,7 @@ pub struct Setting {
     pub default: DefaultValue,
     /// Which commands take it.
     pub scope: Scope,
-    /// What it means (the `--help` text and the README's).
+    /// What it means (the `--help` text and docs/configuration.md's).
     pub help: &'static str,
 }
 
@@ -155,8 +155,9 @@ pub fn augment(cmd: clap::Command, scope: Scope) -> clap::Command {
         .fold(cmd, |cmd, s| cmd.arg(s.arg()))
 }
 
-/// The README's table of control settings (flag, env, TOML key, default, meaning).
-pub fn readme_table() -> String {
+/// The table of control settings in docs/configuration.md (flag, env, TOML
+/// key, default, meaning).
+pub fn settings_table() -> String {
     let mut out =
         String::from("| flag | env | TOML key | default | meaning |\n|---|---|---|---|---|\n");
     for s in SETTINGS {
@@ -424,13 +425,16 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_table_is_current() {
-        let readme =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
-        let table = readme_table();
+    fn the_settings_table_is_current() {
+        let doc = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/configuration.md"
+        ))
+        .unwrap();
+        let table = settings_table();
         assert!(
-            readme.contains(&table),
-            "README.md must hold this table of control settings:\n{table}"
+            doc.contains(&table),
+            "docs/configuration.md must hold this table of control settings:\n{table}"
         );
     }
 

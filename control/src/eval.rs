@@ -2,7 +2,7 @@
 //!
 //! Every query goes through the same path a request takes: the registry is
 //! indexed into the vector store, the query is embedded and searched, and the
-//! engine resolves the planner-phase candidate set. Three modes:
+//! engine resolves the planner-phase candidate set. Seven modes:
 //! - `hybrid`: the engine with cosine hits (what control serves);
 //! - `lexical`: the engine without cosines (what control serves while a new
 //!   registry is being indexed);

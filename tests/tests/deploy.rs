@@ -1,5 +1,6 @@
 //! Deployment artefacts: the compose file, the compose and provider Envoy
-//! configurations, and the configuration documented in README.md.
+//! configurations, the configuration documented in docs/configuration.md, and
+//! the paths the docs name.
 
 use keyhole_core::alias::Taxonomy;
 use keyhole_core::config::Config;
@@ -117,29 +118,33 @@ fn the_tls_provider_configs_validate() {
     }
 }
 
-/// Every ```json keyhole-filter block in README.md is a valid filter
-/// configuration holding its mode's defaults, and both modes are documented.
+/// The configuration reference the tests below hold against the code.
+const CONFIGURATION_DOC: &str = "docs/configuration.md";
+
+/// Every ```json keyhole-filter block in docs/configuration.md is a valid
+/// filter configuration holding its mode's defaults, and both modes are
+/// documented.
 #[test]
 fn the_documented_filter_configuration_parses() {
-    let readme = std::fs::read_to_string(paths::repo().join("README.md")).unwrap();
-    let blocks: Vec<&str> = readme
+    let doc = std::fs::read_to_string(paths::repo().join(CONFIGURATION_DOC)).unwrap();
+    let blocks: Vec<&str> = doc
         .split("```json keyhole-filter\n")
         .skip(1)
         .filter_map(|rest| rest.split("\n```").next())
         .collect();
     assert!(
         !blocks.is_empty(),
-        "README.md documents the filter configuration"
+        "{CONFIGURATION_DOC} documents the filter configuration"
     );
     let mut modes = Vec::new();
     for block in blocks {
         let config = Config::from_json(block.as_bytes())
-            .unwrap_or_else(|e| panic!("README example does not parse: {e}\n{block}"));
+            .unwrap_or_else(|e| panic!("{CONFIGURATION_DOC} example does not parse: {e}\n{block}"));
         let mode = format!("{:?}", config.mode()).to_lowercase();
         let defaults = Config::from_json(format!(r#"{{"mode":"{mode}"}}"#).as_bytes()).unwrap();
         assert_eq!(
             config, defaults,
-            "README example is not {mode}'s defaults:\n{block}"
+            "{CONFIGURATION_DOC} example is not {mode}'s defaults:\n{block}"
         );
         modes.push(mode);
     }
@@ -147,20 +152,20 @@ fn the_documented_filter_configuration_parses() {
     assert_eq!(
         modes,
         ["hms", "llm"],
-        "README.md documents one block per mode"
+        "{CONFIGURATION_DOC} documents one block per mode"
     );
 }
 
-/// The ```toml keyhole-control example in README.md passes `keyhole config
-/// check`; a file with mistakes fails, naming each field.
+/// The ```toml keyhole-control example in docs/configuration.md passes
+/// `keyhole config check`; a file with mistakes fails, naming each field.
 #[test]
 fn the_documented_control_configuration_checks() {
-    let readme = std::fs::read_to_string(paths::repo().join("README.md")).unwrap();
-    let block = readme
+    let doc = std::fs::read_to_string(paths::repo().join(CONFIGURATION_DOC)).unwrap();
+    let block = doc
         .split("```toml keyhole-control\n")
         .nth(1)
         .and_then(|rest| rest.split("\n```").next())
-        .expect("README.md documents the control configuration");
+        .unwrap_or_else(|| panic!("{CONFIGURATION_DOC} documents the control configuration"));
     let dir = tempfile::tempdir().unwrap();
     let good = dir.path().join("keyhole.toml");
     std::fs::write(&good, block).unwrap();
@@ -385,4 +390,169 @@ fn the_taxonomy_file_checks() {
     let out = check_taxonomy(&missing);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains(&missing.display().to_string()));
+}
+
+/// The docs a reader walks: README.md, ARCHITECTURE.md and every docs/*.md.
+fn walked_docs(repo: &Path) -> Vec<PathBuf> {
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(repo.join("docs"))
+        .expect("docs/")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    let mut all = vec![repo.join("README.md"), repo.join("ARCHITECTURE.md")];
+    all.extend(docs);
+    all
+}
+
+/// `text` without its fenced code blocks (examples, not references).
+fn prose(text: &str) -> String {
+    let mut out = String::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if !fenced {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The anchors of a markdown file's headings, as GitHub spells them:
+/// lowercase, punctuation dropped, spaces as `-`.
+fn anchors(file: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    prose(&text)
+        .lines()
+        .filter_map(|line| {
+            let title = line.trim_start_matches('#');
+            (title.len() < line.len() && title.starts_with(' ')).then(|| {
+                title
+                    .trim()
+                    .to_lowercase()
+                    .chars()
+                    .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+                    .map(|c| if c == ' ' { '-' } else { c })
+                    .collect()
+            })
+        })
+        .collect()
+}
+
+/// Whether `path` (relative to `repo`) names something that exists; a `*`
+/// in its last part must match at least one entry of its folder.
+fn exists(repo: &Path, path: &str) -> bool {
+    let Some((dir, pattern)) = path.rsplit_once('/').filter(|(_, last)| last.contains('*')) else {
+        return repo.join(path).exists();
+    };
+    let (head, tail) = pattern.split_once('*').unwrap_or((pattern, ""));
+    std::fs::read_dir(repo.join(dir)).is_ok_and(|entries| {
+        entries.filter_map(Result::ok).any(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.len() >= head.len() + tail.len() && name.starts_with(head) && name.ends_with(tail)
+        })
+    })
+}
+
+/// Every file under `dir` (relative to `repo`, `/`-separated).
+fn files_under(repo: &Path, dir: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut todo = vec![repo.join(dir)];
+    while let Some(dir) = todo.pop() {
+        for entry in std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+        {
+            let path = entry.path();
+            if path.is_dir() {
+                todo.push(path);
+            } else if let Ok(rel) = path.strip_prefix(repo) {
+                out.push(rel.to_string_lossy().into_owned());
+            }
+        }
+    }
+    out
+}
+
+/// Folders whose paths the docs name in backticks, relative to the repository.
+const NAMED_TREES: &[&str] = &[
+    "core/", "filter/", "control/", "tests/", "envoy/", "scripts/", "config/", "docker/", "bench/",
+    "eval/", "docs/",
+];
+
+/// Every relative link (and its `#anchor`) and every repository path in
+/// backticks (`core/src/…`, `filter/src/…`, `control/src/…`, `tests/…`, …)
+/// in the docs names a file, folder or heading that exists, so the walk
+/// through the code cannot go stale silently when a file moves. A Rust file
+/// named short (`surface.rs`, `scan/xml.rs`, as the module map does) must
+/// be the end of some crate file's path.
+#[test]
+fn the_docs_name_paths_that_exist() {
+    let repo = paths::repo();
+    let link = regex::Regex::new(r"\]\(([^)\s]+)\)").unwrap();
+    let span = regex::Regex::new(r"`([A-Za-z0-9_./*-]+)`").unwrap();
+    let sources: Vec<String> = ["core", "filter", "control", "tests"]
+        .iter()
+        .flat_map(|dir| files_under(&repo, dir))
+        .collect();
+    let mut wrong = Vec::new();
+    let (mut links, mut spans) = (0, 0);
+    for doc in walked_docs(&repo) {
+        let text =
+            std::fs::read_to_string(&doc).unwrap_or_else(|e| panic!("{}: {e}", doc.display()));
+        let text = prose(&text);
+        let name = doc
+            .strip_prefix(&repo)
+            .unwrap_or(&doc)
+            .display()
+            .to_string();
+        let dir = doc.parent().unwrap_or(&repo);
+        for target in link.captures_iter(&text).map(|c| c[1].to_owned()) {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            links += 1;
+            let (file, anchor) = target.split_once('#').unwrap_or((&target, ""));
+            let file = if file.is_empty() {
+                doc.clone()
+            } else {
+                dir.join(file)
+            };
+            if !file.exists() {
+                wrong.push(format!("{name}: the link ({target}) names no file"));
+            } else if !anchor.is_empty()
+                && file.extension().is_some_and(|e| e == "md")
+                && !anchors(&file).iter().any(|a| a == anchor)
+            {
+                wrong.push(format!("{name}: the link ({target}) names no heading"));
+            }
+        }
+        for path in span.captures_iter(&text).map(|c| c[1].to_owned()) {
+            if !NAMED_TREES.iter().any(|tree| path.starts_with(tree)) {
+                if path.ends_with(".rs") && !path.contains('*') {
+                    spans += 1;
+                    let tail = format!("/{path}");
+                    if !sources.iter().any(|f| f.ends_with(&tail)) {
+                        wrong.push(format!("{name}: `{path}` is no crate file"));
+                    }
+                }
+                continue;
+            }
+            spans += 1;
+            if !exists(&repo, &path) {
+                wrong.push(format!("{name}: `{path}` does not exist"));
+            }
+        }
+    }
+    assert!(
+        links > 10 && spans > 50,
+        "the docs were not read: {links} links, {spans} paths"
+    );
+    assert!(wrong.is_empty(), "stale references:\n{}", wrong.join("\n"));
 }

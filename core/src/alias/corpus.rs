@@ -1,5 +1,5 @@
 //! Generated HMS responses with their ground truth, for the tests that try to
-//! make a raw id leak: core's generator test (`alias/response/tests/generator.rs`,
+//! make a raw id leak: core's generator test (`alias/scan/tests/generator.rs`,
 //! in process) and the end-to-end corpus (`tests/tests/hms_corpus.rs`, through
 //! Envoy and control). Compiled for tests and under the `corpus` feature only.
 //!

@@ -1,7 +1,7 @@
 //! The last word on an HMS response: an independent check of what is about
 //! to leave the HMS listener, body and every header name and value.
 //!
-//! The scanner and the rewriter (`alias::response`) find ids from lists of
+//! The scanner and the rewriter (`alias::scan`, `alias::rewrite`) find ids from lists of
 //! shapes and positions, and their verification looks for ids already known:
 //! every encoding not on a list would be a leak. This module shares no code
 //! with them (as [`crate::tools::detect`] is to the LLM request parsers). It reads

@@ -7,20 +7,34 @@
 //! owns the I/O.
 //!
 //! # Layout
+//! Words and rules:
+//! - [`id`]: the words every stage shares ([`Form`], [`KindId`], [`Origin`]),
+//!   at the bottom so the stages need not use each other.
 //! - [`taxonomy`]: kinds, prefixes and the scanning rules, from configuration.
-//! - [`grammar`]: the alias grammar `<prefix>-NNN`, sentinels, near-miss repair.
+//! - [`fhir`]: every FHIR R4/R5 resource type, and the definition types that
+//!   name no record.
+//! - [`grammar`]: the alias grammar `<prefix>-<epoch>-NNN`, sentinels,
+//!   near-miss repair.
 //! - [`shape`]: id forms (uuid / FHIR id / slug) and ids inside free text.
-//! - [`response`]: find every raw id in a response body and rewrite them,
-//!   verifying that none remains (fail closed).
-//! - [`prompt`]: find every raw id in an LLM request (outside the tool
-//!   definitions) and rewrite them, by the same rules.
-//! - [`request`]: find aliases in a request's path, query and body, and
-//!   rewrite them to real ids.
-//! - [`session`]: one session's alias map as a pure state machine.
+//! - `known`: ids a session already knows, found wherever they stand as that id.
+//! - `pairs`: a quick "certainly not" in front of the taxonomy's table lookups.
+//!
+//! The stages of a response, then the other directions:
 //! - [`coding`], [`charset`]: undoing a body's content coding and reading
 //!   windows-1252 / ISO-8859-1 as UTF-8, bounded.
+//! - [`scan`]: collect every raw id of a response body (JSON, XML, CSV,
+//!   key-value, text; sniffing what a body is).
+//! - [`rewrite`]: splice the aliases in and verify that no raw id remains
+//!   (fail closed).
 //! - [`lastword`]: the independent last word on every HMS response (raw-id
 //!   shapes in any encoding), sharing no code with the scanner and rewriter.
+//! - [`prompt`]: find every raw id in an LLM request (outside the tool
+//!   definitions) and rewrite them, by the same rules.
+//! - [`request`]: find aliases (and raw ids) in a request's path, query,
+//!   headers and body, and rewrite the aliases to real ids.
+//! - [`session`]: one session's alias map as a pure state machine.
+//! - `corpus` (tests and the `corpus` feature only): generated responses with
+//!   their ground truth, for the leak tests.
 //!
 //! The JSON of control's alias API is [`crate::proto::alias`].
 //!
