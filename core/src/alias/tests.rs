@@ -8,6 +8,7 @@ use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
+mod repair;
 mod requests;
 
 fn samples_dir() -> PathBuf {
