@@ -1,4 +1,5 @@
 use super::canonical::{percent_decoded, quoted_printable};
+use super::numbers::opens_line;
 use super::*;
 use crate::alias::corpus;
 use crate::alias::{BodyKind, Epoch, KnownAlias, ResponseScan, SessionMap};

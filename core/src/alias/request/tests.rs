@@ -1,5 +1,5 @@
 use super::*;
-use crate::alias::{IdInput, SessionMap};
+use crate::alias::{DecodedIds, IdInput, SessionMap};
 
 fn session(tax: &Taxonomy) -> SessionMap {
     let mut m = SessionMap::new();

@@ -1,4 +1,6 @@
 use super::*;
+use crate::alias::id::{Form, Origin};
+use crate::proto::alias::IdInput;
 use proptest::prelude::*;
 
 fn tax() -> Taxonomy {
