@@ -1604,6 +1604,23 @@ mod tests {
         assert_ne!(Taxonomy::minimal().digest(), d.digest());
     }
 
+    /// The digests of the built-in taxonomy and of the shipped example, as
+    /// released: aliases and sessions on disk, and every filter and control
+    /// of a deployment, are tied to them, so a refactoring of how the
+    /// built-in kinds are written must leave them byte-identical.
+    #[test]
+    fn the_built_in_and_example_digests_are_pinned() {
+        assert_eq!(
+            Taxonomy::default().digest(),
+            "c4840212ce80de710b5fe3e999125e249563c6ceca497e139e48f84e589530e5"
+        );
+        assert_eq!(Taxonomy::default().kind_count(), 23);
+        assert_eq!(
+            Taxonomy::from_json(EXAMPLE).unwrap().digest(),
+            "a0b16dfca964db96c686b1e97ca4fd887c374045178c6a380574dfd6162d7aed"
+        );
+    }
+
     #[test]
     fn id_named_keys_match_in_any_case_and_separator_style() {
         let t = Taxonomy::default();
