@@ -173,11 +173,16 @@ enum ConfigAction {
     /// Report every error in FILE (exit 1), or print the settings it makes,
     /// and check the alias taxonomy it names (or `--taxonomy FILE`): its
     /// kind count and the digest the filter must report.
+    ///
+    /// The built-in id kinds are the file core/src/alias/taxonomy/builtin.json,
+    /// compiled in; a taxonomy file adds to them in the same schema (a kind of
+    /// the same name replaces the built-in one, `{}` is the built-in taxonomy).
     Check {
         /// The TOML configuration file.
         #[arg(required_unless_present = "taxonomy")]
         file: Option<PathBuf>,
-        /// An alias taxonomy file (JSON) to check.
+        /// An alias taxonomy file (JSON) to check: kinds added to the built-in
+        /// ones (core/src/alias/taxonomy/builtin.json), in the same schema.
         #[arg(long)]
         taxonomy: Option<PathBuf>,
     },
