@@ -256,33 +256,17 @@ struct Link {
 /// Finds the primary and connects to it.
 struct Primary {
     endpoint: RedisEndpoint,
-    /// Sentinel's client keeps its connections to the Sentinels between
-    /// look-ups; one look-up at a time.
-    sentinel: Option<tokio::sync::Mutex<SentinelClient>>,
     link: tokio::sync::Mutex<Link>,
     options: RedisOptions,
 }
 
 impl Primary {
     fn try_new(endpoint: RedisEndpoint, options: RedisOptions) -> Result<Primary, RedisError> {
-        let sentinel = match &endpoint {
-            RedisEndpoint::Url(_) => None,
-            RedisEndpoint::Sentinel { sentinels, master } => {
-                let nodes: Vec<String> = sentinels
-                    .iter()
-                    .map(|(h, p)| format!("redis://{h}:{p}/"))
-                    .collect();
-                Some(tokio::sync::Mutex::new(SentinelClient::build(
-                    nodes,
-                    master.clone(),
-                    None,
-                    SentinelServerType::Master,
-                )?))
-            }
-        };
+        if let RedisEndpoint::Url(url) = &endpoint {
+            redis::Client::open(url.as_str())?;
+        }
         Ok(Primary {
             endpoint,
-            sentinel,
             link: tokio::sync::Mutex::new(Link {
                 generation: 0,
                 con: None,
@@ -300,18 +284,21 @@ impl Primary {
     }
 
     async fn open(&self) -> Result<MultiplexedConnection, RedisError> {
-        let client = match (&self.endpoint, &self.sentinel) {
-            (RedisEndpoint::Url(url), _) => redis::Client::open(url.as_str())?,
-            (RedisEndpoint::Sentinel { .. }, Some(sentinel)) => {
-                // Asks each Sentinel for the primary and checks that the node
-                // it names calls itself primary.
-                sentinel.lock().await.async_get_client().await?
-            }
-            (RedisEndpoint::Sentinel { .. }, None) => {
-                return Err(RedisError::from((
-                    ErrorKind::InvalidClientConfig,
-                    "no Sentinel client",
-                )))
+        let client = match &self.endpoint {
+            RedisEndpoint::Url(url) => redis::Client::open(url.as_str())?,
+            RedisEndpoint::Sentinel { sentinels, master } => {
+                // A new Sentinel client for every look-up: one that kept its
+                // connections to the Sentinels would keep asking over a
+                // connection that died with a network cut (seen: a minute
+                // until TCP gave up). It asks each Sentinel for the primary
+                // and checks that the node named calls itself primary.
+                let nodes: Vec<String> = sentinels
+                    .iter()
+                    .map(|(h, p)| format!("redis://{h}:{p}/"))
+                    .collect();
+                let mut sentinel =
+                    SentinelClient::build(nodes, master.clone(), None, SentinelServerType::Master)?;
+                sentinel.async_get_client().await?
             }
         };
         client
