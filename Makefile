@@ -75,13 +75,17 @@ bench: build
 compose-config:
 	env -i PATH="$$PATH" $(PYTHON) envoy/render.py --env-file envoy/compose.env envoy/envoy.yaml.tmpl > envoy/envoy.compose.yaml
 
-# The compose stack end to end, where a Docker engine answers (skips with a
+# The compose stacks end to end, where a Docker engine answers (skips with a
 # message where there is none): local base images where no registry answers
-# (cached), then tests/compose/e2e.sh with the binaries `make build` made
-# copied in (KEYHOLE_BINARIES=prebuilt, also where a registry answers).
+# (cached), then tests/compose/e2e.sh (docker-compose.yml) and
+# tests/compose/replicas.sh (docker-compose.replicas.yml) with the binaries
+# `make build` made copied in (KEYHOLE_BINARIES=prebuilt, also where a
+# registry answers).
 compose-e2e:
 	@if docker info >/dev/null 2>&1; then \
-	  VENV=$(VENV) tests/compose/images.sh && VENV=$(VENV) KEYHOLE_BINARIES=prebuilt tests/compose/e2e.sh; \
+	  VENV=$(VENV) tests/compose/images.sh \
+	  && VENV=$(VENV) KEYHOLE_BINARIES=prebuilt tests/compose/e2e.sh \
+	  && VENV=$(VENV) KEYHOLE_BINARIES=prebuilt tests/compose/replicas.sh; \
 	else echo "compose e2e: no Docker engine here; skipped"; fi
 
 clean:

@@ -44,6 +44,10 @@ pub enum Kind {
     File,
     /// An integer ≥ 1.
     Positive,
+    /// An integer ≥ 0.
+    Count,
+    /// A list of `host:port` addresses, comma-separated.
+    HostPorts,
     /// An alias taxonomy file (JSON) that must exist and validate
     /// ([`load_taxonomy`]).
     Taxonomy,
@@ -106,6 +110,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting { key: "retrieval.overlay", flag: "overlay", env: "KEYHOLE_OVERLAY", kind: Kind::File, default: DefaultValue::Unset("none"), scope: Scope::Common, help: "tool metadata overlay (format of `catalog/tools.json`)" },
     Setting { key: "retrieval.rank_config", flag: "rank-config", env: "KEYHOLE_RANK_CONFIG", kind: Kind::File, default: DefaultValue::Unset("built-in defaults"), scope: Scope::Common, help: "ranking settings, floors included (JSON)" },
     Setting { key: "retrieval.qdrant_url", flag: "qdrant-url", env: "KEYHOLE_QDRANT_URL", kind: Kind::HttpUrl, default: DefaultValue::Unset("embedded index"), scope: Scope::Common, help: "Qdrant server (gRPC)" },
+    Setting { key: "retrieval.qdrant_replication_factor", flag: "qdrant-replication-factor", env: "KEYHOLE_QDRANT_REPLICATION_FACTOR", kind: Kind::Positive, default: DefaultValue::Value("1"), scope: Scope::Common, help: "copies of each shard when control creates a collection in a Qdrant cluster (distributed mode; an existing collection keeps its own)" },
     Setting { key: "retrieval.namespace", flag: "namespace", env: "KEYHOLE_NAMESPACE", kind: Kind::Text, default: DefaultValue::Value("default"), scope: Scope::Common, help: "registry namespace (one collection each)" },
     // A measured default: the smallest deadline `keyhole-bench --only
     // vector_share` measured whose share of turns answered with vectors at 4
@@ -115,6 +120,10 @@ pub const SETTINGS: &[Setting] = &[
     Setting { key: "retrieval.max_registries", flag: "max-registries", env: "KEYHOLE_MAX_REGISTRIES", kind: Kind::Positive, default: DefaultValue::Value("16"), scope: Scope::Common, help: "distinct registries kept by digest, built and indexed (least recently used evicted; the filter resends an evicted one)" },
     Setting { key: "retrieval.registry", flag: "registry", env: "KEYHOLE_REGISTRY", kind: Kind::File, default: DefaultValue::Unset("none: a registry is indexed when a request first brings it"), scope: Scope::Serve, help: "registry to index at start (tools.json, tools.jsonl, or an LLM request body; its metadata is the overlay unless `--overlay` names one); `/healthz` answers 503 until it is indexed" },
     Setting { key: "aliases.redis_url", flag: "redis-url", env: "KEYHOLE_REDIS_URL", kind: Kind::RedisUrl, default: DefaultValue::Unset("embedded redb"), scope: Scope::Serve, help: "shared alias store for several replicas" },
+    Setting { key: "aliases.redis_sentinel", flag: "redis-sentinel", env: "KEYHOLE_REDIS_SENTINEL", kind: Kind::HostPorts, default: DefaultValue::Unset("none"), scope: Scope::Serve, help: "Redis Sentinels (`host:port,host:port`) that name the alias store's primary (`--redis-master-name`); it is found again through them after a failover. Excludes `--redis-url`" },
+    Setting { key: "aliases.redis_master_name", flag: "redis-master-name", env: "KEYHOLE_REDIS_MASTER_NAME", kind: Kind::Text, default: DefaultValue::Unset("none; required with `--redis-sentinel`"), scope: Scope::Serve, help: "the primary's name in Sentinel (`sentinel monitor NAME …`)" },
+    Setting { key: "aliases.min_replicas_acked", flag: "min-replicas-acked", env: "KEYHOLE_MIN_REPLICAS_ACKED", kind: Kind::Count, default: DefaultValue::Value("0"), scope: Scope::Serve, help: "Redis replicas that must acknowledge (`WAIT`) an encode's writes before its aliases are answered; fewer: the encode fails, no alias is handed out and the filter withholds the response" },
+    Setting { key: "aliases.redis_timeout_ms", flag: "redis-timeout-ms", env: "KEYHOLE_REDIS_TIMEOUT_MS", kind: Kind::Positive, default: DefaultValue::Value("1500"), scope: Scope::Serve, help: "deadline of one alias store operation, finding a new primary after a failover and `WAIT` included (keep it under the filter's callout `timeout_ms`)" },
     Setting { key: "aliases.redis_prefix", flag: "redis-prefix", env: "KEYHOLE_REDIS_PREFIX", kind: Kind::Text, default: DefaultValue::Value("keyhole"), scope: Scope::Serve, help: "key prefix in Redis" },
     Setting { key: "aliases.taxonomy", flag: "taxonomy", env: "KEYHOLE_TAXONOMY", kind: Kind::Taxonomy, default: DefaultValue::Unset("built-in HMS kinds"), scope: Scope::Serve, help: "alias taxonomy (JSON, see Taxonomy): id kinds added to or replacing the built-in ones; the filter's `taxonomy` must be the same file" },
     Setting { key: "aliases.session_ttl_secs", flag: "session-ttl-secs", env: "KEYHOLE_SESSION_TTL_SECS", kind: Kind::Positive, default: DefaultValue::Value("28800"), scope: Scope::Serve, help: "idle sessions' aliases expire after this" },
@@ -136,7 +145,7 @@ impl Setting {
             .env(self.env)
             .help(self.help);
         let arg = match self.kind {
-            Kind::Positive => arg.value_parser(clap::value_parser!(u64)),
+            Kind::Positive | Kind::Count => arg.value_parser(clap::value_parser!(u64)),
             _ => arg.value_parser(clap::value_parser!(String)),
         };
         match self.default {
@@ -272,7 +281,11 @@ fn check_value(field: &Setting, value: &toml::Value) -> Result<String, String> {
         (Kind::Positive, toml::Value::Integer(n)) => {
             return Err(format!("must be at least 1, got {n}"))
         }
-        (Kind::Positive, other) => {
+        (Kind::Count, toml::Value::Integer(n)) if *n >= 0 => return Ok(n.to_string()),
+        (Kind::Count, toml::Value::Integer(n)) => {
+            return Err(format!("must be at least 0, got {n}"))
+        }
+        (Kind::Positive | Kind::Count, other) => {
             return Err(format!("must be an integer, got {}", other.type_str()))
         }
         (_, toml::Value::String(s)) => s.clone(),
@@ -286,6 +299,10 @@ fn check_value(field: &Setting, value: &toml::Value) -> Result<String, String> {
         Kind::RedisUrl if !(text.starts_with("redis://") || text.starts_with("rediss://")) => {
             Err(format!("must be a redis:// or rediss:// URL, got {text:?}"))
         }
+        Kind::HostPorts => match crate::alias::shared::parse_sentinels(&text) {
+            Ok(_) => Ok(text),
+            Err(e) => Err(e.to_string()),
+        },
         Kind::File if !std::path::Path::new(&text).is_file() => {
             Err(format!("no such file: {text}"))
         }

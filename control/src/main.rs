@@ -2,7 +2,9 @@
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use keyhole_control::alias::{AliasStore, RedbStore, RedisStore, StoreConfig};
+use keyhole_control::alias::{
+    AliasStore, RedbStore, RedisEndpoint, RedisOptions, RedisStore, StoreConfig,
+};
 use keyhole_control::config::{self as settings, ControlConfig, Scope};
 use keyhole_control::embed::{Embedder, EmbedderConfig};
 use keyhole_control::eval::{self, EvalOptions, Mode};
@@ -227,6 +229,7 @@ struct EngineArgs {
     overlay: Option<PathBuf>,
     rank_config: Option<PathBuf>,
     qdrant_url: Option<String>,
+    qdrant_replication_factor: u64,
     namespace: String,
     retrieval_timeout_ms: u64,
     max_registries: u64,
@@ -251,6 +254,7 @@ impl clap::FromArgMatches for CommonArgs {
                 overlay: text(m, "retrieval.overlay").map(PathBuf::from),
                 rank_config: text(m, "retrieval.rank_config").map(PathBuf::from),
                 qdrant_url: text(m, "retrieval.qdrant_url"),
+                qdrant_replication_factor: given(m, "retrieval.qdrant_replication_factor")?,
                 namespace: given(m, "retrieval.namespace")?,
                 retrieval_timeout_ms: given(m, "retrieval.timeout_ms")?,
                 max_registries: given(m, "retrieval.max_registries")?,
@@ -274,6 +278,10 @@ struct ServeArgs {
 #[derive(Clone)]
 struct AliasArgs {
     redis_url: Option<String>,
+    redis_sentinel: Option<String>,
+    redis_master_name: Option<String>,
+    min_replicas_acked: u64,
+    redis_timeout_ms: u64,
     redis_prefix: String,
     session_ttl_secs: u64,
     taxonomy: Option<PathBuf>,
@@ -288,6 +296,10 @@ impl clap::FromArgMatches for ServeArgs {
             registry: text(m, "retrieval.registry").map(PathBuf::from),
             aliases: AliasArgs {
                 redis_url: text(m, "aliases.redis_url"),
+                redis_sentinel: text(m, "aliases.redis_sentinel"),
+                redis_master_name: text(m, "aliases.redis_master_name"),
+                min_replicas_acked: given(m, "aliases.min_replicas_acked")?,
+                redis_timeout_ms: given(m, "aliases.redis_timeout_ms")?,
                 redis_prefix: given(m, "aliases.redis_prefix")?,
                 session_ttl_secs: given(m, "aliases.session_ttl_secs")?,
                 taxonomy: text(m, "aliases.taxonomy").map(PathBuf::from),
@@ -350,12 +362,31 @@ async fn alias_store(
     taxonomy: Arc<Taxonomy>,
 ) -> anyhow::Result<Arc<dyn AliasStore>> {
     let config = StoreConfig::new(taxonomy, Duration::from_secs(args.session_ttl_secs));
-    Ok(match &args.redis_url {
-        Some(url) => Arc::new(
-            RedisStore::connect(url, &args.redis_prefix, config)
+    let endpoint = RedisEndpoint::from_settings(
+        args.redis_url.as_deref(),
+        args.redis_sentinel.as_deref(),
+        args.redis_master_name.as_deref(),
+        args.min_replicas_acked,
+    )?;
+    let options = RedisOptions {
+        min_replicas_acked: u32::try_from(args.min_replicas_acked)
+            .context("aliases.min_replicas_acked: too large")?,
+        deadline: Duration::from_millis(args.redis_timeout_ms),
+    };
+    Ok(match endpoint {
+        Some(endpoint) => {
+            let shown = match &endpoint {
+                RedisEndpoint::Url(_) => "url".to_owned(),
+                RedisEndpoint::Sentinel { sentinels, master } => {
+                    format!("sentinel ({} nodes, primary {master:?})", sentinels.len())
+                }
+            };
+            let store = RedisStore::connect_to(endpoint, &args.redis_prefix, config, options)
                 .await
-                .context("connecting to the Redis alias store")?,
-        ),
+                .context("connecting to the Redis alias store")?;
+            tracing::info!(endpoint = %shown, min_replicas_acked = options.min_replicas_acked, "alias store: redis");
+            Arc::new(store)
+        }
         None => Arc::new(
             RedbStore::open(&data_dir.join("aliases"), config)
                 .context("opening the alias store")?,
@@ -440,7 +471,11 @@ async fn resolver(
     };
     let store: Arc<dyn VectorStore> = match &engine.qdrant_url {
         Some(url) => Arc::new(
-            QdrantStore::connect(url, Duration::from_secs(5)).context("connecting to Qdrant")?,
+            QdrantStore::connect(url, Duration::from_secs(5))
+                .context("connecting to Qdrant")?
+                .with_replication_factor(
+                    u32::try_from(engine.qdrant_replication_factor).unwrap_or(u32::MAX),
+                ),
         ),
         None => Arc::new(
             MemoryStore::open(&data_dir.join("index")).context("opening the vector index")?,

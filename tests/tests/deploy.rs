@@ -56,6 +56,59 @@ fn the_compose_file_is_valid_and_a_broken_one_is_not() {
     );
 }
 
+/// docker-compose.replicas.yml is valid and names the replicated topology:
+/// two Envoy + control pairs, a Redis primary, replica and three Sentinels,
+/// a three-node Qdrant cluster (tests/compose/replicas.sh runs it).
+#[test]
+fn the_replicas_compose_file_is_valid_and_replicated() {
+    let out = Command::new(compose_bin())
+        .args(["-f", "docker-compose.replicas.yml", "config", "--services"])
+        .current_dir(paths::repo())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut services: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    services.sort();
+    assert_eq!(
+        services,
+        [
+            "control-a",
+            "control-b",
+            "demo",
+            "embedder",
+            "envoy-a",
+            "envoy-b",
+            "qdrant-1",
+            "qdrant-2",
+            "qdrant-3",
+            "redis-primary",
+            "redis-replica",
+            "redis-sentinel-1",
+            "redis-sentinel-2",
+            "redis-sentinel-3",
+        ]
+    );
+    let text = std::fs::read_to_string(paths::repo().join("docker-compose.replicas.yml")).unwrap();
+    for needle in [
+        "--redis-sentinel=redis-sentinel-1:26379,redis-sentinel-2:26379,redis-sentinel-3:26379",
+        "--min-replicas-acked=1",
+        "--qdrant-replication-factor=2",
+        "QDRANT__CLUSTER__ENABLED: \"true\"",
+    ] {
+        assert!(
+            text.contains(needle),
+            "docker-compose.replicas.yml lacks {needle}"
+        );
+    }
+}
+
 fn render_env_file(env_file: &str) -> String {
     let repo = paths::repo();
     let out = Command::new("python3")

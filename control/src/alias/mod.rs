@@ -37,7 +37,7 @@ pub mod shared;
 
 pub use embedded::RedbStore;
 pub use http::{routes, AliasState};
-pub use shared::RedisStore;
+pub use shared::{RedisEndpoint, RedisOptions, RedisStore};
 
 use keyhole_core::alias::{
     DecodedIds, Epoch, IdInput, KnownAlias, Origin, SessionError, SessionMap, Taxonomy,
@@ -132,17 +132,36 @@ pub enum StoreError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    /// Other writers kept changing the session while this one planned.
     /// The session knows more raw ids than an encode answer may carry: the
     /// filter withholds the body (an id it was not told about could pass).
     #[error("session knows {count} raw ids, more than the {MAX_KNOWN} an encode answer carries")]
     TooManyKnown { count: usize },
+    /// Other writers kept changing the session while this one planned.
     #[error("alias store {backend}: session kept changing under {tries} attempts")]
     Contended {
         /// The backend.
         backend: &'static str,
         /// Attempts made.
         tries: u32,
+    },
+    /// Fewer replicas than required acknowledged the write (`WAIT`): the
+    /// aliases are not handed out.
+    #[error("alias store {backend}: {acked} of {wanted} required replicas acknowledged the write; no alias handed out")]
+    Unacknowledged {
+        /// The backend.
+        backend: &'static str,
+        /// Replicas that acknowledged.
+        acked: u64,
+        /// Replicas required (`aliases.min_replicas_acked`).
+        wanted: u32,
+    },
+    /// The operation, retries after a lost primary included, ran past its deadline.
+    #[error("alias store {backend}: no answer within {ms} ms")]
+    Deadline {
+        /// The backend.
+        backend: &'static str,
+        /// The deadline.
+        ms: u64,
     },
 }
 

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tower::ServiceExt;
 
-fn id(value: &str, kind: &str, form: Option<Form>, group: Option<u32>) -> IdInput {
+pub(super) fn id(value: &str, kind: &str, form: Option<Form>, group: Option<u32>) -> IdInput {
     IdInput {
         value: value.into(),
         kind: Some(kind.into()),
@@ -25,7 +25,7 @@ fn id(value: &str, kind: &str, form: Option<Form>, group: Option<u32>) -> IdInpu
     }
 }
 
-fn config(ttl: Duration) -> StoreConfig {
+pub(super) fn config(ttl: Duration) -> StoreConfig {
     StoreConfig::new(Arc::new(Taxonomy::default()), ttl)
 }
 
@@ -61,7 +61,7 @@ fn at(issued: &str, plain_alias: &str) -> String {
     }
 }
 
-fn uuid_of(i: u32) -> String {
+pub(super) fn uuid_of(i: u32) -> String {
     format!("{i:08x}-92f7-44b7-9c91-4e3f0e900c71")
 }
 
@@ -710,25 +710,75 @@ fn redb_alias_survives_kill_9() {
 
 // === Redis ===
 
-/// A `redis-server` on a free port, killed on drop.
-struct RedisServer {
+/// A `redis-server` (or Sentinel) on a free port, killed on drop.
+pub(super) struct RedisServer {
     child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
+    pub(super) port: u16,
+    dir: tempfile::TempDir,
+}
+
+/// A free loopback port.
+pub(super) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 impl RedisServer {
-    fn start() -> RedisServer {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+    pub(super) fn start() -> RedisServer {
+        RedisServer::start_with(&[])
+    }
+
+    /// A server with extra arguments (`["--replicaof", "127.0.0.1 6379"]`).
+    pub(super) fn start_with(extra: &[&str]) -> RedisServer {
+        let port = free_port();
         let dir = tempfile::tempdir().unwrap();
+        let mut args: Vec<String> = [
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        args.push("--dir".into());
+        args.push(dir.path().display().to_string());
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        RedisServer::spawn(port, dir, &args)
+    }
+
+    /// A Sentinel watching the primary on `primary_port` as `name` (quorum
+    /// 1, down after 500 ms).
+    pub(super) fn sentinel(name: &str, primary_port: u16) -> RedisServer {
+        let port = free_port();
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\n\
+                 sentinel monitor {name} 127.0.0.1 {primary_port} 1\n\
+                 sentinel down-after-milliseconds {name} 500\n\
+                 sentinel failover-timeout {name} 2000\n\
+                 sentinel parallel-syncs {name} 1\n",
+                dir.path().display()
+            ),
+        )
+        .unwrap();
+        let args = [conf.display().to_string(), "--sentinel".to_owned()];
+        RedisServer::spawn(port, dir, &args)
+    }
+
+    fn spawn(port: u16, dir: tempfile::TempDir, args: &[String]) -> RedisServer {
         let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir.path())
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -741,22 +791,28 @@ impl RedisServer {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        RedisServer {
-            child,
-            port,
-            _dir: dir,
-        }
+        RedisServer { child, port, dir }
     }
 
-    fn url(&self) -> String {
+    pub(super) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// kill -9.
+    pub(super) fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    #[allow(dead_code)]
+    pub(super) fn dir(&self) -> &std::path::Path {
+        self.dir.path()
     }
 }
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
     }
 }
 

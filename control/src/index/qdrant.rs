@@ -33,12 +33,15 @@ const GRPC_NOT_FOUND: i32 = 5;
 pub struct QdrantStore {
     client: Qdrant,
     url: String,
+    /// Copies of each shard in a collection this store creates.
+    replication_factor: u32,
 }
 
 impl std::fmt::Debug for QdrantStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QdrantStore")
             .field("url", &self.url)
+            .field("replication_factor", &self.replication_factor)
             .finish()
     }
 }
@@ -57,7 +60,16 @@ impl QdrantStore {
         Ok(QdrantStore {
             client,
             url: url.to_owned(),
+            replication_factor: 1,
         })
+    }
+
+    /// Collections this store creates keep `factor` copies of each shard
+    /// (Qdrant's distributed mode: a search still answers while all but one
+    /// copy of every shard is down). An existing collection keeps its own.
+    pub fn with_replication_factor(mut self, factor: u32) -> QdrantStore {
+        self.replication_factor = factor.max(1);
+        self
     }
 }
 
@@ -143,7 +155,11 @@ impl VectorStore for QdrantStore {
             }
             let params = VectorParamsBuilder::new(vector_size as u64, Distance::Cosine);
             self.client
-                .create_collection(CreateCollectionBuilder::new(collection).vectors_config(params))
+                .create_collection(
+                    CreateCollectionBuilder::new(collection)
+                        .vectors_config(params)
+                        .replication_factor(self.replication_factor),
+                )
                 .await
                 .map_err(|e| qdrant_error("create collection", collection, e))?;
             for field in ["category", "domain"] {
