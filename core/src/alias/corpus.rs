@@ -1,6 +1,6 @@
 //! Generated HMS responses with their ground truth, for the tests that try to
 //! make a raw id leak: core's generator test (`alias/response/tests/generator.rs`,
-//! in process) and the end-to-end corpus (`tests/tests/hms_corpus.rs`, through
+//! in process) and the end-to-end corpus (`tests/tests/e2e/hms_corpus.rs`, through
 //! Envoy and control). Compiled for tests and under the `corpus` feature only.
 //!
 //! A [`Session`] is drawn from a seed: one to five ground-truth ids, a first

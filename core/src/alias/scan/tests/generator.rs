@@ -1,7 +1,7 @@
 //! The response generator, in process: every session of [`corpus`] goes through
 //! the scan and the rewrite, control's alias assignment simulated with the
 //! pure [`SessionMap`] (with an epoch, as control issues them). The same
-//! sessions go through Envoy and control in `tests/tests/hms_corpus.rs`.
+//! sessions go through Envoy and control in `tests/tests/e2e/hms_corpus.rs`.
 //!
 //! Measured over [`BODIES`] readable bodies: no raw id may reach the output,
 //! every look-alike must come out unchanged, nothing may panic and no
