@@ -41,8 +41,6 @@
 
 pub mod charset;
 pub mod coding;
-#[cfg(any(test, feature = "corpus"))]
-pub mod corpus;
 pub mod fhir;
 pub mod grammar;
 pub mod id;
