@@ -55,8 +55,6 @@
 
 pub mod charset;
 pub mod coding;
-#[cfg(any(test, feature = "corpus"))]
-pub mod corpus;
 pub mod fhir;
 pub mod grammar;
 pub mod id;

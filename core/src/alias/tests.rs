@@ -2,87 +2,13 @@
 //! scan → encode → rewrite → verify, and request decode.
 
 use super::*;
+use keyhole_testkit::hms::{raw_ids as oracle, samples};
 use proptest::prelude::*;
-use regex::Regex;
 use serde_json::Value;
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 
 mod repair;
 mod requests;
-
-fn samples_dir() -> PathBuf {
-    std::env::var_os("KEYHOLE_CATALOG")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/catalog"))
-        .join("hms_samples")
-}
-
-/// The samples with the request path each answers (from the catalog README).
-fn samples() -> Vec<(String, &'static str, Vec<u8>)> {
-    let paths = [
-        (
-            "01_patients.search.json",
-            "/api/v2/patients/search?q=anna%20schmidt",
-        ),
-        (
-            "02_patient.detail.json",
-            "/api/v2/patients/039b70b8-92f7-44b7-9c91-4e3f0e900c71",
-        ),
-        (
-            "03_appointments.list.json",
-            "/api/v2/appointments?practitionerId=0ac775b2-ad2e-4163-99ac-3a87a51d563e",
-        ),
-        (
-            "04_visit.detail.json",
-            "/api/v2/visits/10c85729-d6ad-4aca-820e-d8626e93e35d",
-        ),
-        (
-            "05_prescription.detail.json",
-            "/api/v2/prescriptions/69d3e45a-488e-411b-a82d-240378a07637",
-        ),
-        (
-            "06_task-group.detail.json",
-            "/api/v2/task-groups/14164bd6-1627-4547-8c46-6476270980f7",
-        ),
-        (
-            "07_appointment.create.response.json",
-            "/api/v2/appointments",
-        ),
-        ("08_error.appointment-conflict.json", "/api/v2/appointments"),
-    ];
-    paths
-        .iter()
-        .map(|(f, p)| {
-            let bytes = std::fs::read(samples_dir().join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
-            ((*f).to_owned(), *p, bytes)
-        })
-        .collect()
-}
-
-/// Raw ids of a body, found independently of the scanner: UUIDs, the FHIR ids
-/// and slugs the catalog README lists by shape, and ids of FHIR references.
-fn oracle(body: &str) -> BTreeSet<String> {
-    let patterns = [
-        r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
-        r"\b(?:pat|enc|appt|mr|prac|task|obs|tg|cond|allg|cov|comp|sr|dr|oo|loc)-[0-9]+\b",
-        r"\bclinic-berlin-[a-z]+\b",
-        r"\binternal-medicine-bm\b",
-        r"\bward-4a-bm\b",
-        r"\bslot-im-bm-[0-9]{8}-[0-9]{4}\b",
-    ];
-    let mut out = BTreeSet::new();
-    for p in patterns {
-        for m in Regex::new(p).unwrap().find_iter(body) {
-            out.insert(m.as_str().to_owned());
-        }
-    }
-    let reference = Regex::new(r"\b(?:Patient|Practitioner|Appointment|Encounter|Location|Slot|MedicationRequest|ServiceRequest|DiagnosticReport|Task)/([A-Za-z0-9.\-]+[A-Za-z0-9])").unwrap();
-    for c in reference.captures_iter(body) {
-        out.insert(c[1].to_owned());
-    }
-    out
-}
 
 /// Processes a response in one session, as the filter and control do.
 fn process(tax: &Taxonomy, session: &mut SessionMap, path: &str, body: &[u8]) -> Vec<u8> {

@@ -1,8 +1,8 @@
 use super::canonical::{percent_decoded, quoted_printable};
 use super::numbers::opens_line;
 use super::*;
-use crate::alias::corpus;
 use crate::alias::{BodyKind, Epoch, KnownAlias, ResponseScan, SessionMap};
+use keyhole_testkit::corpus;
 
 fn word(known: &[&str], aliases: &[&str]) -> LastWord {
     LastWord::new(

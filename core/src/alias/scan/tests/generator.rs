@@ -1,7 +1,7 @@
 //! The response generator, in process: every session of [`corpus`] goes through
 //! the scan and the rewrite, control's alias assignment simulated with the
 //! pure [`SessionMap`] (with an epoch, as control issues them). The same
-//! sessions go through Envoy and control in `tests/tests/hms_corpus.rs`.
+//! sessions go through Envoy and control in `tests/tests/e2e/hms_corpus.rs`.
 //!
 //! Measured over [`BODIES`] readable bodies: no raw id may reach the output,
 //! every look-alike must come out unchanged, nothing may panic and no
@@ -11,12 +11,20 @@
 //! by `make test`), else a fixed one.
 
 use super::super::*;
-use crate::alias::corpus::{self, leaked, lookalikes_in};
 use crate::alias::{Epoch, KnownAlias, SessionMap};
+use keyhole_testkit::corpus::{self, leaked, lookalikes_in, Unreadable};
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 const BODIES: u64 = 10_000;
+
+/// The reason keyhole must withhold a body for, by the corpus's ground truth.
+fn reason(why: Unreadable) -> WithholdReason {
+    match why {
+        Unreadable::Compressed => WithholdReason::Compressed,
+        Unreadable::Binary => WithholdReason::Binary,
+    }
+}
 
 #[derive(Default, Debug)]
 struct Counts {
@@ -132,7 +140,7 @@ fn run_one(tax: &'static Taxonomy, seed: u64, c: &mut Counts) {
             BodyKind::from_content_type(sample.content_type),
             None,
         ) {
-            Err(e) if e.reason() == why => c.refused += 1,
+            Err(e) if e.reason() == reason(why) => c.refused += 1,
             other => eprintln!(
                 "unreadable body not refused as {why:?}: {other:?}: {:?}",
                 sample.body
@@ -192,7 +200,7 @@ fn unreadable_binary_bodies_are_never_utf8_text() {
     for base in [20_261_130u64, 123_456_789] {
         for i in 0..5_000 {
             let seed = base.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(i);
-            let Some((sample, WithholdReason::Binary)) = corpus::session(seed).unreadable else {
+            let Some((sample, Unreadable::Binary)) = corpus::session(seed).unreadable else {
                 continue;
             };
             let text = std::str::from_utf8(&sample.body);

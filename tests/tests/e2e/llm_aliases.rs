@@ -247,7 +247,7 @@ fn assert_no_raw_id(what: &str, sent: &[u8], got: &[u8], raw: &[&str]) -> String
     }
     // Byte-identical: every forwarded tool is one the client sent, as sent
     // (the tool surface may keep fewer).
-    // The client's tools: keyhole adds its tool-search control tool (tests/recovery.rs).
+    // The client's tools: keyhole adds its tool-search control tool (recovery.rs).
     let (sent_tools, got_tools) = (
         raw_tools(sent),
         keyhole_e2e::bodies::client_tools(raw_tools(got)),

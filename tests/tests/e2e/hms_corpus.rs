@@ -1,4 +1,4 @@
-//! The generated corpus end to end: sessions of `keyhole_core::alias::corpus`
+//! The generated corpus end to end: sessions of `keyhole_testkit::corpus`
 //! (HMS bodies in many envelopes and content types, ids from a ground-truth
 //! list in every position, look-alikes around them) served by the HMS upstream
 //! and fetched through the real Envoy, the real `.wasm` and the real control.
@@ -9,9 +9,9 @@
 //! The seed is `PROPTEST_RNG_SEED` (set by `make test`), else a fixed one;
 //! `KEYHOLE_CORPUS_SESSIONS` sets how many sessions (default 1,000).
 
-use keyhole_core::alias::corpus::{self, leaked, lookalikes_in, Sample};
 use keyhole_e2e::upstream::Canned;
 use keyhole_e2e::{Stack, StackOptions};
+use keyhole_testkit::corpus::{self, leaked, lookalikes_in, Sample};
 use std::collections::BTreeMap;
 
 /// What went through, and what went wrong.

@@ -1,7 +1,9 @@
 //! Generated HMS responses with their ground truth, for the tests that try to
-//! make a raw id leak: core's generator test (`alias/scan/tests/generator.rs`,
-//! in process) and the end-to-end corpus (`tests/tests/hms_corpus.rs`, through
-//! Envoy and control). Compiled for tests and under the `corpus` feature only.
+//! make a raw id leak: core's generator test (`core/src/alias/scan/tests/generator.rs`,
+//! in process), core's last-word test (`core/src/alias/lastword/tests.rs`) and
+//! the end-to-end corpus (`tests/tests/e2e/hms_corpus.rs`, through Envoy and
+//! control). Plain data: bytes, strings and the ground truth's own
+//! [`Unreadable`], so that core's tests and the end-to-end tests share it.
 //!
 //! A [`Session`] is drawn from a seed: one to five ground-truth ids, a first
 //! body with every id in a structured position of its format, a later body
@@ -16,9 +18,16 @@
 //! HMS values (`ward-101`, `patient-042`, `patient-m3x9-007`); look-alikes
 //! that are not ids ([`LOOKALIKES`]: dates, codes, phone numbers, dose
 //! schedules, status words, hyphenated names) stand around them.
-#![allow(clippy::indexing_slicing, clippy::unwrap_used)]
 
-use super::scan::WithholdReason;
+/// Why a body nobody can read must be withheld: the ground truth of an
+/// unreadable body (keyhole's own reasons are compared against it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unreadable {
+    /// Compressed without a `content-encoding` that says so (gzip, zstd, zip).
+    Compressed,
+    /// Not text in the charset it claims (brotli-like bytes, UTF-16, Latin-1).
+    Binary,
+}
 
 /// The path the bodies are served at: a patient list.
 pub const PATH: &str = "/api/v2/patients";
@@ -43,7 +52,7 @@ pub struct Session {
     pub readable: [Sample; 2],
     /// A body nobody can read (compressed without `content-encoding`,
     /// binary), with the reason it must be withheld for.
-    pub unreadable: Option<(Sample, WithholdReason)>,
+    pub unreadable: Option<(Sample, Unreadable)>,
 }
 
 /// The session drawn from `seed`.
@@ -94,7 +103,7 @@ pub fn lookalikes_in(body: &str) -> Vec<&'static str> {
 pub fn leaked(out: &str, id: &str) -> bool {
     let hay = out.to_ascii_lowercase();
     let id = id.to_ascii_lowercase();
-    let decoded = crate::alias::known::decoded_view(hay.as_bytes()).unwrap_or_default();
+    let decoded = decoded_view(hay.as_bytes()).unwrap_or_default();
     let unescaped = hay.replace("\\\"", "\"");
     let base64 = base64_decoded(out).to_ascii_lowercase();
     [
@@ -137,13 +146,98 @@ fn base64_decoded(out: &str) -> String {
                 let Some(piece) = run.get(start + shift..) else {
                     break;
                 };
-                let bytes: Vec<u8> = crate::alias::shape::base64_bytes(piece).collect();
+                let bytes: Vec<u8> = base64_bytes(piece).collect();
                 text.push_str(&String::from_utf8_lossy(&bytes));
                 text.push('\n');
             }
         }
     }
     text
+}
+
+/// Percent-decodes and HTML-entity-decodes `text` when it holds an escape
+/// (two rounds, for double encoding: `%252F`, `&amp;#45;`); `None` when it
+/// holds none. The oracle's own copy of what keyhole's scanner does, so that
+/// the oracle shares no code with what it checks.
+fn decoded_view(text: &[u8]) -> Option<String> {
+    if !text.iter().any(|b| matches!(b, b'%' | b'&')) {
+        return None;
+    }
+    let mut out: Vec<u8> = Vec::with_capacity(text.len());
+    let mut i = 0;
+    while let Some(&b) = text.get(i) {
+        if b == b'%' {
+            let hex = text
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok());
+            if let Some(v) = hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        } else if b == b'&' {
+            if let Some((t, len)) = entity(text.get(i..).unwrap_or_default()) {
+                out.extend_from_slice(t.as_bytes());
+                i += len;
+                continue;
+            }
+        }
+        out.push(b);
+        i += 1;
+    }
+    let once = String::from_utf8_lossy(&out).into_owned();
+    if once.as_bytes() != text && once.bytes().any(|b| b == b'%' || b == b'&') {
+        if let Some(twice) = decoded_view(once.as_bytes()) {
+            return Some(twice);
+        }
+    }
+    Some(once)
+}
+
+/// One HTML character reference at the start of `s` (`&#45;`, `&#x2d;`, any
+/// HTML5 name): the text it stands for and the reference's length.
+/// Hyphen-like characters (U+2010, U+2011, U+2212) read as `-`.
+fn entity(s: &[u8]) -> Option<(String, usize)> {
+    let end = s.iter().take(34).position(|b| *b == b';')?;
+    let name = std::str::from_utf8(s.get(1..end)?).ok()?;
+    let text = if let Some(num) = name.strip_prefix('#') {
+        let code = match num.strip_prefix(['x', 'X']) {
+            Some(hex) => u32::from_str_radix(hex, 16).ok()?,
+            None => num.parse::<u32>().ok()?,
+        };
+        match char::from_u32(code)? {
+            '\u{2010}' | '\u{2011}' | '\u{2212}' => "-".to_owned(),
+            ch => ch.to_string(),
+        }
+    } else {
+        match name {
+            "hyphen" | "dash" | "minus" => "-".to_owned(),
+            _ => quick_xml::escape::resolve_html5_entity(name)?.to_owned(),
+        }
+    };
+    Some((text, end + 1))
+}
+
+/// The bytes base64 characters (either alphabet, no padding) decode to; a
+/// trailing partial byte is dropped.
+fn base64_bytes(chars: &[u8]) -> impl Iterator<Item = u8> + '_ {
+    let mut acc: u32 = 0;
+    let mut bits = 0;
+    chars.iter().filter_map(move |&c| {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' | b'-' => 62,
+            _ => 63,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        (bits >= 8).then(|| {
+            bits -= 8;
+            ((acc >> bits) & 0xff) as u8
+        })
+    })
 }
 
 /// xorshift64*: deterministic, no dependency.
@@ -720,10 +814,7 @@ fn text_body(rng: &mut Rng, ids: &[String]) -> (String, Option<&'static str>, &'
 
 /// Bodies nobody can read as sent: compressed without a content-encoding,
 /// or binary. Raw ids stand in them in plain bytes.
-fn unreadable_body(
-    rng: &mut Rng,
-    ids: &[String],
-) -> (Vec<u8>, Option<&'static str>, WithholdReason) {
+fn unreadable_body(rng: &mut Rng, ids: &[String]) -> (Vec<u8>, Option<&'static str>, Unreadable) {
     let text = ids.join(",");
     let mut b: Vec<u8> = Vec::new();
     match rng.below(6) {
@@ -731,17 +822,17 @@ fn unreadable_body(
             // gzip with a stored block: the ids are readable in the bytes.
             b.extend_from_slice(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\x01");
             b.extend_from_slice(text.as_bytes());
-            (b, Some("application/json"), WithholdReason::Compressed)
+            (b, Some("application/json"), Unreadable::Compressed)
         }
         1 => {
             b.extend_from_slice(b"\x28\xb5\x2f\xfd\x24\x00");
             b.extend_from_slice(text.as_bytes());
-            (b, None, WithholdReason::Compressed)
+            (b, None, Unreadable::Compressed)
         }
         2 => {
             b.extend_from_slice(b"PK\x03\x04\x14\x00\x00\x00");
             b.extend_from_slice(format!("Arztbrief_{text}.pdf").as_bytes());
-            (b, Some("text/csv"), WithholdReason::Compressed)
+            (b, Some("text/csv"), Unreadable::Compressed)
         }
         3 => {
             // Brotli has no magic number: high bytes around the ids. Each run
@@ -759,22 +850,18 @@ fn unreadable_body(
                 }));
                 b.extend_from_slice(id.as_bytes());
             }
-            (b, Some("text/plain"), WithholdReason::Binary)
+            (b, Some("text/plain"), Unreadable::Binary)
         }
         4 => {
             for c in format!(r#"{{"patientId":"{text}"}}"#).encode_utf16() {
                 b.extend_from_slice(&c.to_le_bytes());
             }
-            (b, Some("application/json"), WithholdReason::Binary)
+            (b, Some("application/json"), Unreadable::Binary)
         }
         _ => {
             b.extend_from_slice(b"M\xfcller ");
             b.extend_from_slice(text.as_bytes());
-            (
-                b,
-                Some("text/html; charset=iso-8859-1"),
-                WithholdReason::Binary,
-            )
+            (b, Some("text/html; charset=iso-8859-1"), Unreadable::Binary)
         }
     }
 }

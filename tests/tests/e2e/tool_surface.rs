@@ -72,7 +72,7 @@ fn session(s: &str) -> [(&'static str, &str); 1] {
 async fn every_format_is_cut_to_a_bounded_byte_identical_subset() {
     // The tool surface alone: the other keys must come through byte for byte,
     // and the catalog request names a practitioner by UUID, which aliases (on
-    // by default) would replace. tests/llm_aliases.rs pins that rewrite.
+    // by default) would replace. llm_aliases.rs pins that rewrite.
     let options = StackOptions {
         llm_filter_config: r#"{"mode":"llm","timeout_ms":30000,"aliases":"off"}"#.into(),
         ..Default::default()
@@ -104,7 +104,7 @@ async fn every_format_is_cut_to_a_bounded_byte_identical_subset() {
             case.path,
             tools.len()
         );
-        // Every tool but keyhole's own control tool (tests/recovery.rs) is the client's.
+        // Every tool but keyhole's own control tool (recovery.rs) is the client's.
         for t in tools
             .iter()
             .filter(|t| !keyhole_e2e::bodies::is_search_tool(t))
@@ -283,7 +283,7 @@ async fn control_faults_never_forward_the_registry() {
 async fn an_outage_falls_back_to_the_sessions_prior_set() {
     // The tool surface's own outage rules: with aliases on, a request with a
     // session is refused while control is down, before these rules apply
-    // (tests/llm_aliases.rs pins that).
+    // (llm_aliases.rs pins that).
     let options = StackOptions {
         llm_filter_config: r#"{"mode":"llm","timeout_ms":30000,"aliases":"off"}"#.into(),
         ..Default::default()

@@ -36,7 +36,7 @@ async fn post(url: &str, body: Vec<u8>) -> reqwest::Response {
 async fn catalog_request_reaches_the_upstream_as_a_bounded_byte_identical_subset() {
     // The tool surface alone: the other keys must come through byte for byte,
     // and the catalog request names a practitioner by UUID, which aliases (on
-    // by default) would replace. tests/llm_aliases.rs pins that rewrite.
+    // by default) would replace. llm_aliases.rs pins that rewrite.
     let options = StackOptions {
         llm_filter_config: r#"{"mode":"llm","timeout_ms":30000,"aliases":"off"}"#.into(),
         ..Default::default()
@@ -53,7 +53,7 @@ async fn catalog_request_reaches_the_upstream_as_a_bounded_byte_identical_subset
     let seen = stack.llm.seen();
     assert_eq!(seen.len(), 1);
     let got = &seen[0].body;
-    // The client's tools (keyhole adds its tool-search control tool; tests/recovery.rs).
+    // The client's tools (keyhole adds its tool-search control tool; recovery.rs).
     let got_tools = keyhole_e2e::bodies::client_tools(raw_tools(got));
     let original_tools = raw_tools(&original);
     assert!(

@@ -5,10 +5,11 @@
 
 use keyhole_e2e::hms_client::{send, Reply, SESSION_HEADER};
 use keyhole_e2e::upstream::{Canned, Recorded};
-use keyhole_e2e::{control, envoy, paths, Stack, StackOptions};
+use keyhole_e2e::{control, envoy, Stack, StackOptions};
+use keyhole_testkit::hms::{raw_ids, sample, samples};
 use regex::Regex;
 use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -24,97 +25,6 @@ fn raw_ids_pass() -> StackOptions {
         hms_filter_config: RAW_IDS_PASS.into(),
         ..StackOptions::default()
     }
-}
-
-/// The samples with the request path each answers.
-fn samples() -> Vec<(&'static str, &'static str, Vec<u8>)> {
-    [
-        (
-            "01_patients.search.json",
-            "/api/v2/patients/search?q=anna%20schmidt",
-        ),
-        (
-            "02_patient.detail.json",
-            "/api/v2/patients/039b70b8-92f7-44b7-9c91-4e3f0e900c71",
-        ),
-        (
-            "03_appointments.list.json",
-            "/api/v2/appointments?practitionerId=0ac775b2-ad2e-4163-99ac-3a87a51d563e",
-        ),
-        (
-            "04_visit.detail.json",
-            "/api/v2/visits/10c85729-d6ad-4aca-820e-d8626e93e35d",
-        ),
-        (
-            "05_prescription.detail.json",
-            "/api/v2/prescriptions/69d3e45a-488e-411b-a82d-240378a07637",
-        ),
-        (
-            "06_task-group.detail.json",
-            "/api/v2/task-groups/14164bd6-1627-4547-8c46-6476270980f7",
-        ),
-        (
-            "07_appointment.create.response.json",
-            "/api/v2/appointments",
-        ),
-        ("08_error.appointment-conflict.json", "/api/v2/appointments"),
-    ]
-    .into_iter()
-    .map(|(file, path)| {
-        let body = std::fs::read(paths::catalog().join("hms_samples").join(file))
-            .unwrap_or_else(|e| panic!("{file}: {e}"));
-        (file, path, body)
-    })
-    .collect()
-}
-
-fn sample(prefix: &str) -> (&'static str, &'static str, Vec<u8>) {
-    samples()
-        .into_iter()
-        .find(|(f, _, _)| f.starts_with(prefix))
-        .expect("sample")
-}
-
-/// Every raw id in a text, found by shape alone (no knowledge of keyhole's
-/// rules): UUIDs, prefixed FHIR ids, the catalog's slugs, and the id of every
-/// FHIR reference, wherever they sit (values, URLs, prose, keys).
-fn raw_ids(text: &str) -> BTreeSet<String> {
-    let patterns = [
-        r"(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b",
-        r"\b(?:pat|enc|appt|mr|prac|task|obs|tg|cond|allg|cov|comp|sr|dr|oo|loc)-[0-9]{3,}\b",
-        r"\bclinic-berlin-[a-z]+\b",
-        r"\b[a-z]+-medicine-bm\b",
-        r"\bward-[0-9a-z]+-bm\b",
-        r"\bslot-im-bm-[0-9]{8}-[0-9]{4}\b",
-        r"\bloc-im-bm-[0-9]+-[0-9]+\b",
-    ];
-    let mut out = BTreeSet::new();
-    for p in patterns {
-        out.extend(
-            Regex::new(p)
-                .unwrap()
-                .find_iter(text)
-                .map(|m| m.as_str().to_owned()),
-        );
-    }
-    let reference = Regex::new(
-        r"\b(?:Patient|Practitioner|Appointment|Encounter|Location|Slot|MedicationRequest|ServiceRequest|DiagnosticReport|Task|Organization)/([A-Za-z0-9.\-]*[A-Za-z0-9])",
-    )
-    .unwrap();
-    for c in reference.captures_iter(text) {
-        // `Patient/patient-001` is already an alias.
-        if !is_alias_like(&c[1]) {
-            out.insert(c[1].to_owned());
-        }
-    }
-    out
-}
-
-/// `<prefix>-NNN` with a lowercase prefix: what keyhole hands out.
-fn is_alias_like(s: &str) -> bool {
-    Regex::new(r"^[a-z]+(?:-[a-z]+)*-[0-9]{3,}$")
-        .unwrap()
-        .is_match(s)
 }
 
 /// Asserts that no raw id of `original` appears in `text`.
