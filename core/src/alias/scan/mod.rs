@@ -37,7 +37,8 @@
 //! Layout: this module holds the scan and its parts; [`json`] walks JSON,
 //! `csv`, `xml` and `keyvalue` read their formats, `format` sniffs which
 //! reader a body gets (and reads event streams and wrapped JSON), `broken`
-//! finds ids cut by invisible or look-alike characters. Rewriting and its
+//! finds ids cut by invisible or look-alike characters, `part` holds a part's
+//! methods and the helpers over occurrences. Rewriting and its
 //! verification are [`crate::alias::rewrite`].
 
 use crate::alias::id::Form;
@@ -54,12 +55,14 @@ mod csv;
 pub(crate) mod format;
 pub(crate) mod json;
 mod keyvalue;
+mod part;
 mod xml;
 
 use crate::alias::rewrite::RewriteError;
 pub(crate) use format::split_bom;
 pub use format::WithholdReason;
 use format::{event_lines, shift_json_error};
+pub(crate) use part::{choose, contained_ref, occ_order, overlaps, readable_alias};
 
 /// How to read a body; [`BodyKind::from_content_type`] picks it from the
 /// `content-type` header.
@@ -544,72 +547,6 @@ impl<'t> ResponseScan<'t> {
         self.ids = ids;
         self.id_of_value = id_of_value;
     }
-}
-
-impl Part {
-    /// Appends `other` (a part of the same body starting at `base`).
-    fn append_shifted(&mut self, other: Part, base: usize) {
-        let shift = |r: Range<usize>| r.start + base..r.end + base;
-        self.occs
-            .extend(other.occs.into_iter().map(|(r, v)| (shift(r), v)));
-        self.lits.extend(other.lits.into_iter().map(|l| LitSpan {
-            range: shift(l.range),
-            clean: l.clean,
-            protected: l.protected,
-        }));
-        self.numbers.extend(other.numbers.into_iter().map(shift));
-        self.escaped.extend(other.escaped.into_iter().map(|mut e| {
-            e.span = shift(e.span);
-            e
-        }));
-    }
-
-    fn empty(len: usize, kind: BodyKind) -> Part {
-        Part {
-            len,
-            kind,
-            occs: Vec::new(),
-            lits: Vec::new(),
-            numbers: Vec::new(),
-            escaped: Vec::new(),
-        }
-    }
-}
-/// The order of a part's occurrences: by start, the longest first.
-pub(crate) fn occ_order(r: &Range<usize>) -> (usize, usize) {
-    (r.start, usize::MAX - r.end)
-}
-
-/// Picks a kind: the context kind if the candidates allow it, else the first
-/// candidate; with no candidates, the context, then `or`.
-pub(crate) fn choose(
-    candidates: &[KindId],
-    ctx: Option<KindId>,
-    or: Option<KindId>,
-) -> Option<KindId> {
-    if candidates.is_empty() {
-        return ctx.or(or);
-    }
-    ctx.filter(|c| candidates.contains(c))
-        .or(or.filter(|c| candidates.contains(c)))
-        .or(candidates.first().copied())
-}
-
-/// Whether `alias` is of a kind readable in text.
-pub(crate) fn readable_alias(tax: &Taxonomy, alias: &str) -> bool {
-    tax.parse_alias(alias)
-        .is_some_and(|p| tax.readable_in_text(p.kind))
-}
-
-/// The local id of a reference to a contained resource (`#p1` → `p1`).
-pub(crate) fn contained_ref(text: &str) -> Option<&str> {
-    text.strip_prefix('#').filter(|id| shape::is_fhir_id(id))
-}
-
-/// Whether `r` overlaps any range of `sorted` (sorted by start, non-overlapping).
-pub(crate) fn overlaps(sorted: &[(Range<usize>, usize)], r: &Range<usize>) -> bool {
-    let i = sorted.partition_point(|(o, _)| o.end <= r.start);
-    sorted.get(i).is_some_and(|(o, _)| o.start < r.end)
 }
 
 /// Fx hashing: fast on short keys, no random seed. The HMS is the trusted
