@@ -11,7 +11,9 @@
 //! scenario). `--only NAME` (or `KEYHOLE_BENCH_ONLY=NAME`; the old scenario
 //! numbers work too: `--only 9`) runs one scenario, prints its figures and its
 //! section, and writes `bench/results/NAME.json`, leaving `latest.json` and
-//! `RESULTS.md` as they are. `KEYHOLE_BENCH_QUICK=1` shortens every scenario.
+//! `RESULTS.md` as they are. `KEYHOLE_BENCH_QUICK=1` shortens every scenario;
+//! `KEYHOLE_BENCH_LLM_MS` sets the LLM's answer time in scenario 9's agent
+//! traffic ([`scenarios::DEFAULT_LLM_MS`] by default).
 //!
 //! # Layout
 //! - [`scenarios`]: the table, the settings, `--only`.
@@ -30,6 +32,7 @@ mod scenarios;
 mod shared;
 mod vector_share;
 
+use anyhow::Context as _;
 use keyhole_e2e::paths;
 use scenarios::{Run, Scenario, Settings, SCENARIOS};
 use serde_json::Value;
@@ -90,7 +93,14 @@ fn header(machine: &Value) -> String {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
-    let settings = Settings::new(std::env::var("KEYHOLE_BENCH_QUICK").is_ok());
+    let llm_ms = match std::env::var("KEYHOLE_BENCH_LLM_MS") {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .with_context(|| format!("KEYHOLE_BENCH_LLM_MS={v:?} is not a number of ms"))?,
+        Err(_) => scenarios::DEFAULT_LLM_MS,
+    };
+    let settings = Settings::new(std::env::var("KEYHOLE_BENCH_QUICK").is_ok(), llm_ms);
     let args: Vec<String> = std::env::args().skip(1).collect();
     let out = paths::repo().join("bench/results");
     if let Some(scenario) = parse_only(&args, std::env::var("KEYHOLE_BENCH_ONLY").ok())? {

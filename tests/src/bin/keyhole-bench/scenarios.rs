@@ -21,19 +21,35 @@ pub(crate) struct Settings {
     pub(crate) throughput_secs: u64,
     /// Seconds of the soak (60; quick 10).
     pub(crate) soak_secs: u64,
-    /// Seconds of each cell of scenario 9 (8; quick 3).
+    /// Seconds of each worst-case cell of scenario 9 (8; quick 3).
     pub(crate) vector_share_secs: u64,
+    /// Seconds of each agent-traffic cell of scenario 9 (20; quick 6): a
+    /// user turn there takes several LLM answers, so a cell needs longer to
+    /// hold as many turns.
+    pub(crate) agent_secs: u64,
+    /// The LLM's answer time in scenario 9's agent traffic, in ms
+    /// (`KEYHOLE_BENCH_LLM_MS`, default [`DEFAULT_LLM_MS`]): the echo LLM
+    /// answers at once, so each session waits this long after each answer
+    /// before its next request, as an agent waits for its model.
+    pub(crate) llm_ms: u64,
 }
 
+/// The default of [`Settings::llm_ms`]: below what a hosted model takes to
+/// answer a request that chooses tools, so the load it stands for errs on the
+/// heavy side.
+pub(crate) const DEFAULT_LLM_MS: u64 = 400;
+
 impl Settings {
-    /// The full settings, or the quick ones.
-    pub(crate) fn new(quick: bool) -> Settings {
+    /// The full settings, or the quick ones, with the LLM's answer time.
+    pub(crate) fn new(quick: bool, llm_ms: u64) -> Settings {
         Settings {
             quick,
             rounds: if quick { 30 } else { 300 },
             throughput_secs: if quick { 2 } else { 5 },
             soak_secs: if quick { 10 } else { 60 },
             vector_share_secs: if quick { 3 } else { 8 },
+            agent_secs: if quick { 6 } else { 20 },
+            llm_ms,
         }
     }
 }
