@@ -12,7 +12,8 @@
 //!   Turns that miss the cache go through one batcher ([`batch`]): while a
 //!   request is at the embedder, the turns arriving meanwhile wait together
 //!   and go as one request (`input` is a list), each text once however many
-//!   turns ask for it.
+//!   turns ask for it. A turn ranked without its vector is embedded once the
+//!   embedder is idle, for the agent's next phase of the same turn.
 //!
 //! # Layout
 //! - [`query`]: the canonical text of a turn and the bounded query cache.
@@ -183,9 +184,29 @@ struct Stats {
     texts: AtomicU64,
     /// Query requests sent.
     query_requests: AtomicU64,
-    /// What one query text costs the embedder lately, in µs (a moving
-    /// average over the requests' time per text; 0 before the first answer).
+    /// What a query request costs the embedder lately, whatever it carries,
+    /// in µs ([`batch::Cost`]; 0 before the first answer).
+    fixed_us: AtomicU64,
+    /// What each text of a query request adds, in µs (0 before the first
+    /// answer).
     per_text_us: AtomicU64,
+}
+
+impl Stats {
+    /// The embedder's recent cost.
+    fn cost(&self) -> batch::Cost {
+        batch::Cost {
+            fixed_us: self.fixed_us.load(Ordering::Relaxed) as f64,
+            per_text_us: self.per_text_us.load(Ordering::Relaxed) as f64,
+        }
+    }
+
+    fn set_cost(&self, cost: batch::Cost) {
+        self.fixed_us
+            .store(cost.fixed_us.max(0.0) as u64, Ordering::Relaxed);
+        self.per_text_us
+            .store(cost.per_text_us.max(0.0) as u64, Ordering::Relaxed);
+    }
 }
 
 /// The embedder client. Cheap to share behind an `Arc`.
@@ -251,17 +272,20 @@ impl Embedder {
         self.stats.query_requests.load(Ordering::Relaxed)
     }
 
-    /// What one query text costs the embedder lately (zero before its first answer).
+    /// What a query request of one text costs the embedder lately (zero
+    /// before its first answer).
     pub fn per_text_estimate(&self) -> Duration {
-        Duration::from_micros(self.stats.per_text_us.load(Ordering::Relaxed))
+        self.stats.cost().of(1)
     }
 
-    /// Sets [`Self::per_text_estimate`] (tests: an embedder known to be slow).
+    /// Sets [`Self::per_text_estimate`], all of it per text (tests: an
+    /// embedder known to be slow).
     #[cfg(test)]
     pub(crate) fn set_per_text_estimate(&self, cost: Duration) {
-        self.stats
-            .per_text_us
-            .store(cost.as_micros() as u64, Ordering::Relaxed);
+        self.stats.set_cost(batch::Cost {
+            fixed_us: 0.0,
+            per_text_us: cost.as_micros() as f64,
+        });
     }
 
     /// True when the text is cached for `side` (no call would be made); a

@@ -262,7 +262,106 @@ async fn a_turn_that_stops_waiting_costs_the_others_nothing() {
             .is_cached(Side::Query, "given up while queued")
             .await
     );
-    assert_eq!(embedder.query_requests(), 2);
+    // Nothing waits now: the text given up goes alone, as spare work.
+    double.next_request().await;
+    assert_eq!(double.requests().await[2], ["given up while queued"]);
+    assert_eq!(embedder.query_requests(), 3);
+}
+
+#[tokio::test]
+async fn a_turn_ranked_without_its_vector_is_embedded_when_the_embedder_is_idle() {
+    let mut double = HeldEmbedder::start().await;
+    let embedder = double.client();
+    // Too slow for the deadline: answered Late and not sent with it.
+    embedder.set_per_text_estimate(Duration::from_secs(10));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    let err = embedder
+        .embed_query("planner turn", Some(deadline))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, EmbedError::Late), "{err:?}");
+    // The embedder is idle and nothing waits: the same turn's next phase
+    // will want it, so it is sent as spare work and cached.
+    double.next_request().await;
+    assert_eq!(double.requests().await, [["planner turn"]]);
+    double.release(1);
+    for _ in 0..200 {
+        if embedder.is_cached(Side::Query, "planner turn").await {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(embedder.is_cached(Side::Query, "planner turn").await);
+    // The next phase's ask costs the embedder nothing.
+    embedder
+        .embed_query("planner  turn", Some(deadline))
+        .await
+        .unwrap();
+    assert_eq!(double.requests().await.len(), 1);
+}
+
+#[tokio::test]
+async fn spare_work_waits_while_a_turn_waits_and_a_turn_asking_for_it_takes_it_back() {
+    let mut double = HeldEmbedder::start().await;
+    let embedder = double.client();
+    let first = asked(&embedder, "turn 0").await;
+    double.next_request().await;
+    // Queued behind it: two give up, one still waits.
+    let gone = asked(&embedder, "given up 1").await;
+    let again = asked(&embedder, "given up 2").await;
+    let live = asked(&embedder, "waiting").await;
+    drop(gone);
+    drop(again);
+    double.release(1);
+    first.wait().await.unwrap();
+    double.next_request().await;
+    assert_eq!(
+        double.requests().await[1],
+        ["waiting"],
+        "the turn waiting goes first"
+    );
+    // While it is out, a turn asks for a text given up: it is queued again
+    // and goes as a turn's text, not as spare work.
+    let back = asked(&embedder, "given up 2").await;
+    double.release(1);
+    live.wait().await.unwrap();
+    double.next_request().await;
+    assert_eq!(double.requests().await[2], ["given up 2"]);
+    double.release(1);
+    back.wait().await.unwrap();
+    // Then the spare text nobody asked for again.
+    double.next_request().await;
+    assert_eq!(double.requests().await[3], ["given up 1"]);
+}
+
+#[test]
+fn the_cost_has_a_part_per_request_and_a_part_per_text() {
+    // One text in 50 ms, sixteen in 500 ms: 20 ms a request, 30 ms a text.
+    let samples = [(1, 50_000), (16, 500_000), (1, 50_000), (16, 500_000)];
+    let cost = batch::Cost::fit(&samples, batch::Cost::default());
+    assert!((cost.fixed_us - 20_000.0).abs() < 1.0, "{cost:?}");
+    assert!((cost.per_text_us - 30_000.0).abs() < 1.0, "{cost:?}");
+    assert_eq!(cost.of(8), Duration::from_millis(260));
+    // Eight texts by the time per text of single requests would be 400 ms:
+    // a list that fits a 300 ms deadline would be held back.
+    assert!(cost.of(8) < Duration::from_millis(300));
+    // All of one size: the part per request is kept, the rest is per text.
+    let previous = batch::Cost {
+        fixed_us: 10_000.0,
+        per_text_us: 1.0,
+    };
+    let same = batch::Cost::fit(&[(1, 60_000), (1, 40_000)], previous);
+    assert_eq!(
+        same,
+        batch::Cost {
+            fixed_us: 10_000.0,
+            per_text_us: 40_000.0
+        }
+    );
+    // Never negative: a fixed part above a text's mean cost is cut to it.
+    let odd = batch::Cost::fit(&[(1, 100_000), (2, 100_000), (4, 100_000)], previous);
+    assert!(odd.fixed_us >= 0.0 && odd.per_text_us >= 0.0, "{odd:?}");
+    assert!(odd.of(1) <= Duration::from_millis(100), "{odd:?}");
 }
 
 #[tokio::test]
@@ -297,7 +396,7 @@ async fn a_failed_request_fails_every_turn_it_carried() {
 
 #[tokio::test]
 async fn a_turn_that_would_come_back_after_its_deadline_is_not_sent() {
-    let mut double = HeldEmbedder::start().await;
+    let double = HeldEmbedder::start().await;
     let embedder = double.client();
     embedder.set_per_text_estimate(Duration::from_secs(10));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
@@ -306,11 +405,12 @@ async fn a_turn_that_would_come_back_after_its_deadline_is_not_sent() {
         .await
         .unwrap_err();
     assert!(matches!(err, EmbedError::Late), "{err:?}");
-    assert!(double.requests().await.is_empty());
-    // Without a deadline it waits for the embedder.
+    // Answered while the double holds every request: it did not wait for one.
+    assert!(double.requests().await.len() <= 1);
+    // Without a deadline it waits for the embedder (joining the spare
+    // request that carries the text since: one request in all).
     double.release(1);
     embedder.embed_query("too late", None).await.unwrap();
-    double.next_request().await;
     assert_eq!(double.requests().await.len(), 1);
 }
 
