@@ -749,7 +749,7 @@ impl Resolver {
             Search::Missing => None,
             Search::Hits(hits) => Some(
                 hits.into_iter()
-                    .filter(|h| registry.names().contains(&h.name))
+                    .filter(|h| registry.index_of_name(&h.name).is_some())
                     .map(|h| (h.name, h.score))
                     .collect(),
             ),
@@ -882,5 +882,7 @@ async fn sync_batched(
     Ok(report)
 }
 
+#[cfg(test)]
+mod pinned;
 #[cfg(test)]
 mod tests;

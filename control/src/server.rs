@@ -12,7 +12,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use keyhole_core::proto::tools::{ResolveRequest, UnknownRegistry, UNKNOWN_REGISTRY_STATUS};
+use keyhole_core::proto::tools::{
+    registry_digest, ResolveRequest, ResolveResponse, ToolDescriptor, UnknownRegistry,
+    UNKNOWN_REGISTRY_STATUS,
+};
 use std::future::Future;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -115,14 +118,20 @@ async fn resolve(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
-    let req: ResolveRequest =
+    let Question { tools, turn: req } =
         serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    let via = if req.registry.is_none() || !req.tools.is_empty() {
+    let descriptors: Vec<Descriptor<'_>> = match tools {
+        Some(raw) => serde_json::from_str(raw.get())
+            .map_err(|e| ApiError::BadRequest(format!("tools: {e}")))?,
+        None => Vec::new(),
+    };
+    let via = if req.registry.is_none() || !descriptors.is_empty() {
         RegistryVia::Sent
     } else {
         RegistryVia::Known
     };
-    let (answer, tools_in) = match state.resolver.answer(&req).await {
+    let answered = answer(&state.resolver, req, &descriptors).await;
+    let (answer, tools_in, req) = match answered {
         Ok(answered) => answered,
         Err(ResolveError::UnknownRegistry) => {
             metrics.resolve_request(body.len(), RegistryVia::Unknown);
@@ -151,6 +160,73 @@ async fn resolve(
         "resolved"
     );
     Ok(Json(answer).into_response())
+}
+
+/// A `/v1/resolve` body with its tools left unread ([`Descriptor`]s are read
+/// from them in place, without copying a string that has no escape).
+#[derive(serde::Deserialize)]
+struct Question<'a> {
+    #[serde(default, borrow, deserialize_with = "raw_present")]
+    tools: Option<&'a serde_json::value::RawValue>,
+    /// Everything else (its `tools` stay empty).
+    #[serde(flatten)]
+    turn: ResolveRequest,
+}
+
+/// A present `tools` member as it was sent, `null` included (a `null` is
+/// refused when it is read as a list, as before).
+fn raw_present<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<&'de serde_json::value::RawValue>, D::Error> {
+    serde::Deserialize::deserialize(d).map(Some)
+}
+
+/// A [`ToolDescriptor`] borrowed from the request body.
+#[derive(serde::Deserialize)]
+struct Descriptor<'a> {
+    #[serde(borrow)]
+    name: std::borrow::Cow<'a, str>,
+    #[serde(default, borrow)]
+    description: std::borrow::Cow<'a, str>,
+}
+
+/// Answers `req` whose tools, if it sent any, are `sent`. A request that
+/// sends its tools is answered by their digest when control knows it
+/// (nothing is copied, nothing built), else as sent: the answer is the one
+/// [`Resolver::answer`] gives the request with its tools.
+async fn answer(
+    resolver: &Resolver,
+    mut req: ResolveRequest,
+    sent: &[Descriptor<'_>],
+) -> Result<(ResolveResponse, usize, ResolveRequest), ResolveError> {
+    if !sent.is_empty() {
+        let digest = registry_digest(
+            sent.iter()
+                .map(|t| (t.name.as_ref(), t.description.as_ref())),
+        );
+        // A digest named that is not the tools' own keeps the full path
+        // (which checks it); so does an unknown registry.
+        if req.registry.as_ref().is_none_or(|named| *named == digest) {
+            let named = req.registry.replace(digest);
+            match resolver.answer(&req).await {
+                Err(ResolveError::UnknownRegistry) => req.registry = named,
+                Ok((answer, size)) => {
+                    req.registry = named;
+                    return Ok((answer, size, req));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        req.tools = sent
+            .iter()
+            .map(|t| ToolDescriptor {
+                name: t.name.clone().into_owned(),
+                description: t.description.clone().into_owned(),
+            })
+            .collect();
+    }
+    let (answer, size) = resolver.answer(&req).await?;
+    Ok((answer, size, req))
 }
 
 /// A session's audit trail (names, reasons, source, timings; never prompt text).

@@ -162,6 +162,45 @@ impl Collection {
         self.matrix.truncate(last * self.dim);
     }
 
+    /// The vector of a row.
+    fn row(&self, row: usize) -> &[f32] {
+        &self.matrix[row * self.dim..(row + 1) * self.dim]
+    }
+
+    /// [`dot_exact`] of each of `rows` with `q`, bit for bit, four rows at a
+    /// time: each row's products are still summed one after the other in
+    /// element order, but the four sums do not wait for each other (one sum
+    /// alone waits for every addition before the next).
+    fn exact_scores(&self, rows: &[usize], q: &[f32]) -> Vec<(f32, usize)> {
+        let mut out = Vec::with_capacity(rows.len());
+        let mut blocks = rows.chunks_exact(4);
+        for block in &mut blocks {
+            let &[r0, r1, r2, r3] = block else {
+                continue;
+            };
+            let mut sums = [SUM_START; 4];
+            let four = self
+                .row(r0)
+                .iter()
+                .zip(self.row(r1))
+                .zip(self.row(r2).iter().zip(self.row(r3)));
+            for (((a, b), (c, d)), x) in four.zip(q) {
+                sums[0] += a * x;
+                sums[1] += b * x;
+                sums[2] += c * x;
+                sums[3] += d * x;
+            }
+            out.extend(sums.into_iter().zip([r0, r1, r2, r3]));
+        }
+        out.extend(
+            blocks
+                .remainder()
+                .iter()
+                .map(|&row| (dot_exact(self.row(row), q), row)),
+        );
+        out
+    }
+
     /// The `k` best rows for `query`, exactly: each score is the sum of the
     /// products in element order (bit for bit
     /// `v.iter().zip(q).map(|(a, b)| a * b).sum()`), ties broken by id.
@@ -179,27 +218,25 @@ impl Collection {
         if self.dim == 0 || query.len() != self.dim || k == 0 {
             return Vec::new();
         }
-        let mut first: Vec<(f32, usize)> = Vec::with_capacity(self.ids.len());
-        for (row, v) in self.matrix.chunks_exact(self.dim).enumerate() {
-            if filter.is_none_or(|f| f.matches(&self.payloads[row])) {
-                first.push((dot_lanes(v, query), row));
+        let rows = (0..self.ids.len())
+            .filter(|&row| filter.is_none_or(|f| f.matches(&self.payloads[row])));
+        // With no more rows than `k`, every row is in the answer: the first
+        // pass would keep them all, so it is skipped.
+        let rows: Vec<usize> = if k < self.ids.len() {
+            let mut first: Vec<(f32, usize)> = rows
+                .map(|row| (dot_lanes(self.row(row), query), row))
+                .collect();
+            if k < first.len() {
+                let by_score = |a: &(f32, usize), b: &(f32, usize)| b.0.total_cmp(&a.0);
+                first.select_nth_unstable_by(k - 1, by_score);
+                let floor = first[k - 1].0 - 2.0 * error_bound(self.dim);
+                first.retain(|(score, _)| *score >= floor);
             }
-        }
-        if k < first.len() {
-            let by_score = |a: &(f32, usize), b: &(f32, usize)| b.0.total_cmp(&a.0);
-            first.select_nth_unstable_by(k - 1, by_score);
-            let floor = first[k - 1].0 - 2.0 * error_bound(self.dim);
-            first.retain(|(score, _)| *score >= floor);
-        }
-        let mut scored: Vec<(f32, usize)> = first
-            .into_iter()
-            .map(|(_, row)| {
-                (
-                    dot_exact(&self.matrix[row * self.dim..(row + 1) * self.dim], query),
-                    row,
-                )
-            })
-            .collect();
+            first.into_iter().map(|(_, row)| row).collect()
+        } else {
+            rows.collect()
+        };
+        let mut scored = self.exact_scores(&rows, query);
         let order = |a: &(f32, usize), b: &(f32, usize)| {
             b.0.total_cmp(&a.0)
                 .then_with(|| self.ids[a.1].cmp(&self.ids[b.1]))
@@ -219,6 +256,9 @@ impl Collection {
 
 /// Lanes summed side by side by [`dot_lanes`].
 const LANES: usize = 8;
+
+/// Where `Iterator::sum` of `f32` starts (it adds every product to it).
+const SUM_START: f32 = -0.0;
 
 /// The exact score: products summed in element order.
 fn dot_exact(v: &[f32], q: &[f32]) -> f32 {
@@ -491,6 +531,18 @@ mod search_tests {
             .collect()
     }
 
+    #[test]
+    fn sums_start_where_the_standard_sum_starts() {
+        let empty: f32 = std::iter::empty::<f32>().sum();
+        assert_eq!(empty.to_bits(), SUM_START.to_bits());
+        // Only a sum of negative zeros tells the two zeros apart.
+        let zeros = [-0.0f32, -0.0];
+        assert_eq!(
+            dot_exact(&zeros, &[1.0, 1.0]).to_bits(),
+            (-0.0f32).to_bits()
+        );
+    }
+
     proptest! {
         /// Whatever the rows — random, repeated (exact ties), or a hair
         /// apart (within the first pass's error) — the two-pass search
@@ -528,6 +580,25 @@ mod search_tests {
             let q = unit(vector(q_seed));
             let got: Vec<(Uuid, u32)> = c.search(&q, k, None).into_iter().map(|h| (h.id, h.score.to_bits())).collect();
             prop_assert_eq!(got, reference(&c, &q, k));
+        }
+
+        /// Four rows at a time score each row as `dot_exact` does, bit for
+        /// bit, in the order the rows are asked for (negative zeros and
+        /// every remainder included).
+        #[test]
+        fn rows_scored_together_score_as_one_alone(
+            dim in 0usize..40,
+            values in prop::collection::vec(prop::sample::select(vec![-0.0f32, 0.0, 1e-30, -0.5, 0.25, 3.0, -7.5, 1e7]), 0..400),
+            order in prop::collection::vec(any::<prop::sample::Index>(), 0..13),
+        ) {
+            let mut c = Collection { dim, ..Collection::default() };
+            let rows = values.len().checked_div(dim).unwrap_or(0);
+            c.matrix = values[..rows * dim].to_vec();
+            let q: Vec<f32> = (0..dim).map(|i| values.get(i + 7).copied().unwrap_or(1.0)).collect();
+            let asked: Vec<usize> = if rows == 0 { Vec::new() } else { order.iter().map(|i| i.index(rows)).collect() };
+            let got: Vec<(u32, usize)> = c.exact_scores(&asked, &q).into_iter().map(|(s, r)| (s.to_bits(), r)).collect();
+            let want: Vec<(u32, usize)> = asked.iter().map(|&r| (dot_exact(c.row(r), &q).to_bits(), r)).collect();
+            prop_assert_eq!(got, want);
         }
     }
 }

@@ -10,7 +10,8 @@ use super::lexical::{LexicalDoc, LexicalIndex};
 use super::meta::{Overlay, Plane, ToolMeta};
 use super::text::embedding_text;
 use crate::proto::tools::ToolDescriptor;
-use std::collections::{BTreeMap, BTreeSet};
+use rustc_hash::FxHashMap;
+use std::collections::BTreeSet;
 
 /// One tool of the registry.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,8 +52,10 @@ impl RegisteredTool {
 #[derive(Debug, Clone)]
 pub struct Registry {
     tools: Vec<RegisteredTool>,
-    by_name: BTreeMap<String, usize>,
-    by_id: BTreeMap<String, usize>,
+    /// Looked up for every cosine of every turn: hashed, not a tree of
+    /// string comparisons.
+    by_name: FxHashMap<String, usize>,
+    by_id: FxHashMap<String, usize>,
     names: BTreeSet<String>,
     mutating: BTreeSet<String>,
     /// Business tools' indices, by id then index: the ranking order of tools

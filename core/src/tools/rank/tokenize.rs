@@ -101,8 +101,17 @@ const MIN_STEM: usize = 3;
 /// matching inflection suffix when at least [`MIN_STEM`] characters remain.
 /// Digits-bearing tokens (codes, doses) are kept as they are.
 pub fn stem(token: &str) -> String {
+    let (base, replacement) = stem_parts(token);
+    let mut out = String::with_capacity(base.len() + replacement.len());
+    out.push_str(base);
+    out.push_str(replacement);
+    out
+}
+
+/// [`stem`] as the token's kept prefix and the replacement that follows it.
+fn stem_parts(token: &str) -> (&str, &'static str) {
     if token.chars().any(|c| c.is_ascii_digit()) {
-        return token.to_owned();
+        return (token, "");
     }
     for (suffix, replacement) in SUFFIXES {
         if let Some(base) = token.strip_suffix(suffix) {
@@ -112,11 +121,25 @@ pub fn stem(token: &str) -> String {
                 continue;
             }
             if base.chars().count() >= MIN_STEM {
-                return format!("{base}{replacement}");
+                return (base, replacement);
             }
         }
     }
-    token.to_owned()
+    (token, "")
+}
+
+/// Whether `known` holds the [`stem`] of `token`, without a new string
+/// for most tokens (`scratch` holds a stem with a replacement).
+fn stem_known(token: &str, known: &impl Fn(&str) -> bool, scratch: &mut String) -> bool {
+    match stem_parts(token) {
+        (base, "") => known(base),
+        (base, replacement) => {
+            scratch.clear();
+            scratch.push_str(base);
+            scratch.push_str(replacement);
+            known(scratch)
+        }
+    }
 }
 
 /// Splits folded text into raw words (letters and digits), without stopword
@@ -181,6 +204,7 @@ pub fn split_compound(word: &str, known: impl Fn(&str) -> bool) -> Vec<String> {
     if chars.len() < MIN_COMPOUND {
         return Vec::new();
     }
+    let mut scratch = String::new();
     // Split points leave at least MIN_PART characters on each side; the
     // longest head wins (the earliest split point).
     for (i, _) in chars
@@ -191,20 +215,18 @@ pub fn split_compound(word: &str, known: impl Fn(&str) -> bool) -> Vec<String> {
         let Some((modifier, head)) = word.split_at_checked(*i) else {
             continue;
         };
-        let head_stem = stem(head);
-        if !known(&head_stem) {
+        if !stem_known(head, &known, &mut scratch) {
             continue;
         }
         let mut parts = Vec::with_capacity(2);
         let modifier_known = std::iter::once(modifier)
             .chain(LINKERS.iter().filter_map(|l| modifier.strip_suffix(l)))
             .filter(|m| m.chars().count() >= MIN_PART)
-            .map(stem)
-            .find(|m| known(m));
+            .find(|m| stem_known(m, &known, &mut scratch));
         if let Some(m) = modifier_known {
-            parts.push(m);
+            parts.push(stem(m));
         }
-        parts.push(head_stem);
+        parts.push(stem(head));
         return parts;
     }
     // No known head: the longest known modifier still names the domain
@@ -218,9 +240,8 @@ pub fn split_compound(word: &str, known: impl Fn(&str) -> bool) -> Vec<String> {
         let Some((modifier, _)) = word.split_at_checked(*i) else {
             continue;
         };
-        let m = stem(modifier);
-        if modifier.chars().count() >= MIN_PART && known(&m) {
-            return vec![m];
+        if modifier.chars().count() >= MIN_PART && stem_known(modifier, &known, &mut scratch) {
+            return vec![stem(modifier)];
         }
     }
     Vec::new()
