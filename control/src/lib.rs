@@ -16,6 +16,7 @@
 //! - [`eval`]: retrieval metrics over labelled queries (`keyhole eval`).
 //! - [`resolve`]: answers `/v1/resolve` from embeddings and per-session memory.
 //! - [`server`]: the HTTP API (router, errors, serving with graceful shutdown).
+//! - [`turn`]: `/v2/turn`, one LLM turn's aliases and set in one round trip.
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
@@ -30,3 +31,4 @@ pub mod resolve;
 pub mod server;
 #[cfg(test)]
 mod test_util;
+pub mod turn;

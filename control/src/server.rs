@@ -66,6 +66,10 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/v1/resolve", post(resolve))
+        .route(
+            keyhole_core::proto::turn::TURN_PATH,
+            post(crate::turn::turn),
+        )
         .route("/v1/audit/{session}", get(audit))
         .merge(aliases)
         .route("/metrics", get(render_metrics))

@@ -81,6 +81,7 @@ impl Root {
                     keyhole_core::tools::phase::MAX_BUDGET,
                 )),
                 memo: RefCell::new(Memo::new()),
+                control_v1: std::cell::Cell::new(false),
             }),
         }
     }

@@ -19,11 +19,20 @@
 //! else, every raw id in the body outside the tool definitions is replaced by
 //! its session alias ([`keyhole_core::alias::PromptScan`]; the session is the
 //! HMS listener's, by the same header). The scan's ids go to control
-//! (`POST /v1/alias/encode` with `"prompt": true`, so an alias this session
-//! issued, which the model wrote back, stays as it is); control persists new
-//! aliases before it answers, and answers with the session's earlier ids too,
-//! which are replaced wherever they stand. The tool surface is then decided
-//! on the aliased body, so retrieval never sees a raw id either. An id that
+//! with the turn read from the body as sent, in one round trip
+//! (`POST /v2/turn`, [`keyhole_core::proto::turn`]; `"prompt": true`, so an
+//! alias this session issued, which the model wrote back, stays as it is);
+//! control persists new aliases, aliases the turn and the tool-search query
+//! with them (so retrieval never sees a raw id either), ranks, and answers the
+//! aliases, the session's earlier ids (replaced wherever they stand) and the
+//! set together. The filter splices the aliases in, reads the aliased body
+//! again (the tools are the same bytes, recalled from the memo) and applies
+//! the set to it. A body with nothing to decide (no tools), or refused, goes
+//! as `POST /v1/alias/encode` alone, then is decided on the aliased body. A
+//! control without the route (404) or of another version is counted
+//! (`keyhole.llm.turn_v1_fallback`), logged with both versions
+//! (`keyhole.turn-version`) and remembered by the worker, whose turns then go
+//! as the two `/v1` calls, `/v1/alias/encode` then `/v1/resolve`. An id that
 //! cannot be aliased (no session header, control or its store down, a
 //! conflict, an unreadable body, a rewrite that would leave one) refuses the
 //! request: it is never forwarded raw. A body without a session header and
@@ -53,9 +62,11 @@ use keyhole_core::alias::prompt::Refusal as AliasRefusal;
 use keyhole_core::alias::{EncodeRequest, EncodeResponse, PromptScan};
 use keyhole_core::config::{Aliases, LlmConfig, OffSurface, SearchTool};
 use keyhole_core::proto::alias::WithTaxonomy;
+use keyhole_core::proto::alias::{ErrorBody, ErrorCode, KnownAlias};
 use keyhole_core::proto::hold::HeaderEdit;
 use keyhole_core::proto::reply::{self, ErrorKind, LocalReply};
 use keyhole_core::proto::tools::{Reason, ResolveResponse, Source, SurfacedTool};
+use keyhole_core::proto::turn::{TurnRequest, TurnResolve, TurnResponse, TURN_PATH, TURN_VERSION};
 use keyhole_core::tools::admission::{self, ScanLimits, StreamScanner};
 use keyhole_core::tools::format::{Format, Memo, ParsedRequest};
 use keyhole_core::tools::prior::PriorSets;
@@ -64,7 +75,7 @@ use keyhole_core::tools::surface::{self, Finished, Outage, Read, Refusal, Reply}
 use keyhole_core::Phase;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType, StreamType};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 /// Response header listing the surfaced tools as `name=reason` pairs.
@@ -89,6 +100,12 @@ enum State {
     Reading,
     /// Waiting for control's encode answer: the body as read and its scan.
     Aliasing {
+        body: Vec<u8>,
+        scan: Box<PromptScan<'static>>,
+    },
+    /// Waiting for control's `/v2/turn` answer (aliases and set together):
+    /// the body as read and its scan.
+    Turning {
         body: Vec<u8>,
         scan: Box<PromptScan<'static>>,
     },
@@ -130,6 +147,9 @@ pub struct Shared {
     pub prior: RefCell<PriorSets<SurfacedTool>>,
     /// The tools arrays read last: an agent's registry is read once.
     pub memo: RefCell<Memo>,
+    /// Control answered that it does not speak `/v2/turn` (404, or another
+    /// version): this worker's turns go the two `/v1` calls from then on.
+    pub control_v1: Cell<bool>,
 }
 
 /// The response headers only keyhole writes.
@@ -262,6 +282,57 @@ impl LlmStream {
             }
             return self.refuse_alias(AliasRefusal::NoSession, scan.ids().len());
         };
+        if self.shared.control_v1.get() {
+            return self.encode(body, scan, session);
+        }
+        // The turn is read from the body as sent, and control aliases it
+        // (and its query) itself: ids and set in one round trip. A body
+        // with nothing to decide, or refused, is aliased as before.
+        let question = match self.read(&body, false).0 {
+            Read::Resolve(parsed) => {
+                let search_tool = self.search_tool(&parsed);
+                Some(surface::question_with(
+                    &parsed,
+                    Some(&session),
+                    self.phase,
+                    false,
+                    search_tool,
+                ))
+            }
+            Read::Pass | Read::Refuse(..) => None,
+        };
+        let Some(question) = question else {
+            return self.encode(body, scan, session);
+        };
+        let question = TurnRequest {
+            version: TURN_VERSION,
+            taxonomy: Some(tax.digest().to_owned()),
+            encode: EncodeRequest {
+                session,
+                ids: scan.ids().to_vec(),
+                prompt: true,
+            },
+            resolve: question,
+        };
+        let ids = scan.ids().len();
+        let Ok(payload) = serde_json::to_vec(&question) else {
+            return self.refuse_alias(AliasRefusal::Control, ids);
+        };
+        self.state = State::Turning {
+            body,
+            scan: Box::new(scan),
+        };
+        match self.send(TURN_PATH, &payload) {
+            Ok(Sent::Waiting) => Action::Pause,
+            Ok(Sent::Answered(action)) => action,
+            Err(_) => self.refuse_alias(AliasRefusal::Control, ids),
+        }
+    }
+
+    /// Asks control to encode the scan's ids (`POST /v1/alias/encode`), and
+    /// pauses; the tool surface is decided on the aliased body.
+    fn encode(&mut self, body: Vec<u8>, scan: PromptScan<'static>, session: String) -> Action {
+        let tax = crate::taxonomy::leaked(&self.config.taxonomy);
         let question = WithTaxonomy::new(
             EncodeRequest {
                 session,
@@ -278,14 +349,95 @@ impl LlmStream {
             body,
             scan: Box::new(scan),
         };
-        match self
-            .callout
-            .send(&self.config.control, "/v1/alias/encode", &payload)
-        {
+        match self.send("/v1/alias/encode", &payload) {
             Ok(Sent::Waiting) => Action::Pause,
             Ok(Sent::Answered(action)) => action,
             Err(_) => self.refuse_alias(AliasRefusal::Control, ids),
         }
+    }
+
+    /// Sends one callout to control, counted.
+    fn send(&mut self, path: &str, payload: &[u8]) -> Result<Sent, HostError> {
+        count(self.metrics.llm.callouts, 1);
+        self.callout.send(&self.config.control, path, payload)
+    }
+
+    /// Applies control's `/v2/turn` answer: the aliases are spliced in
+    /// (verified), the aliased body is read, and the set applied. An older
+    /// control (404) or another version is noted, and the turn goes the two
+    /// `/v1` calls.
+    fn on_turn(
+        &mut self,
+        body: Vec<u8>,
+        scan: Box<PromptScan<'static>>,
+        status: u16,
+        answer: Option<Vec<u8>>,
+    ) -> Action {
+        let ids = scan.ids().len();
+        let mismatch = status == 400
+            && answer
+                .as_deref()
+                .and_then(|a| serde_json::from_slice::<ErrorBody>(a).ok())
+                .is_some_and(|e| e.error.code == ErrorCode::VersionMismatch);
+        if status == 404 || mismatch {
+            return self.turn_v1(body, *scan, if mismatch { "other" } else { "1" });
+        }
+        if status != 200 {
+            return self.refuse_alias(AliasRefusal::of_answer(status, answer.as_deref()), ids);
+        }
+        let Some(Ok(turn)) = answer
+            .as_deref()
+            .map(serde_json::from_slice::<TurnResponse>)
+        else {
+            return self.refuse_alias(AliasRefusal::Control, ids);
+        };
+        if turn.version != TURN_VERSION {
+            let theirs = turn.version.to_string();
+            return self.turn_v1(body, *scan, &theirs);
+        }
+        let rewritten = match self.splice_aliases(&body, &scan, &turn.aliases, &turn.known) {
+            Ok(rewritten) => rewritten,
+            Err(action) => return action,
+        };
+        let parsed = match self.read(&rewritten, true).0 {
+            Read::Pass => {
+                self.state = State::Passthrough;
+                return Action::Continue;
+            }
+            Read::Resolve(parsed) => parsed.into_owned(),
+            Read::Refuse(refusal, reply) => return self.refuse(refusal, reply),
+        };
+        match turn.resolve {
+            TurnResolve::Answer(answer) => self.apply(&parsed, &rewritten, Ok(&answer)),
+            TurnResolve::Failed { status } => {
+                self.apply(&parsed, &rewritten, Err(Outage::Status(status)))
+            }
+            TurnResolve::UnknownRegistry => {
+                log::info!(
+                    "keyhole.registry-unknown context={} tools={}",
+                    self.context_id,
+                    parsed.tools.len()
+                );
+                self.ask(rewritten, parsed, true)
+            }
+        }
+    }
+
+    /// Control does not speak this filter's `/v2/turn` (`theirs`: its
+    /// version, `1` for a control without the route): counted, logged with
+    /// both versions, remembered for the worker, and the turn is sent as the
+    /// two `/v1` calls.
+    fn turn_v1(&mut self, body: Vec<u8>, scan: PromptScan<'static>, theirs: &str) -> Action {
+        count(self.metrics.llm.turn_v1_fallback, 1);
+        log::warn!(
+            "keyhole.turn-version context={} filter_version={TURN_VERSION} control_version={theirs} fallback=v1",
+            self.context_id
+        );
+        self.shared.control_v1.set(true);
+        let Some(session) = self.session.clone() else {
+            return self.refuse_alias(AliasRefusal::NoSession, scan.ids().len());
+        };
+        self.encode(body, scan, session)
     }
 
     /// Applies control's encode answer (`status`, `answer` its body): the
@@ -308,7 +460,24 @@ impl LlmStream {
         else {
             return self.refuse_alias(AliasRefusal::Control, ids);
         };
-        let rewritten = match scan.rewrite_counted(&body, &encoded.aliases, &encoded.known) {
+        match self.splice_aliases(&body, scan, &encoded.aliases, &encoded.known) {
+            Ok(rewritten) => self.surface(rewritten),
+            Err(action) => action,
+        }
+    }
+
+    /// Splices `aliases` (parallel to the scan's ids) and the session's
+    /// `known` ids into `body`, verified by reading the result again, and
+    /// replaces the buffered body with it. `Err`: the request was refused.
+    fn splice_aliases(
+        &mut self,
+        body: &[u8],
+        scan: &PromptScan<'_>,
+        aliases: &[String],
+        known: &[KnownAlias],
+    ) -> Result<Vec<u8>, Action> {
+        let ids = scan.ids().len();
+        let rewritten = match scan.rewrite_counted(body, aliases, known) {
             Ok(rewritten) => rewritten,
             Err(e) => {
                 log::warn!(
@@ -316,14 +485,14 @@ impl LlmStream {
                     self.context_id,
                     e.reason()
                 );
-                return self.refuse_alias(AliasRefusal::Rewrite, ids);
+                return Err(self.refuse_alias(AliasRefusal::Rewrite, ids));
             }
         };
         if rewritten.body != body
             && host::replace_buffer(BufferType::HttpRequestBody, body.len(), &rewritten.body)
                 .is_err()
         {
-            return self.refuse_alias(AliasRefusal::Host, ids);
+            return Err(self.refuse_alias(AliasRefusal::Host, ids));
         }
         count(self.metrics.llm.ids_aliased, rewritten.ids as i64);
         if rewritten.ids > 0 {
@@ -335,12 +504,12 @@ impl LlmStream {
             self.session.as_deref().unwrap_or("-"),
             rewritten.ids,
             ids,
-            encoded.known.len(),
+            known.len(),
             body.len(),
             rewritten.body.len()
         );
         self.ids_aliased = Some(rewritten.ids);
-        self.surface(rewritten.body)
+        Ok(rewritten.body)
     }
 
     /// Refuses a request whose ids cannot be aliased: counted by reason,
@@ -359,33 +528,7 @@ impl LlmStream {
     /// Reads `body` (aliased, or as sent), asks control for its tools, and
     /// pauses; or decides at once.
     fn surface(&mut self, body: Vec<u8>) -> Action {
-        let (read, recalled) = match self.shared.memo.try_borrow_mut() {
-            Ok(mut memo) => {
-                let before = memo.hits();
-                let read = surface::read(
-                    &self.path,
-                    &body,
-                    self.phase,
-                    &self.config.builtin_tools,
-                    &mut memo,
-                );
-                (read, memo.hits() > before)
-            }
-            // Busy (never expected): read without remembering.
-            Err(_) => (
-                surface::read(
-                    &self.path,
-                    &body,
-                    self.phase,
-                    &self.config.builtin_tools,
-                    &mut Memo::new(),
-                ),
-                false,
-            ),
-        };
-        if recalled {
-            count(self.metrics.registry_recalled, 1);
-        }
+        let read = self.read(&body, true).0;
         let parsed = match read {
             Read::Pass => {
                 self.state = State::Passthrough;
@@ -396,6 +539,39 @@ impl LlmStream {
         };
         let parsed = parsed.into_owned();
         self.ask(body, parsed, false)
+    }
+
+    /// Reads `body` with the worker's memo (`counted`: a recalled registry
+    /// is counted). Also says whether the registry was recalled.
+    fn read<'b>(&self, body: &'b [u8], counted: bool) -> (Read<'b>, bool) {
+        let (read, recalled) = match self.shared.memo.try_borrow_mut() {
+            Ok(mut memo) => {
+                let before = memo.hits();
+                let read = surface::read(
+                    &self.path,
+                    body,
+                    self.phase,
+                    &self.config.builtin_tools,
+                    &mut memo,
+                );
+                (read, memo.hits() > before)
+            }
+            // Busy (never expected): read without remembering.
+            Err(_) => (
+                surface::read(
+                    &self.path,
+                    body,
+                    self.phase,
+                    &self.config.builtin_tools,
+                    &mut Memo::new(),
+                ),
+                false,
+            ),
+        };
+        if recalled && counted {
+            count(self.metrics.registry_recalled, 1);
+        }
+        (read, recalled)
     }
 
     /// Asks control about `parsed` by its registry digest (`with_registry`:
@@ -423,10 +599,7 @@ impl LlmStream {
             parsed,
             registry_sent: with_registry,
         };
-        match self
-            .callout
-            .send(&self.config.control, "/v1/resolve", &payload)
-        {
+        match self.send("/v1/resolve", &payload) {
             Ok(Sent::Waiting) => Action::Pause,
             Ok(Sent::Answered(action)) => action,
             Err(_) => match std::mem::replace(&mut self.state, State::Answered) {
@@ -669,6 +842,12 @@ impl Context for LlmStream {
                     self.callout.settle(action, StreamType::HttpRequest);
                     return;
                 }
+                State::Turning { body, scan } => {
+                    let action =
+                        self.on_turn(body, scan, callout::status(), callout::body(body_size));
+                    self.callout.settle(action, StreamType::HttpRequest);
+                    return;
+                }
                 other => {
                     self.state = other;
                     return;
@@ -710,9 +889,10 @@ impl HttpContext for LlmStream {
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         match self.state {
             State::Reading => {}
-            State::Aliasing { .. } | State::Resolving { .. } | State::Answered => {
-                return Action::Pause
-            }
+            State::Aliasing { .. }
+            | State::Turning { .. }
+            | State::Resolving { .. }
+            | State::Answered => return Action::Pause,
             _ => return Action::Continue,
         }
         if body_size > self.config.max_body_bytes {
@@ -731,7 +911,10 @@ impl HttpContext for LlmStream {
         // read and rewrite here. Without this, Envoy would forward it unread.
         match self.state {
             State::Reading => self.on_complete_body(self.body_size),
-            State::Aliasing { .. } | State::Resolving { .. } | State::Answered => Action::Pause,
+            State::Aliasing { .. }
+            | State::Turning { .. }
+            | State::Resolving { .. }
+            | State::Answered => Action::Pause,
             _ => Action::Continue,
         }
     }

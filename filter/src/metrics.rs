@@ -97,6 +97,12 @@ pub struct LlmAliasMetrics {
     pub ids_aliased: Option<u32>,
     /// Requests with at least one id replaced.
     pub requests_aliased: Option<u32>,
+    /// Callouts to control made for LLM requests, summed (one per turn with
+    /// aliases on; a second only for a registry control did not know).
+    pub callouts: Option<u32>,
+    /// Turns sent as the two `/v1` calls because control does not speak
+    /// `/v2/turn` (404, or another version): `keyhole.llm.turn_v1_fallback`.
+    pub turn_v1_fallback: Option<u32>,
     /// Requests refused because their ids could not be aliased, per
     /// [`AliasRefusal::ALL`] (`keyhole.llm.alias_refused.<reason>`).
     refused: [Option<u32>; 7],
@@ -120,6 +126,12 @@ pub struct HmsMetrics {
     /// Raw-id-shaped values in requests (path, query, headers, body), summed;
     /// counted whether the `raw_ids` policy refuses or passes them.
     pub raw_ids: Option<u32>,
+    /// Callouts to control made for HMS responses (`/v1/alias/encode`), summed:
+    /// at most one per response.
+    pub response_callouts: Option<u32>,
+    /// Callouts to control made for HMS requests (`/v1/alias/decode`), summed:
+    /// at most one per request, none for a request without an alias.
+    pub request_callouts: Option<u32>,
     /// Withheld responses, per [`Withheld::ALL`].
     withheld: [Option<u32>; Withheld::ALL.len()],
     /// Refused requests, per [`Refused::ALL`].
@@ -187,6 +199,8 @@ impl Metrics {
             llm: LlmAliasMetrics {
                 ids_aliased: counter("keyhole.llm.ids_aliased"),
                 requests_aliased: counter("keyhole.llm.requests_aliased"),
+                callouts: counter("keyhole.llm.callouts"),
+                turn_v1_fallback: counter("keyhole.llm.turn_v1_fallback"),
                 refused: AliasRefusal::ALL
                     .map(|r| counter(&format!("keyhole.llm.alias_refused.{}", r.as_str()))),
             },
@@ -194,6 +208,8 @@ impl Metrics {
                 responses_aliased: counter("keyhole.hms_responses_aliased"),
                 aliases_decoded: counter("keyhole.hms_aliases_decoded"),
                 raw_ids: counter("keyhole.hms_raw_ids"),
+                response_callouts: counter("keyhole.hms_callouts.response"),
+                request_callouts: counter("keyhole.hms_callouts.request"),
                 withheld: Withheld::ALL
                     .map(|r| counter(&format!("keyhole.hms_withheld.{}", r.as_str()))),
                 refused: Refused::ALL

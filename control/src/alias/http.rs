@@ -117,7 +117,7 @@ fn short(digest: &str) -> String {
 }
 
 /// Refuses a request that names a taxonomy other than `own`.
-fn check_taxonomy(sent: Option<&str>, own: &Taxonomy) -> Result<(), AliasApiError> {
+pub(crate) fn check_taxonomy(sent: Option<&str>, own: &Taxonomy) -> Result<(), AliasApiError> {
     match sent {
         Some(sent) if sent != own.digest() => Err(AliasApiError::TaxonomyMismatch {
             sent: short(sent),

@@ -283,6 +283,57 @@ impl<'t> PromptScan<'t> {
     }
 }
 
+/// `text` (a turn or a tool-search query read from an LLM request before it
+/// was aliased) with every raw id replaced by its alias, by the rules of a
+/// string of the request ([`PromptScan`]): `aliases` parallel to `ids` (the
+/// request's encode batch, as control answered it), `known` the session's
+/// earlier ids. Control ranks the aliased text, so retrieval never sees a raw
+/// id. The result is verified like any rewrite.
+///
+/// Fails when an id of `text` has no alias among `ids` and `known`
+/// ([`RewriteError::AliasCount`]; never expected: the text was read from the
+/// body the batch was scanned from), or when the rewrite would leave a raw id.
+pub fn alias_text(
+    tax: &Taxonomy,
+    text: &str,
+    ids: &[IdInput],
+    aliases: &[String],
+    known: &[KnownAlias],
+) -> Result<String, RewriteError> {
+    let mut scan = ResponseScan::new(tax);
+    let part = scan.add(text.as_bytes(), string_kind(text), None)?;
+    if scan.ids().is_empty() && known.is_empty() {
+        return Ok(text.to_owned());
+    }
+    let alias_of = |value: &str| {
+        ids.iter()
+            .zip(aliases)
+            .find(|(id, _)| id.value == value)
+            .map(|(_, alias)| alias.clone())
+            .or_else(|| {
+                known
+                    .iter()
+                    .find(|k| k.value == value)
+                    .map(|k| k.alias.clone())
+            })
+    };
+    let mine: Vec<String> = scan
+        .ids()
+        .iter()
+        .filter_map(|id| alias_of(&id.value))
+        .collect();
+    if mine.len() != scan.ids().len() {
+        return Err(RewriteError::AliasCount {
+            got: mine.len(),
+            want: scan.ids().len(),
+        });
+    }
+    let out = scan
+        .rewriter(&mine, known)?
+        .rewrite(part, text.as_bytes())?;
+    String::from_utf8(out).map_err(|_| RewriteError::Json(JsonError::NotUtf8))
+}
+
 /// A rewritten request body ([`PromptScan::rewrite_counted`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rewritten {

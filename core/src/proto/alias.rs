@@ -245,6 +245,9 @@ pub enum ErrorCode {
     /// The request names another taxonomy than control's (a filter and
     /// control configured with different taxonomy files); nothing was done.
     TaxonomyMismatch,
+    /// The request speaks another version of a versioned exchange
+    /// (`POST /v2/turn`, [`crate::proto::turn::TURN_VERSION`]); nothing was done.
+    VersionMismatch,
 }
 
 /// An error body of the alias API (and of the filter's local replies):

@@ -6,6 +6,7 @@
 //! - [`tools`]: `POST /v1/resolve` — the turn and the audited set.
 //! - [`alias`]: `POST /v1/alias/{encode,decode,known,…}` — ids and aliases,
 //!   and the error codes of control's alias API.
+//! - [`turn`]: `POST /v2/turn` — one LLM turn's ids and set in one round trip.
 //! - [`hold`]: verdict lines between the filter and the Lua hold filters
 //!   (the Lua side is generated from it).
 //! - [`reply`]: the JSON error bodies the filter answers locally.
@@ -16,4 +17,5 @@ pub mod alias;
 pub mod hold;
 pub mod reply;
 pub mod tools;
+pub mod turn;
 pub mod withhold;

@@ -343,6 +343,7 @@ impl Request {
             as_is: view.as_is,
             headers,
         };
+        count(s.metrics.hms.request_callouts, 1);
         match self
             .callout
             .send(&s.config.control, "/v1/alias/decode", &payload)

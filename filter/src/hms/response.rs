@@ -408,6 +408,7 @@ impl Response {
             );
         };
         self.state = State::Encoding { job };
+        count(s.metrics.hms.response_callouts, 1);
         match self
             .callout
             .send(&s.config.control, "/v1/alias/encode", &payload)

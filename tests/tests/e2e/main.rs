@@ -30,3 +30,4 @@ mod run_dir;
 mod skeleton;
 mod taxonomy;
 mod tool_surface;
+mod trips;

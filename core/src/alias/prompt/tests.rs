@@ -513,3 +513,30 @@ fn alias_tokens_end_at_percent_escapes() {
     );
     assert_eq!(alias_tokens(&tax, b"pat-000123 patient-0001 patient"), 0);
 }
+
+#[test]
+fn a_turn_is_aliased_with_the_batch_of_its_body() {
+    let tax = Taxonomy::default();
+    let uuid = "039b70b8-92f7-44b7-9c91-4e3f0e900c71";
+    let body = format!(
+        r#"{{"messages":[{{"role":"user","content":"open {uuid} and schedule"}}],"tools":[]}}"#
+    );
+    let scan = PromptScan::new(&tax, body.as_bytes()).unwrap();
+    let aliases = SessionMap::new().encode(&tax, scan.ids()).unwrap().aliases;
+    let turn = format!("open {uuid} and schedule");
+    let aliased = alias_text(&tax, &turn, scan.ids(), &aliases, &[]).unwrap();
+    assert!(!aliased.contains(uuid), "{aliased}");
+    assert_eq!(aliased, format!("open {} and schedule", aliases[0]));
+    // The same words as the rewritten body's turn.
+    let rewritten =
+        String::from_utf8(scan.rewrite(body.as_bytes(), &aliases, &[]).unwrap()).unwrap();
+    assert!(rewritten.contains(&aliased));
+    // Text without ids is returned as it is.
+    assert_eq!(
+        alias_text(&tax, "schedule a visit", scan.ids(), &aliases, &[]).unwrap(),
+        "schedule a visit"
+    );
+    // An id the batch does not hold is never passed on raw.
+    let other = "ffffffff-92f7-44b7-9c91-4e3f0e900c71";
+    assert!(alias_text(&tax, &format!("open {other}"), scan.ids(), &aliases, &[]).is_err());
+}
