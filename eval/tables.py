@@ -6,8 +6,11 @@ Usage: python3 eval/tables.py [eval/results.json]
 import json
 import sys
 
-ORDER = ["catalog", "apibank", "metatool", "bfcl", "stabletoolbench", "sealtools"]
+ORDER = ["field", "catalog", "apibank", "metatool", "bfcl", "stabletoolbench", "sealtools"]
 MODES = ["hybrid", "fitted", "cosine", "rrf", "lexical", "clauses", "fittedclauses"]
+# Each post-fusion stage switched off in turn (`--mode ablation`), then plain RRF.
+ABLATION = ["no-threshold", "no-domain", "no-dedup", "no-workflow", "no-budget", "no-floors",
+            "no-patient-floor"]
 
 
 def key(m):
@@ -23,8 +26,31 @@ def leaked(m):
     return f"{m['forbiddenSurfaced']}/{m['queriesWithForbidden']}" if m["queriesWithForbidden"] else "–"
 
 
+def ablation(rows):
+    """The check-part ablation: the engine, each stage off in turn, plain RRF; deltas against hybrid."""
+    by = {(r["dataset"], r["mode"]): r for r in rows if r["part"] == "check"}
+    sets = sorted({d for d, _ in by}, key=lambda d: ORDER.index(d) if d in ORDER else len(ORDER))
+    print("| dataset | mode | full-gold recall | Δ full-gold | recall@10 | Δ recall@10 | mean surfaced | research leaked |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for d in sets:
+        base = by.get((d, "hybrid"))
+        if not base or not any((d, a) in by for a in ABLATION):
+            continue
+        for mode in ["hybrid"] + ABLATION + ["rrf"]:
+            m = by.get((d, mode))
+            if not m:
+                continue
+            df = m["fullGoldRecall"] - base["fullGoldRecall"]
+            dr = m["recallAtK"] - base["recallAtK"]
+            delta = (lambda x: "" if mode == "hybrid" else f"{x:+.3f}")
+            print(f"| {d} | {mode} | {m['fullGoldRecall']:.3f} | {delta(df)} | {m['recallAtK']:.3f} | {delta(dr)} | "
+                  f"{m['meanSurfaced']:.2f} | {leaked(m)} |")
+    print()
+
+
 def main():
     rows = json.load(open(sys.argv[1] if len(sys.argv) > 1 else "eval/results.json"))
+    ablation(rows)
     rows = [r for r in rows if r["mode"] in MODES]
     by = {(r["dataset"], r["mode"], r["part"]): r for r in rows}
     check = sorted((r for r in rows if r["part"] == "check"), key=key)

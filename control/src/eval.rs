@@ -2,7 +2,7 @@
 //!
 //! Every query goes through the same path a request takes: the registry is
 //! indexed into the vector store, the query is embedded and searched, and the
-//! engine resolves the planner-phase candidate set. Seven modes:
+//! engine resolves the planner-phase candidate set. The modes:
 //! - `hybrid`: the engine with cosine hits (what control serves);
 //! - `lexical`: the engine without cosines (what control serves while a new
 //!   registry is being indexed);
@@ -14,7 +14,11 @@
 //!   clause embedded and retrieved on its own
 //!   ([`resolve_clauses`](keyhole_core::tools::rank::pipeline::resolve_clauses));
 //! - `fitted`, `fitted-clauses`: `hybrid` and `clauses` with the confidence
-//!   budget's margin fitted on this dataset's tune part (see below).
+//!   budget's margin fitted on this dataset's tune part (see below);
+//! - `ablation`: `hybrid` with each stage after fusion switched off in turn
+//!   ([`ABLATIONS`]: `no-threshold`, `no-domain`, `no-dedup`, `no-workflow`,
+//!   `no-budget`, `no-floors`, `no-patient-floor`), each reported as its own
+//!   mode beside `hybrid` and `rrf`, on the same embeddings.
 //!
 //! # Fitting the confidence budget
 //! The margin of `pipeline.budget` (hits within it of the best are kept) is
@@ -46,7 +50,7 @@ use crate::load::{LoadError, LoadedRegistry};
 use crate::resolve::Resolver;
 use keyhole_core::tools::format;
 use keyhole_core::tools::rank::clauses::interleave;
-use keyhole_core::tools::rank::config::RankConfig;
+use keyhole_core::tools::rank::config::{RankConfig, RankSettings};
 use keyhole_core::tools::rank::pipeline::{per_subtask, resolve_clauses, search, Clause, Turn};
 use keyhole_core::Phase;
 use serde::{Deserialize, Serialize};
@@ -72,7 +76,43 @@ pub enum Mode {
     Fitted,
     /// `clauses` with the confidence margin fitted on the tune part.
     FittedClauses,
+    /// Every ablation mode below, in turn (expanded before the run).
+    Ablation,
+    /// `hybrid` without the score threshold.
+    #[serde(rename = "no-threshold")]
+    NoThreshold,
+    /// `hybrid` without domain scoping.
+    #[serde(rename = "no-domain")]
+    NoDomain,
+    /// `hybrid` without semantic-group dedup.
+    #[serde(rename = "no-dedup")]
+    NoDedup,
+    /// `hybrid` without the workflow boost.
+    #[serde(rename = "no-workflow")]
+    NoWorkflow,
+    /// `hybrid` without the confidence budget (no margin: every hit above the
+    /// threshold, up to the phase maximum).
+    #[serde(rename = "no-budget")]
+    NoBudget,
+    /// `hybrid` without the prompt-conditioned floors (multi-entity, research).
+    #[serde(rename = "no-floors")]
+    NoFloors,
+    /// `hybrid` without the patient-resolve floor.
+    #[serde(rename = "no-patient-floor")]
+    NoPatientFloor,
 }
+
+/// The modes [`Mode::Ablation`] stands for: each post-fusion stage switched
+/// off in turn.
+pub const ABLATIONS: [Mode; 7] = [
+    Mode::NoThreshold,
+    Mode::NoDomain,
+    Mode::NoDedup,
+    Mode::NoWorkflow,
+    Mode::NoBudget,
+    Mode::NoFloors,
+    Mode::NoPatientFloor,
+];
 
 impl Mode {
     /// Whether the mode retrieves clauses.
@@ -83,6 +123,46 @@ impl Mode {
     /// Whether the mode fits the confidence margin.
     fn fitted(self) -> bool {
         matches!(self, Mode::Fitted | Mode::FittedClauses)
+    }
+
+    /// `modes` with [`Mode::Ablation`] replaced by [`ABLATIONS`], each mode once,
+    /// in order.
+    pub fn expand(modes: &[Mode]) -> Vec<Mode> {
+        let mut out: Vec<Mode> = Vec::new();
+        for &m in modes {
+            let each: &[Mode] = if m == Mode::Ablation {
+                &ABLATIONS
+            } else {
+                std::slice::from_ref(&m)
+            };
+            for &m in each {
+                if !out.contains(&m) {
+                    out.push(m);
+                }
+            }
+        }
+        out
+    }
+
+    /// The engine's settings for this mode: `base` with one stage switched
+    /// off for an ablation mode, `None` for every other mode.
+    pub fn ablated(self, base: &RankSettings) -> Option<RankSettings> {
+        let mut s = base.clone();
+        match self {
+            // Far below any fused score: nothing is dropped.
+            Mode::NoThreshold => s.pipeline.threshold = -1.0e6,
+            Mode::NoDomain => s.pipeline.domain.enabled = false,
+            Mode::NoDedup => s.pipeline.dedup.enabled = false,
+            Mode::NoWorkflow => s.pipeline.workflow.boost = 0.0,
+            Mode::NoBudget => s.pipeline.budget.margin = None,
+            Mode::NoFloors => {
+                s.floors.multi_entity.phases.clear();
+                s.floors.research.phases.clear();
+            }
+            Mode::NoPatientFloor => s.floors.patient_resolve.phases.clear(),
+            _ => return None,
+        }
+        Some(s)
     }
 }
 
@@ -553,7 +633,14 @@ pub async fn evaluate(
     tracing::info!(dataset = %options.dataset, tools = report.tools, upserted = report.upserted, "registry indexed");
     let reg = prepared.registry();
     let config = resolver.rank_config();
-    let needs_cosine = options.modes.iter().any(|m| *m != Mode::Lexical);
+    let modes = Mode::expand(&options.modes);
+    // Per mode: the engine with one stage off (ablation modes), else `None`.
+    let ablated: Vec<Option<RankConfig>> = modes
+        .iter()
+        .map(|m| m.ablated(config.settings()).map(RankConfig::try_new))
+        .map(Option::transpose)
+        .collect::<Result<_, _>>()?;
+    let needs_cosine = modes.iter().any(|m| *m != Mode::Lexical);
     let embedder = resolver.indexer().embedder();
     let vectors = if needs_cosine {
         let texts: Vec<&str> = queries.iter().map(|q| q.query.as_str()).collect();
@@ -562,7 +649,7 @@ pub async fn evaluate(
         Vec::new()
     };
     // Clauses of multi-clause queries, embedded in one go.
-    let clause_texts: Vec<Vec<&str>> = if options.modes.iter().any(|m| m.clauses()) {
+    let clause_texts: Vec<Vec<&str>> = if modes.iter().any(|m| m.clauses()) {
         queries
             .iter()
             .map(|q| config.settings().clauses.split(&q.query))
@@ -596,7 +683,7 @@ pub async fn evaluate(
             .len()
     };
     let depth = options.k.max(100);
-    let bm25 = options.modes.contains(&Mode::Rrf).then(|| {
+    let bm25 = modes.contains(&Mode::Rrf).then(|| {
         Bm25::new(
             reg.tools()
                 .iter()
@@ -621,20 +708,19 @@ pub async fn evaluate(
             })
             .collect()
     };
-    let grid_plain = if options.modes.contains(&Mode::Fitted) {
+    let grid_plain = if modes.contains(&Mode::Fitted) {
         grid(config)?
     } else {
         Vec::new()
     };
-    let grid_clauses = if options.modes.contains(&Mode::FittedClauses) {
+    let grid_clauses = if modes.contains(&Mode::FittedClauses) {
         grid(&with_clauses)?
     } else {
         Vec::new()
     };
 
     // Per mode: the answer of each query (fitted modes: one per grid margin).
-    let mut answers: Vec<Vec<Vec<Answer>>> = options
-        .modes
+    let mut answers: Vec<Vec<Vec<Answer>>> = modes
         .iter()
         .map(|_| Vec::with_capacity(queries.len()))
         .collect();
@@ -662,7 +748,7 @@ pub async fn evaluate(
             surfaced: surfaced.iter().map(|n| id_of(n)).collect(),
             ranked: ranked.iter().map(|n| id_of(n)).collect(),
         };
-        for (mode, out) in options.modes.iter().zip(answers.iter_mut()) {
+        for ((mode, out), ablated) in modes.iter().zip(answers.iter_mut()).zip(&ablated) {
             let max = Phase::Planner.budget().max;
             let per_query = match mode {
                 Mode::Rrf => {
@@ -681,13 +767,21 @@ pub async fn evaluate(
                 | Mode::Lexical
                 | Mode::Clauses
                 | Mode::Fitted
-                | Mode::FittedClauses => {
+                | Mode::FittedClauses
+                | Mode::Ablation
+                | Mode::NoThreshold
+                | Mode::NoDomain
+                | Mode::NoDedup
+                | Mode::NoWorkflow
+                | Mode::NoBudget
+                | Mode::NoFloors
+                | Mode::NoPatientFloor => {
                     let cosine: &[(String, f32)] = if *mode == Mode::Lexical { &[] } else { &hits };
                     let clauses: &[Clause<'_>] = if mode.clauses() { &clauses } else { &[] };
-                    let base = if mode.clauses() {
-                        &with_clauses
-                    } else {
-                        config
+                    let base = match ablated {
+                        Some(a) => a,
+                        None if mode.clauses() => &with_clauses,
+                        None => config,
                     };
                     let turn = Turn {
                         text: &q.query,
@@ -726,7 +820,7 @@ pub async fn evaluate(
 
     let business = reg.tools().iter().filter(|t| t.is_business()).count();
     let mut metrics = Vec::new();
-    for (mode, answers) in options.modes.iter().zip(&answers) {
+    for ((mode, answers), ablated) in modes.iter().zip(&answers).zip(&ablated) {
         // The grid index each query is reported at, and the fit.
         let (at, fit_report, margin) = if mode.fitted() {
             let outcomes: Vec<Vec<Outcome>> = queries
@@ -775,12 +869,18 @@ pub async fn evaluate(
             (g, Some(report), margin)
         } else {
             // The margin applies to turns with cosines: not to baselines, not to lexical.
-            let engine = matches!(mode, Mode::Hybrid | Mode::Clauses);
+            let engine = matches!(mode, Mode::Hybrid | Mode::Clauses) || ablated.is_some();
             (
                 0,
                 None,
                 if engine {
-                    config.settings().pipeline.budget.margin
+                    ablated
+                        .as_ref()
+                        .unwrap_or(config)
+                        .settings()
+                        .pipeline
+                        .budget
+                        .margin
                 } else {
                     None
                 },
@@ -954,6 +1054,134 @@ mod tests {
         assert_eq!(f.cv_mean_surfaced, 7.0);
         assert_eq!(MARGIN_GRID[0], None);
         assert_eq!(MARGIN_GRID[2], Some(0.005));
+    }
+
+    #[test]
+    fn ablation_stands_for_each_stage_once_and_switches_only_it_off() {
+        assert_eq!(
+            Mode::expand(&[Mode::Hybrid, Mode::Ablation, Mode::NoBudget, Mode::Rrf]),
+            [vec![Mode::Hybrid], ABLATIONS.to_vec(), vec![Mode::Rrf]].concat()
+        );
+        let base = RankSettings::default();
+        assert_eq!(Mode::Hybrid.ablated(&base), None);
+        assert_eq!(Mode::Rrf.ablated(&base), None);
+        for m in ABLATIONS {
+            let s = m.ablated(&base).expect("an ablation mode");
+            assert_ne!(s, base, "{m:?} changes the settings");
+            assert_eq!(s.lexical, base.lexical, "{m:?} leaves the lexical stage");
+            assert_eq!(s.fusion, base.fusion, "{m:?} leaves fusion");
+            RankConfig::try_new(s).expect("valid settings");
+        }
+    }
+
+    /// The catalog with its overlay, ranked by a bag-of-words embedder.
+    async fn catalog_eval(
+        queries: &[Query],
+        modes: &[Mode],
+        margin: Option<f32>,
+        threshold: f32,
+    ) -> Vec<Metrics> {
+        use crate::index::{Indexer, MemoryStore};
+        use crate::resolve::ResolverSettings;
+        use std::sync::Arc;
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/catalog/tools.json");
+        let mut loaded =
+            crate::load::load_registry(&path, &Default::default()).expect("the catalog");
+        let fake = crate::test_util::FakeEmbedder::start(64).await;
+        let mut settings = RankSettings::default();
+        if let Some(names) = loaded.names.take() {
+            settings.names = names;
+        }
+        settings.pipeline.budget.margin = margin;
+        settings.pipeline.threshold = threshold;
+        let indexer = Indexer::try_new(
+            fake.client(),
+            Arc::new(MemoryStore::in_memory()),
+            "eval-ablation",
+        )
+        .unwrap();
+        let resolver = Resolver::new(
+            Arc::new(indexer),
+            Arc::new(RankConfig::try_new(settings).unwrap()),
+            loaded.overlay.take().map(Arc::new),
+            ResolverSettings::default(),
+        );
+        let options = EvalOptions {
+            dataset: "catalog".into(),
+            k: 10,
+            modes: modes.to_vec(),
+        };
+        evaluate(&resolver, &loaded, queries, &options)
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_ablation_reports_every_stage_switched_off_on_the_same_queries() {
+        let turn = |id: &str, query: &str, gold: &[&str]| Query {
+            id: id.into(),
+            query: query.into(),
+            gold: ids(gold),
+            forbidden: Vec::new(),
+        };
+        let queries = [
+            turn(
+                "named",
+                "Frau Renate Kühn hat eine neue Handynummer",
+                &["patient.search.smart"],
+            ),
+            turn("labs", "show the latest lab results", &["lab.results.list"]),
+        ];
+        // Margin 0: the budget keeps the phase minimum; threshold 0: every
+        // scored tool passes it, so switching the budget off shows the maximum.
+        let m = catalog_eval(
+            &queries,
+            &[Mode::Hybrid, Mode::Ablation, Mode::Rrf],
+            Some(0.0),
+            0.0,
+        )
+        .await;
+        let all = |mode: Mode| {
+            m.iter()
+                .find(|r| r.mode == mode && r.part == Part::All)
+                .unwrap_or_else(|| panic!("{mode:?} reported"))
+        };
+        let modes: Vec<Mode> = m
+            .iter()
+            .filter(|r| r.part == Part::All)
+            .map(|r| r.mode)
+            .collect();
+        assert_eq!(
+            modes,
+            Mode::expand(&[Mode::Hybrid, Mode::Ablation, Mode::Rrf])
+        );
+        assert_eq!(m.len(), 3 * modes.len(), "all, tune and check per mode");
+        let (hybrid, no_budget) = (all(Mode::Hybrid), all(Mode::NoBudget));
+        assert_eq!(hybrid.budget_margin, Some(0.0));
+        assert_eq!(no_budget.budget_margin, None);
+        assert_eq!(all(Mode::NoDedup).budget_margin, Some(0.0));
+        assert!(
+            no_budget.mean_surfaced > hybrid.mean_surfaced,
+            "{} vs {}",
+            no_budget.mean_surfaced,
+            hybrid.mean_surfaced
+        );
+        // The named patient's resolver comes from the patient-resolve floor.
+        let named = &queries[..1];
+        let m = catalog_eval(
+            named,
+            &[Mode::Hybrid, Mode::NoPatientFloor],
+            Some(0.0),
+            RankSettings::default().pipeline.threshold,
+        )
+        .await;
+        let full = |mode: Mode| {
+            m.iter()
+                .find(|r| r.mode == mode && r.part == Part::All)
+                .map(|r| r.full_gold_recall)
+        };
+        assert_eq!(full(Mode::Hybrid), Some(1.0));
+        assert_eq!(full(Mode::NoPatientFloor), Some(0.0));
     }
 
     #[test]
