@@ -713,6 +713,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 forced: parsed.forced.clone(),
                 registry: None,
                 tool_search: None,
+                shadow: false,
             };
             let answer = resolver.resolve(&req).await;
             let names: Vec<&str> = answer.tools.iter().map(|t| t.name.as_str()).collect();

@@ -77,6 +77,7 @@ fn request(f: &Fixture, session: &str, turn: &str, phase: Phase) -> ResolveReque
         forced: vec![],
         registry: None,
         tool_search: None,
+        shadow: false,
     }
 }
 
@@ -738,6 +739,7 @@ fn searching(
     });
     ResolveRequest {
         tool_search,
+        shadow: false,
         ..request(f, session, turn, phase)
     }
 }

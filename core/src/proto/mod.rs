@@ -4,6 +4,7 @@
 //! a code or a status on its own.
 //!
 //! - [`tools`]: `POST /v1/resolve` — the turn and the audited set.
+//! - [`calls`]: `POST /v1/calls` — the tools an answer called, judged.
 //! - [`alias`]: `POST /v1/alias/{encode,decode,known,…}` — ids and aliases,
 //!   and the error codes of control's alias API.
 //! - [`hold`]: verdict lines between the filter and the Lua hold filters
@@ -13,6 +14,7 @@
 //!   the response headers that are never scanned.
 
 pub mod alias;
+pub mod calls;
 pub mod hold;
 pub mod reply;
 pub mod tools;
