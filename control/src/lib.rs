@@ -14,6 +14,7 @@
 //! - [`load`]: reading registries (tools.json, tools.jsonl, request bodies).
 //! - [`metrics`]: control's counters at `GET /metrics` (Prometheus text).
 //! - [`eval`]: retrieval metrics over labelled queries (`keyhole eval`).
+//! - [`report`]: `keyhole report`, figures over a window of the audit trail.
 //! - [`resolve`]: answers `/v1/resolve` from embeddings and per-session memory.
 //! - [`server`]: the HTTP API (router, errors, serving with graceful shutdown).
 //! - [`turn`]: `/v2/turn`, one LLM turn's aliases and set in one round trip.
@@ -27,6 +28,7 @@ pub mod eval;
 pub mod index;
 pub mod load;
 pub mod metrics;
+pub mod report;
 pub mod resolve;
 pub mod server;
 #[cfg(test)]

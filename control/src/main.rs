@@ -168,6 +168,116 @@ enum Command {
         #[command(flatten)]
         socket: SocketArg,
     },
+    /// What keyhole did (or, in shadow, would have done) over a window of
+    /// the audit trail of a running control (read over its socket): per
+    /// phase and tool, turns, tools surfaced, bytes saved, recall from the
+    /// model's calls, misses and why. No prompt text, id or value.
+    Report {
+        #[command(flatten)]
+        socket: SocketArg,
+        /// From: milliseconds since the Unix epoch, or an age (`30m`, `24h`, `7d`).
+        #[arg(long)]
+        since: Option<String>,
+        /// To (exclusive), in the same forms; default now.
+        #[arg(long)]
+        until: Option<String>,
+        /// An Envoy admin `/stats` text (a file) for the filter's counters:
+        /// ids aliased, responses withheld by reason, HMS shadow counts.
+        #[arg(long)]
+        envoy_stats: Option<PathBuf>,
+        /// Print JSON (for dashboards).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `--since`/`--until`: milliseconds since the epoch, or an age before `now_ms`.
+fn instant_ms(value: &str, now_ms: u64) -> anyhow::Result<u64> {
+    if let Ok(ms) = value.parse::<u64>() {
+        return Ok(ms);
+    }
+    let (n, unit) = value.split_at(value.len().saturating_sub(1));
+    let n: u64 = n
+        .parse()
+        .with_context(|| format!("{value:?} is neither milliseconds nor an age like 24h"))?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86_400,
+        _ => anyhow::bail!("{value:?}: an age ends in s, m, h or d"),
+    };
+    Ok(now_ms.saturating_sub(secs * 1000))
+}
+
+/// `GET path` over control's socket; the answer's body (a 200 only).
+async fn get(socket: &std::path::Path, path: &str) -> anyhow::Result<Vec<u8>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ask = async {
+        let mut stream = tokio::net::UnixStream::connect(socket).await?;
+        let head =
+            format!("GET {path} HTTP/1.1\r\nhost: keyhole-control\r\nconnection: close\r\n\r\n");
+        stream.write_all(head.as_bytes()).await?;
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await?;
+        Ok::<_, std::io::Error>(answer)
+    };
+    let answer = tokio::time::timeout(Duration::from_secs(30), ask)
+        .await
+        .context("control did not answer within 30 s")?
+        .with_context(|| format!("connecting to {}", socket.display()))?;
+    let split = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .context("control's answer has no body")?;
+    let (head, body) = answer.split_at(split + 4);
+    let status = String::from_utf8_lossy(head);
+    anyhow::ensure!(
+        status.starts_with("HTTP/1.1 200"),
+        "control answered: {}",
+        status.lines().next().unwrap_or("")
+    );
+    anyhow::ensure!(
+        !status
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
+        "control answered a chunked body"
+    );
+    Ok(body.to_vec())
+}
+
+async fn report(
+    socket: &std::path::Path,
+    since: Option<&str>,
+    until: Option<&str>,
+    envoy_stats: Option<&std::path::Path>,
+    json: bool,
+) -> anyhow::Result<()> {
+    use keyhole_control::report::{FilterCounters, Report, SessionTrail};
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let since_ms = since.map_or(Ok(0), |v| instant_ms(v, now_ms))?;
+    let until_ms = until.map_or(Ok(now_ms.saturating_add(1)), |v| instant_ms(v, now_ms))?;
+    let body = get(
+        socket,
+        &format!("/v1/audit?since_ms={since_ms}&until_ms={until_ms}"),
+    )
+    .await?;
+    let trail: Vec<SessionTrail> =
+        serde_json::from_slice(&body).context("reading control's audit trail")?;
+    let mut report = Report::of(&trail, since_ms, until_ms);
+    if let Some(path) = envoy_stats {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        report.filter = Some(FilterCounters::from_stats(&text));
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.text());
+    }
+    Ok(())
 }
 
 #[derive(Subcommand)]
@@ -519,6 +629,22 @@ fn load(path: &Path) -> anyhow::Result<LoadedRegistry> {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Health { socket } => health(&socket.socket).await?,
+        Command::Report {
+            socket,
+            since,
+            until,
+            envoy_stats,
+            json,
+        } => {
+            report(
+                &socket.socket,
+                since.as_deref(),
+                until.as_deref(),
+                envoy_stats.as_deref(),
+                json,
+            )
+            .await?
+        }
         Command::Config {
             action: ConfigAction::Check { file, taxonomy },
         } => {
@@ -713,6 +839,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 forced: parsed.forced.clone(),
                 registry: None,
                 tool_search: None,
+                shadow: false,
             };
             let answer = resolver.resolve(&req).await;
             let names: Vec<&str> = answer.tools.iter().map(|t| t.name.as_str()).collect();

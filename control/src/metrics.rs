@@ -32,6 +32,29 @@ pub struct Metrics {
     registry_known: AtomicU64,
     registry_sent: AtomicU64,
     registry_unknown: AtomicU64,
+    /// (phase, tool, covered, mode) → tool calls in answers
+    /// (`keyhole_calls_total`); at most [`MAX_CALL_SERIES`] series, calls
+    /// past it counted under the tool `other`.
+    calls: Mutex<BTreeMap<(String, String, bool, &'static str), u64>>,
+}
+
+/// Series of `keyhole_calls_total` kept before new tools count as `other`
+/// (tool names are the model's: a label must not grow without bound).
+pub const MAX_CALL_SERIES: usize = 4096;
+
+/// A tool name fit for a label: at most 64 characters of `[A-Za-z0-9_.:-]`,
+/// anything else `other`.
+fn tool_label(name: &str) -> String {
+    let fits = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'));
+    if fits {
+        name.to_owned()
+    } else {
+        "other".to_owned()
+    }
 }
 
 /// How a resolve request named its registry.
@@ -70,6 +93,24 @@ impl Metrics {
             RegistryVia::Unknown => &self.registry_unknown,
         };
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts the judged calls of one answer in `phase` on a listener of
+    /// `mode` (`on` or `shadow`).
+    pub async fn calls(
+        &self,
+        phase: &str,
+        calls: &[keyhole_core::proto::calls::CalledTool],
+        mode: &'static str,
+    ) {
+        let mut series = self.calls.lock().await;
+        for call in calls {
+            let mut key = (phase.to_owned(), tool_label(&call.name), call.covered, mode);
+            if !series.contains_key(&key) && series.len() >= MAX_CALL_SERIES {
+                key.1 = "other".to_owned();
+            }
+            *series.entry(key).or_default() += 1;
+        }
     }
 
     /// The Prometheus text exposition of every counter.
@@ -144,6 +185,14 @@ impl Metrics {
                 out,
                 "keyhole_control_resolve_registry_total{{via=\"{via}\"}} {}",
                 counter.load(Ordering::Relaxed)
+            );
+        }
+        out.push_str("# HELP keyhole_calls_total Tool calls in answers, by phase, tool, whether the tool was on the surface, and enforce mode.\n");
+        out.push_str("# TYPE keyhole_calls_total counter\n");
+        for ((phase, tool, covered, mode), n) in self.calls.lock().await.iter() {
+            let _ = writeln!(
+                out,
+                "keyhole_calls_total{{phase=\"{phase}\",tool=\"{tool}\",covered=\"{covered}\",mode=\"{mode}\"}} {n}"
             );
         }
         out

@@ -45,7 +45,9 @@
 
 mod audit;
 
-pub use audit::{AuditEntry, Retrieval, SearchAudit, Timings};
+pub use audit::{
+    AuditEntry, Bytes, CallAudit, MissReason, Retrieval, SearchAudit, SessionTrail, Timings,
+};
 
 use crate::embed::{EmbedError, Side};
 use crate::index::sync::SyncError;
@@ -638,7 +640,7 @@ impl Resolver {
             _ => None,
         };
         timings.total_us = started.elapsed().as_micros() as u64;
-        let response = resolution.to_response();
+        let mut response = resolution.to_response();
         if resolution.source == Source::ControlFallback {
             tracing::warn!(
                 phase = %req.phase,
@@ -660,10 +662,12 @@ impl Resolver {
             let mut entry =
                 AuditEntry::new(req, prepared.registry().len(), &resolution, how, timings);
             entry.search = search;
-            self.sessions
+            let turn = self
+                .sessions
                 .lock()
                 .await
                 .record(session, &resolution, entry);
+            response.turn = Some(turn);
         }
         response
     }
@@ -792,6 +796,26 @@ impl Resolver {
     /// A session's audit trail, oldest first; `None` for an unknown session.
     pub async fn audit(&self, session: &str) -> Option<Vec<AuditEntry>> {
         self.sessions.lock().await.trail(session)
+    }
+
+    /// Every session's audit entries in `[since_ms, until_ms)`.
+    pub async fn audit_window(&self, since_ms: u64, until_ms: u64) -> Vec<SessionTrail> {
+        self.sessions.lock().await.window(since_ms, until_ms)
+    }
+
+    /// Attaches an answer's judged calls to the session's entry of `turn`,
+    /// with the reason of each miss; `None` when the entry is not kept.
+    pub async fn record_calls(
+        &self,
+        session: &str,
+        turn: u64,
+        calls: &[keyhole_core::proto::calls::CalledTool],
+        bytes: Bytes,
+    ) -> Option<Vec<CallAudit>> {
+        self.sessions
+            .lock()
+            .await
+            .record_calls(session, turn, calls, bytes)
     }
 }
 

@@ -6,12 +6,13 @@
 
 use crate::alias::{AliasState, AliasStore};
 use crate::metrics::{Metrics, RegistryVia};
-use crate::resolve::{AuditEntry, ResolveError, Resolver};
-use axum::extract::{Path as UrlPath, State};
+use crate::resolve::{AuditEntry, Bytes, ResolveError, Resolver, SessionTrail};
+use axum::extract::{Path as UrlPath, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use keyhole_core::proto::calls::CallsRequest;
 use keyhole_core::proto::tools::{
     registry_digest, ResolveRequest, ResolveResponse, ToolDescriptor, UnknownRegistry,
     UNKNOWN_REGISTRY_STATUS,
@@ -71,6 +72,8 @@ pub fn router(state: AppState) -> Router {
             post(crate::turn::turn),
         )
         .route("/v1/audit/{session}", get(audit))
+        .route("/v1/audit", get(audit_window))
+        .route("/v1/calls", post(calls))
         .merge(aliases)
         .route("/metrics", get(render_metrics))
         // Counts every matched route (after routing, so the route is known).
@@ -244,6 +247,68 @@ async fn audit(
         .await
         .map(Json)
         .ok_or(ApiError::UnknownSession)
+}
+
+/// The window of `GET /v1/audit`, in milliseconds since the Unix epoch.
+#[derive(Debug, Clone, Copy, serde::Deserialize)]
+pub struct Window {
+    /// From (inclusive); default the epoch.
+    #[serde(default)]
+    pub since_ms: u64,
+    /// To (exclusive); default the end of time.
+    #[serde(default = "forever")]
+    pub until_ms: u64,
+}
+
+fn forever() -> u64 {
+    u64::MAX
+}
+
+/// `GET /v1/audit?since_ms=&until_ms=`: every session's entries in the
+/// window (what `keyhole report` reads). Names, reasons, counts; never
+/// prompt text, an id or a value.
+async fn audit_window(
+    State(state): State<AppState>,
+    Query(window): Query<Window>,
+) -> Json<Vec<SessionTrail>> {
+    Json(
+        state
+            .resolver
+            .audit_window(window.since_ms, window.until_ms)
+            .await,
+    )
+}
+
+/// `POST /v1/calls`: an answer's tool calls as the filter judged them.
+/// Counted (`keyhole_calls_total`) and attached to the session's entry of
+/// the turn, each miss with its reason. 204 either way: the filter does not
+/// wait for it.
+async fn calls(
+    State(state): State<AppState>,
+    axum::Extension(metrics): axum::Extension<Arc<Metrics>>,
+    body: axum::body::Bytes,
+) -> Result<StatusCode, ApiError> {
+    let req: CallsRequest =
+        serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let mode = if req.shadow { "shadow" } else { "on" };
+    metrics
+        .calls(&req.phase.to_string(), &req.calls, mode)
+        .await;
+    if let (Some(session), Some(turn)) = (&req.session, req.turn) {
+        let bytes = Bytes {
+            bytes_in: req.bytes_in,
+            bytes_out: req.bytes_out,
+        };
+        if state
+            .resolver
+            .record_calls(session, turn, &req.calls, bytes)
+            .await
+            .is_none()
+        {
+            tracing::debug!(turn, "calls of a turn no longer in the audit trail");
+        }
+    }
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// Errors binding the socket.

@@ -42,6 +42,7 @@ fn main() {
             .map(|n| SurfacedTool::new(n.clone(), Reason::Rag))
             .collect(),
         source: Source::Retrieval,
+        turn: None,
     };
     let tax = Taxonomy::default();
     // As in the filter: the registry is recalled after the first request.

@@ -106,6 +106,32 @@ pub enum ToolSources {
     Pass,
 }
 
+/// Whether a listener acts on what keyhole decides or only measures it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Enforce {
+    /// keyhole acts: an LLM request carries only the surfaced tools, an HMS
+    /// response leaves with aliases only.
+    On,
+    /// keyhole reads and counts but never rewrites: an LLM request goes
+    /// upstream byte-identical (the whole registry, no alias), the set it
+    /// would have surfaced is resolved and audited as `shadow`, and the
+    /// answer's calls are checked against it (`x-keyhole-shadow`); an HMS
+    /// response is forwarded unchanged and what would have been aliased or
+    /// withheld is counted, with no alias minted and no value stored.
+    Shadow,
+}
+
+impl Enforce {
+    /// The setting as written.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Enforce::On => "on",
+            Enforce::Shadow => "shadow",
+        }
+    }
+}
+
 /// The configuration as written by the operator: one JSON object whose `mode`
 /// says which listener it configures and which fields it may carry.
 ///
@@ -171,6 +197,10 @@ pub struct LlmFilterConfig {
     /// tools: `refuse` (the default) or `pass` ([`ToolSources`]).
     #[serde(default = "defaults::unbounded_tool_sources")]
     pub unbounded_tool_sources: ToolSources,
+    /// `on` (the default) or `shadow` ([`Enforce`]): measure on live
+    /// traffic before acting on it.
+    #[serde(default = "defaults::enforce")]
+    pub enforce: Enforce,
 }
 
 /// Allow-lists of built-in tool types per format, as the operator writes them:
@@ -236,12 +266,15 @@ pub struct HmsFilterConfig {
     /// Requests carrying raw-id-shaped values: `refuse` (default) or `pass`.
     #[serde(default = "defaults::raw_ids")]
     pub raw_ids: RawIds,
+    /// `on` (the default) or `shadow` ([`Enforce`]).
+    #[serde(default = "defaults::enforce")]
+    pub enforce: Enforce,
 }
 
 /// The fields each mode accepts (besides `mode`); a field in the other list
 /// is reported as belonging to the other mode. A test checks these lists are
 /// exactly the fields of [`LlmFilterConfig`] and [`HmsFilterConfig`].
-pub const LLM_FIELDS: [&str; 13] = [
+pub const LLM_FIELDS: [&str; 14] = [
     "control_cluster",
     "control_authority",
     "timeout_ms",
@@ -255,9 +288,10 @@ pub const LLM_FIELDS: [&str; 13] = [
     "aliases",
     "tool_search",
     "unbounded_tool_sources",
+    "enforce",
 ];
 /// See [`LLM_FIELDS`].
-pub const HMS_FIELDS: [&str; 7] = [
+pub const HMS_FIELDS: [&str; 8] = [
     "control_cluster",
     "control_authority",
     "timeout_ms",
@@ -265,6 +299,7 @@ pub const HMS_FIELDS: [&str; 7] = [
     "max_body_bytes",
     "taxonomy",
     "raw_ids",
+    "enforce",
 ];
 
 mod defaults {
@@ -305,6 +340,9 @@ mod defaults {
     pub fn tool_search() -> super::SearchTool {
         super::SearchTool::On
     }
+    pub fn enforce() -> super::Enforce {
+        super::Enforce::On
+    }
 }
 
 /// How the filter reaches control (the same on both listeners).
@@ -341,6 +379,8 @@ pub struct LlmConfig {
     pub aliases: Aliases,
     /// See [`LlmFilterConfig::tool_search`].
     pub tool_search: SearchTool,
+    /// See [`LlmFilterConfig::enforce`].
+    pub enforce: Enforce,
 }
 
 /// The validated configuration of an `hms` listener.
@@ -358,6 +398,8 @@ pub struct HmsConfig {
     pub taxonomy: Arc<Taxonomy>,
     /// See [`HmsFilterConfig::raw_ids`].
     pub raw_ids: RawIds,
+    /// See [`HmsFilterConfig::enforce`].
+    pub enforce: Enforce,
 }
 
 /// The validated configuration the filter runs with, per mode.
@@ -569,6 +611,7 @@ impl TryFrom<FilterConfig> for Config {
                 taxonomy: taxonomy(raw.taxonomy)?,
                 aliases: raw.aliases,
                 tool_search: raw.tool_search,
+                enforce: raw.enforce,
             }),
             FilterConfig::Hms(raw) => Config::Hms(HmsConfig {
                 control: control(raw.control_cluster, raw.control_authority, raw.timeout_ms)?,
@@ -576,6 +619,7 @@ impl TryFrom<FilterConfig> for Config {
                 max_body_bytes: max_body_bytes(raw.max_body_bytes)?,
                 taxonomy: taxonomy(raw.taxonomy)?,
                 raw_ids: raw.raw_ids,
+                enforce: raw.enforce,
             }),
         })
     }
@@ -620,6 +664,35 @@ mod tests {
         };
         assert_eq!(c.control.timeout_ms, 500);
         assert_eq!(c.max_body_bytes, 1 << 20);
+        assert_eq!(c.enforce, Enforce::On);
+    }
+
+    #[test]
+    fn enforce_is_on_unless_shadow_on_both_listeners() {
+        let Config::Llm(c) = Config::from_json(br#"{"mode":"llm"}"#).unwrap() else {
+            panic!("llm")
+        };
+        assert_eq!(c.enforce, Enforce::On);
+        let Config::Llm(c) = Config::from_json(br#"{"mode":"llm","enforce":"shadow"}"#).unwrap()
+        else {
+            panic!("llm")
+        };
+        assert_eq!(c.enforce, Enforce::Shadow);
+        let Config::Hms(c) = Config::from_json(br#"{"mode":"hms","enforce":"shadow"}"#).unwrap()
+        else {
+            panic!("hms")
+        };
+        assert_eq!(c.enforce, Enforce::Shadow);
+        assert_eq!(c.enforce.as_str(), "shadow");
+        for json in [
+            &br#"{"mode":"llm","enforce":"off"}"#[..],
+            br#"{"mode":"hms","enforce":"log"}"#,
+            br#"{"mode":"llm","enforce":true}"#,
+        ] {
+            let e = Config::from_json(json).unwrap_err();
+            assert_eq!(e.field, "enforce", "{e}");
+            assert!(e.to_string().starts_with("enforce: "), "{e}");
+        }
     }
 
     #[test]

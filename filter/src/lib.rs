@@ -82,12 +82,22 @@ impl Root {
                 )),
                 memo: RefCell::new(Memo::new()),
                 control_v1: std::cell::Cell::new(false),
+                calls: RefCell::new(std::collections::VecDeque::new()),
             }),
         }
     }
 }
 
 impl Context for Root {}
+
+impl Root {
+    /// The LLM listener sends its answers' calls to control from here.
+    fn tick(&self) {
+        if let Some(Configured::Llm(config)) = &self.config {
+            llm::send_pending(&self.shared, &config.control, self.metrics.calls_dropped);
+        }
+    }
+}
 
 impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
@@ -112,7 +122,12 @@ impl RootContext for Root {
                     config.control().cluster
                 );
                 self.config = Some(match config {
-                    Config::Llm(c) => Configured::Llm(Rc::new(c)),
+                    Config::Llm(c) => {
+                        // The answers' calls go to control on the tick; a
+                        // refused tick period only leaves them queued.
+                        let _ = proxy_wasm::hostcalls::set_tick_period(llm::CALLS_TICK);
+                        Configured::Llm(Rc::new(c))
+                    }
                     Config::Hms(c) => Configured::Hms(Rc::new(c)),
                 });
                 true
@@ -122,6 +137,10 @@ impl RootContext for Root {
                 false
             }
         }
+    }
+
+    fn on_tick(&mut self) {
+        self.tick();
     }
 
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {

@@ -53,6 +53,17 @@
 //! answer that calls it. The agent answers it as it answers any unknown tool
 //! (an error result), or drops it; keyhole reads the call from the next
 //! request either way and never needs its result.
+//!
+//! # Shadow (`enforce: shadow`) and recall
+//! On a shadow listener the request goes upstream byte-identical: no alias,
+//! no tool removed, no control tool added, no header. The body is still read
+//! and control asked (`"shadow": true`, audited as such) for the set it would
+//! have surfaced; a refusal or an outage forwards it unchanged, counted
+//! (`keyhole.shadow.*`). On both modes the answer's calls are judged against
+//! the set ([`keyhole_core::tools::recall`]), counted (`keyhole.calls_covered`,
+//! `keyhole.calls_missed`) and posted to control (`POST /v1/calls`) from the
+//! root context, so that a stream ending never cancels it; a shadow answer
+//! carries [`SHADOW_HEADER`] (non-streamed answers). See `shadow.rs`.
 
 use crate::callout::{self, Callout, Sent};
 use crate::hold::{Verdict, HOLD_HEADER, HOLD_OPEN};
@@ -60,7 +71,7 @@ use crate::host::{self, HostError};
 use crate::metrics::{count, Metrics};
 use keyhole_core::alias::prompt::Refusal as AliasRefusal;
 use keyhole_core::alias::{EncodeRequest, EncodeResponse, PromptScan};
-use keyhole_core::config::{Aliases, LlmConfig, OffSurface, SearchTool};
+use keyhole_core::config::{LlmConfig, OffSurface, SearchTool};
 use keyhole_core::proto::alias::WithTaxonomy;
 use keyhole_core::proto::alias::{ErrorBody, ErrorCode, KnownAlias};
 use keyhole_core::proto::hold::HeaderEdit;
@@ -70,13 +81,17 @@ use keyhole_core::proto::turn::{TurnRequest, TurnResolve, TurnResponse, TURN_PAT
 use keyhole_core::tools::admission::{self, ScanLimits, StreamScanner};
 use keyhole_core::tools::format::{Format, Memo, ParsedRequest};
 use keyhole_core::tools::prior::PriorSets;
-use keyhole_core::tools::recovery;
 use keyhole_core::tools::surface::{self, Finished, Outage, Read, Refusal, Reply};
+use keyhole_core::tools::{recall, recovery};
 use keyhole_core::Phase;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType, StreamType};
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::rc::Rc;
+
+mod shadow;
+pub use shadow::{send_pending, CALLS_TICK, SHADOW_HEADER};
 
 /// Response header listing the surfaced tools as `name=reason` pairs.
 pub const AUDIT_HEADER: &str = "x-keyhole-tools";
@@ -131,11 +146,13 @@ enum State {
         format: Format,
         search_tool: bool,
     },
-    /// Passing a streamed answer through, checking tool calls as they appear.
+    /// Passing a streamed answer through, checking tool calls as they appear
+    /// (`called`: every name so far, once).
     CheckingStream {
         surfaced: Vec<SurfacedTool>,
         scanner: StreamScanner,
         search_tool: bool,
+        called: Vec<String>,
     },
     /// Answered locally.
     Answered,
@@ -150,11 +167,15 @@ pub struct Shared {
     /// Control answered that it does not speak `/v2/turn` (404, or another
     /// version): this worker's turns go the two `/v1` calls from then on.
     pub control_v1: Cell<bool>,
+    /// `POST /v1/calls` bodies waiting for the root context to send them
+    /// (bounded; see [`shadow::MAX_PENDING_CALLS`]).
+    pub calls: RefCell<VecDeque<Vec<u8>>>,
 }
 
 /// The response headers only keyhole writes.
-const OWN_HEADERS: [&str; 6] = [
+const OWN_HEADERS: [&str; 7] = [
     HOLD_HEADER,
+    SHADOW_HEADER,
     OFF_SURFACE_HEADER,
     AUDIT_HEADER,
     SOURCE_HEADER,
@@ -180,6 +201,11 @@ pub struct LlmStream {
     body_size: usize,
     /// Raw id occurrences replaced in the request (`None`: not aliased).
     ids_aliased: Option<usize>,
+    /// The turn's number in control's audit trail, from its answer.
+    turn: Option<u64>,
+    /// Bytes of the body as read, and as forwarded (or, in shadow, as it
+    /// would have been forwarded).
+    bytes: (usize, usize),
 }
 
 impl LlmStream {
@@ -202,6 +228,8 @@ impl LlmStream {
             callout: Callout::default(),
             body_size: 0,
             ids_aliased: None,
+            turn: None,
+            bytes: (0, 0),
         }
     }
 
@@ -221,6 +249,9 @@ impl LlmStream {
 
     /// Refuses the request for `refusal`: counted, logged with the reason.
     fn refuse(&mut self, refusal: Refusal, reply: LocalReply) -> Action {
+        if self.shadow() {
+            return self.shadow_pass(refusal.as_str());
+        }
         if let Refusal::OverBudget { found, budget } = refusal {
             count(self.metrics.over_budget, 1);
             log::warn!(
@@ -249,12 +280,12 @@ impl LlmStream {
             host::buffer(BufferType::HttpRequestBody, size)
         };
         let Ok(body) = body else {
-            if self.config.aliases == Aliases::On {
+            if self.aliasing() {
                 return self.refuse_alias(AliasRefusal::Host, 0);
             }
             return self.reject(reply::internal("the request body could not be read"));
         };
-        if self.config.aliases == Aliases::On && !body.is_empty() {
+        if self.aliasing() && !body.is_empty() {
             return self.alias(body);
         }
         self.surface(body)
@@ -584,13 +615,14 @@ impl LlmStream {
         with_registry: bool,
     ) -> Action {
         let search_tool = self.search_tool(&parsed);
-        let question = surface::question_with(
+        let mut question = surface::question_with(
             &parsed,
             self.session.as_deref(),
             self.phase,
             with_registry,
             search_tool,
         );
+        question.shadow = self.shadow();
         let Ok(payload) = serde_json::to_vec(&question) else {
             return self.apply(&parsed, &body, Err(Outage::Dispatch));
         };
@@ -619,7 +651,7 @@ impl LlmStream {
         surface::offers_search_tool(
             parsed,
             self.phase,
-            self.config.tool_search == SearchTool::On,
+            self.config.tool_search == SearchTool::On && !self.shadow(),
         )
     }
 
@@ -631,6 +663,10 @@ impl LlmStream {
         body: &[u8],
         answer: Result<&ResolveResponse, Outage>,
     ) -> Action {
+        self.turn = answer.ok().and_then(|a| a.turn);
+        if self.shadow() {
+            return self.shadow_apply(parsed, body, answer);
+        }
         let prior: Vec<SurfacedTool> = match &self.session {
             Some(s) => self.shared.prior.borrow().get(s).to_vec(),
             None => Vec::new(),
@@ -666,6 +702,7 @@ impl LlmStream {
                 search_tool,
             } => (body, keep, surfaced, source, clamped, search_tool),
         };
+        self.bytes = (body.len(), rewritten.len());
         if host::replace_buffer(BufferType::HttpRequestBody, body.len(), &rewritten).is_err() {
             return self.reject(reply::internal("the request body could not be rewritten"));
         }
@@ -948,13 +985,16 @@ impl HttpContext for LlmStream {
             return Action::Continue;
         };
         // The audit headers inform; a refused one is logged, and the answer is
-        // still checked.
-        let _ = host::set_response_header(AUDIT_HEADER, Some(&audit_value(&surfaced)));
-        let _ = host::set_response_header(SOURCE_HEADER, Some(source.as_str()));
+        // still checked. A shadow answer carries only its verdict.
+        if !self.shadow() {
+            let _ = host::set_response_header(AUDIT_HEADER, Some(&audit_value(&surfaced)));
+            let _ = host::set_response_header(SOURCE_HEADER, Some(source.as_str()));
+        }
         if search_tool {
             let _ = host::set_response_header(TOOL_SEARCH_HEADER, Some("offered"));
         }
         if end_of_stream {
+            self.judge_calls(&[], &surfaced);
             return Action::Continue;
         }
         // An unreadable content type counts as an unknown one: not checked.
@@ -969,10 +1009,12 @@ impl HttpContext for LlmStream {
                 surfaced,
                 scanner: StreamScanner::new(format, ScanLimits::default()),
                 search_tool,
+                called: Vec::new(),
             };
             return Action::Continue;
         }
         if !content_type.contains("json") {
+            self.judge_calls(&[], &surfaced);
             return Action::Continue;
         }
         // The verdict goes into a header (flag) or replaces the answer (block),
@@ -994,6 +1036,7 @@ impl HttpContext for LlmStream {
                 surfaced,
                 scanner,
                 search_tool,
+                called,
             } => {
                 // An unreadable chunk is passed on unscanned (it cannot be held).
                 let chunk =
@@ -1013,16 +1056,23 @@ impl HttpContext for LlmStream {
                         );
                     }
                 }
+                recall::merge(called, fresh.clone());
                 let off: Vec<String> = fresh
                     .into_iter()
                     .filter(|n| !admission::is_surfaced(n, &names(surfaced)))
                     .collect();
                 let (searched, off) = split_search_call(off, *search_tool);
+                // The stream's last chunk judges every call it made, once.
+                let ended =
+                    end_of_stream.then(|| (std::mem::take(called), std::mem::take(surfaced)));
                 if searched {
                     self.note_search_call();
                 }
-                if !off.is_empty() {
+                if !off.is_empty() && !self.shadow() {
                     self.note_off_surface(&off);
+                }
+                if let Some((called, surfaced)) = ended {
+                    self.judge_calls(&called, &surfaced);
                 }
                 Action::Continue
             }
@@ -1037,11 +1087,20 @@ impl HttpContext for LlmStream {
                 let Ok(body) = host::buffer(BufferType::HttpResponseBody, body_size) else {
                     return Action::Continue;
                 };
-                let off =
-                    admission::off_surface(*format, &body, &names(surfaced)).unwrap_or_default();
+                let called = admission::tool_calls(*format, &body).unwrap_or_default();
+                let off: Vec<String> = called
+                    .iter()
+                    .filter(|n| !admission::is_surfaced(n, &names(surfaced)))
+                    .cloned()
+                    .collect();
                 let (searched, off) = split_search_call(off, *search_tool);
+                let surfaced = std::mem::take(surfaced);
                 if searched {
                     self.note_search_call();
+                }
+                let judged = self.judge_calls(&called, &surfaced);
+                if self.shadow() {
+                    return self.shadow_verdict(&body, &judged);
                 }
                 if !off.is_empty() {
                     self.note_off_surface(&off);

@@ -35,6 +35,15 @@ pub struct Metrics {
     /// LLM requests whose tools were recalled from the worker's memo of
     /// registries (the same bytes read before), not read again.
     pub registry_recalled: Option<u32>,
+    /// Calls in answers of a tool on the surface (hits), summed.
+    pub calls_covered: Option<u32>,
+    /// Calls in answers of a tool outside the surface, or of the tool-search
+    /// control tool (misses), summed.
+    pub calls_missed: Option<u32>,
+    /// `POST /v1/calls` bodies dropped (queue full, dispatch refused).
+    pub calls_dropped: Option<u32>,
+    /// The LLM listener's `enforce: shadow` counters.
+    pub shadow: ShadowMetrics,
     /// The LLM listener's id-alias counters.
     pub llm: LlmAliasMetrics,
     /// The HMS listener's counters.
@@ -90,6 +99,22 @@ impl Refused {
     }
 }
 
+/// The LLM listener's `enforce: shadow` counters (`keyhole.shadow.*`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ShadowMetrics {
+    /// Requests whose would-be set was resolved (forwarded unchanged).
+    pub requests: Option<u32>,
+    /// Requests forwarded unchanged where `on` would have refused or
+    /// fallen back (control down, over budget, …), outages included.
+    pub passed: Option<u32>,
+    /// Of those, control gave no usable answer.
+    pub outage: Option<u32>,
+    /// Answers whose every call was in the would-be set.
+    pub covered: Option<u32>,
+    /// Answers with at least one call outside it.
+    pub missed: Option<u32>,
+}
+
 /// The LLM listener's id-alias counters (`keyhole.llm.*`).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct LlmAliasMetrics {
@@ -139,6 +164,13 @@ pub struct HmsMetrics {
     /// Responses the last word withheld, per
     /// [`keyhole_core::alias::lastword::Reason::ALL`] (`keyhole.hms_last_word.<reason>`).
     last_word: [Option<u32>; LastWordReason::ALL.len()],
+    /// `enforce: shadow`: responses scanned and forwarded unchanged.
+    pub shadow_responses: Option<u32>,
+    /// Of those, the ones with ids `on` would have aliased.
+    pub shadow_with_ids: Option<u32>,
+    /// Of those, the ones `on` would have withheld, per [`Withheld::ALL`]
+    /// (`keyhole.hms_shadow.withheld.<reason>`).
+    shadow_withheld: [Option<u32>; Withheld::ALL.len()],
 }
 
 impl HmsMetrics {
@@ -152,6 +184,12 @@ impl HmsMetrics {
     pub fn refused(&self, reason: Refused) -> Option<u32> {
         let i = Refused::ALL.iter().position(|r| *r == reason)?;
         self.refused.get(i).copied().flatten()
+    }
+
+    /// The counter of shadow responses `on` would have withheld for `reason`.
+    pub fn shadow_withheld(&self, reason: Withheld) -> Option<u32> {
+        let i = Withheld::ALL.iter().position(|r| *r == reason)?;
+        self.shadow_withheld.get(i).copied().flatten()
     }
 
     /// The counter of responses the last word withheld for `reason`.
@@ -170,6 +208,34 @@ pub fn count(counter: Option<u32>, offset: i64) {
             log::debug!("keyhole.metrics op=increment id={id} status={}", status.0);
         }
     }
+}
+
+/// Counters whose names are known only at run time (an id kind of the
+/// taxonomy), defined on first use; at most [`MAX_NAMED`] per worker.
+const MAX_NAMED: usize = 256;
+
+thread_local! {
+    static NAMED: std::cell::RefCell<std::collections::BTreeMap<String, Option<u32>>> =
+        const { std::cell::RefCell::new(std::collections::BTreeMap::new()) };
+}
+
+/// Adds `offset` to the counter `name`, defining it on first use.
+pub fn count_named(name: &str, offset: i64) {
+    let id = NAMED.with(|named| {
+        let Ok(mut named) = named.try_borrow_mut() else {
+            return None;
+        };
+        if let Some(id) = named.get(name) {
+            return *id;
+        }
+        if named.len() >= MAX_NAMED {
+            return None;
+        }
+        let id = counter(name);
+        named.insert(name.to_owned(), id);
+        id
+    });
+    count(id, offset);
 }
 
 fn counter(name: &str) -> Option<u32> {
@@ -196,6 +262,16 @@ impl Metrics {
             over_budget: counter("keyhole.over_budget"),
             stream_events_skipped: counter("keyhole.stream_events_skipped"),
             registry_recalled: counter("keyhole.registry_recalled"),
+            calls_covered: counter("keyhole.calls_covered"),
+            calls_missed: counter("keyhole.calls_missed"),
+            calls_dropped: counter("keyhole.calls_dropped"),
+            shadow: ShadowMetrics {
+                requests: counter("keyhole.shadow.requests"),
+                passed: counter("keyhole.shadow.passed"),
+                outage: counter("keyhole.shadow.outage"),
+                covered: counter("keyhole.shadow.covered"),
+                missed: counter("keyhole.shadow.missed"),
+            },
             llm: LlmAliasMetrics {
                 ids_aliased: counter("keyhole.llm.ids_aliased"),
                 requests_aliased: counter("keyhole.llm.requests_aliased"),
@@ -216,6 +292,10 @@ impl Metrics {
                     .map(|r| counter(&format!("keyhole.hms_refused.{}", r.as_str()))),
                 last_word: LastWordReason::ALL
                     .map(|r| counter(&format!("keyhole.hms_last_word.{}", r.as_str()))),
+                shadow_responses: counter("keyhole.hms_shadow.responses"),
+                shadow_with_ids: counter("keyhole.hms_shadow.with_ids"),
+                shadow_withheld: Withheld::ALL
+                    .map(|r| counter(&format!("keyhole.hms_shadow.withheld.{}", r.as_str()))),
             },
         }
     }

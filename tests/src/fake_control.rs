@@ -63,6 +63,7 @@ async fn resolve(State(fault): State<Fault>, Json(req): Json<ResolveRequest>) ->
             Json(ResolveResponse {
                 tools: Vec::new(),
                 source: Source::Retrieval,
+                turn: None,
             })
             .into_response()
         }
@@ -92,6 +93,7 @@ async fn resolve(State(fault): State<Fault>, Json(req): Json<ResolveRequest>) ->
                 })
                 .collect(),
             source: Source::Retrieval,
+            turn: None,
         })
         .into_response(),
     }

@@ -7,9 +7,11 @@
 //! tool outside retrieval's answer was shown (cut to 256 characters; raw ids
 //! in it were replaced by aliases on the LLM listener before it left).
 
+use keyhole_core::proto::calls::CalledTool;
 use keyhole_core::proto::tools::{ResolveRequest, Source, SurfacedTool};
 use keyhole_core::tools::rank::floors::FiredFloor;
 use keyhole_core::tools::rank::pipeline::Resolution;
+use keyhole_core::tools::recovery;
 use keyhole_core::Phase;
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
@@ -47,6 +49,13 @@ pub struct Timings {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AuditEntry {
+    /// The turn's number, unique in this control ([`Sessions::record`]
+    /// assigns it; the filter names it in `POST /v1/calls`).
+    pub turn: u64,
+    /// The listener runs `enforce: shadow`: this set was only measured, the
+    /// model saw the whole registry.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub shadow: bool,
     /// Milliseconds since the Unix epoch.
     pub at_ms: u64,
     /// The turn's phase.
@@ -68,6 +77,91 @@ pub struct AuditEntry {
     /// The model's tool search on this turn, when it made one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub search: Option<SearchAudit>,
+    /// Tools that took the off-domain penalty (the ranking's trace).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub off_domain: Vec<String>,
+    /// Tools demoted or dropped by dedup (the ranking's trace).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub deduped: Vec<String>,
+    /// Tools at or above the threshold before the later stages; kept to
+    /// say why a called tool was missing, never shown.
+    #[serde(skip)]
+    pub ranked: Vec<String>,
+    /// Bytes of the request as sent and as forwarded (or, in shadow, as it
+    /// would have been), from the filter's `POST /v1/calls`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<Bytes>,
+    /// The answer's tool calls, judged (from `POST /v1/calls`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<CallAudit>,
+}
+
+/// Bytes of one turn's request body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Bytes {
+    /// As the client sent it.
+    #[serde(rename = "in")]
+    pub bytes_in: u64,
+    /// As keyhole forwarded it (or would have).
+    #[serde(rename = "out")]
+    pub bytes_out: u64,
+}
+
+/// One tool the answer called.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallAudit {
+    /// The function name as the model wrote it.
+    pub tool: String,
+    /// It was on the surface (a hit).
+    pub covered: bool,
+    /// Why a missed tool was not on the surface.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missed: Option<MissReason>,
+}
+
+/// Why a tool the model called was not in the set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MissReason {
+    /// The model called the tool-search control tool: it said itself that
+    /// what it needed was not there.
+    ToolSearch,
+    /// The set was a fallback (control or filter), not a ranking.
+    Fallback,
+    /// It scored below the threshold (or is not in the registry).
+    BelowThreshold,
+    /// It ranked above the threshold but the phase budget cut it.
+    Budget,
+    /// Domain scoping penalised it (the turn's domains are others).
+    OtherDomain,
+    /// Dedup demoted it behind a sibling of its semantic group.
+    Deduped,
+    /// Control surfaced it, and the filter left it out (the phase rules,
+    /// a clamp).
+    Filter,
+}
+
+impl MissReason {
+    /// Why `tool`, called on the turn of `entry`, was not surfaced.
+    pub fn of(tool: &str, entry: &AuditEntry) -> MissReason {
+        let has = |names: &[String]| names.iter().any(|n| n == tool);
+        if tool == recovery::TOOL_NAME {
+            MissReason::ToolSearch
+        } else if entry.tools.iter().any(|t| t.name == tool) {
+            MissReason::Filter
+        } else if !matches!(entry.source, Source::Retrieval | Source::Lexical) {
+            MissReason::Fallback
+        } else if has(&entry.deduped) {
+            MissReason::Deduped
+        } else if has(&entry.off_domain) {
+            MissReason::OtherDomain
+        } else if has(&entry.ranked) {
+            MissReason::Budget
+        } else {
+            MissReason::BelowThreshold
+        }
+    }
 }
 
 /// A tool search (the model's call of the tool-search control tool), as the
@@ -118,6 +212,8 @@ impl AuditEntry {
         timings: Timings,
     ) -> AuditEntry {
         AuditEntry {
+            turn: 0,
+            shadow: req.shadow,
             at_ms: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
@@ -130,8 +226,22 @@ impl AuditEntry {
             domains: res.trace.domains.clone(),
             timings,
             search: None,
+            off_domain: res.trace.off_domain.clone(),
+            deduped: res.trace.deduped.clone(),
+            ranked: res.trace.ranked.clone(),
+            bytes: None,
+            calls: Vec::new(),
         }
     }
+}
+
+/// One session's entries, as `GET /v1/audit` lists them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionTrail {
+    /// The session's name.
+    pub session: String,
+    /// Its entries in the window, oldest first.
+    pub entries: Vec<AuditEntry>,
 }
 
 struct Session {
@@ -166,9 +276,12 @@ impl Sessions {
             .unwrap_or_default()
     }
 
-    /// Appends an entry; a retrieval (never a fallback) replaces the audited set.
-    pub(crate) fn record(&mut self, session: &str, res: &Resolution, entry: AuditEntry) {
+    /// Appends an entry, numbering its turn; a retrieval (never a fallback)
+    /// replaces the audited set. Returns the turn's number. A shadow turn
+    /// never replaces the audited set: the model did not see it.
+    pub(crate) fn record(&mut self, session: &str, res: &Resolution, mut entry: AuditEntry) -> u64 {
         self.tick += 1;
+        entry.turn = self.tick;
         if !self.by_name.contains_key(session) && self.by_name.len() >= self.max_sessions {
             let oldest = self
                 .by_name
@@ -188,13 +301,63 @@ impl Sessions {
                 used: 0,
             });
         s.used = self.tick;
-        if matches!(res.source, Source::Retrieval | Source::Lexical) {
+        if matches!(res.source, Source::Retrieval | Source::Lexical) && !entry.shadow {
             s.prior = res.candidates.iter().map(|c| c.name.clone()).collect();
         }
         if s.trail.len() >= self.audit_len {
             s.trail.pop_front();
         }
         s.trail.push_back(entry);
+        self.tick
+    }
+
+    /// Attaches an answer's judged `calls` and body sizes to the session's
+    /// entry of `turn`, each miss with its reason. `None` when that entry is
+    /// gone (evicted) or never was.
+    pub(crate) fn record_calls(
+        &mut self,
+        session: &str,
+        turn: u64,
+        calls: &[CalledTool],
+        bytes: Bytes,
+    ) -> Option<Vec<CallAudit>> {
+        let entry = self
+            .by_name
+            .get_mut(session)?
+            .trail
+            .iter_mut()
+            .find(|e| e.turn == turn)?;
+        entry.calls = calls
+            .iter()
+            .map(|c| CallAudit {
+                tool: c.name.clone(),
+                covered: c.covered,
+                missed: (!c.covered).then(|| MissReason::of(&c.name, entry)),
+            })
+            .collect();
+        entry.bytes = Some(bytes);
+        Some(entry.calls.clone())
+    }
+
+    /// Every session's entries from `since_ms` (inclusive) to `until_ms`
+    /// (exclusive), sessions by name.
+    pub(crate) fn window(&self, since_ms: u64, until_ms: u64) -> Vec<SessionTrail> {
+        let mut out: Vec<SessionTrail> = self
+            .by_name
+            .iter()
+            .map(|(name, s)| SessionTrail {
+                session: name.clone(),
+                entries: s
+                    .trail
+                    .iter()
+                    .filter(|e| (since_ms..until_ms).contains(&e.at_ms))
+                    .cloned()
+                    .collect(),
+            })
+            .filter(|t| !t.entries.is_empty())
+            .collect();
+        out.sort_by(|a, b| a.session.cmp(&b.session));
+        out
     }
 
     /// The session's trail, oldest first.

@@ -77,6 +77,7 @@ fn request(f: &Fixture, session: &str, turn: &str, phase: Phase) -> ResolveReque
         forced: vec![],
         registry: None,
         tool_search: None,
+        shadow: false,
     }
 }
 
@@ -293,6 +294,8 @@ async fn sessions_and_their_trails_are_bounded() {
         mutating: Default::default(),
     };
     let entry = |n: usize| AuditEntry {
+        turn: 0,
+        shadow: false,
         at_ms: n as u64,
         phase: Phase::Planner,
         source: Source::Retrieval,
@@ -303,6 +306,11 @@ async fn sessions_and_their_trails_are_bounded() {
         domains: vec![],
         timings: Timings::default(),
         search: None,
+        off_domain: vec![],
+        deduped: vec![],
+        ranked: vec![],
+        bytes: None,
+        calls: vec![],
     };
     for n in 0..5 {
         s.record("a", &res, entry(n));
@@ -743,6 +751,7 @@ fn searching(
     });
     ResolveRequest {
         tool_search,
+        shadow: false,
         ..request(f, session, turn, phase)
     }
 }
@@ -934,5 +943,114 @@ async fn the_resolve_handler_takes_the_tool_search_and_the_audit_shows_it() {
     assert!(
         !body.to_string().contains("Krause"),
         "the turn's text is still never kept"
+    );
+}
+
+#[tokio::test]
+async fn calls_are_audited_with_the_reason_of_each_miss_and_counted() {
+    let f = fixture().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = StoreConfig::new(Arc::new(Taxonomy::default()), Duration::from_secs(3600));
+    let aliases = Arc::new(RedbStore::open(&dir.path().join("aliases"), config).unwrap());
+    let app = router(AppState {
+        resolver: f.resolver.clone(),
+        aliases,
+    });
+    f.resolver.prepare(&f.tools).await.unwrap();
+    let mut req = request(
+        &f,
+        "sess-shadow",
+        "Search for the patient Hannelore Krause, born 1941.",
+        Phase::Planner,
+    );
+    req.shadow = true;
+    let post = Request::post("/v1/resolve")
+        .header("content-type", "application/json")
+        .body(Body::from(serde_json::to_vec(&req).unwrap()))
+        .unwrap();
+    let (status, body) = call(app.clone(), post).await;
+    assert_eq!(status, StatusCode::OK);
+    let answer: ResolveResponse = serde_json::from_value(body).unwrap();
+    let turn = answer.turn.expect("a turn with a session is numbered");
+    let hit = answer.tools[0].name.clone();
+    // A shadow set is never the session's audited set: the model did not see it.
+    assert!(f
+        .resolver
+        .sessions
+        .lock()
+        .await
+        .prior("sess-shadow")
+        .is_empty());
+
+    let calls = keyhole_core::proto::calls::CallsRequest {
+        session: Some("sess-shadow".into()),
+        phase: Phase::Planner,
+        turn: Some(turn),
+        shadow: true,
+        bytes_in: 40_000,
+        bytes_out: 6_000,
+        calls: vec![
+            keyhole_core::proto::calls::CalledTool {
+                name: hit.clone(),
+                covered: true,
+            },
+            keyhole_core::proto::calls::CalledTool {
+                name: "billing__invoice__create".into(),
+                covered: false,
+            },
+            keyhole_core::proto::calls::CalledTool {
+                name: keyhole_core::tools::recovery::TOOL_NAME.into(),
+                covered: false,
+            },
+        ],
+    };
+    let post = Request::post("/v1/calls")
+        .header("content-type", "application/json")
+        .body(Body::from(serde_json::to_vec(&calls).unwrap()))
+        .unwrap();
+    let resp = app.clone().oneshot(post).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+
+    let (status, body) = call(
+        app.clone(),
+        Request::get("/v1/audit?since_ms=0")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let entry = &body[0]["entries"][0];
+    assert_eq!(body[0]["session"], "sess-shadow");
+    assert_eq!(entry["shadow"], true);
+    assert_eq!(entry["turn"], turn);
+    assert_eq!(entry["bytes"]["in"], 40_000);
+    assert_eq!(entry["calls"][0]["tool"], hit.as_str());
+    assert_eq!(entry["calls"][0]["covered"], true);
+    assert!(entry["calls"][0].get("missed").is_none());
+    assert_eq!(entry["calls"][1]["covered"], false);
+    assert_eq!(entry["calls"][1]["missed"], "below-threshold");
+    assert_eq!(entry["calls"][2]["missed"], "tool-search");
+    let text = body.to_string();
+    assert!(!text.contains("Krause"), "{text}");
+
+    let (_, metrics) = {
+        let resp = app
+            .oneshot(Request::get("/metrics").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        ((), String::from_utf8(bytes.to_vec()).unwrap())
+    };
+    assert!(
+        metrics.contains(&format!(
+            "keyhole_calls_total{{phase=\"planner\",tool=\"{hit}\",covered=\"true\",mode=\"shadow\"}} 1"
+        )),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            "keyhole_calls_total{phase=\"planner\",tool=\"keyhole_tool_search\",covered=\"false\",mode=\"shadow\"} 1"
+        ),
+        "{metrics}"
     );
 }

@@ -4,6 +4,7 @@
 //! a code or a status on its own.
 //!
 //! - [`tools`]: `POST /v1/resolve` — the turn and the audited set.
+//! - [`calls`]: `POST /v1/calls` — the tools an answer called, judged.
 //! - [`alias`]: `POST /v1/alias/{encode,decode,known,…}` — ids and aliases,
 //!   and the error codes of control's alias API.
 //! - [`turn`]: `POST /v2/turn` — one LLM turn's ids and set in one round trip.
@@ -14,6 +15,7 @@
 //!   the response headers that are never scanned.
 
 pub mod alias;
+pub mod calls;
 pub mod hold;
 pub mod reply;
 pub mod tools;

@@ -49,6 +49,11 @@ pub struct ResolveRequest {
     /// the model's query when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_search: Option<ToolSearch>,
+    /// The listener runs `enforce: shadow`: the set is resolved and audited
+    /// (marked shadow) but the request goes upstream unchanged. Absent (an
+    /// older filter): `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shadow: bool,
 }
 
 /// The tool-search control tool on one turn (see [`ResolveRequest::tool_search`]).
@@ -185,6 +190,11 @@ pub struct ResolveResponse {
     /// How the set was obtained.
     #[serde(default)]
     pub source: Source,
+    /// The turn's number in the session's audit trail, for the filter's
+    /// `POST /v1/calls` ([`crate::proto::calls::CallsRequest::turn`]); `None`
+    /// for a turn without a session, or from an older control.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u64>,
 }
 
 /// The status control answers a request naming a registry by a digest it

@@ -15,6 +15,7 @@
 //! - [`surface`]: the filter's bounded decision on one LLM request.
 //! - [`phase`]: agent phases and their candidate-set budgets.
 //! - [`admission`]: which tools an LLM response calls (edge plan validation).
+//! - [`recall`]: whether each called tool was on the surface (hits and misses).
 //! - [`recovery`]: the tool-search control tool (recovery when retrieval misses).
 //! - [`prior`]: a bounded per-session memory of the last audited set.
 
@@ -24,5 +25,6 @@ pub mod format;
 pub mod phase;
 pub mod prior;
 pub mod rank;
+pub mod recall;
 pub mod recovery;
 pub mod surface;

@@ -542,6 +542,7 @@ pub fn question_with(
         registry: Some(req.registry_digest()),
         forced: req.forced.clone(),
         tool_search,
+        shadow: false,
     }
 }
 
@@ -644,6 +645,7 @@ mod tests {
                 })
                 .collect(),
             source: Source::Retrieval,
+            turn: None,
         }
     }
 

@@ -54,7 +54,7 @@ use crate::hold::{self, HeaderEdit, Verdict, VerdictError};
 use crate::host::{self, HostError};
 use crate::metrics::Metrics;
 use keyhole_core::alias::{BodyKind, Taxonomy};
-use keyhole_core::config::HmsConfig;
+use keyhole_core::config::{Enforce, HmsConfig};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType, MapType};
 use request::Request;
@@ -205,16 +205,38 @@ impl Context for HmsStream {
     }
 }
 
+impl HmsStream {
+    /// `enforce: shadow`: nothing is decoded, refused or rewritten; the
+    /// response is only scanned and counted ([`Response::on_body`]).
+    fn shadow(&self) -> bool {
+        self.stream.config.enforce == Enforce::Shadow
+    }
+}
+
 impl HttpContext for HmsStream {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        if self.shadow() {
+            // The path names the response's primary kind; nothing else is read.
+            if let Ok(Some(path)) = host::request_header(":path") {
+                self.stream.path = path;
+            }
+            let _ = host::set_request_header(hold::HOLD_HEADER, None);
+            return Action::Continue;
+        }
         self.request.on_headers(&mut self.stream, end_of_stream)
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if self.shadow() {
+            return Action::Continue;
+        }
         self.request.on_body(&self.stream, body_size, end_of_stream)
     }
 
     fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
+        if self.shadow() {
+            return Action::Continue;
+        }
         self.request.on_trailers(&self.stream)
     }
 

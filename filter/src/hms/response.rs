@@ -13,10 +13,11 @@ use super::{body_kind, hand_on, taxonomy, HandOnError, Headers, Side, Stream};
 use crate::callout::{self, Answer, Callout, Sent};
 use crate::hold::{self, HeaderEdit, Verdict};
 use crate::host;
-use crate::metrics::count;
+use crate::metrics::{count, count_named};
 use keyhole_core::alias::{
     BodyKind, EncodeRequest, EncodeResponse, KnownAlias, PartId, ResponseScan, Taxonomy,
 };
+use keyhole_core::config::Enforce;
 use keyhole_core::proto::alias::WithTaxonomy;
 use keyhole_core::proto::reply::{self, LocalReply};
 use keyhole_core::proto::withhold::{Withheld, UNSCANNED_RESPONSE_HEADERS};
@@ -259,6 +260,19 @@ impl Response {
                 !n.starts_with(':') && !UNSCANNED_RESPONSE_HEADERS.contains(&n.as_str())
             })
             .unzip();
+        if s.config.enforce == Enforce::Shadow {
+            // Nothing is held: the headers go on as they are, the body is
+            // read at its end and only counted.
+            if end_of_stream {
+                return shadow_measure(s, headers, latin1, Vec::new(), kind);
+            }
+            self.state = State::Reading {
+                headers,
+                latin1,
+                kind,
+            };
+            return Action::Continue;
+        }
         if end_of_stream {
             return self.encode(
                 s,
@@ -299,6 +313,11 @@ impl Response {
         else {
             return Action::Pause;
         };
+        if s.config.enforce == Enforce::Shadow {
+            // An unreadable body is forwarded as it is, counted as unreadable.
+            let body = host::buffer(BufferType::HttpResponseBody, body_size).unwrap_or_default();
+            return shadow_measure(s, headers, latin1, body, kind);
+        }
         let Ok(body) = host::buffer(BufferType::HttpResponseBody, body_size) else {
             let removals = removals(names(&headers));
             return self.withhold(
@@ -324,6 +343,13 @@ impl Response {
     /// Trailers end the body without an end-of-stream body callback: it was
     /// never scanned, so it must not go on.
     pub(super) fn on_trailers(&mut self, s: &Stream) -> Action {
+        if s.config.enforce == Enforce::Shadow {
+            if matches!(self.state, State::Reading { .. }) {
+                self.state = State::Idle;
+                count(s.metrics.hms.shadow_withheld(Withheld::Trailers), 1);
+            }
+            return Action::Continue;
+        }
         if matches!(self.state, State::Reading { .. }) {
             count(s.metrics.hms.withheld(Withheld::Trailers), 1);
             return self.refuse(&reply::unaliasable(
@@ -592,6 +618,68 @@ impl Response {
         self.state = State::Idle;
         Action::Pause
     }
+}
+
+/// `enforce: shadow`: scans a response that goes on unchanged (`body` as
+/// HMS sent it) and counts what `on` would have done with it: the ids it
+/// would have aliased, by kind (`keyhole.hms_shadow.ids.<kind>`), and a
+/// response it would have withheld because it cannot be read
+/// (`keyhole.hms_shadow.withheld.unreadable`). No encode callout: no alias
+/// is minted and no value stored, so the reasons that need control's answer
+/// (a store down, a rewrite the last word refuses) are not measured.
+fn shadow_measure(
+    s: &Stream,
+    headers: Vec<(String, String)>,
+    latin1: Vec<bool>,
+    body: Vec<u8>,
+    kind: BodyKind,
+) -> Action {
+    count(s.metrics.hms.shadow_responses, 1);
+    let scanned = decoded(&headers, body, s.config.max_body_bytes).and_then(|(body, held)| {
+        Job::scan(
+            taxonomy(&s.config),
+            &s.path,
+            &headers,
+            latin1,
+            body,
+            held,
+            kind,
+            Headers::Held,
+        )
+    });
+    let job = match scanned {
+        Ok(job) => job,
+        Err(reason) => {
+            count(s.metrics.hms.shadow_withheld(Withheld::Unreadable), 1);
+            log::info!(
+                "keyhole.shadow-withheld context={} why=unreadable reason={reason:?}",
+                s.context_id
+            );
+            return Action::Continue;
+        }
+    };
+    let ids = job.scan.ids();
+    if !ids.is_empty() {
+        count(s.metrics.hms.shadow_with_ids, 1);
+    }
+    let mut by_kind: Vec<(&str, i64)> = Vec::new();
+    for id in ids {
+        let kind = id.kind.as_deref().unwrap_or("unknown");
+        match by_kind.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, n)) => *n += 1,
+            None => by_kind.push((kind, 1)),
+        }
+    }
+    for (kind, n) in &by_kind {
+        count_named(&format!("keyhole.hms_shadow.ids.{kind}"), *n);
+    }
+    log::info!(
+        "keyhole.shadow-ids context={} ids={} kinds={}",
+        s.context_id,
+        ids.len(),
+        by_kind.len()
+    );
+    Action::Continue
 }
 
 /// What the last word finds in a rewritten response (`body`, and every

@@ -27,6 +27,7 @@ mod qdrant;
 mod recovery;
 mod registry_invariant;
 mod run_dir;
+mod shadow;
 mod skeleton;
 mod taxonomy;
 mod tool_surface;

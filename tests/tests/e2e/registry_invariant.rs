@@ -540,6 +540,7 @@ fn generated_requests_never_leave_core_over_budget() {
                             })
                             .collect(),
                         source: Source::Retrieval,
+                        turn: None,
                     };
                     match surface::finish(
                         &parsed,

@@ -33,6 +33,7 @@ fn answer(n: usize) -> ResolveResponse {
             })
             .collect(),
         source: Source::Retrieval,
+        turn: None,
     }
 }
 

@@ -97,6 +97,12 @@ pub struct Trace {
     pub confident: Option<usize>,
     /// Clauses retrieved on their own (0: the turn was retrieved whole).
     pub clauses: usize,
+    /// The tools at or above the threshold (or filling the phase minimum),
+    /// best first, before domain scoping, dedup and the budget: a tool here
+    /// and not in the set was cut by a later stage, a registry tool not here
+    /// scored below the threshold. Kept for the audit's miss reasons.
+    #[serde(skip)]
+    pub ranked: Vec<String>,
 }
 
 /// The answer for one turn.
@@ -125,6 +131,7 @@ impl Resolution {
         ResolveResponse {
             tools: self.candidates.iter().map(tool).collect(),
             source: self.source,
+            turn: None,
         }
     }
 }
@@ -652,6 +659,10 @@ fn rank(
         };
     trace.above_threshold = above;
     let mut ranked = best(registry, scores, above.max(stages.min_fill));
+    trace.ranked = ranked
+        .iter()
+        .filter_map(|s| registry.tool(s.index).map(|t| t.name.clone()))
+        .collect();
 
     if stages.scoped {
         // 4. Domain scoping.

@@ -142,6 +142,7 @@ pub(crate) async fn scaling(s: &Settings) -> anyhow::Result<Value> {
                 forced: Vec::new(),
                 registry: None,
                 tool_search: None,
+                shadow: false,
             };
             // Index, then wait until every tool has been embedded once and the
             // registry is ranked by vector search.

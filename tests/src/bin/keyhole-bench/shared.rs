@@ -425,6 +425,7 @@ pub(crate) async fn control(s: &Settings, sh: &Shared) -> anyhow::Result<Value> 
         forced: Vec::new(),
         registry: None,
         tool_search: None,
+        shadow: false,
     };
     let socket = sh.stack.socket();
     let resolve_108 = resolve_over_socket(&socket, &catalog_req, rounds).await?;
