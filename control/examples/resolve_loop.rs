@@ -99,6 +99,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         forced: Vec::new(),
         registry: Some(descriptors_digest(&tools)),
         tool_search: None,
+        shadow: false,
     })?;
     // The first answer embeds the turn (hybrid) or starts the failing index.
     let first = resolve_once(&app, &request).await?;

@@ -16,6 +16,9 @@ use std::sync::Arc;
 use tokio::sync::Mutex;
 
 /// Counters shared by the handlers.
+/// One series of `keyhole_calls_total`: (phase, tool, covered, mode).
+type CallKey = (String, String, bool, &'static str);
+
 #[derive(Debug, Default)]
 pub struct Metrics {
     /// (route, status) → (requests, seconds).
@@ -35,7 +38,7 @@ pub struct Metrics {
     /// (phase, tool, covered, mode) → tool calls in answers
     /// (`keyhole_calls_total`); at most [`MAX_CALL_SERIES`] series, calls
     /// past it counted under the tool `other`.
-    calls: Mutex<BTreeMap<(String, String, bool, &'static str), u64>>,
+    calls: Mutex<BTreeMap<CallKey, u64>>,
 }
 
 /// Series of `keyhole_calls_total` kept before new tools count as `other`

@@ -265,7 +265,7 @@ impl Report {
                 count,
             })
             .collect();
-        misses.sort_by(|a, b| b.count.cmp(&a.count));
+        misses.sort_by_key(|m| std::cmp::Reverse(m.count));
         Report {
             since_ms,
             until_ms,

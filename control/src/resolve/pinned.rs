@@ -80,6 +80,7 @@ async fn answers(lexical: bool) -> String {
                 forced: Vec::new(),
                 registry: by_digest.then(|| descriptors_digest(&tools)),
                 tool_search: None,
+                shadow: false,
             };
             let http = Request::post("/v1/resolve")
                 .header("content-type", "application/json")

@@ -88,6 +88,7 @@ fn question(f: &Fixture, with_tools: bool) -> serde_json::Value {
             tools: if with_tools { tools } else { Vec::new() },
             forced: Vec::new(),
             tool_search: None,
+            shadow: false,
         },
     };
     serde_json::to_value(req).unwrap()

@@ -97,6 +97,7 @@ mod tests {
             TurnResolve::Answer(ResolveResponse {
                 tools: Vec::new(),
                 source: Source::Lexical,
+                turn: Some(7),
             }),
             TurnResolve::UnknownRegistry,
             TurnResolve::Failed { status: 400 },
