@@ -116,7 +116,7 @@ pub const SETTINGS: &[Setting] = &[
     // vector_share` measured whose share of turns answered with vectors at 4
     // concurrent sessions is at least 0.95 (figures in
     // `bench/results/vector_share.json`; see `ResolverSettings::retrieval_timeout`).
-    Setting { key: "retrieval.timeout_ms", flag: "retrieval-timeout-ms", env: "KEYHOLE_RETRIEVAL_TIMEOUT_MS", kind: Kind::Positive, default: DefaultValue::Value("300"), scope: Scope::Common, help: "deadline for embedding a turn and searching" },
+    Setting { key: "retrieval.timeout_ms", flag: "retrieval-timeout-ms", env: "KEYHOLE_RETRIEVAL_TIMEOUT_MS", kind: Kind::Positive, default: DefaultValue::Value("1000"), scope: Scope::Common, help: "deadline for embedding a turn and searching" },
     Setting { key: "retrieval.max_registries", flag: "max-registries", env: "KEYHOLE_MAX_REGISTRIES", kind: Kind::Positive, default: DefaultValue::Value("16"), scope: Scope::Common, help: "distinct registries kept by digest, built and indexed (least recently used evicted; the filter resends an evicted one)" },
     Setting { key: "retrieval.registry", flag: "registry", env: "KEYHOLE_REGISTRY", kind: Kind::File, default: DefaultValue::Unset("none: a registry is indexed when a request first brings it"), scope: Scope::Serve, help: "registry to index at start (tools.json, tools.jsonl, or an LLM request body; its metadata is the overlay unless `--overlay` names one); `/healthz` answers 503 until it is indexed" },
     Setting { key: "aliases.redis_url", flag: "redis-url", env: "KEYHOLE_REDIS_URL", kind: Kind::RedisUrl, default: DefaultValue::Unset("embedded redb"), scope: Scope::Serve, help: "shared alias store for several replicas" },

@@ -311,7 +311,7 @@ mod defaults {
         "keyhole-control".into()
     }
     pub fn timeout_ms() -> u64 {
-        500
+        1500
     }
     pub fn session_header() -> String {
         "x-keyhole-session".into()
@@ -662,7 +662,7 @@ mod tests {
         let Config::Hms(c) = Config::from_json(br#"{"mode":"hms"}"#).unwrap() else {
             panic!("hms")
         };
-        assert_eq!(c.control.timeout_ms, 500);
+        assert_eq!(c.control.timeout_ms, 1500);
         assert_eq!(c.max_body_bytes, 1 << 20);
         assert_eq!(c.enforce, Enforce::On);
     }
