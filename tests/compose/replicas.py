@@ -20,6 +20,12 @@ from collections import Counter
 COMPOSE = json.loads(os.environ["COMPOSE"])
 PROJECT = os.environ.get("PROJECT", "keyhole-replicas")
 CATALOG = os.environ.get("KEYHOLE_CATALOG", "../shared/catalog")
+# The Redis nodes' fixed addresses (docker-compose.replicas.yml): Sentinel
+# names a primary by address.
+REDIS_NODES = {
+    os.environ.get("KEYHOLE_REDIS_PRIMARY_IP", "10.213.77.10"): "redis-primary",
+    os.environ.get("KEYHOLE_REDIS_REPLICA_IP", "10.213.77.11"): "redis-replica",
+}
 REPLICAS = {
     "A": {"llm": int(os.environ.get("KEYHOLE_A_LLM_PORT", 11000)),
           "hms": int(os.environ.get("KEYHOLE_A_HMS_PORT", 11001))},
@@ -196,8 +202,11 @@ def redis_cli(service, *args, port="6379"):
 
 
 def primary():
+    """The Redis node Sentinel names primary, by service name (or the address
+    it gave, when that is no node's)."""
     out = redis_cli("redis-sentinel-1", "SENTINEL", "get-master-addr-by-name", "keyhole", port="26379")
-    return out.split("\n")[0]
+    addr = out.split("\n")[0]
+    return REDIS_NODES.get(addr, addr)
 
 
 def section(title):
