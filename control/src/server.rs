@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use keyhole_core::proto::calls::CallsRequest;
+use keyhole_core::proto::calls::CallsBody;
 use keyhole_core::proto::tools::{
     registry_digest, ResolveRequest, ResolveResponse, ToolDescriptor, UnknownRegistry,
     UNKNOWN_REGISTRY_STATUS,
@@ -279,22 +279,26 @@ async fn audit_window(
     )
 }
 
-/// `POST /v1/calls`: an answer's tool calls as the filter judged them.
-/// Counted (`keyhole_calls_total`) and attached to the session's entry of
-/// the turn, each miss with its reason. 204 either way: the filter does not
-/// wait for it.
+/// `POST /v1/calls`: answers' tool calls as the filter judged them, one
+/// answer's object or a worker's list. Each is counted
+/// (`keyhole_calls_total`) and attached to the session's entry of its turn,
+/// each miss with its reason. 204 either way: the filter does not wait for it.
 async fn calls(
     State(state): State<AppState>,
     axum::Extension(metrics): axum::Extension<Arc<Metrics>>,
     body: axum::body::Bytes,
 ) -> Result<StatusCode, ApiError> {
-    let req: CallsRequest =
-        serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    let mode = if req.shadow { "shadow" } else { "on" };
-    metrics
-        .calls(&req.phase.to_string(), &req.calls, mode)
-        .await;
-    if let (Some(session), Some(turn)) = (&req.session, req.turn) {
+    let answers = serde_json::from_slice::<CallsBody>(&body)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?
+        .into_answers();
+    for req in answers {
+        let mode = if req.shadow { "shadow" } else { "on" };
+        metrics
+            .calls(&req.phase.to_string(), &req.calls, mode)
+            .await;
+        let (Some(session), Some(turn)) = (&req.session, req.turn) else {
+            continue;
+        };
         let bytes = Bytes {
             bytes_in: req.bytes_in,
             bytes_out: req.bytes_out,

@@ -94,7 +94,7 @@ impl Root {
     /// The LLM listener sends its answers' calls to control from here.
     fn tick(&self) {
         if let Some(Configured::Llm(config)) = &self.config {
-            llm::send_pending(&self.shared, &config.control, self.metrics.calls_dropped);
+            llm::send_pending(&self.shared, &config.control, &self.metrics);
         }
     }
 }

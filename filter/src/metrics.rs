@@ -40,8 +40,11 @@ pub struct Metrics {
     /// Calls in answers of a tool outside the surface, or of the tool-search
     /// control tool (misses), summed.
     pub calls_missed: Option<u32>,
-    /// `POST /v1/calls` bodies dropped (queue full, dispatch refused).
+    /// Answers whose calls were not posted to control (queue full, dispatch
+    /// refused).
     pub calls_dropped: Option<u32>,
+    /// `POST /v1/calls` lists sent (at most one per tick and 256 answers).
+    pub calls_posts: Option<u32>,
     /// The LLM listener's `enforce: shadow` counters.
     pub shadow: ShadowMetrics,
     /// The LLM listener's id-alias counters.
@@ -265,6 +268,7 @@ impl Metrics {
             calls_covered: counter("keyhole.calls_covered"),
             calls_missed: counter("keyhole.calls_missed"),
             calls_dropped: counter("keyhole.calls_dropped"),
+            calls_posts: counter("keyhole.calls_posts"),
             shadow: ShadowMetrics {
                 requests: counter("keyhole.shadow.requests"),
                 passed: counter("keyhole.shadow.passed"),

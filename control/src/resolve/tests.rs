@@ -1054,3 +1054,83 @@ async fn calls_are_audited_with_the_reason_of_each_miss_and_counted() {
         "{metrics}"
     );
 }
+
+#[tokio::test]
+async fn a_list_of_answers_is_audited_turn_by_turn() {
+    let f = fixture().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = StoreConfig::new(Arc::new(Taxonomy::default()), Duration::from_secs(3600));
+    let aliases = Arc::new(RedbStore::open(&dir.path().join("aliases"), config).unwrap());
+    let app = router(AppState {
+        resolver: f.resolver.clone(),
+        aliases,
+    });
+    f.resolver.prepare(&f.tools).await.unwrap();
+    // Two sessions' turns, answered in one post as a worker sends them.
+    let mut answers = Vec::new();
+    for (session, turn_text) in [
+        ("sess-list-1", "Search for the patient Hannelore Krause."),
+        ("sess-list-2", "Book a follow-up appointment in four weeks."),
+    ] {
+        let req = request(&f, session, turn_text, Phase::Planner);
+        let post = Request::post("/v1/resolve")
+            .header("content-type", "application/json")
+            .body(Body::from(serde_json::to_vec(&req).unwrap()))
+            .unwrap();
+        let (status, body) = call(app.clone(), post).await;
+        assert_eq!(status, StatusCode::OK);
+        let answer: ResolveResponse = serde_json::from_value(body).unwrap();
+        answers.push(keyhole_core::proto::calls::CallsRequest {
+            session: Some(session.into()),
+            phase: Phase::Planner,
+            turn: answer.turn,
+            bytes_in: 1_000 * (answers.len() as u64 + 1),
+            bytes_out: 100,
+            calls: vec![keyhole_core::proto::calls::CalledTool {
+                name: answer.tools[0].name.clone(),
+                covered: true,
+            }],
+            ..Default::default()
+        });
+    }
+    let serialised: Vec<Vec<u8>> = answers
+        .iter()
+        .map(|a| serde_json::to_vec(a).unwrap())
+        .collect();
+    let list = keyhole_core::proto::calls::list_body(serialised.iter().map(Vec::as_slice));
+    let post = Request::post("/v1/calls")
+        .header("content-type", "application/json")
+        .body(Body::from(list))
+        .unwrap();
+    let resp = app.clone().oneshot(post).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+
+    let (status, body) = call(
+        app.clone(),
+        Request::get("/v1/audit?since_ms=0")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    for (i, answer) in answers.iter().enumerate() {
+        let session = body
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["session"] == answer.session.as_deref().unwrap())
+            .unwrap_or_else(|| panic!("{:?} audited: {body}", answer.session));
+        let entry = &session["entries"][0];
+        assert_eq!(entry["bytes"]["in"], 1_000 * (i as u64 + 1), "{entry}");
+        assert_eq!(entry["calls"][0]["tool"], answer.calls[0].name.as_str());
+        assert_eq!(entry["calls"][0]["covered"], true);
+    }
+
+    // A body that is neither an answer nor a list of them is refused.
+    let bad = Request::post("/v1/calls")
+        .header("content-type", "application/json")
+        .body(Body::from("[1, 2]"))
+        .unwrap();
+    let resp = app.oneshot(bad).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+}

@@ -7,17 +7,19 @@
 //! audited (control marks the entry `shadow`) and measured on the answer.
 //!
 //! Recall is judged on both modes ([`keyhole_core::tools::recall`]) and
-//! posted to control as `POST /v1/calls`. The post is queued in the worker's
-//! [`Shared`](super::Shared) state and sent by the root context on its next
-//! tick ([`send_pending`]): a callout of a stream context is cancelled when
-//! the stream ends, which for an answer is at once.
+//! posted to control as `POST /v1/calls`. The answer is queued in the
+//! worker's [`Shared`](super::Shared) state and sent by the root context on
+//! its next tick with the others queued since ([`send_pending`]): a callout
+//! of a stream context is cancelled when the stream ends, which for an
+//! answer is at once, and one post per tick keeps control's work per turn
+//! to the resolve.
 
 use super::{LlmStream, State};
 use crate::hold::Verdict;
 use crate::host;
-use crate::metrics::count;
+use crate::metrics::{count, Metrics};
 use keyhole_core::config::{Aliases, Control, Enforce};
-use keyhole_core::proto::calls::{CalledTool, CallsRequest};
+use keyhole_core::proto::calls::{self, CalledTool, CallsRequest};
 use keyhole_core::proto::hold::HeaderEdit;
 use keyhole_core::proto::tools::{ResolveResponse, SurfacedTool};
 use keyhole_core::tools::format::ParsedRequest;
@@ -33,11 +35,14 @@ use std::time::Duration;
 /// have it).
 pub const SHADOW_HEADER: &str = "x-keyhole-shadow";
 
-/// `POST /v1/calls` bodies a worker keeps for its next tick; more are
-/// dropped and counted (`keyhole.calls_dropped`).
+/// Answers (each one serialised [`CallsRequest`]) a worker keeps for its
+/// next tick; more are dropped and counted (`keyhole.calls_dropped`).
 pub const MAX_PENDING_CALLS: usize = 1024;
 
-/// How often the root context sends the pending posts.
+/// Answers sent in one `POST /v1/calls` at most.
+pub const CALLS_PER_POST: usize = 256;
+
+/// How often the root context sends the pending answers.
 pub const CALLS_TICK: Duration = Duration::from_millis(100);
 
 impl LlmStream {
@@ -185,15 +190,18 @@ impl LlmStream {
     }
 }
 
-/// Sends the worker's pending `POST /v1/calls` bodies to control (from the
-/// root context's tick). Answers are not awaited; a refused dispatch drops
-/// the body and counts it in `dropped`.
-pub fn send_pending(shared: &super::Shared, control: &Control, dropped: Option<u32>) {
+/// Sends the worker's pending answers to control as `POST /v1/calls` lists
+/// of at most [`CALLS_PER_POST`] (from the root context's tick: one post per
+/// tick under any traffic short of that many answers per tick). Answers are
+/// not awaited; a refused dispatch drops its answers and counts them
+/// (`keyhole.calls_dropped`).
+pub fn send_pending(shared: &super::Shared, control: &Control, metrics: &Metrics) {
     let pending: Vec<Vec<u8>> = match shared.calls.try_borrow_mut() {
         Ok(mut pending) => pending.drain(..).collect(),
         Err(_) => return,
     };
-    for body in pending {
+    for answers in pending.chunks(CALLS_PER_POST) {
+        let body = calls::list_body(answers.iter().map(Vec::as_slice));
         let headers = vec![
             (":method", "POST"),
             (":path", "/v1/calls"),
@@ -201,8 +209,9 @@ pub fn send_pending(shared: &super::Shared, control: &Control, dropped: Option<u
             ("content-type", "application/json"),
         ];
         let timeout = Duration::from_millis(control.timeout_ms);
-        if host::dispatch(&control.cluster, headers, &body, timeout).is_err() {
-            count(dropped, 1);
+        match host::dispatch(&control.cluster, headers, &body, timeout) {
+            Ok(_) => count(metrics.calls_posts, 1),
+            Err(_) => count(metrics.calls_dropped, answers.len() as i64),
         }
     }
 }

@@ -589,3 +589,49 @@ async fn an_on_listener_judges_surfaced_unsurfaced_and_search_calls() {
         assert_eq!(stack.envoy.stat(name).await.unwrap(), want, "{name}");
     }
 }
+
+/// Answers that finish together reach control together: each worker sends
+/// the answers queued since its last tick as one `POST /v1/calls` list, so
+/// control gets one post per tick, not one per answer, and every answer's
+/// calls still land on its own turn.
+#[tokio::test]
+async fn answers_are_posted_to_control_in_lists() {
+    const ANSWERS: usize = 12;
+    let stack = Stack::start(StackOptions::default()).await.expect("stack");
+    let body = std::fs::read(paths::catalog().join("openai_request.json")).unwrap();
+    let all = registry(&body, false);
+    stack.llm.set(
+        "/v1/chat/completions",
+        Canned::json(chat_answer_calling(&all[0])),
+    );
+    let sessions: Vec<String> = (0..ANSWERS).map(|i| format!("list-{i}")).collect();
+    futures_util::future::join_all(
+        sessions
+            .iter()
+            .map(|s| post(&stack, "/v1/chat/completions", &body, s)),
+    )
+    .await;
+    for session in &sessions {
+        let entry = audit_with_calls(&stack, session, 1).await[0].clone();
+        assert_eq!(entry["calls"][0]["tool"], all[0].as_str(), "{entry}");
+    }
+    let posts = stack
+        .envoy
+        .stat("wasmcustom.keyhole.calls_posts")
+        .await
+        .unwrap();
+    // Concurrent answers finish within a few ticks of each other: on two
+    // workers they arrive in at most a handful of lists, never one each.
+    assert!(
+        (1..=(ANSWERS as u64 / 2)).contains(&posts),
+        "{posts} posts for {ANSWERS} answers"
+    );
+    assert_eq!(
+        stack
+            .envoy
+            .stat("wasmcustom.keyhole.calls_dropped")
+            .await
+            .unwrap(),
+        0
+    );
+}
