@@ -35,6 +35,9 @@ pub struct Metrics {
     registry_known: AtomicU64,
     registry_sent: AtomicU64,
     registry_unknown: AtomicU64,
+    /// `/v2/turn` texts (a turn, a tool-search query) that could not be
+    /// aliased and were ranked without their text.
+    unaliased_texts: AtomicU64,
     /// (phase, tool, covered, mode) → tool calls in answers
     /// (`keyhole_calls_total`); at most [`MAX_CALL_SERIES`] series, calls
     /// past it counted under the tool `other`.
@@ -96,6 +99,12 @@ impl Metrics {
             RegistryVia::Unknown => &self.registry_unknown,
         };
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a `/v2/turn` text ranked without its text: it could not be
+    /// aliased.
+    pub fn unaliased_text(&self) {
+        self.unaliased_texts.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts the judged calls of one answer in `phase` on a listener of
@@ -190,6 +199,13 @@ impl Metrics {
                 counter.load(Ordering::Relaxed)
             );
         }
+        out.push_str("# HELP keyhole_control_turn_unaliased_total Turn texts and tool-search queries ranked without their text: an id in them had no alias.\n");
+        out.push_str("# TYPE keyhole_control_turn_unaliased_total counter\n");
+        let _ = writeln!(
+            out,
+            "keyhole_control_turn_unaliased_total {}",
+            self.unaliased_texts.load(Ordering::Relaxed)
+        );
         out.push_str("# HELP keyhole_calls_total Tool calls in answers, by phase, tool, whether the tool was on the surface, and enforce mode.\n");
         out.push_str("# TYPE keyhole_calls_total counter\n");
         for ((phase, tool, covered, mode), n) in self.calls.lock().await.iter() {

@@ -22,12 +22,15 @@ pub(crate) struct FakeEmbedder {
     pub(crate) failing: Arc<AtomicBool>,
     /// Vector size; can change between requests.
     pub(crate) dim: Arc<AtomicUsize>,
+    /// Every text it was asked to embed, in order.
+    pub(crate) seen: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 #[derive(Clone)]
 struct FakeState {
     failing: Arc<AtomicBool>,
     dim: Arc<AtomicUsize>,
+    seen: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 /// The bag-of-words vector of a text.
@@ -64,6 +67,11 @@ async fn embeddings(
         })
         .unwrap_or_default()
         .into_iter()
+        .inspect(|t| {
+            if let Ok(mut seen) = s.seen.lock() {
+                seen.push((*t).to_owned());
+            }
+        })
         .enumerate()
         .map(|(index, t)| serde_json::json!({"index": index, "embedding": bag_of_words(t, dim)}))
         .collect();
@@ -75,16 +83,23 @@ impl FakeEmbedder {
     pub(crate) async fn start(dim: usize) -> FakeEmbedder {
         let failing = Arc::new(AtomicBool::new(false));
         let dim = Arc::new(AtomicUsize::new(dim));
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
         let app = Router::new()
             .route("/v1/embeddings", post(embeddings))
             .with_state(FakeState {
                 failing: failing.clone(),
                 dim: dim.clone(),
+                seen: seen.clone(),
             });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        FakeEmbedder { url, failing, dim }
+        FakeEmbedder {
+            url,
+            failing,
+            dim,
+            seen,
+        }
     }
 
     /// A fresh client (empty cache, one attempt per batch).

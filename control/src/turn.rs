@@ -97,14 +97,30 @@ pub async fn turn(
         .await
         .map_err(AliasApiError::from)?;
     // Nothing raw reaches the ranking (nor the embedder): the turn and the
-    // query are aliased with the answer's own aliases.
-    let aliased = |text: &str| {
-        alias_text(store.taxonomy(), text, &encode.ids, &aliases, &known)
-            .map_err(|e| AliasApiError::BadRequest(format!("the turn could not be aliased: {e}")))
+    // query are aliased with the answer's own aliases. A text that cannot be
+    // (an id in it has no alias in the batch: never expected, the text was
+    // read from the body the batch was scanned from) is ranked without its
+    // text -- the session's prior set and the floors -- rather than refusing
+    // the turn: the request itself is aliased and verified by the filter.
+    let aliased = |what: &str, text: &str| match alias_text(
+        store.taxonomy(),
+        text,
+        &encode.ids,
+        &aliases,
+        &known,
+    ) {
+        Ok(text) => Some(text),
+        Err(e) => {
+            tracing::warn!(session = %encode.session, cause = %e, "{what} ranked without its text: it could not be aliased");
+            metrics.unaliased_text();
+            None
+        }
     };
-    req.turn = aliased(&req.turn)?;
-    if let Some(query) = req.tool_search.as_mut().and_then(|s| s.query.as_mut()) {
-        *query = aliased(query)?;
+    req.turn = aliased("turn", &req.turn).unwrap_or_default();
+    if let Some(search) = req.tool_search.as_mut() {
+        if let Some(query) = search.query.take() {
+            search.query = aliased("tool-search query", &query);
+        }
     }
     req.session = Some(encode.session.clone());
     let via = if req.registry.is_none() || !req.tools.is_empty() {

@@ -141,6 +141,54 @@ async fn one_call_answers_the_aliases_and_the_set() {
 }
 
 #[tokio::test]
+async fn a_text_that_cannot_be_aliased_is_ranked_without_it_not_refused() {
+    const OTHER: &str = "5d1c7a8e-0c4f-4b8e-9a51-2f6d3b7e9c10";
+    let f = fixture().await;
+    // The session's turn before: its set is what a turn without text keeps.
+    let (status, body) = post(&f.app, TURN_PATH, &question(&f, true)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let before: TurnResponse = serde_json::from_value(body).unwrap();
+    let TurnResolve::Answer(before) = before.resolve else {
+        panic!("{:?}", before.resolve)
+    };
+    let mut q = question(&f, true);
+    // The turn and the query name an id the batch does not carry.
+    q["resolve"]["turn"] = format!("open the record {UUID} and then {OTHER}").into();
+    q["resolve"]["tool_search"] = serde_json::json!({"query": format!("records like {OTHER}")});
+    let (status, body) = post(&f.app, TURN_PATH, &q).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let answer: TurnResponse = serde_json::from_value(body).unwrap();
+    assert_eq!(answer.aliases.len(), 1, "the batch is still aliased");
+    let TurnResolve::Answer(set) = answer.resolve else {
+        panic!("{:?}", answer.resolve)
+    };
+    let names = |tools: &[keyhole_core::proto::tools::SurfacedTool]| {
+        tools.iter().map(|t| t.name.clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names(&set.tools),
+        names(&before.tools),
+        "the session's prior set"
+    );
+    let seen = f._fake.seen.lock().unwrap().join("\n");
+    assert!(!seen.contains(OTHER) && !seen.contains(UUID), "{seen}");
+    let (_, metrics) = {
+        let resp = f
+            .app
+            .clone()
+            .oneshot(Request::get("/metrics").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        ((), String::from_utf8(bytes.to_vec()).unwrap())
+    };
+    assert!(
+        metrics.contains("keyhole_control_turn_unaliased_total 2"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
 async fn another_version_or_taxonomy_is_refused_before_anything_is_done() {
     let f = fixture().await;
     let mut older = question(&f, true);

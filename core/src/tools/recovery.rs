@@ -54,20 +54,24 @@ pub const MAX_QUERY_CHARS: usize = 256;
 pub const MAX_FOUND: usize = 3;
 
 /// The query of one call, as it goes to control: trimmed, cut to
-/// [`MAX_QUERY_CHARS`] characters; `None` when nothing is left.
+/// [`MAX_QUERY_CHARS`] characters; `None` when nothing is left. A cut inside
+/// a word drops that word's start (a record number cut in two would read as
+/// another id), unless the query is one word.
 pub fn query_of(raw: &str) -> Option<String> {
     let trimmed = raw.trim();
-    if trimmed.is_empty() {
-        return None;
-    }
-    Some(
-        trimmed
-            .chars()
-            .take(MAX_QUERY_CHARS)
-            .collect::<String>()
-            .trim_end()
-            .to_owned(),
-    )
+    let cut = match trimmed.char_indices().nth(MAX_QUERY_CHARS) {
+        None => trimmed,
+        Some((end, next)) => {
+            let head = &trimmed[..end];
+            if next.is_whitespace() {
+                head
+            } else {
+                head.rfind(char::is_whitespace).map_or(head, |i| &head[..i])
+            }
+        }
+    };
+    let cut = cut.trim_end();
+    (!cut.is_empty()).then(|| cut.to_owned())
 }
 
 /// One event of a request's history, as each dialect reads it.
@@ -171,6 +175,15 @@ mod tests {
             query_of(&long).map(|q| q.chars().count()),
             Some(MAX_QUERY_CHARS)
         );
+        // A cut inside a word drops the word: no half of a record number.
+        let words = format!("{} MRN 4412345", "x".repeat(MAX_QUERY_CHARS - 8));
+        assert_eq!(
+            query_of(&words).as_deref(),
+            Some(&words[..MAX_QUERY_CHARS - 4])
+        );
+        // A cut on a space keeps every word before it.
+        let exact = format!("{} tail", "y".repeat(MAX_QUERY_CHARS));
+        assert_eq!(query_of(&exact).map(|q| q.len()), Some(MAX_QUERY_CHARS));
     }
 
     #[test]
