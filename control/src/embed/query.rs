@@ -21,7 +21,13 @@ use unicode_normalization::UnicodeNormalization;
 /// assert_eq!(canonical("Mu\u{308}ller"), "Müller");
 /// ```
 pub fn canonical(text: &str) -> String {
-    let normal: String = text.nfkc().collect();
+    // Most turns are NFKC already (ASCII always is): the quick check skips
+    // the copy.
+    let normal: std::borrow::Cow<'_, str> = match unicode_normalization::is_nfkc_quick(text.chars())
+    {
+        unicode_normalization::IsNormalized::Yes => text.into(),
+        _ => text.nfkc().collect::<String>().into(),
+    };
     let mut out = String::with_capacity(normal.len());
     for word in normal.split_whitespace() {
         if !out.is_empty() {
