@@ -144,3 +144,15 @@ pub(crate) fn stores() -> Vec<(&'static str, Arc<dyn crate::index::VectorStore>)
         ("qdrant", Arc::new(qdrant_store())),
     ]
 }
+
+/// The text `GET /metrics` answers on `app`.
+pub(crate) async fn metrics_text(app: &Router) -> String {
+    use http_body_util::BodyExt as _;
+    use tower::ServiceExt as _;
+    let req = axum::http::Request::get("/metrics")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let resp = app.clone().oneshot(req).await.unwrap();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(bytes.to_vec()).unwrap()
+}

@@ -327,6 +327,19 @@ async fn sessions_and_their_trails_are_bounded() {
     assert!(s.trail("a").is_some() && s.trail("c").is_some());
 }
 
+/// control's router over `f`'s resolver and an alias store in a temporary
+/// directory (kept while the second value lives).
+fn app_with_store(f: &Fixture) -> (axum::Router, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = StoreConfig::new(Arc::new(Taxonomy::default()), Duration::from_secs(3600));
+    let aliases = Arc::new(RedbStore::open(&dir.path().join("aliases"), config).unwrap());
+    let app = router(AppState {
+        resolver: f.resolver.clone(),
+        aliases,
+    });
+    (app, dir)
+}
+
 async fn call(app: axum::Router, req: Request<Body>) -> (StatusCode, serde_json::Value) {
     let resp = app.oneshot(req).await.unwrap();
     let status = resp.status();
@@ -340,13 +353,7 @@ async fn call(app: axum::Router, req: Request<Body>) -> (StatusCode, serde_json:
 #[tokio::test]
 async fn handlers_resolve_and_show_the_audit_trail_without_prompt_text() {
     let f = fixture().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = StoreConfig::new(Arc::new(Taxonomy::default()), Duration::from_secs(3600));
-    let aliases = Arc::new(RedbStore::open(&dir.path().join("aliases"), config).unwrap());
-    let app = router(AppState {
-        resolver: f.resolver.clone(),
-        aliases,
-    });
+    let (app, _dir) = app_with_store(&f);
     f.resolver.prepare(&f.tools).await.unwrap();
 
     let turn = "Search for the patient Hannelore Krause, born 1941.";
@@ -410,13 +417,7 @@ async fn handlers_resolve_and_show_the_audit_trail_without_prompt_text() {
 #[tokio::test]
 async fn the_configured_registry_is_indexed_at_start_retrying_until_done_and_health_follows() {
     let f = fixture().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = StoreConfig::new(Arc::new(Taxonomy::default()), Duration::from_secs(3600));
-    let aliases = Arc::new(RedbStore::open(&dir.path().join("aliases"), config).unwrap());
-    let app = router(AppState {
-        resolver: f.resolver.clone(),
-        aliases,
-    });
+    let (app, _dir) = app_with_store(&f);
     let health = || Request::get("/healthz").body(Body::empty()).unwrap();
     assert_eq!(
         app.clone().oneshot(health()).await.unwrap().status(),
@@ -494,20 +495,7 @@ async fn the_configured_registry_is_indexed_at_start_retrying_until_done_and_hea
         app.clone().oneshot(health()).await.unwrap().status(),
         StatusCode::OK
     );
-    let metrics = app
-        .oneshot(Request::get("/metrics").body(Body::empty()).unwrap())
-        .await
-        .unwrap();
-    let text = String::from_utf8(
-        metrics
-            .into_body()
-            .collect()
-            .await
-            .unwrap()
-            .to_bytes()
-            .to_vec(),
-    )
-    .unwrap();
+    let text = crate::test_util::metrics_text(&app).await;
     assert!(
         text.contains("keyhole_control_index_state{state=\"ready\"} 1"),
         "{text}"
@@ -909,13 +897,7 @@ async fn a_tool_search_keeps_every_phase_rule() {
 #[tokio::test]
 async fn the_resolve_handler_takes_the_tool_search_and_the_audit_shows_it() {
     let f = fixture().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = StoreConfig::new(Arc::new(Taxonomy::default()), Duration::from_secs(3600));
-    let aliases = Arc::new(RedbStore::open(&dir.path().join("aliases"), config).unwrap());
-    let app = router(AppState {
-        resolver: f.resolver.clone(),
-        aliases,
-    });
+    let (app, _dir) = app_with_store(&f);
     f.resolver.prepare(&f.tools).await.unwrap();
     let req = searching(&f, "h", BOOKING, Phase::Planner, Some(QUERY));
     let post = Request::post("/v1/resolve")
@@ -949,13 +931,7 @@ async fn the_resolve_handler_takes_the_tool_search_and_the_audit_shows_it() {
 #[tokio::test]
 async fn calls_are_audited_with_the_reason_of_each_miss_and_counted() {
     let f = fixture().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = StoreConfig::new(Arc::new(Taxonomy::default()), Duration::from_secs(3600));
-    let aliases = Arc::new(RedbStore::open(&dir.path().join("aliases"), config).unwrap());
-    let app = router(AppState {
-        resolver: f.resolver.clone(),
-        aliases,
-    });
+    let (app, _dir) = app_with_store(&f);
     f.resolver.prepare(&f.tools).await.unwrap();
     let mut req = request(
         &f,
@@ -1033,14 +1009,7 @@ async fn calls_are_audited_with_the_reason_of_each_miss_and_counted() {
     let text = body.to_string();
     assert!(!text.contains("Krause"), "{text}");
 
-    let (_, metrics) = {
-        let resp = app
-            .oneshot(Request::get("/metrics").body(Body::empty()).unwrap())
-            .await
-            .unwrap();
-        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-        ((), String::from_utf8(bytes.to_vec()).unwrap())
-    };
+    let metrics = crate::test_util::metrics_text(&app).await;
     assert!(
         metrics.contains(&format!(
             "keyhole_calls_total{{phase=\"planner\",tool=\"{hit}\",covered=\"true\",mode=\"shadow\"}} 1"
@@ -1058,13 +1027,7 @@ async fn calls_are_audited_with_the_reason_of_each_miss_and_counted() {
 #[tokio::test]
 async fn a_list_of_answers_is_audited_turn_by_turn() {
     let f = fixture().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = StoreConfig::new(Arc::new(Taxonomy::default()), Duration::from_secs(3600));
-    let aliases = Arc::new(RedbStore::open(&dir.path().join("aliases"), config).unwrap());
-    let app = router(AppState {
-        resolver: f.resolver.clone(),
-        aliases,
-    });
+    let (app, _dir) = app_with_store(&f);
     f.resolver.prepare(&f.tools).await.unwrap();
     // Two sessions' turns, answered in one post as a worker sends them.
     let mut answers = Vec::new();

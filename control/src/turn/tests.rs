@@ -172,16 +172,7 @@ async fn a_text_that_cannot_be_aliased_is_ranked_without_it_not_refused() {
     );
     let seen = f._fake.seen.lock().unwrap().join("\n");
     assert!(!seen.contains(OTHER) && !seen.contains(UUID), "{seen}");
-    let (_, metrics) = {
-        let resp = f
-            .app
-            .clone()
-            .oneshot(Request::get("/metrics").body(Body::empty()).unwrap())
-            .await
-            .unwrap();
-        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-        ((), String::from_utf8(bytes.to_vec()).unwrap())
-    };
+    let metrics = crate::test_util::metrics_text(&f.app).await;
     assert!(
         metrics.contains("keyhole_control_turn_unaliased_total 2"),
         "{metrics}"
