@@ -370,7 +370,13 @@ fn the_confidence_budget_keeps_hits_within_the_margin_and_the_minimum() {
         .enumerate()
         .map(|(i, s)| c(&format!("t{i}"), *s))
         .collect();
-    let keep = |margin: Option<f32>, min: usize| BudgetSettings { margin }.keep(&hits, min);
+    let keep = |margin: Option<f32>, min: usize| {
+        BudgetSettings {
+            margin,
+            beyond_minimum: 0,
+        }
+        .keep(&hits, min)
+    };
     assert_eq!(keep(None, 6), 9, "no margin: every hit");
     assert_eq!(
         keep(Some(0.02), 6),
@@ -380,7 +386,47 @@ fn the_confidence_budget_keeps_hits_within_the_margin_and_the_minimum() {
     assert_eq!(keep(Some(0.2), 6), 7);
     assert_eq!(keep(Some(1.0), 6), 9);
     assert_eq!(keep(Some(0.0), 12), 9, "never more than there are");
-    assert_eq!(BudgetSettings { margin: Some(0.1) }.keep(&[], 6), 0);
+    assert_eq!(BudgetSettings::default().keep(&[], 6), 0);
+}
+
+#[test]
+fn the_confidence_budget_keeps_hits_beyond_the_phase_minimum() {
+    let hits: Vec<Candidate> = [
+        0.95, 0.80, 0.79, 0.78, 0.77, 0.76, 0.75, 0.74, 0.73, 0.72, 0.71,
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, s)| Candidate {
+        name: format!("t{i}"),
+        reason: Reason::Rag,
+        score: *s,
+    })
+    .collect();
+    let budget = |beyond_minimum: usize| BudgetSettings {
+        margin: Some(0.02),
+        beyond_minimum,
+    };
+    // A clear top hit: the margin alone keeps one, the minimum six.
+    assert_eq!(budget(0).keep(&hits, 6), 6);
+    assert_eq!(budget(3).keep(&hits, 6), 9, "three beyond the minimum");
+    assert_eq!(budget(3).keep(&hits, 3), 6, "relative to the phase minimum");
+    assert_eq!(budget(9).keep(&hits, 6), 11, "never more than there are");
+    // Flat scores: the margin keeps more than the floor asks for.
+    let flat: Vec<Candidate> = hits
+        .iter()
+        .map(|c| Candidate {
+            score: 0.9,
+            ..c.clone()
+        })
+        .collect();
+    assert_eq!(budget(3).keep(&flat, 6), 11);
+    // The default keeps three beyond the minimum; without a margin, every hit.
+    assert_eq!(BudgetSettings::default().beyond_minimum, 3);
+    let none = BudgetSettings {
+        margin: None,
+        ..BudgetSettings::default()
+    };
+    assert_eq!(none.keep(&hits, 6), 11);
 }
 
 #[test]
@@ -388,6 +434,7 @@ fn the_confidence_budget_cuts_only_turns_with_cosines() {
     let reg = registry();
     let mut s = RankSettings::default();
     s.pipeline.budget.margin = Some(0.0);
+    s.pipeline.budget.beyond_minimum = 0;
     let tight = RankConfig::try_new(s).unwrap();
     let text = "Show the vital signs";
     let cos: Vec<(String, f32)> = reg
