@@ -58,10 +58,10 @@ pub struct BudgetSettings {
     /// The default, 3 (9 hits in a planner turn, whose minimum is 6), is
     /// fitted on the tune parts of the field and catalog sets with `keyhole
     /// eval`: the tool a turn of unseen phrasing needs is often ranked 7th to
-    /// 9th under a clear top hit, and how flat or how weak the top scores are
-    /// does not tell those turns apart (a margin that widens with a weak best
-    /// score or a flat top, or a top-p over the softmaxed fused scores, kept
-    /// fewer tools only by losing them). Field tune part, 144 turns: full-gold
+    /// 9th under a clear top hit, and neither how weak the best score is nor
+    /// how the mass of the top scores spreads told those turns apart (a
+    /// margin that widens with a weak best score, and a top-p over the
+    /// softmaxed fused scores, kept fewer tools only by losing them). Field tune part, 144 turns: full-gold
     /// recall 0.882 at 7.67 tools surfaced with 0, 0.910 at 9.17 with 2, 0.924
     /// at 9.94 with 3 (no cut: 0.924 at 11.46); catalog tune part 0.974 at
     /// 7.58, 0.987 at 9.26, 0.987 at 10.03. Recall first: a tool missing
