@@ -428,7 +428,10 @@ pub(crate) async fn control(s: &Settings, sh: &Shared) -> anyhow::Result<Value> 
         shadow: false,
     };
     let socket = sh.stack.socket();
-    let resolve_108 = resolve_over_socket(&socket, &catalog_req, rounds).await?;
+    // The first call brings the descriptors, so the registry is known by
+    // digest; the kept-alive run then waits for answers ranked with vectors,
+    // and both timed runs are warm.
+    resolve_over_socket(&socket, &catalog_req, 1).await?;
     // Bytes filter→control per turn: the first turn carries the registry, the
     // next ones name it by digest.
     let catalog_by_digest = ResolveRequest {
@@ -438,8 +441,9 @@ pub(crate) async fn control(s: &Settings, sh: &Shared) -> anyhow::Result<Value> 
     };
     // The steady state: the registry named by digest, one kept-alive
     // connection (what the filter's calls through Envoy's pool see).
-    let resolve_108_steady =
+    let (resolve_108_steady, steady_source) =
         crate::registry::resolve_kept_alive(&socket, &catalog_by_digest, rounds).await?;
+    let resolve_108 = resolve_over_socket(&socket, &catalog_req, rounds).await?;
     let turn_bytes_108 = json!({"tools": 108, "first_turn": serde_json::to_vec(&catalog_req)?.len(),
                                 "by_digest": serde_json::to_vec(&catalog_by_digest)?.len()});
     let ids: Vec<Value> = (0..10)
@@ -466,6 +470,7 @@ pub(crate) async fn control(s: &Settings, sh: &Shared) -> anyhow::Result<Value> 
     let decode_ops = (alias_rounds * aliases.len().max(1)) as f64 / started.elapsed().as_secs_f64();
     Ok(
         json!({"resolve_108_tools": resolve_108, "resolve_108_tools_by_digest_kept_alive": resolve_108_steady,
+               "by_digest_kept_alive_answered_by": steady_source,
                "turn_bytes_108_tools": turn_bytes_108,
                "alias_encode_ids_per_s": encode_ops, "alias_decode_ids_per_s": decode_ops,
                "note": "one HTTP/1.1 connection per call over the Unix socket, batches of 10 ids"}),
@@ -475,9 +480,10 @@ pub(crate) async fn control(s: &Settings, sh: &Shared) -> anyhow::Result<Value> 
 /// Scenario 4's section of `RESULTS.md`.
 pub(crate) fn control_markdown(c: &Value) -> String {
     format!(
-        "control alone: `/v1/resolve` at 108 tools p50 {} ms, p99 {} ms (a connection per call, descriptors sent); by digest on one kept-alive connection, as the filter calls it, p50 {} ms, p99 {} ms; bytes filter→control per turn at 108 tools: first turn {} B, by digest {} B; alias encode {} ids/s, decode {} ids/s ({}).\n",
+        "control alone: `/v1/resolve` at 108 tools p50 {} ms, p99 {} ms (a connection per call, descriptors sent); by digest on one kept-alive connection, as the filter calls it, p50 {} ms, p99 {} ms (answered by: {}); bytes filter→control per turn at 108 tools: first turn {} B, by digest {} B; alias encode {} ids/s, decode {} ids/s ({}).\n",
         f(&c["resolve_108_tools"]["p50_ms"]), f(&c["resolve_108_tools"]["p99_ms"]),
         f(&c["resolve_108_tools_by_digest_kept_alive"]["p50_ms"]), f(&c["resolve_108_tools_by_digest_kept_alive"]["p99_ms"]),
+        c["by_digest_kept_alive_answered_by"].as_str().unwrap_or("?"),
         c["turn_bytes_108_tools"]["first_turn"], c["turn_bytes_108_tools"]["by_digest"], f(&c["alias_encode_ids_per_s"]),
         f(&c["alias_decode_ids_per_s"]), c["note"].as_str().unwrap_or("")
     )
