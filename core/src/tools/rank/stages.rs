@@ -61,11 +61,12 @@ pub struct BudgetSettings {
     /// 9th under a clear top hit, and neither how weak the best score is nor
     /// how the mass of the top scores spreads told those turns apart (a
     /// margin that widens with a weak best score, and a top-p over the
-    /// softmaxed fused scores, kept fewer tools only by losing them). Field tune part, 144 turns: full-gold
-    /// recall 0.882 at 7.67 tools surfaced with 0, 0.910 at 9.17 with 2, 0.924
-    /// at 9.94 with 3 (no cut: 0.924 at 11.46); catalog tune part 0.974 at
-    /// 7.58, 0.987 at 9.26, 0.987 at 10.03. Recall first: a tool missing
-    /// fails the turn, an extra tool costs about 0.8 KB of request.
+    /// softmaxed fused scores, kept fewer tools only by losing them). Field
+    /// tune part, 144 turns: full-gold recall 0.882 at 7.67 tools surfaced
+    /// with 0, 0.910 at 9.17 with 2, 0.924 at 9.94 with 3 (no cut: 0.924 at
+    /// 11.46); catalog tune part 0.974 at 7.58, 0.987 at 9.26, 0.987 at
+    /// 10.03. Recall first: a tool missing fails the turn, an extra tool
+    /// costs about 0.8 KB of request.
     pub beyond_minimum: usize,
 }
 
