@@ -72,12 +72,11 @@ struct Job {
 }
 
 impl Job {
-    /// Scans `body` (read as `kind`) and `headers` for ids; fails, never
-    /// quoting the response, when a part cannot be read.
-    #[allow(clippy::too_many_arguments)]
+    /// Scans `body` (read as `kind`) and `headers` of the response to `s`'s
+    /// request (the listener's taxonomy, the id kind its path names) for
+    /// ids; fails, never quoting the response, when a part cannot be read.
     fn scan(
-        tax: &'static Taxonomy,
-        path: &str,
+        s: &Stream,
         headers: &[(String, String)],
         latin1: Vec<bool>,
         body: Vec<u8>,
@@ -85,12 +84,13 @@ impl Job {
         kind: BodyKind,
         hold: Headers,
     ) -> Result<Job, String> {
+        let tax = taxonomy(&s.config);
         let mut scan = ResponseScan::new(tax);
         let body_part = if body.is_empty() {
             None
         } else {
             Some(
-                scan.add(&body, kind, tax.kind_for_path(path))
+                scan.add(&body, kind, tax.kind_for_path(&s.path))
                     .map_err(|e| format!("{}: {e}", e.reason().as_str()))?,
             )
         };
@@ -387,16 +387,7 @@ impl Response {
         hold: Headers,
     ) -> Action {
         let held_body = (hold == Headers::Held).then_some(held.len);
-        let job = match Job::scan(
-            taxonomy(&s.config),
-            &s.path,
-            &headers,
-            latin1,
-            body,
-            held,
-            kind,
-            hold,
-        ) {
+        let job = match Job::scan(s, &headers, latin1, body, held, kind, hold) {
             Ok(job) => Box::new(job),
             Err(reason) => {
                 return self.withhold(
@@ -635,18 +626,8 @@ fn shadow_measure(
     kind: BodyKind,
 ) -> Action {
     count(s.metrics.hms.shadow_responses, 1);
-    let scanned = decoded(&headers, body, s.config.max_body_bytes).and_then(|(body, held)| {
-        Job::scan(
-            taxonomy(&s.config),
-            &s.path,
-            &headers,
-            latin1,
-            body,
-            held,
-            kind,
-            Headers::Held,
-        )
-    });
+    let scanned = decoded(&headers, body, s.config.max_body_bytes)
+        .and_then(|(body, held)| Job::scan(s, &headers, latin1, body, held, kind, Headers::Held));
     let job = match scanned {
         Ok(job) => job,
         Err(reason) => {
