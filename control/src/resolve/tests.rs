@@ -340,6 +340,25 @@ fn app_with_store(f: &Fixture) -> (axum::Router, tempfile::TempDir) {
     (app, dir)
 }
 
+/// `POST /v1/calls` with `body`; the status.
+async fn post_calls(app: &axum::Router, body: Vec<u8>) -> StatusCode {
+    let post = Request::post("/v1/calls")
+        .header("content-type", "application/json")
+        .body(Body::from(body))
+        .unwrap();
+    app.clone().oneshot(post).await.unwrap().status()
+}
+
+/// `GET /v1/audit?since_ms=0`: every session's entries, answered 200.
+async fn audit_since_start(app: &axum::Router) -> serde_json::Value {
+    let get = Request::get("/v1/audit?since_ms=0")
+        .body(Body::empty())
+        .unwrap();
+    let (status, body) = call(app.clone(), get).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body
+}
+
 async fn call(app: axum::Router, req: Request<Body>) -> (StatusCode, serde_json::Value) {
     let resp = app.oneshot(req).await.unwrap();
     let status = resp.status();
@@ -980,21 +999,12 @@ async fn calls_are_audited_with_the_reason_of_each_miss_and_counted() {
             },
         ],
     };
-    let post = Request::post("/v1/calls")
-        .header("content-type", "application/json")
-        .body(Body::from(serde_json::to_vec(&calls).unwrap()))
-        .unwrap();
-    let resp = app.clone().oneshot(post).await.unwrap();
-    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    assert_eq!(
+        post_calls(&app, serde_json::to_vec(&calls).unwrap()).await,
+        StatusCode::NO_CONTENT
+    );
 
-    let (status, body) = call(
-        app.clone(),
-        Request::get("/v1/audit?since_ms=0")
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK);
+    let body = audit_since_start(&app).await;
     let entry = &body[0]["entries"][0];
     assert_eq!(body[0]["session"], "sess-shadow");
     assert_eq!(entry["shadow"], true);
@@ -1061,21 +1071,9 @@ async fn a_list_of_answers_is_audited_turn_by_turn() {
         .map(|a| serde_json::to_vec(a).unwrap())
         .collect();
     let list = keyhole_core::proto::calls::list_body(serialised.iter().map(Vec::as_slice));
-    let post = Request::post("/v1/calls")
-        .header("content-type", "application/json")
-        .body(Body::from(list))
-        .unwrap();
-    let resp = app.clone().oneshot(post).await.unwrap();
-    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    assert_eq!(post_calls(&app, list).await, StatusCode::NO_CONTENT);
 
-    let (status, body) = call(
-        app.clone(),
-        Request::get("/v1/audit?since_ms=0")
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK);
+    let body = audit_since_start(&app).await;
     for (i, answer) in answers.iter().enumerate() {
         let session = body
             .as_array()
@@ -1090,10 +1088,8 @@ async fn a_list_of_answers_is_audited_turn_by_turn() {
     }
 
     // A body that is neither an answer nor a list of them is refused.
-    let bad = Request::post("/v1/calls")
-        .header("content-type", "application/json")
-        .body(Body::from("[1, 2]"))
-        .unwrap();
-    let resp = app.oneshot(bad).await.unwrap();
-    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(
+        post_calls(&app, b"[1, 2]".to_vec()).await,
+        StatusCode::BAD_REQUEST
+    );
 }

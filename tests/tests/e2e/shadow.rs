@@ -18,24 +18,10 @@ fn chat_answer_calling(name: &str) -> String {
 /// `GET /v1/audit/{session}` from control, once the filter's `POST /v1/calls`
 /// (sent on the root context's tick) has reached it.
 async fn audit_with_calls(stack: &Stack, session: &str, entries: usize) -> Value {
-    let socket = stack.socket();
-    for _ in 0..50 {
-        let out = std::process::Command::new("curl")
-            .args(["-s", "--unix-socket"])
-            .arg(&socket)
-            .arg(format!("http://keyhole/v1/audit/{session}"))
-            .output()
-            .unwrap();
-        let trail: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-        let done = trail
-            .as_array()
-            .is_some_and(|t| t.len() >= entries && t.iter().all(|e| e.get("calls").is_some()));
-        if done {
-            return trail;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("no calls in the audit trail of {session}");
+    audit_until(stack, session, |t| {
+        t.len() >= entries && t.iter().all(|e| e.get("calls").is_some())
+    })
+    .await
 }
 
 #[tokio::test]
@@ -309,6 +295,12 @@ fn registry(body: &[u8], gemini: bool) -> Vec<String> {
 
 /// `GET /v1/audit/{session}` once it holds `entries` entries.
 async fn audit(stack: &Stack, session: &str, entries: usize) -> Value {
+    audit_until(stack, session, |t| t.len() >= entries).await
+}
+
+/// `GET /v1/audit/{session}` from control's socket, polled for up to 5 s
+/// until `done` holds of its entries.
+async fn audit_until(stack: &Stack, session: &str, done: impl Fn(&[Value]) -> bool) -> Value {
     let socket = stack.socket();
     for _ in 0..50 {
         let out = std::process::Command::new("curl")
@@ -318,12 +310,12 @@ async fn audit(stack: &Stack, session: &str, entries: usize) -> Value {
             .output()
             .unwrap();
         let trail: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-        if trail.as_array().is_some_and(|t| t.len() >= entries) {
+        if trail.as_array().is_some_and(|t| done(t)) {
             return trail;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("no audit trail for {session}");
+    panic!("no audit trail for {session} as awaited");
 }
 
 /// Posts `body` to the LLM listener under `session`; the answer.
