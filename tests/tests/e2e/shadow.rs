@@ -627,3 +627,145 @@ async fn answers_are_posted_to_control_in_lists() {
         0
     );
 }
+
+/// `keyhole report` on a session recorded through the real stack: its
+/// figures are the trail's, read back over control's socket, with the
+/// filter's HMS shadow counts from a saved `/stats` text, and it names no
+/// session and no prompt text.
+#[tokio::test]
+async fn keyhole_report_reads_a_recorded_shadow_session() {
+    let stack = Stack::start(StackOptions {
+        llm_filter_config: r#"{"mode":"llm","timeout_ms":30000,"enforce":"shadow"}"#.into(),
+        hms_filter_config: r#"{"mode":"hms","timeout_ms":5000,"enforce":"shadow"}"#.into(),
+        ..Default::default()
+    })
+    .await
+    .expect("stack");
+    let body = std::fs::read(paths::catalog().join("openai_request.json")).unwrap();
+    let session = "report-recorded-session";
+    let called = [
+        "patient__search__smart",
+        "billing__invoice__create",
+        "research__pubmed__search",
+    ];
+    for name in called {
+        stack.llm.clear();
+        stack.llm.set(
+            "/v1/chat/completions",
+            Canned::json(chat_answer_calling(name)),
+        );
+        post(&stack, "/v1/chat/completions", &body, session).await;
+    }
+    let patient = "3f2b8c1e-6a4d-4e8b-9c2f-1a7d5e9b0c44";
+    stack.hms.set(
+        "/api/v2/patients/x",
+        Canned::json(format!(r#"{{"id":"{patient}","resourceType":"Patient"}}"#)),
+    );
+    let resp = reqwest::get(format!("{}/api/v2/patients/x", stack.envoy.hms_url()))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{}", stack.envoy.log_tail());
+
+    let trail = audit_with_calls(&stack, session, called.len()).await;
+    let entries = trail.as_array().unwrap();
+    // What the report must say, computed from the trail itself.
+    let calls: Vec<&Value> = entries
+        .iter()
+        .flat_map(|e| e["calls"].as_array().unwrap())
+        .collect();
+    let hits = calls.iter().filter(|c| c["covered"] == true).count() as u64;
+    let saved: u64 = entries
+        .iter()
+        .map(|e| e["bytes"]["in"].as_u64().unwrap() - e["bytes"]["out"].as_u64().unwrap())
+        .sum();
+    let surfaced: usize = entries
+        .iter()
+        .map(|e| e["tools"].as_array().unwrap().len())
+        .sum();
+    assert!(
+        hits < calls.len() as u64,
+        "the registry's research tool is outside a planner set: one call must miss ({trail})"
+    );
+
+    let stats = reqwest::get(format!("http://{}/stats", stack.envoy.admin))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let stats_file = stack.dir.path().join("envoy-stats.txt");
+    std::fs::write(&stats_file, stats).unwrap();
+    let run = |json: bool| {
+        let mut cmd = std::process::Command::new(paths::keyhole_bin());
+        cmd.arg("report")
+            .arg("--socket")
+            .arg(stack.socket())
+            .args(["--since", "1h", "--envoy-stats"])
+            .arg(&stats_file);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "keyhole report: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let report: Value = serde_json::from_str(&run(true)).unwrap();
+    let total = &report["total"];
+    assert_eq!(total["turns"], called.len() as u64, "{report}");
+    assert_eq!(total["shadowTurns"], called.len() as u64);
+    assert_eq!(total["calls"], calls.len() as u64);
+    assert_eq!(total["hits"], hits);
+    let recall = total["recall"].as_f64().unwrap();
+    assert!((recall - hits as f64 / calls.len() as f64).abs() < 1e-9);
+    assert_eq!(total["bytesSaved"], saved);
+    let mean = total["meanSurfaced"].as_f64().unwrap();
+    assert!((mean - surfaced as f64 / called.len() as f64).abs() < 1e-9);
+    assert_eq!(report["phases"]["planner"]["turns"], called.len() as u64);
+    for c in &calls {
+        let tool = c["tool"].as_str().unwrap();
+        let figures = &report["tools"][tool];
+        assert_eq!(figures["calls"], 1, "{tool}: {report}");
+        assert_eq!(figures["hits"], u64::from(c["covered"] == true));
+        if c["covered"] == false {
+            let miss = report["misses"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| m["tool"] == tool)
+                .unwrap_or_else(|| panic!("{tool} missed but not in the misses: {report}"));
+            assert_eq!(miss["reason"], c["missed"], "{report}");
+            assert_eq!(miss["phase"], "planner");
+        }
+    }
+    assert_eq!(
+        report["filter"]["shadowIds"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_u64().unwrap())
+            .sum::<u64>(),
+        1,
+        "the one id the HMS shadow listener saw: {report}"
+    );
+
+    let text = run(false);
+    assert!(text.contains("recall"), "{text}");
+    assert!(
+        text.contains(&format!("({hits}/{})", calls.len())),
+        "{text}"
+    );
+    for secret in [session, patient, "Anna Schmidt", "\"messages\""] {
+        assert!(
+            !text.contains(secret),
+            "{secret} in the text report:\n{text}"
+        );
+        assert!(
+            !report.to_string().contains(secret),
+            "{secret} in the JSON report"
+        );
+    }
+}
