@@ -67,8 +67,13 @@ pub struct RankConfig {
 
 impl RankConfig {
     /// Validates settings and compiles their regexes.
-    pub fn try_new(settings: RankSettings) -> Result<Self, RankConfigError> {
+    pub fn try_new(mut settings: RankSettings) -> Result<Self, RankConfigError> {
         settings.names.validate()?;
+        // Turns are matched folded, so the shorthand is too ("RDV" as "rdv").
+        settings.lexical.shorthand = std::mem::take(&mut settings.lexical.shorthand)
+            .into_iter()
+            .map(|(k, v)| (super::tokenize::fold(k.trim()), v))
+            .collect();
         let l = &settings.lexical;
         let p = &settings.pipeline;
         let non_negative: [(&'static str, f32); 13] = [

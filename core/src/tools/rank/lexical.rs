@@ -40,6 +40,68 @@ pub struct LexicalSettings {
     /// The set-independent transform `s / (s + saturation)` maps a raw BM25
     /// score into `[0, 1)`; this is the raw score that maps to 0.5.
     pub saturation: f32,
+    /// Clinical shorthand read as the words it stands for, on the query side
+    /// only: a turn's word equal to a key (folded: lowercase, no accents)
+    /// also brings in the words of its value. The defaults are common
+    /// German, French and English chart abbreviations, only those that
+    /// read one way (`cr` is a report in French and creatinine in English:
+    /// not listed).
+    pub shorthand: BTreeMap<String, String>,
+}
+
+/// The default [`LexicalSettings::shorthand`].
+const SHORTHAND: &[(&str, &str)] = &[
+    // appointments
+    ("appt", "appointment"),
+    ("appts", "appointment"),
+    ("rdv", "rendez-vous appointment"),
+    // imaging
+    ("mrt", "mri imaging"),
+    ("mri", "mri imaging"),
+    ("irm", "irm imaging"),
+    ("ct", "ct imaging"),
+    ("cxr", "chest x-ray imaging"),
+    ("xr", "x-ray imaging"),
+    ("sono", "sonographie ultrasound imaging"),
+    ("ekg", "ecg electrocardiogram"),
+    ("ecg", "ecg electrocardiogram"),
+    // vitals
+    ("bp", "blood pressure vital"),
+    ("rr", "blutdruck vital"),
+    ("hr", "heart rate vital"),
+    ("hf", "herzfrequenz vital"),
+    ("fc", "frequence cardiaque vital"),
+    ("spo2", "oxygen saturation vital"),
+    ("bz", "blutzucker glucose"),
+    // labs
+    ("labs", "lab results"),
+    ("krea", "kreatinin creatinine lab"),
+    ("crea", "creatinine lab"),
+    ("hba1c", "hba1c lab"),
+    // medication and orders
+    ("meds", "medication"),
+    ("medis", "medikamente medication"),
+    ("abx", "antibiotic medication"),
+    ("rp", "rezept prescription"),
+    ("ordo", "ordonnance prescription"),
+    ("ttt", "traitement medication"),
+    // history, diagnosis
+    ("dx", "diagnosis"),
+    ("ddx", "differential diagnosis"),
+    ("hx", "history"),
+    ("atcd", "antecedents history"),
+    // people and places
+    ("pt", "patient"),
+    ("gp", "general practitioner"),
+    ("ref", "referral"),
+    ("kh", "krankenhaus hospital"),
+];
+
+fn default_shorthand() -> BTreeMap<String, String> {
+    SHORTHAND
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
 }
 
 impl Default for LexicalSettings {
@@ -53,6 +115,7 @@ impl Default for LexicalSettings {
             keywords_weight: 1.5,
             negative_marker: Some("DO NOT USE WHEN".into()),
             saturation: 6.0,
+            shorthand: default_shorthand(),
         }
     }
 }
@@ -182,7 +245,11 @@ impl LexicalIndex {
 
     /// Tokenises a query against this index (compounds split on its vocabulary).
     pub fn query(&self, text: &str) -> QueryTerms {
-        QueryTerms(query_tokens(text, &self.vocabulary))
+        QueryTerms(query_tokens(
+            text,
+            &self.vocabulary,
+            &self.settings.shorthand,
+        ))
     }
 
     /// Number of indexed documents.
@@ -362,6 +429,28 @@ mod tests {
         let q = ix.query("present");
         assert_eq!(ix.score(0, &q).raw, 0.0);
         assert!(ix.score(2, &q).raw > 0.0);
+    }
+
+    #[test]
+    fn shorthand_brings_in_the_words_it_stands_for() {
+        let (ix, _) = index();
+        // "RDV" shares no word with any tool; it stands for an appointment.
+        let q = ix.query("RDV mardi 10h");
+        assert_eq!(q.terms(), ["rdv", "rendez", "appointment", "mardi", "10h"]);
+        assert!(ix.score(0, &q).raw > 0.0);
+        assert_eq!(ix.score(1, &q).raw, 0.0);
+        let none = LexicalSettings {
+            shorthand: BTreeMap::new(),
+            ..LexicalSettings::default()
+        };
+        let docs = [LexicalDoc {
+            id: "appointment.manage",
+            description: "Books an appointment.",
+            rag_description: None,
+            keywords: &[],
+        }];
+        let plain = LexicalIndex::build(&docs, &none);
+        assert_eq!(plain.score(0, &plain.query("RDV mardi")).raw, 0.0);
     }
 
     #[test]

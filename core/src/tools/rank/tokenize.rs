@@ -16,7 +16,7 @@
 //!    is known, the modifier) of a long token against a vocabulary, so
 //!    `Kontrolltermin` also yields `termin` when the index knows `termin`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Lowercases and strips diacritics. Letters outside Latin-1 and Latin
 /// Extended-A are lowercased and otherwise kept.
@@ -248,8 +248,14 @@ pub fn split_compound(word: &str, known: impl Fn(&str) -> bool) -> Vec<String> {
 }
 
 /// Tokenises a query against a vocabulary: [`tokens`] plus the known parts of
-/// compounds. Each token appears once, in first-seen order.
-pub fn query_tokens(text: &str, vocabulary: &BTreeSet<String>) -> Vec<String> {
+/// compounds, plus the tokens of what a shorthand word stands for
+/// (`shorthand`: folded word → its words). Each token appears once, in
+/// first-seen order.
+pub fn query_tokens(
+    text: &str,
+    vocabulary: &BTreeSet<String>,
+    shorthand: &BTreeMap<String, String>,
+) -> Vec<String> {
     let folded = fold(text);
     let mut out: Vec<String> = Vec::new();
     let push = |t: String, out: &mut Vec<String>| {
@@ -261,6 +267,9 @@ pub fn query_tokens(text: &str, vocabulary: &BTreeSet<String>) -> Vec<String> {
         push(stem(w), &mut out);
         for part in split_compound(w, |p| vocabulary.contains(p)) {
             push(part, &mut out);
+        }
+        for t in shorthand.get(w).map(|s| tokens(s)).unwrap_or_default() {
+            push(t, &mut out);
         }
     }
     out
@@ -361,7 +370,7 @@ mod tests {
     fn query_tokens_add_compound_parts_once() {
         let vocab: BTreeSet<String> = ["termin"].iter().map(|s| s.to_string()).collect();
         assert_eq!(
-            query_tokens("Kontrolltermin und Termin", &vocab),
+            query_tokens("Kontrolltermin und Termin", &vocab, &BTreeMap::new()),
             ["kontrolltermin", "termin"]
         );
     }
