@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use tokio::sync::RwLock;
 use uuid::Uuid;
 
@@ -36,6 +37,10 @@ struct Collection {
     payloads: Vec<PointPayload>,
     matrix: Vec<f32>,
     row_of: HashMap<Uuid, usize>,
+    /// `matrix` with its rows interleaved [`BLOCK`] at a time, for a search
+    /// that scores every row ([`Collection::all_scores`]): built by the first
+    /// such search, dropped by every change.
+    blocked: OnceLock<Vec<f32>>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -123,6 +128,7 @@ impl MemoryStore {
 
 impl Collection {
     fn upsert(&mut self, collection: &str, point: Point) -> Result<(), IndexError> {
+        self.blocked = OnceLock::new();
         if point.vector.len() != self.dim {
             return Err(IndexError::VectorSize {
                 collection: collection.to_owned(),
@@ -147,6 +153,7 @@ impl Collection {
     }
 
     fn delete(&mut self, id: &Uuid) {
+        self.blocked = OnceLock::new();
         let Some(row) = self.row_of.remove(id) else {
             return;
         };
@@ -165,6 +172,34 @@ impl Collection {
     /// The vector of a row.
     fn row(&self, row: usize) -> &[f32] {
         &self.matrix[row * self.dim..(row + 1) * self.dim]
+    }
+
+    /// [`dot_exact`] of every row with `q`, bit for bit, in row order:
+    /// [`BLOCK`] rows side by side over the interleaved copy, so one vector
+    /// instruction multiplies and adds element `i` of every row of a block,
+    /// while each row's products are still added in element order.
+    fn all_scores(&self, q: &[f32]) -> Vec<(f32, usize)> {
+        let n = self.ids.len();
+        if self.dim == 0 {
+            return Vec::new();
+        }
+        let blocked = self
+            .blocked
+            .get_or_init(|| interleave(&self.matrix, self.dim));
+        let mut out = Vec::with_capacity(n);
+        for (b, block) in blocked.chunks_exact(BLOCK * self.dim).enumerate() {
+            let mut sums = [SUM_START; BLOCK];
+            for (lane, x) in block.chunks_exact(BLOCK).zip(q) {
+                if let Ok(lane) = <&[f32; BLOCK]>::try_from(lane) {
+                    for (sum, v) in sums.iter_mut().zip(lane) {
+                        *sum += v * x;
+                    }
+                }
+            }
+            let rows = (b * BLOCK..).take_while(|&row| row < n);
+            out.extend(sums.into_iter().zip(rows));
+        }
+        out
     }
 
     /// [`dot_exact`] of each of `rows` with `q`, bit for bit, four rows at a
@@ -218,6 +253,11 @@ impl Collection {
         if self.dim == 0 || query.len() != self.dim || k == 0 {
             return Vec::new();
         }
+        if filter.is_none() && k >= self.ids.len() {
+            // Every row is in the answer: all scored exactly, side by side.
+            let mut scored = self.all_scores(query);
+            return self.hits(&mut scored, k);
+        }
         let rows = (0..self.ids.len())
             .filter(|&row| filter.is_none_or(|f| f.matches(&self.payloads[row])));
         // With no more rows than `k`, every row is in the answer: the first
@@ -237,6 +277,11 @@ impl Collection {
             rows.collect()
         };
         let mut scored = self.exact_scores(&rows, query);
+        self.hits(&mut scored, k)
+    }
+
+    /// The `k` best of `scored` rows as hits, best first, ties by id.
+    fn hits(&self, scored: &mut Vec<(f32, usize)>, k: usize) -> Vec<Hit> {
         let order = |a: &(f32, usize), b: &(f32, usize)| {
             b.0.total_cmp(&a.0)
                 .then_with(|| self.ids[a.1].cmp(&self.ids[b.1]))
@@ -244,8 +289,8 @@ impl Collection {
         scored.sort_by(order);
         scored.truncate(k);
         scored
-            .into_iter()
-            .map(|(score, row)| Hit {
+            .iter()
+            .map(|&(score, row)| Hit {
                 id: self.ids[row],
                 score,
                 name: self.payloads[row].name.clone(),
@@ -256,6 +301,27 @@ impl Collection {
 
 /// Lanes summed side by side by [`dot_lanes`].
 const LANES: usize = 8;
+
+/// Rows scored side by side by [`Collection::all_scores`].
+const BLOCK: usize = 8;
+
+/// `matrix` (rows of `dim`) interleaved [`BLOCK`] rows at a time: element
+/// `i` of row `r` at `((r / BLOCK) · dim + i) · BLOCK + r % BLOCK`, the last
+/// block padded with zero rows.
+fn interleave(matrix: &[f32], dim: usize) -> Vec<f32> {
+    if dim == 0 {
+        return Vec::new();
+    }
+    let rows = matrix.len() / dim;
+    let mut out = vec![0.0; rows.div_ceil(BLOCK) * BLOCK * dim];
+    for (row, v) in matrix.chunks_exact(dim).enumerate() {
+        let (b, r) = (row / BLOCK, row % BLOCK);
+        for (i, x) in v.iter().enumerate() {
+            out[(b * dim + i) * BLOCK + r] = *x;
+        }
+    }
+    out
+}
 
 /// Where `Iterator::sum` of `f32` starts (it adds every product to it).
 const SUM_START: f32 = -0.0;
@@ -500,6 +566,7 @@ fn load(path: &Path) -> Result<Collection, IndexError> {
         payloads,
         matrix,
         row_of,
+        blocked: OnceLock::new(),
     })
 }
 
@@ -580,6 +647,36 @@ mod search_tests {
             let q = unit(vector(q_seed));
             let got: Vec<(Uuid, u32)> = c.search(&q, k, None).into_iter().map(|h| (h.id, h.score.to_bits())).collect();
             prop_assert_eq!(got, reference(&c, &q, k));
+        }
+
+        /// Every row scored side by side over the interleaved copy scores as
+        /// `dot_exact` does, bit for bit, in row order (negative zeros, a
+        /// partial last block and a dimension of 0 included), and a change
+        /// of the matrix is seen by the next search.
+        #[test]
+        fn all_rows_side_by_side_score_as_each_alone(
+            dim in 0usize..40,
+            values in prop::collection::vec(prop::sample::select(vec![-0.0f32, 0.0, 1e-30, -0.5, 0.25, 3.0, -7.5, 1e7]), 0..400),
+        ) {
+            let mut c = Collection { dim, ..Collection::default() };
+            let rows = values.len().checked_div(dim).unwrap_or(0);
+            c.matrix = values[..rows * dim].to_vec();
+            c.ids = (0..rows).map(|r| Uuid::from_u128(r as u128)).collect();
+            c.payloads = (0..rows).map(|r| PointPayload { name: format!("t{r}"), hash: String::new(), category: None, domain: None }).collect();
+            c.row_of = c.ids.iter().enumerate().map(|(r, id)| (*id, r)).collect();
+            let q: Vec<f32> = (0..dim).map(|i| values.get(i + 7).copied().unwrap_or(1.0)).collect();
+            let want = |c: &Collection| -> Vec<(u32, usize)> {
+                (0..rows).map(|r| (dot_exact(c.row(r), &q).to_bits(), r)).collect()
+            };
+            let got: Vec<(u32, usize)> = c.all_scores(&q).into_iter().map(|(s, r)| (s.to_bits(), r)).collect();
+            prop_assert_eq!(got, want(&c));
+            if rows > 0 && dim > 0 {
+                let id = c.ids[0];
+                let payload = PointPayload { name: "t".into(), hash: String::new(), category: None, domain: None };
+                c.upsert("c", Point { id, vector: vec![1.0; dim], payload }).unwrap();
+                let got: Vec<(u32, usize)> = c.all_scores(&q).into_iter().map(|(s, r)| (s.to_bits(), r)).collect();
+                prop_assert_eq!(got, want(&c));
+            }
         }
 
         /// Four rows at a time score each row as `dot_exact` does, bit for
