@@ -55,6 +55,12 @@ pub enum RankConfigError {
     /// A floor or signal set does not compile.
     #[error(transparent)]
     Floors(#[from] FloorError),
+    /// A shorthand key is not one word (turns are matched word by word).
+    #[error("lexical.shorthand: {key:?} must be one word of letters and digits")]
+    Shorthand {
+        /// The key.
+        key: String,
+    },
 }
 
 /// Validated, compiled ranking configuration.
@@ -67,13 +73,8 @@ pub struct RankConfig {
 
 impl RankConfig {
     /// Validates settings and compiles their regexes.
-    pub fn try_new(mut settings: RankSettings) -> Result<Self, RankConfigError> {
+    pub fn try_new(settings: RankSettings) -> Result<Self, RankConfigError> {
         settings.names.validate()?;
-        // Turns are matched folded, so the shorthand is too ("RDV" as "rdv").
-        settings.lexical.shorthand = std::mem::take(&mut settings.lexical.shorthand)
-            .into_iter()
-            .map(|(k, v)| (super::tokenize::fold(k.trim()), v))
-            .collect();
         let l = &settings.lexical;
         let p = &settings.pipeline;
         let non_negative: [(&'static str, f32); 13] = [
@@ -119,6 +120,14 @@ impl RankConfig {
                 problem: "must be a finite number > 0",
                 value: l.saturation.into(),
             });
+        }
+        let one_word = |k: &str| {
+            let folded = super::tokenize::fold(k);
+            let mut words = super::tokenize::words(&folded);
+            words.next() == Some(folded.as_str()) && words.next().is_none()
+        };
+        if let Some(key) = l.shorthand.keys().find(|k| !one_word(k)) {
+            return Err(RankConfigError::Shorthand { key: key.clone() });
         }
         let counts: [(&'static str, usize); 3] = [
             ("clauses.minWords", settings.clauses.min_words),
@@ -186,6 +195,14 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "clauses.perClauseK: must be at least 1, got 0"
+        );
+        let err = RankConfig::from_json(
+            r#"{"lexical":{"shorthand":{"WV":"x","Rö-Thx":"x"}}}"#.as_bytes(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"lexical.shorthand: "Rö-Thx" must be one word of letters and digits"#
         );
         let err = RankConfig::from_json(br#"{"fusion":{"lexicalWeight":-1}}"#).unwrap_err();
         assert_eq!(

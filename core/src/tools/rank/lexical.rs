@@ -13,10 +13,11 @@
 //! function of that tool and the query alone.
 
 use super::tokenize::{
-    fold, identifier_words, is_stopword, query_tokens, split_compound, stem, words,
+    fold, identifier_words, is_stopword, query_tokens, split_compound, stem, tokens, words,
 };
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// Tuning of the lexical index.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -170,7 +171,10 @@ pub struct LexicalIndex {
     /// Per document, the length part of the BM25 denominator,
     /// `k1 · (1 − b + b · len / avg_len)`, fixed at build time.
     length_norm: Vec<f32>,
-    vocabulary: BTreeSet<String>,
+    /// Looked up for every split point of every long word of a turn: hashed.
+    vocabulary: FxHashSet<String>,
+    /// [`LexicalSettings::shorthand`], keys folded and values tokenised once.
+    shorthand: FxHashMap<String, Vec<String>>,
     settings: LexicalSettings,
 }
 
@@ -191,7 +195,7 @@ impl LexicalIndex {
         // Pass 1: the words of every field, and the vocabulary of their stems.
         let fields: Vec<[(Vec<String>, f32); 4]> =
             docs.iter().map(|d| field_words(d, settings)).collect();
-        let vocabulary: BTreeSet<String> = fields
+        let vocabulary: FxHashSet<String> = fields
             .iter()
             .flat_map(|f| f.iter().flat_map(|(ws, _)| ws.iter().map(|w| stem(w))))
             .collect();
@@ -235,10 +239,16 @@ impl LexicalIndex {
                 s.k1 * (1.0 - s.b + s.b * norm)
             })
             .collect();
+        let shorthand = settings
+            .shorthand
+            .iter()
+            .map(|(k, v)| (fold(k.trim()), tokens(v)))
+            .collect();
         LexicalIndex {
             terms,
             length_norm,
             vocabulary,
+            shorthand,
             settings: settings.clone(),
         }
     }
@@ -247,8 +257,8 @@ impl LexicalIndex {
     pub fn query(&self, text: &str) -> QueryTerms {
         QueryTerms(query_tokens(
             text,
-            &self.vocabulary,
-            &self.settings.shorthand,
+            |p| self.vocabulary.contains(p),
+            |w| self.shorthand.get(w).map(Vec::as_slice),
         ))
     }
 
@@ -451,6 +461,13 @@ mod tests {
         }];
         let plain = LexicalIndex::build(&docs, &none);
         assert_eq!(plain.score(0, &plain.query("RDV mardi")).raw, 0.0);
+        // An operator's key is compared as turns are: folded.
+        let own_key = LexicalSettings {
+            shorthand: BTreeMap::from([("WV".to_owned(), "appointment".to_owned())]),
+            ..LexicalSettings::default()
+        };
+        let own_key = LexicalIndex::build(&docs, &own_key);
+        assert!(own_key.score(0, &own_key.query("WV in 4 Wochen")).raw > 0.0);
     }
 
     #[test]

@@ -16,8 +16,6 @@
 //!    is known, the modifier) of a long token against a vocabulary, so
 //!    `Kontrolltermin` also yields `termin` when the index knows `termin`.
 
-use std::collections::{BTreeMap, BTreeSet};
-
 /// Lowercases and strips diacritics. Letters outside Latin-1 and Latin
 /// Extended-A are lowercased and otherwise kept.
 pub fn fold(text: &str) -> String {
@@ -77,9 +75,12 @@ const STOPWORDS: &[&str] = &[
     "ton", "tu", "un", "une", "vos", "votre", "vous", "svp", "d", "l", "j", "s", "c", "n", "y",
 ];
 
-/// Whether a folded word is a stopword.
+/// Whether a folded word is a stopword (asked for every word of every turn:
+/// hashed, not a scan of the list).
 pub fn is_stopword(word: &str) -> bool {
-    STOPWORDS.contains(&word)
+    static SET: std::sync::LazyLock<rustc_hash::FxHashSet<&'static str>> =
+        std::sync::LazyLock::new(|| STOPWORDS.iter().copied().collect());
+    SET.contains(word)
 }
 
 /// Suffix rules, longest first: (suffix, replacement). Applied once.
@@ -247,14 +248,14 @@ pub fn split_compound(word: &str, known: impl Fn(&str) -> bool) -> Vec<String> {
     Vec::new()
 }
 
-/// Tokenises a query against a vocabulary: [`tokens`] plus the known parts of
-/// compounds, plus the tokens of what a shorthand word stands for
-/// (`shorthand`: folded word → its words). Each token appears once, in
-/// first-seen order.
-pub fn query_tokens(
+/// Tokenises a query against a vocabulary (`known`: whether a stem is in
+/// it): [`tokens`] plus the known parts of compounds, plus the tokens of what
+/// a shorthand word stands for (`shorthand`: a folded word → the tokens it
+/// stands for). Each token appears once, in first-seen order.
+pub fn query_tokens<'s>(
     text: &str,
-    vocabulary: &BTreeSet<String>,
-    shorthand: &BTreeMap<String, String>,
+    known: impl Fn(&str) -> bool,
+    shorthand: impl Fn(&str) -> Option<&'s [String]>,
 ) -> Vec<String> {
     let folded = fold(text);
     let mut out: Vec<String> = Vec::new();
@@ -265,11 +266,11 @@ pub fn query_tokens(
     };
     for w in words(&folded).filter(|w| !is_stopword(w)) {
         push(stem(w), &mut out);
-        for part in split_compound(w, |p| vocabulary.contains(p)) {
+        for part in split_compound(w, &known) {
             push(part, &mut out);
         }
-        for t in shorthand.get(w).map(|s| tokens(s)).unwrap_or_default() {
-            push(t, &mut out);
+        for t in shorthand(w).unwrap_or_default() {
+            push(t.clone(), &mut out);
         }
     }
     out
@@ -278,6 +279,7 @@ pub fn query_tokens(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     #[test]
     fn folding_strips_accents_in_all_three_languages() {
@@ -370,7 +372,7 @@ mod tests {
     fn query_tokens_add_compound_parts_once() {
         let vocab: BTreeSet<String> = ["termin"].iter().map(|s| s.to_string()).collect();
         assert_eq!(
-            query_tokens("Kontrolltermin und Termin", &vocab, &BTreeMap::new()),
+            query_tokens("Kontrolltermin und Termin", |p| vocab.contains(p), |_| None),
             ["kontrolltermin", "termin"]
         );
     }
