@@ -463,6 +463,8 @@ fn count(v: &Value, place: Place, reference: bool) -> usize {
             let mut named = false;
             let mut defines = false;
             let mut call = false;
+            let mut schema = false;
+            let mut held = 0;
             let mut typed = None;
             for (k, v) in map {
                 let k = squash(k);
@@ -475,15 +477,17 @@ fn count(v: &Value, place: Place, reference: bool) -> usize {
                 };
                 let inner_reference =
                     reference || matches!(k.as_str(), "toolchoice" | "toolconfig" | "allowedtools");
-                n += count(v, child, inner_reference);
+                let inner = count(v, child, inner_reference);
+                n += inner;
                 match k.as_str() {
                     "name" => named |= v.is_string(),
-                    "description"
-                    | "parameters"
+                    "tools" => held += inner,
+                    "description" => defines = true,
+                    "parameters"
                     | "inputschema"
                     | "parametersjsonschema"
                     | "schema"
-                    | "inputjsonschema" => defines = true,
+                    | "inputjsonschema" => (defines, schema) = (true, true),
                     "arguments" | "input" | "args" => call = true,
                     "type" => typed = Some(v.as_str().map(squash).unwrap_or_default()),
                     _ => {}
@@ -494,7 +498,14 @@ fn count(v: &Value, place: Place, reference: bool) -> usize {
                 && (function_typed
                     || (place == Place::Wrapper && !call)
                     || (place == Place::InToolsList && typed.is_none()));
-            let definition = named && (defines || place == Place::InList || by_name);
+            // A Responses namespace holding definitions is no definition
+            // itself: the model calls the functions in it.
+            let namespace = place == Place::InToolsList
+                && typed.as_deref() == Some("namespace")
+                && held > 0
+                && !schema
+                && !call;
+            let definition = !namespace && named && (defines || place == Place::InList || by_name);
             n + usize::from(definition)
         }
         _ => 0,

@@ -39,6 +39,12 @@
 //! detector's own short list of reference positions; it shares nothing with
 //! the request parser's.
 //!
+//! A Responses `namespace` (`{"type": "namespace", "name", "description",
+//! "tools": [...]}`, an element of a `tools` array) groups definitions and
+//! is not one itself: its definitions count, the namespace does not — when
+//! its `tools` holds at least one counted definition and it has no schema
+//! key and no call payload; otherwise it counts like any other object.
+//!
 //! Tool *calls* in a conversation history (`{"name", "arguments"}`,
 //! `{"type":"tool_use","name","input"}`, `{"functionCall":{"name","args"}}`,
 //! `{"type":"function_call",…}`) carry no definition key and are not counted;
@@ -119,6 +125,8 @@ enum Kind {
     String,
     /// A string that folds to `function` or `custom`.
     FunctionWord,
+    /// A string that folds to `namespace`.
+    NamespaceWord,
     Other,
 }
 
@@ -126,6 +134,8 @@ enum Kind {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Key {
     Name,
+    /// `description`: a definition key that a namespace has too.
+    Description,
     Definition,
     CallPayload,
     Wrapper,
@@ -140,7 +150,7 @@ enum Key {
 /// Keys that mean something to the detector, folded.
 const TABLE: [(&str, Key); 20] = [
     ("name", Key::Name),
-    ("description", Key::Definition),
+    ("description", Key::Description),
     ("parameters", Key::Definition),
     ("parametersjsonschema", Key::Definition),
     ("inputschema", Key::Definition),
@@ -247,6 +257,8 @@ impl<'de> Visitor<'de> for Node<'_> {
     fn visit_str<E>(self, value: &str) -> Result<Kind, E> {
         Ok(if is_function_word(value) {
             Kind::FunctionWord
+        } else if value.len() <= 16 && folds_to(value, "namespace") {
+            Kind::NamespaceWord
         } else {
             Kind::String
         })
@@ -293,6 +305,9 @@ impl<'de> Visitor<'de> for Node<'_> {
         let (mut named, mut defines, mut calls) = (false, false, false);
         // `type`: absent, `function` / `custom`, or anything else.
         let (mut typed_function, mut typed_other) = (false, false);
+        // A namespace: `type` `namespace`, a `tools` member holding counted
+        // definitions, and no definition key but `description`.
+        let (mut typed_namespace, mut holds_definitions, mut schema) = (false, false, false);
         let element = matches!(
             self.at,
             Position::Element | Position::Declaration | Position::ToolsElement
@@ -306,6 +321,7 @@ impl<'de> Visitor<'de> for Node<'_> {
                 _ => Position::Plain,
             };
             let reference = self.reference || key == Key::Reference;
+            let before = self.count.get();
             let kind = map.next_value_seed(Node {
                 at,
                 reference,
@@ -313,18 +329,30 @@ impl<'de> Visitor<'de> for Node<'_> {
             })?;
             match key {
                 Key::Name => named |= matches!(kind, Kind::String | Kind::FunctionWord),
-                Key::Definition => defines = true,
+                Key::Description => defines = true,
+                Key::Definition => (defines, schema) = (true, true),
                 Key::CallPayload => calls = true,
                 Key::Type => match kind {
                     Kind::FunctionWord => typed_function = true,
+                    Kind::NamespaceWord => (typed_namespace, typed_other) = (true, true),
                     Kind::String | Kind::Other => typed_other = true,
                 },
-                Key::Wrapper
-                | Key::DeclarationList
-                | Key::ToolsList
-                | Key::Reference
-                | Key::Other => {}
+                Key::ToolsList => holds_definitions |= self.count.get() > before,
+                Key::Wrapper | Key::DeclarationList | Key::Reference | Key::Other => {}
             }
+        }
+        // A Responses namespace is not itself a tool the model can call: the
+        // definitions in its `tools` are, and they were counted. Only a
+        // `tools` element qualifies, and only one without a schema, a call
+        // payload, or an empty `tools`: anything that could be read as a
+        // definition still counts.
+        let namespace = self.at == Position::ToolsElement
+            && typed_namespace
+            && holds_definitions
+            && !schema
+            && !calls;
+        if namespace {
+            return Ok(Kind::Other);
         }
         let by_name_only = !self.reference
             && (typed_function

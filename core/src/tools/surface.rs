@@ -303,9 +303,9 @@ pub fn finish_with(
                     }
                 }
                 // A kept tool can count as more than one (its schema holds
-                // an object with a name and a description, or its namespace
-                // counts): the last chosen tool that is not forced gives its
-                // place, until the body fits. A forced one never does.
+                // an object with a name and a description): the last chosen
+                // tool that is not forced gives its place, until the body
+                // fits. A forced one never does.
                 Err(refused) => match surfaced
                     .iter()
                     .rposition(|t| t.reason != Reason::ToolChoice)

@@ -368,3 +368,51 @@ async fn a_turn_without_text_keeps_the_sessions_prior_set() {
         "{kept:?}"
     );
 }
+
+/// Regression (legitimate generator, seed 2669930766, case #28): a Responses
+/// request in the tool-input phase (one tool) forcing, by `allowed_tools`,
+/// one function that sits in a namespace was refused as "2 tool
+/// definitions": the namespace counted as one. It is forwarded, with the
+/// namespace holding the forced function and nothing else.
+#[tokio::test]
+async fn a_forced_function_in_a_namespace_fits_a_one_tool_phase() {
+    let stack = Stack::start(StackOptions::default()).await.expect("stack");
+    let tools = legit::catalog_tools();
+    let function = |(n, d, p): &(String, String, Value)| json!({"type": "function", "name": n, "description": d, "parameters": p, "strict": false});
+    let forced = tools[1].0.clone();
+    let body = json!({
+        "model": "gpt-5",
+        "input": [{"role": "user", "content": "Book the follow-up."}],
+        "tools": [
+            {"type": "namespace", "name": "clinical", "description": "Clinical record tools",
+             "tools": tools[..3].iter().map(function).collect::<Vec<_>>()},
+            function(&tools[3]),
+        ],
+        "tool_choice": {"type": "allowed_tools", "mode": "required",
+                        "tools": [{"type": "function", "name": forced}]},
+    });
+    let headers = [
+        ("x-keyhole-session", "ns-forced".to_owned()),
+        ("x-keyhole-phase", "tool-input".to_owned()),
+    ];
+    let (status, seen, reply) = send(
+        &stack,
+        "/v1/responses",
+        &headers,
+        serde_json::to_vec(&body).unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "{reply}");
+    let seen: Value = serde_json::from_slice(&seen.expect("forwarded")).unwrap();
+    let left = seen["tools"].as_array().unwrap();
+    assert_eq!(left.len(), 1, "{seen}");
+    assert_eq!(left[0]["type"], "namespace");
+    let inner: Vec<&str> = left[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(inner, [forced.as_str()]);
+    assert_eq!(seen["tool_choice"], body["tool_choice"]);
+}

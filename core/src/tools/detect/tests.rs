@@ -253,3 +253,71 @@ fn structured_outputs_and_listings_count_as_what_they_are() {
     let listing = r#"{"input":[{"type":"mcp_list_tools","server_label":"s","tools":[{"name":"a","input_schema":{}},{"name":"b","description":"d","input_schema":{}}]}]}"#;
     assert_eq!(count(listing), 2);
 }
+
+#[test]
+fn a_namespace_counts_its_definitions_not_itself() {
+    let ns = |members: &str| {
+        format!(
+            r#"{{"tools":[{{"type":"namespace","name":"clinical","description":"Clinical record tools",{members}}}]}}"#
+        )
+    };
+    // The Responses shape: one function inside, one definition in all.
+    assert_eq!(count(&ns(r#""tools":[{"type":"function","name":"a"}]"#)), 1);
+    assert_eq!(
+        count(&ns(
+            r#""tools":[{"type":"function","name":"a"},{"type":"custom","name":"b"}]"#
+        )),
+        2
+    );
+    // Spelled otherwise, still a namespace.
+    assert_eq!(
+        count(
+            r#"{"tools":[{"TYPE":"Name_Space","name":"n","tools":[{"name":"a","parameters":{}}]}]}"#
+        ),
+        1
+    );
+    // Anything that could be read as a definition still counts itself:
+    // a schema key, a call payload, or nothing counted inside.
+    assert_eq!(
+        count(&ns(
+            r#""parameters":{},"tools":[{"type":"function","name":"a"}]"#
+        )),
+        2
+    );
+    assert_eq!(
+        count(&ns(
+            r#""input_schema":{},"tools":[{"type":"function","name":"a"}]"#
+        )),
+        2
+    );
+    assert_eq!(
+        count(&ns(
+            r#""arguments":"{}","tools":[{"type":"function","name":"a"}]"#
+        )),
+        2
+    );
+    assert_eq!(count(&ns(r#""tools":[]"#)), 1);
+    assert_eq!(count(&ns(r#""tools":[{"type":"web_search"}]"#)), 1);
+    assert_eq!(count(&ns(r#""tools":"a""#)), 1);
+    // Only as an element of a `tools` array: elsewhere a namespace-typed
+    // object with a name and a description counts, its contents too.
+    assert_eq!(
+        count(
+            r#"{"functions":[{"type":"namespace","name":"n","description":"d","tools":[{"type":"function","name":"a"}]}]}"#
+        ),
+        2
+    );
+    assert_eq!(
+        count(
+            r#"{"x":{"type":"namespace","name":"n","description":"d","tools":[{"type":"function","name":"a"}]}}"#
+        ),
+        2
+    );
+    // A Chat Completions definition wrapped as a namespace still counts.
+    assert_eq!(
+        count(
+            r#"{"tools":[{"type":"function","function":{"type":"namespace","name":"f","description":"d","tools":[{"type":"function","name":"a"}]}}]}"#
+        ),
+        2
+    );
+}

@@ -218,7 +218,9 @@ fn a_namespace_is_ranked_like_its_tools_and_dropped_when_emptied() {
     );
     assert!(detect::count_tool_shaped(&out).unwrap() <= 12);
     let again = parse("/v1/responses", &out).unwrap().unwrap();
-    assert!(again.tools.len() <= 11 && !again.tools.is_empty());
+    // The namespace kept is no definition of its own: its tools fill the
+    // whole budget.
+    assert!(again.tools.len() <= 12 && !again.tools.is_empty());
 }
 
 #[test]
