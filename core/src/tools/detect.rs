@@ -56,7 +56,6 @@
 //! ([`crate::tools::surface`]); a false negative could forward a registry.
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use std::borrow::Cow;
 use std::cell::Cell;
 use std::fmt;
 
@@ -171,10 +170,42 @@ const TABLE: [(&str, Key); 20] = [
     ("allowedfunctionnames", Key::Reference),
 ];
 
-/// Whether a string value folds to `function` or `custom` (the `type` of a
-/// client-defined tool), without allocating: most strings are not.
-fn is_function_word(value: &str) -> bool {
-    value.len() <= 16 && (folds_to(value, "function") || folds_to(value, "custom"))
+/// What a string value is to a parent's `type` or `name`: a word that
+/// folds to `function` / `custom` (the `type` of a client-defined tool) or
+/// to `namespace`, or any other string. Without allocating: most strings
+/// are none of the words.
+fn word_kind(value: &str) -> Kind {
+    if value.len() > 16 {
+        return Kind::String;
+    }
+    let mut buf = [0u8; 16];
+    let folded = ascii_folded(value, &mut buf);
+    let is = |target: &str| match folded {
+        Some(folded) => folded == target.as_bytes(),
+        None => folds_to(value, target),
+    };
+    if is("function") || is("custom") {
+        Kind::FunctionWord
+    } else if is("namespace") {
+        Kind::NamespaceWord
+    } else {
+        Kind::String
+    }
+}
+
+/// An ASCII `text` folded into `buf`: lowercase, without `_` and `-`.
+/// `None` when `text` is not ASCII or does not fit (then fold it character
+/// by character, [`folds_to`]).
+fn ascii_folded<'b>(text: &str, buf: &'b mut [u8]) -> Option<&'b [u8]> {
+    if !text.is_ascii() || text.len() > buf.len() {
+        return None;
+    }
+    let mut len = 0;
+    for b in text.bytes().filter(|b| *b != b'_' && *b != b'-') {
+        *buf.get_mut(len)? = b.to_ascii_lowercase();
+        len += 1;
+    }
+    buf.get(..len)
 }
 
 fn classify(key: &str) -> Key {
@@ -185,22 +216,14 @@ fn classify(key: &str) -> Key {
     }
     // Most keys are ASCII: folded once into a buffer and compared whole
     // (ASCII letters lowercase the same by either rule).
-    if key.is_ascii() {
-        let mut folded = [0u8; 64];
-        let mut len = 0;
-        for b in key.bytes().filter(|b| *b != b'_' && *b != b'-') {
-            if let Some(slot) = folded.get_mut(len) {
-                *slot = b.to_ascii_lowercase();
-                len += 1;
-            }
-        }
-        let folded = folded.get(..len).unwrap_or_default();
-        return TABLE
+    let mut buf = [0u8; 64];
+    match ascii_folded(key, &mut buf) {
+        Some(folded) => TABLE
             .iter()
             .find(|(target, _)| target.as_bytes() == folded)
-            .map_or(Key::Other, |(_, k)| *k);
+            .map_or(Key::Other, |(_, k)| *k),
+        None => classify_folding(key),
     }
-    classify_folding(key)
 }
 
 /// [`classify`], folding each character as it is compared.
@@ -231,6 +254,30 @@ fn folds_to(key: &str, target: &str) -> bool {
     want.next().is_none()
 }
 
+/// Reads an object's key as the [`Key`] it folds to, without copying it:
+/// the key is classified where the parser holds it.
+struct KeySeed;
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = Key;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Key, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for KeySeed {
+    type Value = Key;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object key")
+    }
+
+    fn visit_str<E>(self, key: &str) -> Result<Key, E> {
+        Ok(classify(key))
+    }
+}
+
 /// Visits one value, counting the tool-shaped objects in it.
 struct Node<'c> {
     at: Position,
@@ -255,13 +302,7 @@ impl<'de> Visitor<'de> for Node<'_> {
     }
 
     fn visit_str<E>(self, value: &str) -> Result<Kind, E> {
-        Ok(if is_function_word(value) {
-            Kind::FunctionWord
-        } else if value.len() <= 16 && folds_to(value, "namespace") {
-            Kind::NamespaceWord
-        } else {
-            Kind::String
-        })
+        Ok(word_kind(value))
     }
 
     fn visit_bool<E>(self, _: bool) -> Result<Kind, E> {
@@ -312,8 +353,7 @@ impl<'de> Visitor<'de> for Node<'_> {
             self.at,
             Position::Element | Position::Declaration | Position::ToolsElement
         );
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-            let key = classify(&key);
+        while let Some(key) = map.next_key_seed(KeySeed)? {
             let at = match key {
                 Key::Wrapper if element => Position::Wrapped,
                 Key::DeclarationList => Position::DeclarationList,

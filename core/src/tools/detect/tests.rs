@@ -176,6 +176,32 @@ proptest::proptest! {
     ) {
         proptest::prop_assert!(super::classify(&key) == super::classify_folding(&key), "{}", key);
     }
+
+    /// A string value folded once (ASCII) is the word folding each
+    /// character finds: `function`, `custom`, `namespace` or none.
+    #[test]
+    fn ascii_values_are_words_as_folded_character_by_character(
+        value in proptest::string::string_regex("[a-zA-Z_\\-]{0,20}|(function|Function|CUSTOM|name_space|Fun-ction|customs|namespac)[_-]?").unwrap()
+    ) {
+        let folded = ["function", "custom", "namespace"]
+            .into_iter()
+            .find(|w| value.len() <= 16 && super::folds_to(&value, w));
+        let expected = match folded {
+            Some("namespace") => super::Kind::NamespaceWord,
+            Some(_) => super::Kind::FunctionWord,
+            None => super::Kind::String,
+        };
+        proptest::prop_assert!(super::word_kind(&value) == expected, "{}", value);
+    }
+}
+
+#[test]
+fn type_words_fold_beyond_ascii() {
+    // `ſ` folds to `s`, as a case-insensitive decoder reads it.
+    assert_eq!(count(r#"{"x":{"type":"cuſtom","name":"a"}}"#), 1);
+    assert_eq!(count(r#"{"x":{"type":"\u0046UNC_TION","name":"a"}}"#), 1);
+    // Longer than any word after folding: a string like any other.
+    assert_eq!(count(r#"{"x":{"type":"f_u_n_c_t_i_o_n_x","name":"a"}}"#), 0);
 }
 
 #[test]
