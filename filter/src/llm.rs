@@ -119,10 +119,12 @@ enum State {
         scan: Box<PromptScan<'static>>,
     },
     /// Waiting for control's `/v2/turn` answer (aliases and set together):
-    /// the body as read and its scan.
+    /// the body as read, its scan, and the body read as sent (what is
+    /// applied when the aliases change no byte of it).
     Turning {
         body: Vec<u8>,
         scan: Box<PromptScan<'static>>,
+        sent: Box<SentRead>,
     },
     /// Waiting for control's answer. The request is kept as read, with the
     /// body its spans refer to. `registry_sent`: the question carried the
@@ -156,6 +158,15 @@ enum State {
     },
     /// Answered locally.
     Answered,
+}
+
+/// A body read as sent, before its aliases were known, kept for
+/// [`State::Turning`]: when the aliases change nothing, it is the read of
+/// the body forwarded, and the body is not read a second time.
+struct SentRead {
+    parsed: ParsedRequest<'static>,
+    /// The read recalled the registry from the memo (counted when used).
+    recalled: bool,
 }
 
 /// What the LLM stream contexts of one worker share.
@@ -319,21 +330,15 @@ impl LlmStream {
         // The turn is read from the body as sent, and control aliases it
         // (and its query) itself: ids and set in one round trip. A body
         // with nothing to decide, or refused, is aliased as before.
-        let question = match self.read(&body, false).0 {
-            Read::Resolve(parsed) => {
+        let (question, sent) = match self.read(&body, false) {
+            (Read::Resolve(parsed), recalled) => {
                 let search_tool = self.search_tool(&parsed);
-                Some(surface::question_with(
-                    &parsed,
-                    Some(&session),
-                    self.phase,
-                    false,
-                    search_tool,
-                ))
+                let question =
+                    surface::question_with(&parsed, Some(&session), self.phase, false, search_tool);
+                let parsed = parsed.into_owned();
+                (question, SentRead { parsed, recalled })
             }
-            Read::Pass | Read::Refuse(..) => None,
-        };
-        let Some(question) = question else {
-            return self.encode(body, scan, session);
+            (Read::Pass | Read::Refuse(..), _) => return self.encode(body, scan, session),
         };
         let question = TurnRequest {
             version: TURN_VERSION,
@@ -352,6 +357,7 @@ impl LlmStream {
         self.state = State::Turning {
             body,
             scan: Box::new(scan),
+            sent: Box::new(sent),
         };
         match self.send(TURN_PATH, &payload) {
             Ok(Sent::Waiting) => Action::Pause,
@@ -401,6 +407,7 @@ impl LlmStream {
         &mut self,
         body: Vec<u8>,
         scan: Box<PromptScan<'static>>,
+        sent: SentRead,
         status: u16,
         answer: Option<Vec<u8>>,
     ) -> Action {
@@ -426,18 +433,28 @@ impl LlmStream {
             let theirs = turn.version.to_string();
             return self.turn_v1(body, *scan, &theirs);
         }
-        let rewritten = match self.splice_aliases(&body, &scan, &turn.aliases, &turn.known) {
-            Ok(rewritten) => rewritten,
-            Err(action) => return action,
-        };
-        let parsed = match self.read(&rewritten, true).0 {
-            Read::Pass => {
-                self.state = State::Passthrough;
-                return Action::Continue;
-            }
-            Read::Resolve(parsed) => parsed.into_owned(),
-            Read::Refuse(refusal, reply) => return self.refuse(refusal, reply),
-        };
+        let (rewritten, parsed) =
+            match self.splice_aliases(&body, &scan, &turn.aliases, &turn.known) {
+                // The aliases changed no byte: the body as sent is read already.
+                Ok(None) => {
+                    if sent.recalled {
+                        count(self.metrics.registry_recalled, 1);
+                    }
+                    (body, sent.parsed)
+                }
+                Ok(Some(rewritten)) => match self.read(&rewritten, true).0 {
+                    Read::Pass => {
+                        self.state = State::Passthrough;
+                        return Action::Continue;
+                    }
+                    Read::Resolve(parsed) => {
+                        let parsed = parsed.into_owned();
+                        (rewritten, parsed)
+                    }
+                    Read::Refuse(refusal, reply) => return self.refuse(refusal, reply),
+                },
+                Err(action) => return action,
+            };
         match turn.resolve {
             TurnResolve::Answer(answer) => self.apply(&parsed, &rewritten, Ok(&answer)),
             TurnResolve::Failed { status } => {
@@ -492,21 +509,22 @@ impl LlmStream {
             return self.refuse_alias(AliasRefusal::Control, ids);
         };
         match self.splice_aliases(&body, scan, &encoded.aliases, &encoded.known) {
-            Ok(rewritten) => self.surface(rewritten),
+            Ok(rewritten) => self.surface(rewritten.unwrap_or(body)),
             Err(action) => action,
         }
     }
 
     /// Splices `aliases` (parallel to the scan's ids) and the session's
     /// `known` ids into `body`, verified by reading the result again, and
-    /// replaces the buffered body with it. `Err`: the request was refused.
+    /// replaces the buffered body with it. `Ok(None)`: no byte changed (the
+    /// buffered body stays). `Err`: the request was refused.
     fn splice_aliases(
         &mut self,
         body: &[u8],
         scan: &PromptScan<'_>,
         aliases: &[String],
         known: &[KnownAlias],
-    ) -> Result<Vec<u8>, Action> {
+    ) -> Result<Option<Vec<u8>>, Action> {
         let ids = scan.ids().len();
         let rewritten = match scan.rewrite_counted(body, aliases, known) {
             Ok(rewritten) => rewritten,
@@ -519,11 +537,10 @@ impl LlmStream {
                 return Err(self.refuse_alias(AliasRefusal::Rewrite, ids));
             }
         };
-        if rewritten.body != body
-            && host::replace_buffer(BufferType::HttpRequestBody, body.len(), &rewritten.body)
-                .is_err()
-        {
-            return Err(self.refuse_alias(AliasRefusal::Host, ids));
+        if let Some(out) = &rewritten.body {
+            if host::replace_buffer(BufferType::HttpRequestBody, body.len(), out).is_err() {
+                return Err(self.refuse_alias(AliasRefusal::Host, ids));
+            }
         }
         count(self.metrics.llm.ids_aliased, rewritten.ids as i64);
         if rewritten.ids > 0 {
@@ -537,7 +554,7 @@ impl LlmStream {
             ids,
             known.len(),
             body.len(),
-            rewritten.body.len()
+            rewritten.body.as_ref().map_or(body.len(), Vec::len)
         );
         self.ids_aliased = Some(rewritten.ids);
         Ok(rewritten.body)
@@ -879,9 +896,14 @@ impl Context for LlmStream {
                     self.callout.settle(action, StreamType::HttpRequest);
                     return;
                 }
-                State::Turning { body, scan } => {
-                    let action =
-                        self.on_turn(body, scan, callout::status(), callout::body(body_size));
+                State::Turning { body, scan, sent } => {
+                    let action = self.on_turn(
+                        body,
+                        scan,
+                        *sent,
+                        callout::status(),
+                        callout::body(body_size),
+                    );
                     self.callout.settle(action, StreamType::HttpRequest);
                     return;
                 }

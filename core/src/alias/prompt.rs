@@ -240,10 +240,13 @@ impl<'t> PromptScan<'t> {
         aliases: &[String],
         known: &[KnownAlias],
     ) -> Result<Vec<u8>, RewriteError> {
-        self.rewrite_counted(body, aliases, known).map(|r| r.body)
+        self.rewrite_counted(body, aliases, known)
+            .map(|r| r.body.unwrap_or_else(|| body.to_vec()))
     }
 
-    /// [`Self::rewrite`], with the number of id occurrences replaced.
+    /// [`Self::rewrite`], with the number of id occurrences replaced; a
+    /// body no string of which changed is not copied
+    /// ([`Rewritten::body`] is `None`).
     ///
     /// The count is, per rewritten string, the aliases the rewrite added
     /// (tokens that are aliases by the grammar, after it less before it), and
@@ -277,7 +280,7 @@ impl<'t> PromptScan<'t> {
             edits.push((s.span.clone(), Cow::Owned(value)));
         }
         Ok(Rewritten {
-            body: splice(body, edits),
+            body: (!edits.is_empty()).then(|| splice(body, edits)),
             ids,
         })
     }
@@ -337,8 +340,9 @@ pub fn alias_text(
 /// A rewritten request body ([`PromptScan::rewrite_counted`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rewritten {
-    /// The body to forward.
-    pub body: Vec<u8>,
+    /// The body to forward; `None` when no string changed: the body as
+    /// sent is the body to forward, byte for byte.
+    pub body: Option<Vec<u8>>,
     /// Id occurrences replaced by aliases.
     pub ids: usize,
 }

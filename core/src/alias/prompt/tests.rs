@@ -430,7 +430,7 @@ fn the_models_own_aliases_pass_unchanged_and_are_not_counted() {
     let out = scan
         .rewrite_counted(body.as_bytes(), &encoded.aliases, &known)
         .expect("rewrite");
-    let text = String::from_utf8(out.body).expect("utf8");
+    let text = String::from_utf8(out.body.expect("changed")).expect("utf8");
     assert_eq!(text.matches(held.as_str()).count(), 2, "{text}");
     assert!(!text.contains("74229a55"), "{text}");
     assert_eq!(out.ids, 1, "{text}");
@@ -451,7 +451,12 @@ fn occurrences_are_counted_once_each() {
     let out = scan
         .rewrite_counted(body.as_bytes(), &aliases, &[])
         .expect("rewrite");
-    assert_eq!(out.ids, 4, "{}", String::from_utf8_lossy(&out.body));
+    assert_eq!(
+        out.ids,
+        4,
+        "{}",
+        String::from_utf8_lossy(out.body.as_deref().unwrap_or_default())
+    );
     // Ids the session knew, found only at rewrite time, count too.
     let body = br#"{"messages":[{"role":"system","content":"Clinic berlin-mitte-ambulanz, again berlin-mitte-ambulanz."}]}"#;
     let scan = PromptScan::new(&tax, body).expect("scan");
@@ -464,6 +469,35 @@ fn occurrences_are_counted_once_each() {
             .expect("rewrite")
             .ids,
         2
+    );
+}
+
+#[test]
+fn a_body_nothing_changed_in_is_not_copied() {
+    let tax = Taxonomy::default();
+    let body = br#"{"messages":[{"role":"user","content":"Book Anna a follow-up on Thursday."}],"tools":[{"type":"function","function":{"name":"a","parameters":{"type":"object","properties":{"id":{"type":"string","description":"pat-000123"}}}}}]}"#;
+    let scan = PromptScan::new(&tax, body).expect("scan");
+    assert!(scan.ids().is_empty());
+    // Nothing to replace, and a known id the body does not hold.
+    let known = [KnownAlias {
+        value: "berlin-mitte-ambulanz".into(),
+        alias: "clinic-001".into(),
+    }];
+    for known in [&[][..], &known[..]] {
+        let out = scan.rewrite_counted(body, &[], known).expect("rewrite");
+        assert_eq!((out.body, out.ids), (None, 0));
+        assert_eq!(scan.rewrite(body, &[], known).expect("rewrite"), body);
+    }
+    // The same body holding the known id is rewritten.
+    let body = br#"{"messages":[{"role":"user","content":"At berlin-mitte-ambulanz today."}]}"#;
+    let out = PromptScan::new(&tax, body)
+        .expect("scan")
+        .rewrite_counted(body, &[], &known)
+        .expect("rewrite");
+    assert_eq!(out.ids, 1);
+    assert_eq!(
+        out.body.as_deref(),
+        Some(&br#"{"messages":[{"role":"user","content":"At clinic-001 today."}]}"#[..])
     );
 }
 
