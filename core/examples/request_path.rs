@@ -6,11 +6,12 @@
 //!
 //! `cargo run --release -p keyhole-core --example request_path [ROUNDS]`
 
+use keyhole_core::alias::prompt::alias_text;
 use keyhole_core::alias::{PromptScan, Taxonomy};
 use keyhole_core::config::OnOutage;
 use keyhole_core::proto::tools::{Reason, ResolveResponse, Source, SurfacedTool};
 use keyhole_core::tools::format;
-use keyhole_core::tools::surface::{self, Finished};
+use keyhole_core::tools::surface::{self, Finished, Read};
 use keyhole_core::Phase;
 use std::time::{Duration, Instant};
 
@@ -49,7 +50,7 @@ fn main() {
     let (builtins, mut memo) = (format::BuiltinTools::default(), format::Memo::new());
     let mut stages = [Duration::ZERO; 5];
     let mut out_bytes = 0;
-    let mut changed = 0;
+    let (mut changed, mut moved) = (0, 0);
     let started = Instant::now();
     for _ in 0..rounds {
         let t = Instant::now();
@@ -57,12 +58,18 @@ fn main() {
             PromptScan::new_skipping(&tax, &body, &|rest| memo.known_array(rest)).expect("scans");
         let t1 = Instant::now();
         // The turn read from the body as sent, for the one `/v2/turn` question.
-        let sent = format::parse_memo("/v1/chat/completions", &body, &builtins, &mut memo)
-            .ok()
-            .flatten()
-            .expect("parses");
+        let Read::Resolve(sent) = surface::read(
+            "/v1/chat/completions",
+            &body,
+            Phase::Planner,
+            &builtins,
+            &mut memo,
+        ) else {
+            panic!("the catalog request is resolved")
+        };
         let question = surface::question(&sent, Some("s"), Phase::Planner, false);
         let payload = serde_json::to_vec(&question).expect("serialises");
+        let sent = sent.into_owned();
         let t2 = Instant::now();
         let aliases: Vec<String> = (1..=scan.ids().len())
             .map(|n| format!("patient-k7q2-{n:03}"))
@@ -71,17 +78,32 @@ fn main() {
             .rewrite_counted(&body, &aliases, &[])
             .expect("rewrites");
         // As in the filter: a body the aliases changed nothing in is not
-        // read again.
+        // read again, and the read as sent is moved past the aliases' edits
+        // when it can be.
         changed += usize::from(aliased.body.is_some());
         let (req, forwarded) = match &aliased.body {
             None => (sent, &body[..]),
-            Some(out) => (
-                format::parse_memo("/v1/chat/completions", out, &builtins, &mut memo)
-                    .ok()
-                    .flatten()
-                    .expect("parses"),
-                &out[..],
-            ),
+            Some(out) => {
+                let alias = |t: &str| alias_text(&tax, t, scan.ids(), &aliases, &[]).ok();
+                let read =
+                    match surface::read_moved(sent, out, &aliased.edits, Phase::Planner, &alias) {
+                        Some(read) => {
+                            moved += 1;
+                            read
+                        }
+                        None => surface::read(
+                            "/v1/chat/completions",
+                            out,
+                            Phase::Planner,
+                            &builtins,
+                            &mut memo,
+                        ),
+                    };
+                let Read::Resolve(req) = read else {
+                    panic!("the aliased request is resolved")
+                };
+                (req.into_owned(), &out[..])
+            }
         };
         let t3 = Instant::now();
         let finished = surface::finish_with(
@@ -115,11 +137,11 @@ fn main() {
         body.len(),
         out_bytes / rounds
     );
-    println!("  bodies the aliases changed: {changed} of {rounds}");
+    println!("  bodies the aliases changed: {changed} of {rounds}, reads moved past them: {moved}");
     for (name, d) in [
         "prompt ids (scan)",
         "read as sent + question",
-        "splice aliases + read aliased",
+        "splice aliases + move the read",
         "decide+rewrite+seal",
     ]
     .iter()

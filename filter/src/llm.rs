@@ -69,7 +69,7 @@ use crate::callout::{self, Callout, Sent};
 use crate::hold::{Verdict, HOLD_HEADER, HOLD_OPEN};
 use crate::host::{self, HostError};
 use crate::metrics::{count, Metrics};
-use keyhole_core::alias::prompt::Refusal as AliasRefusal;
+use keyhole_core::alias::prompt::{alias_text, Refusal as AliasRefusal, Rewritten};
 use keyhole_core::alias::{EncodeRequest, EncodeResponse, PromptScan};
 use keyhole_core::config::{LlmConfig, OffSurface, SearchTool};
 use keyhole_core::proto::alias::WithTaxonomy;
@@ -433,28 +433,53 @@ impl LlmStream {
             let theirs = turn.version.to_string();
             return self.turn_v1(body, *scan, &theirs);
         }
-        let (rewritten, parsed) =
-            match self.splice_aliases(&body, &scan, &turn.aliases, &turn.known) {
-                // The aliases changed no byte: the body as sent is read already.
-                Ok(None) => {
-                    if sent.recalled {
-                        count(self.metrics.registry_recalled, 1);
-                    }
-                    (body, sent.parsed)
+        let rewritten = match self.splice_aliases(&body, &scan, &turn.aliases, &turn.known) {
+            Ok(rewritten) => rewritten,
+            Err(action) => return action,
+        };
+        let (rewritten, parsed) = match rewritten.body {
+            // The aliases changed no byte: the body as sent is read already.
+            None => {
+                if sent.recalled {
+                    count(self.metrics.registry_recalled, 1);
                 }
-                Ok(Some(rewritten)) => match self.read(&rewritten, true).0 {
+                (body, sent.parsed)
+            }
+            Some(out) => {
+                // The read as sent, moved past the replaced strings, unless
+                // they touch what it holds; else the aliased body is read.
+                let tax = crate::taxonomy::leaked(&self.config.taxonomy);
+                let alias =
+                    |text: &str| alias_text(tax, text, scan.ids(), &turn.aliases, &turn.known).ok();
+                let read = match surface::read_moved(
+                    sent.parsed,
+                    &out,
+                    &rewritten.edits,
+                    self.phase,
+                    &alias,
+                ) {
+                    Some(read) => {
+                        if sent.recalled {
+                            count(self.metrics.registry_recalled, 1);
+                        }
+                        read
+                    }
+                    None => match self.read(&out, true).0 {
+                        Read::Resolve(parsed) => Read::Resolve(parsed.into_owned()),
+                        Read::Pass => Read::Pass,
+                        Read::Refuse(refusal, reply) => Read::Refuse(refusal, reply),
+                    },
+                };
+                match read {
                     Read::Pass => {
                         self.state = State::Passthrough;
                         return Action::Continue;
                     }
-                    Read::Resolve(parsed) => {
-                        let parsed = parsed.into_owned();
-                        (rewritten, parsed)
-                    }
+                    Read::Resolve(parsed) => (out, parsed),
                     Read::Refuse(refusal, reply) => return self.refuse(refusal, reply),
-                },
-                Err(action) => return action,
-            };
+                }
+            }
+        };
         match turn.resolve {
             TurnResolve::Answer(answer) => self.apply(&parsed, &rewritten, Ok(&answer)),
             TurnResolve::Failed { status } => {
@@ -509,22 +534,22 @@ impl LlmStream {
             return self.refuse_alias(AliasRefusal::Control, ids);
         };
         match self.splice_aliases(&body, scan, &encoded.aliases, &encoded.known) {
-            Ok(rewritten) => self.surface(rewritten.unwrap_or(body)),
+            Ok(rewritten) => self.surface(rewritten.body.unwrap_or(body)),
             Err(action) => action,
         }
     }
 
     /// Splices `aliases` (parallel to the scan's ids) and the session's
     /// `known` ids into `body`, verified by reading the result again, and
-    /// replaces the buffered body with it. `Ok(None)`: no byte changed (the
-    /// buffered body stays). `Err`: the request was refused.
+    /// replaces the buffered body with it. [`Rewritten::body`] `None`: no
+    /// byte changed (the buffered body stays). `Err`: the request was refused.
     fn splice_aliases(
         &mut self,
         body: &[u8],
         scan: &PromptScan<'_>,
         aliases: &[String],
         known: &[KnownAlias],
-    ) -> Result<Option<Vec<u8>>, Action> {
+    ) -> Result<Rewritten, Action> {
         let ids = scan.ids().len();
         let rewritten = match scan.rewrite_counted(body, aliases, known) {
             Ok(rewritten) => rewritten,
@@ -557,7 +582,7 @@ impl LlmStream {
             rewritten.body.as_ref().map_or(body.len(), Vec::len)
         );
         self.ids_aliased = Some(rewritten.ids);
-        Ok(rewritten.body)
+        Ok(rewritten)
     }
 
     /// Refuses a request whose ids cannot be aliased: counted by reason,

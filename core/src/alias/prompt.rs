@@ -36,6 +36,7 @@ use super::rewrite::{splice, RewriteError};
 use super::scan::{BodyKind, PartId, ResponseScan};
 use super::taxonomy::Taxonomy;
 use crate::json::lexer::{text_of, Event, JsonError, Lexer};
+use crate::json::StringEdit;
 use crate::proto::alias::{IdInput, KnownAlias};
 use crate::proto::reply::{self, ErrorKind, LocalReply};
 use std::borrow::Cow;
@@ -261,6 +262,7 @@ impl<'t> PromptScan<'t> {
     ) -> Result<Rewritten, RewriteError> {
         let rewriter = self.scan.rewriter(aliases, known)?;
         let mut edits: Vec<(Range<usize>, Cow<'_, str>)> = Vec::new();
+        let mut replaced: Vec<StringEdit> = Vec::new();
         let mut ids = 0;
         for s in &self.strings {
             let out = rewriter.rewrite(s.part, s.text.as_bytes())?;
@@ -277,11 +279,17 @@ impl<'t> PromptScan<'t> {
             } else {
                 serde_json::to_string(&text).map_err(|_| JsonError::NotUtf8)?
             };
+            replaced.push(StringEdit {
+                span: s.span.clone(),
+                len: value.len(),
+                was: s.text.clone(),
+            });
             edits.push((s.span.clone(), Cow::Owned(value)));
         }
         Ok(Rewritten {
             body: (!edits.is_empty()).then(|| splice(body, edits)),
             ids,
+            edits: replaced,
         })
     }
 }
@@ -345,6 +353,10 @@ pub struct Rewritten {
     pub body: Option<Vec<u8>>,
     /// Id occurrences replaced by aliases.
     pub ids: usize,
+    /// The strings replaced, in body order (the scan's strings never
+    /// overlap: a string inside a value read whole is not scanned on its
+    /// own); empty when [`Self::body`] is `None`.
+    pub edits: Vec<StringEdit>,
 }
 
 /// Tokens of `text` (runs of ASCII letters, digits and `-`, a percent

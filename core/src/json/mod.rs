@@ -17,3 +17,20 @@ pub mod lexer;
 pub(crate) mod shallow;
 
 pub use lexer::JsonError;
+
+use std::ops::Range;
+
+/// A string of a JSON body that a rewrite replaced: where it was, how long
+/// its replacement is, and what it said. A read of the body before the
+/// rewrite can be moved onto the body after it with these
+/// ([`crate::tools::format::ParsedRequest::moved`]) instead of reading it again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StringEdit {
+    /// Byte range of the value in the body as read (a string literal with
+    /// its quotes, or a container read as one document).
+    pub span: Range<usize>,
+    /// Length in bytes of what replaced it.
+    pub len: usize,
+    /// Its decoded content before the rewrite.
+    pub was: String,
+}

@@ -130,24 +130,7 @@ pub fn read<'a>(
     memo: &mut format::Memo,
 ) -> Read<'a> {
     match format::parse_memo(path, body, builtins, memo) {
-        Ok(Some(mut parsed)) if !parsed.tools.is_empty() => match rest_of(&parsed, body) {
-            Ok(rest) => {
-                parsed.rest = Some(rest);
-                let taken = rest.saturating_add(parsed.sourced);
-                let budget = phase.budget().max;
-                if taken > budget {
-                    return Read::Refuse(
-                        Refusal::OverBudget {
-                            found: taken,
-                            budget,
-                        },
-                        reply::too_many_tools(taken, budget, phase),
-                    );
-                }
-                Read::Resolve(parsed)
-            }
-            Err(refused) => Read::Refuse(refused.0, refused.1),
-        },
+        Ok(Some(parsed)) if !parsed.tools.is_empty() => with_rest(parsed, body, phase),
         Ok(parsed) => match seal_with(body, phase, parsed.map_or(0, |p| p.sourced)) {
             Ok(()) => Read::Pass,
             Err((refusal, reply)) => Read::Refuse(refusal, reply),
@@ -157,6 +140,51 @@ pub fn read<'a>(
         }
         Err(e) => Read::Refuse(Refusal::Unreadable, reply::invalid_request(&e)),
     }
+}
+
+/// `parsed`, read from `body`, with the rest of the body counted: to be
+/// resolved, or refused when the rest alone is over the budget.
+fn with_rest<'a>(mut parsed: ParsedRequest<'a>, body: &[u8], phase: Phase) -> Read<'a> {
+    match rest_of(&parsed, body) {
+        Ok(rest) => {
+            parsed.rest = Some(rest);
+            let taken = rest.saturating_add(parsed.sourced);
+            let budget = phase.budget().max;
+            if taken > budget {
+                return Read::Refuse(
+                    Refusal::OverBudget {
+                        found: taken,
+                        budget,
+                    },
+                    reply::too_many_tools(taken, budget, phase),
+                );
+            }
+            Read::Resolve(parsed)
+        }
+        Err(refused) => Read::Refuse(refused.0, refused.1),
+    }
+}
+
+/// [`read`] of `body`, which a rewrite made of the body `sent` was read
+/// from by replacing the strings `edits` lists (the prompt's ids by their
+/// aliases), without reading it again: `sent` moved onto it
+/// ([`ParsedRequest::moved`]), its turn and tool-search query passed through
+/// `alias` (the same texts as the rewrite of the body has them), and the rest
+/// of `body` counted again, as [`read`] counts it. `None` when the edits or
+/// `alias` leave no valid move: then `read` the body.
+pub fn read_moved(
+    sent: ParsedRequest<'static>,
+    body: &[u8],
+    edits: &[crate::json::StringEdit],
+    phase: Phase,
+    alias: &dyn Fn(&str) -> Option<String>,
+) -> Option<Read<'static>> {
+    let mut moved = sent.moved(edits).ok()?;
+    moved.turn = alias(&moved.turn)?;
+    if let Some(query) = moved.search_call.as_mut().and_then(|c| c.query.as_mut()) {
+        *query = alias(query)?;
+    }
+    Some(with_rest(moved, body, phase))
 }
 
 /// The detector's count of `body` without any of `req`'s function tools.

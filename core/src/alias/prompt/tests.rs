@@ -574,3 +574,168 @@ fn a_turn_is_aliased_with_the_batch_of_its_body() {
     let other = "ffffffff-92f7-44b7-9c91-4e3f0e900c71";
     assert!(alias_text(&tax, &format!("open {other}"), scan.ids(), &aliases, &[]).is_err());
 }
+
+/// `value`'s members written in order with `tools` moved to place `at`
+/// (modulo the member count): the tools array before, between or after the
+/// strings a rewrite replaces.
+fn with_tools_at(value: &Value, at: usize) -> String {
+    let Value::Object(map) = value else {
+        return value.to_string();
+    };
+    let mut members: Vec<(&String, &Value)> = map.iter().filter(|(k, _)| *k != "tools").collect();
+    if let Some(tools) = map.get_key_value("tools") {
+        members.insert(at % (members.len() + 1), tools);
+    }
+    let inner: Vec<String> = members
+        .iter()
+        .map(|(k, v)| format!("{}:{v}", Value::String((*k).clone())))
+        .collect();
+    format!("{{{}}}", inner.join(","))
+}
+
+/// What a read holds that the filter acts on, for comparing two reads.
+fn read_facts(req: &crate::tools::format::ParsedRequest<'_>, body: &[u8]) -> String {
+    let names: Vec<(&str, &str)> = req
+        .tools
+        .iter()
+        .map(|t| (t.name.as_ref(), t.description.as_ref()))
+        .collect();
+    let all: Vec<usize> = (0..req.tools.len()).collect();
+    let rewrites: Vec<String> = [&all[..], &all[..1], &[][..]]
+        .iter()
+        .map(|keep| String::from_utf8_lossy(&req.rewrite_with_search_tool(body, keep)).into_owned())
+        .collect();
+    format!(
+        "{:?} {names:?} turn={:?} choice={:?} forced={:?} search={:?} sourced={} rest={:?} digest={} {rewrites:?}",
+        req.format,
+        req.turn,
+        req.tool_choice,
+        req.forced,
+        req.search_call,
+        req.sourced,
+        req.rest,
+        req.registry_digest()
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    /// The read as sent, moved past the aliases' edits, is the read of the
+    /// aliased body: the same tools, turn, forced names and rest, and the
+    /// same bytes for every rewrite, wherever the tools array sits.
+    #[test]
+    fn a_read_moved_past_the_aliases_is_the_read_of_the_aliased_body(
+        format in 0usize..4,
+        ids in prop::collection::vec(id(), 3..9),
+        rec in record(),
+        look in prop::sample::select(LOOKALIKES.to_vec()),
+        at in 0usize..6,
+        escape in prop::option::of(2usize..7),
+    ) {
+        use crate::tools::format::{BuiltinTools, Memo};
+        use crate::tools::surface::{self, Read};
+        let tax = Taxonomy::default();
+        let mut body = with_tools_at(&request(format, &ids, (rec.0, &rec.1), look), at);
+        if let Some(every) = escape {
+            body = escape_dashes(&body, every);
+        }
+        let fail = |e: &dyn std::fmt::Display| TestCaseError::fail(e.to_string());
+        let scan = PromptScan::new(&tax, body.as_bytes()).map_err(|e| fail(&e))?;
+        let aliases = SessionMap::new().encode(&tax, scan.ids()).map_err(|e| fail(&e))?.aliases;
+        let rewritten = scan.rewrite_counted(body.as_bytes(), &aliases, &[]).map_err(|e| fail(&e))?;
+        let out = rewritten.body.clone().ok_or_else(|| fail(&"no id replaced"))?;
+        let (builtins, phase) = (BuiltinTools::default(), crate::Phase::Planner);
+        let Read::Resolve(sent) = surface::read("/any", body.as_bytes(), phase, &builtins, &mut Memo::new()) else {
+            return Err(fail(&"the body as sent is not resolved"));
+        };
+        let Read::Resolve(again) = surface::read("/any", &out, phase, &builtins, &mut Memo::new()) else {
+            return Err(fail(&"the aliased body is not resolved"));
+        };
+        let alias = |t: &str| alias_text(&tax, t, scan.ids(), &aliases, &[]).ok();
+        let moved = surface::read_moved(sent.into_owned(), &out, &rewritten.edits, phase, &alias);
+        let Some(Read::Resolve(moved)) = moved else {
+            return Err(fail(&format!("not moved: {}", rewritten.edits.len())));
+        };
+        prop_assert_eq!(read_facts(&moved, &out), read_facts(&again, &out));
+    }
+}
+
+#[test]
+fn a_read_is_not_moved_over_a_forced_name_or_into_the_tools() {
+    use crate::json::StringEdit;
+    use crate::tools::format::{parse, BuiltinTools, Memo};
+    use crate::tools::surface::{self, Read};
+    let tax = Taxonomy::default();
+    // A tool named like an id, forced by name: the forced string is aliased,
+    // the tool definitions are not, so the read must be taken again.
+    let uuid = "039b70b8-92f7-44b7-9c91-4e3f0e900c71";
+    let body = format!(
+        r#"{{"messages":[{{"role":"user","content":"go"}}],"tool_choice":{{"type":"function","function":{{"name":"{uuid}"}}}},"tools":[{{"type":"function","function":{{"name":"{uuid}","parameters":{{"type":"object"}}}}}},{{"type":"function","function":{{"name":"b"}}}}]}}"#
+    );
+    let scan = PromptScan::new(&tax, body.as_bytes()).expect("scan");
+    let aliases = SessionMap::new()
+        .encode(&tax, scan.ids())
+        .expect("encode")
+        .aliases;
+    let rewritten = scan
+        .rewrite_counted(body.as_bytes(), &aliases, &[])
+        .expect("rewrite");
+    let out = rewritten.body.expect("the tool choice is aliased");
+    assert_eq!(rewritten.edits.len(), 1);
+    assert_eq!(rewritten.edits[0].was, uuid);
+    let (builtins, phase) = (BuiltinTools::default(), crate::Phase::Planner);
+    let Read::Resolve(sent) =
+        surface::read("/any", body.as_bytes(), phase, &builtins, &mut Memo::new())
+    else {
+        panic!("read")
+    };
+    let alias = |t: &str| alias_text(&tax, t, scan.ids(), &aliases, &[]).ok();
+    assert!(
+        surface::read_moved(sent.into_owned(), &out, &rewritten.edits, phase, &alias).is_none()
+    );
+
+    // An edit inside a tools array, or edits out of order: not moved.
+    let body = br#"{"messages":[{"role":"user","content":"a"}],"tools":[{"type":"function","function":{"name":"x"}}]}"#;
+    let tools_at = body
+        .windows(8)
+        .position(|w| w == b"\"tools\":")
+        .expect("tools")
+        + 8;
+    let edit = |span: std::ops::Range<usize>| StringEdit {
+        span,
+        len: 3,
+        was: "a".into(),
+    };
+    let sent = || {
+        parse("/v1/chat/completions", body)
+            .expect("read")
+            .expect("tools")
+            .into_owned()
+    };
+    assert!(sent().moved(&[edit(tools_at + 2..tools_at + 9)]).is_err());
+    assert!(sent().moved(&[edit(30..33), edit(20..23)]).is_err());
+    // Before the tools: moved by what the edit added.
+    let a = body
+        .windows(3)
+        .position(|w| w == b"\"a\"")
+        .expect("the turn");
+    let grown: Vec<u8> = [&body[..a], &b"\"abcd\""[..], &body[a + 3..]].concat();
+    let moved = sent()
+        .moved(&[StringEdit {
+            span: a..a + 3,
+            len: 6,
+            was: "a".into(),
+        }])
+        .expect("moved");
+    let again = parse("/v1/chat/completions", &grown)
+        .expect("read")
+        .expect("tools");
+    for keep in [&[0][..], &[]] {
+        assert_eq!(moved.rewrite(&grown, keep), again.rewrite(&grown, keep));
+    }
+    assert_eq!(
+        String::from_utf8(moved.rewrite(&grown, &[])).expect("utf8"),
+        r#"{"messages":[{"role":"user","content":"abcd"}],"tools":[]}"#
+    );
+}

@@ -59,6 +59,7 @@ pub use stream::{ScanLimits, ScanStats, StreamScanner};
 pub use tools::BuiltinTools;
 
 use crate::json::shallow::{self, Raw};
+use crate::json::StringEdit;
 use crate::tools::recovery::{self, HistoryEvent};
 use serde::Deserialize;
 use std::borrow::Cow;
@@ -541,6 +542,50 @@ impl ParsedRequest<'_> {
         }
     }
 
+    /// This request as read from the body `edits` made of the body it was
+    /// read from, without reading that body: every tools array moved by what
+    /// the edits before it added or removed. The turn and the tool-search
+    /// query stay as read (the caller replaces them), and the count of the
+    /// rest of the body is cleared (count it on the new body).
+    ///
+    /// `Err(self)` when the edits do not leave the read valid: one touches a
+    /// tools array, one replaced a string that is a name the request forces
+    /// (`tool_choice`, `allowedFunctionNames`: the read of the new body would
+    /// hold the new name), or they are not in body order without overlap.
+    /// Then read the new body.
+    pub fn moved(mut self, edits: &[StringEdit]) -> Result<Self, Self> {
+        let ordered = edits.windows(2).all(|w| match w {
+            [a, b] => a.span.start <= a.span.end && a.span.end <= b.span.start,
+            _ => true,
+        });
+        let forced = edits.iter().any(|e| {
+            self.forced.iter().any(|f| *f == e.was) || self.tool_choice.as_ref() == Some(&e.was)
+        });
+        let touched = self.arrays.iter().any(|a| {
+            edits
+                .iter()
+                .any(|e| e.span.start < a.span.end && a.span.start < e.span.end)
+        });
+        if !ordered || forced || touched {
+            return Err(self);
+        }
+        for array in &mut self.arrays {
+            let mut delta = 0isize;
+            for e in edits.iter().take_while(|e| e.span.end <= array.span.start) {
+                let (Ok(new), Ok(old)) = (isize::try_from(e.len), isize::try_from(e.span.len()))
+                else {
+                    return Err(self);
+                };
+                delta += new - old;
+            }
+            if !array.shift(delta) {
+                return Err(self);
+            }
+        }
+        self.rest = None;
+        Ok(self)
+    }
+
     /// The registry digest of the function tools
     /// ([`crate::proto::tools::registry_digest`]), as control keys registries.
     pub fn registry_digest(&self) -> String {
@@ -782,6 +827,28 @@ impl ToolArray {
             out.extend_from_slice(bytes);
         }
         out.push(b']');
+    }
+
+    /// Moves the array and everything in it by `delta` bytes; false when a
+    /// span would leave the addressable range (never expected).
+    fn shift(&mut self, delta: isize) -> bool {
+        let at = |x: &mut usize| match x.checked_add_signed(delta) {
+            Some(moved) => {
+                *x = moved;
+                true
+            }
+            None => false,
+        };
+        at(&mut self.span.start)
+            && at(&mut self.span.end)
+            && self.elements.iter_mut().all(|e| {
+                at(&mut e.span.start)
+                    && at(&mut e.span.end)
+                    && match &mut e.item {
+                        Item::Group { inner, .. } => inner.shift(delta),
+                        Item::Function(_) | Item::Other | Item::Source(_) => true,
+                    }
+            })
     }
 
     /// Whether any function tool of this array (or a nested one) is kept.
