@@ -83,13 +83,12 @@ pub fn count_tool_shaped(body: &[u8]) -> Result<usize, DetectError> {
         return Ok(0);
     }
     let count = Cell::new(0usize);
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let root = Node {
-        at: Position::Plain,
-        reference: false,
-        count: &count,
+    // UTF-8 is checked once for the whole body, not string by string; a
+    // body that is not UTF-8 is read as bytes, so the error says where.
+    let result = match std::str::from_utf8(body) {
+        Ok(text) => count_in(&mut serde_json::Deserializer::from_str(text), &count),
+        Err(_) => count_in(&mut serde_json::Deserializer::from_slice(body), &count),
     };
-    let result = root.deserialize(&mut de).and_then(|_| de.end());
     match result {
         Ok(()) => Ok(count.get()),
         Err(e) => Err(DetectError::Json {
@@ -97,6 +96,20 @@ pub fn count_tool_shaped(body: &[u8]) -> Result<usize, DetectError> {
             column: e.column(),
         }),
     }
+}
+
+/// Reads one JSON value, and nothing after it, from `de`, adding the tool
+/// shapes found to `count`.
+fn count_in<'de, R: serde_json::de::Read<'de>>(
+    de: &mut serde_json::Deserializer<R>,
+    count: &Cell<usize>,
+) -> Result<(), serde_json::Error> {
+    let root = Node {
+        at: Position::Plain,
+        reference: false,
+        count,
+    };
+    root.deserialize(&mut *de).and_then(|_| de.end())
 }
 
 /// Where a value sits, as far as tool shapes are concerned.

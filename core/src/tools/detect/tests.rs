@@ -111,6 +111,16 @@ fn unreadable_bodies_are_errors_not_zero() {
     assert!(count_tool_shaped(deep.as_bytes()).is_err());
     assert_eq!(count_tool_shaped(b"").unwrap(), 0);
     assert_eq!(count_tool_shaped(b" \n ").unwrap(), 0);
+    // Not UTF-8, inside a string or outside one: an error that says where.
+    let tool = br#"{"tools":[{"name":"a","description":"b"}],"x":"caf"#;
+    for tail in [&b"\xe9\"}"[..], b"\"}\xff", b"\xc3\"}"] {
+        let body = [&tool[..], tail].concat();
+        match count_tool_shaped(&body) {
+            Err(DetectError::Json { line: 1, column }) => assert!(column >= 45, "{column}"),
+            other => panic!("{:?}: {other:?}", String::from_utf8_lossy(&body)),
+        }
+    }
+    assert_eq!(count_tool_shaped(&[&tool[..], b"\"}"].concat()).unwrap(), 1);
 }
 
 #[test]
