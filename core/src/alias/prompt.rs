@@ -269,11 +269,11 @@ impl<'t> PromptScan<'t> {
             if out == s.text.as_bytes() {
                 continue;
             }
-            // A string changed only where an id was replaced: at least one.
-            let added = alias_tokens(self.tax, &out)
-                .saturating_sub(alias_tokens(self.tax, s.text.as_bytes()));
-            ids += added.max(1);
             let text = String::from_utf8(out).map_err(|_| JsonError::NotUtf8)?;
+            // A string changed only where an id was replaced: at least one.
+            let added =
+                alias_tokens(self.tax, &text).saturating_sub(alias_tokens(self.tax, &s.text));
+            ids += added.max(1);
             let value = if s.json {
                 text
             } else {
@@ -362,27 +362,28 @@ pub struct Rewritten {
 /// Tokens of `text` (runs of ASCII letters, digits and `-`, a percent
 /// escape `%XX` ending one like any other separator) that are aliases by the
 /// grammar.
-fn alias_tokens(tax: &Taxonomy, text: &[u8]) -> usize {
+fn alias_tokens(tax: &Taxonomy, text: &str) -> usize {
     let mut count = 0;
     let mut start = 0;
     let mut i = 0;
+    // A token starts after a separator byte and holds ASCII only, so its
+    // ends are character boundaries.
     let mut end_token = |from: usize, to: usize| {
         let token = text.get(from..to).unwrap_or_default();
-        if token.len() >= 5
-            && std::str::from_utf8(token).is_ok_and(|t| tax.parse_alias(t).is_some())
-        {
+        if token.len() >= 5 && tax.parse_alias(token).is_some() {
             count += 1;
         }
     };
-    while i < text.len() {
-        let b = text.get(i).copied().unwrap_or(b' ');
+    let bytes = text.as_bytes();
+    while i < bytes.len() {
+        let b = bytes.get(i).copied().unwrap_or(b' ');
         if b.is_ascii_alphanumeric() || b == b'-' {
             i += 1;
             continue;
         }
         end_token(start, i);
         let escape = b == b'%'
-            && text
+            && bytes
                 .get(i + 1..i + 3)
                 .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit));
         i += if escape { 3 } else { 1 };

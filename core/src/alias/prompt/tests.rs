@@ -542,10 +542,18 @@ fn refusals_read_controls_error_codes_and_never_quote_the_request() {
 fn alias_tokens_end_at_percent_escapes() {
     let tax = Taxonomy::default();
     assert_eq!(
-        alias_tokens(&tax, b"subject=Patient%2Fpatient-001&x=patient-002"),
+        alias_tokens(&tax, "subject=Patient%2Fpatient-001&x=patient-002"),
         2
     );
-    assert_eq!(alias_tokens(&tax, b"pat-000123 patient-0001 patient"), 0);
+    assert_eq!(alias_tokens(&tax, "pat-000123 patient-0001 patient"), 0);
+    // Tokens after and between characters beyond ASCII.
+    assert_eq!(
+        alias_tokens(
+            &tax,
+            "Überweisung→patient-001·Müller patient-002é xpatient-003"
+        ),
+        2
+    );
 }
 
 #[test]
