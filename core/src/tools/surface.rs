@@ -179,7 +179,7 @@ pub fn read_moved(
     phase: Phase,
     alias: &dyn Fn(&str) -> Option<String>,
 ) -> Option<Read<'static>> {
-    let mut moved = sent.moved(edits).ok()?;
+    let mut moved = sent.moved(edits)?;
     moved.turn = alias(&moved.turn)?;
     if let Some(query) = moved.search_call.as_mut().and_then(|c| c.query.as_mut()) {
         *query = alias(query)?;

@@ -548,42 +548,42 @@ impl ParsedRequest<'_> {
     /// query stay as read (the caller replaces them), and the count of the
     /// rest of the body is cleared (count it on the new body).
     ///
-    /// `Err(self)` when the edits do not leave the read valid: one touches a
+    /// `None` when the edits do not leave the read valid: one touches a
     /// tools array, one replaced a string that is a name the request forces
     /// (`tool_choice`, `allowedFunctionNames`: the read of the new body would
     /// hold the new name), or they are not in body order without overlap.
     /// Then read the new body.
-    pub fn moved(mut self, edits: &[StringEdit]) -> Result<Self, Self> {
+    pub fn moved(mut self, edits: &[StringEdit]) -> Option<Self> {
         let ordered = edits.windows(2).all(|w| match w {
             [a, b] => a.span.start <= a.span.end && a.span.end <= b.span.start,
             _ => true,
         });
-        let forced = edits.iter().any(|e| {
-            self.forced.iter().any(|f| *f == e.was) || self.tool_choice.as_ref() == Some(&e.was)
-        });
+        let forced = edits
+            .iter()
+            .any(|e| self.forced.contains(&e.was) || self.tool_choice.as_ref() == Some(&e.was));
         let touched = self.arrays.iter().any(|a| {
             edits
                 .iter()
                 .any(|e| e.span.start < a.span.end && a.span.start < e.span.end)
         });
         if !ordered || forced || touched {
-            return Err(self);
+            return None;
         }
         for array in &mut self.arrays {
             let mut delta = 0isize;
             for e in edits.iter().take_while(|e| e.span.end <= array.span.start) {
                 let (Ok(new), Ok(old)) = (isize::try_from(e.len), isize::try_from(e.span.len()))
                 else {
-                    return Err(self);
+                    return None;
                 };
                 delta += new - old;
             }
             if !array.shift(delta) {
-                return Err(self);
+                return None;
             }
         }
         self.rest = None;
-        Ok(self)
+        Some(self)
     }
 
     /// The registry digest of the function tools
