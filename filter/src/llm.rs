@@ -464,11 +464,7 @@ impl LlmStream {
                         }
                         read
                     }
-                    None => match self.read(&out, true).0 {
-                        Read::Resolve(parsed) => Read::Resolve(parsed.into_owned()),
-                        Read::Pass => Read::Pass,
-                        Read::Refuse(refusal, reply) => Read::Refuse(refusal, reply),
-                    },
+                    None => self.read(&out, true).0.into_owned(),
                 };
                 match read {
                     Read::Pass => {

@@ -114,6 +114,18 @@ pub enum Read<'a> {
     Refuse(Refusal, LocalReply),
 }
 
+impl Read<'_> {
+    /// The same outcome, owning the request's strings
+    /// ([`ParsedRequest::into_owned`]).
+    pub fn into_owned(self) -> Read<'static> {
+        match self {
+            Read::Pass => Read::Pass,
+            Read::Resolve(parsed) => Read::Resolve(parsed.into_owned()),
+            Read::Refuse(refusal, reply) => Read::Refuse(refusal, reply),
+        }
+    }
+}
+
 /// Reads a complete request body arriving at `path` in `phase`; tools
 /// arrays read before are recalled from `memo` ([`format::Memo`]).
 ///
