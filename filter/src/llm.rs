@@ -119,8 +119,8 @@ enum State {
         scan: Box<PromptScan<'static>>,
     },
     /// Waiting for control's `/v2/turn` answer (aliases and set together):
-    /// the body as read, its scan, and the body read as sent (what is
-    /// applied when the aliases change no byte of it).
+    /// the body as read, its scan, and the body read as sent (applied as it
+    /// is when the aliases change no byte, else moved past their edits).
     Turning {
         body: Vec<u8>,
         scan: Box<PromptScan<'static>>,
@@ -161,8 +161,9 @@ enum State {
 }
 
 /// A body read as sent, before its aliases were known, kept for
-/// [`State::Turning`]: when the aliases change nothing, it is the read of
-/// the body forwarded, and the body is not read a second time.
+/// [`State::Turning`]: the read of the body forwarded when the aliases
+/// change nothing, else moved past their edits
+/// ([`surface::read_moved`]); the body is not read a second time.
 struct SentRead {
     parsed: ParsedRequest<'static>,
     /// The read recalled the registry from the memo (counted when used).

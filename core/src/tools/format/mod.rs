@@ -558,9 +558,8 @@ impl ParsedRequest<'_> {
             [a, b] => a.span.start <= a.span.end && a.span.end <= b.span.start,
             _ => true,
         });
-        let forced = edits
-            .iter()
-            .any(|e| self.forced.contains(&e.was) || self.tool_choice.as_ref() == Some(&e.was));
+        // `tool_choice` is the first of `forced`.
+        let forced = edits.iter().any(|e| self.forced.contains(&e.was));
         let touched = self.arrays.iter().any(|a| {
             edits
                 .iter()
