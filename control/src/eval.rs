@@ -607,6 +607,34 @@ pub struct EvalOptions {
     pub modes: Vec<Mode>,
 }
 
+/// A tune-part query whose surfaced set missed a gold tool, in the first mode
+/// evaluated: what to read while tuning. Check-part misses are never listed (their
+/// figures are read, their turns are not).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Miss {
+    /// Query id.
+    pub id: String,
+    /// The user turn.
+    pub query: String,
+    /// Each gold tool not surfaced, with its 1-based place in the ranking
+    /// before the budget's cut (`None`: not in the top 100).
+    pub missing: Vec<(String, Option<usize>)>,
+    /// How many tools were surfaced.
+    pub surfaced: usize,
+}
+
+/// What [`evaluate`] found: figures per mode and part, and the tune part's
+/// misses in the first mode of [`EvalOptions::modes`].
+#[derive(Debug, Clone)]
+pub struct Evaluation {
+    /// One entry per mode and part.
+    pub metrics: Vec<Metrics>,
+    /// The tune part's misses in the first mode, in query order (a fitted
+    /// mode's at the first margin of the grid).
+    pub tune_misses: Vec<Miss>,
+}
+
 /// One query's result in one mode: surfaced and ranked tool ids, request bytes.
 struct Answer {
     surfaced: Vec<String>,
@@ -615,7 +643,7 @@ struct Answer {
 }
 
 /// Runs the evaluation of `queries` against `registry`, one [`Metrics`] per
-/// mode and part.
+/// mode and part, and the tune part's misses in the first mode.
 ///
 /// Indexes the registry (incrementally: a second run embeds nothing new),
 /// embeds every query once (and, for the clause modes, every clause of a
@@ -628,7 +656,7 @@ pub async fn evaluate(
     registry: &LoadedRegistry,
     queries: &[Query],
     options: &EvalOptions,
-) -> Result<Vec<Metrics>, EvalError> {
+) -> Result<Evaluation, EvalError> {
     let (prepared, report) = resolver.prepare(&registry.tools).await?;
     tracing::info!(dataset = %options.dataset, tools = report.tools, upserted = report.upserted, "registry indexed");
     let reg = prepared.registry();
@@ -818,6 +846,10 @@ pub async fn evaluate(
         }
     }
 
+    let tune_misses = answers
+        .first()
+        .map(|answers| tune_misses(queries, answers))
+        .unwrap_or_default();
     let business = reg.tools().iter().filter(|t| t.is_business()).count();
     let mut metrics = Vec::new();
     for ((mode, answers), ablated) in modes.iter().zip(&answers).zip(&ablated) {
@@ -916,7 +948,40 @@ pub async fn evaluate(
             metrics.push(m);
         }
     }
-    Ok(metrics)
+    Ok(Evaluation {
+        metrics,
+        tune_misses,
+    })
+}
+
+/// The tune-part queries of one mode's answers whose surfaced set misses a
+/// gold tool.
+fn tune_misses(queries: &[Query], answers: &[Vec<Answer>]) -> Vec<Miss> {
+    queries
+        .iter()
+        .zip(answers)
+        .filter(|(q, _)| Part::of(&q.id) == Part::Tune)
+        .filter_map(|(q, per_margin)| {
+            let a = per_margin.first()?;
+            let missing: Vec<(String, Option<usize>)> = q
+                .gold
+                .iter()
+                .filter(|g| !a.surfaced.contains(g))
+                .map(|g| {
+                    (
+                        g.clone(),
+                        a.ranked.iter().position(|r| r == g).map(|i| i + 1),
+                    )
+                })
+                .collect();
+            (!missing.is_empty()).then(|| Miss {
+                id: q.id.clone(),
+                query: q.query.clone(),
+                missing,
+                surfaced: a.surfaced.len(),
+            })
+        })
+        .collect()
 }
 
 /// The cosine of `vector` to every tool of the indexed registry, best first.
@@ -1080,7 +1145,7 @@ mod tests {
         modes: &[Mode],
         margin: Option<f32>,
         threshold: f32,
-    ) -> Vec<Metrics> {
+    ) -> Evaluation {
         use crate::index::{Indexer, MemoryStore};
         use crate::resolve::ResolverSettings;
         use std::sync::Arc;
@@ -1140,7 +1205,8 @@ mod tests {
             Some(0.0),
             0.0,
         )
-        .await;
+        .await
+        .metrics;
         let all = |mode: Mode| {
             m.iter()
                 .find(|r| r.mode == mode && r.part == Part::All)
@@ -1174,7 +1240,8 @@ mod tests {
             Some(0.0),
             RankSettings::default().pipeline.threshold,
         )
-        .await;
+        .await
+        .metrics;
         let full = |mode: Mode| {
             m.iter()
                 .find(|r| r.mode == mode && r.part == Part::All)
@@ -1182,6 +1249,47 @@ mod tests {
         };
         assert_eq!(full(Mode::Hybrid), Some(1.0));
         assert_eq!(full(Mode::NoPatientFloor), Some(0.0));
+    }
+
+    #[tokio::test]
+    async fn misses_are_listed_for_the_tune_part_only_with_the_gold_tools_place() {
+        // The first ids of each part under the fixed split.
+        let id_in = |part: Part| {
+            (0..)
+                .map(|i| format!("q{i}"))
+                .find(|id| Part::of(id) == part)
+                .unwrap()
+        };
+        let (tune, check) = (id_in(Part::Tune), id_in(Part::Check));
+        let turn = |id: &str, gold: &[&str]| Query {
+            id: id.into(),
+            query: "show the latest lab results".into(),
+            gold: ids(gold),
+            forbidden: Vec::new(),
+        };
+        let queries = [
+            turn(&tune, &["lab.results.list", "no.such.tool"]),
+            turn(&check, &["no.such.tool"]),
+            turn(&format!("{tune}-hit"), &["lab.results.list"]),
+        ];
+        let threshold = RankSettings::default().pipeline.threshold;
+        let e = catalog_eval(&queries, &[Mode::Hybrid], Some(0.0), threshold).await;
+        let listed: Vec<&str> = e.tune_misses.iter().map(|m| m.id.as_str()).collect();
+        assert!(
+            !listed.contains(&check.as_str()),
+            "a check-part miss is never listed: {listed:?}"
+        );
+        let miss = e
+            .tune_misses
+            .iter()
+            .find(|m| m.id == tune)
+            .expect("the tune-part miss is listed");
+        assert_eq!(miss.missing, [("no.such.tool".to_owned(), None)]);
+        assert!(miss.surfaced > 0);
+        // The first mode's misses: plain RRF surfaces 12 and misses the same tool.
+        let e = catalog_eval(&queries, &[Mode::Rrf, Mode::Hybrid], Some(0.0), threshold).await;
+        let miss = e.tune_misses.iter().find(|m| m.id == tune).unwrap();
+        assert_eq!(miss.surfaced, 12, "the first mode's (rrf) set");
     }
 
     #[test]

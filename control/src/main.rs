@@ -155,6 +155,11 @@ enum Command {
         /// Merge the figures into this JSON file (replacing this dataset's).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Write the tune part's misses in the first mode to this file (JSON
+        /// lines: id, turn, each missing gold tool with its place in the
+        /// ranking, tools surfaced). The check part's misses are never written.
+        #[arg(long)]
+        misses: Option<PathBuf>,
         #[command(flatten)]
         common: CommonArgs,
     },
@@ -868,6 +873,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             sample,
             name,
             out,
+            misses,
             common,
         } => {
             let mut loaded = load(&tools)?;
@@ -900,7 +906,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 k,
                 modes: mode,
             };
-            let metrics = eval::evaluate(&resolver, &loaded, &queries, &options).await?;
+            let eval::Evaluation {
+                metrics,
+                tune_misses,
+            } = eval::evaluate(&resolver, &loaded, &queries, &options).await?;
+            if let Some(path) = &misses {
+                let lines: String = tune_misses
+                    .iter()
+                    .map(|m| serde_json::to_string(m).map(|l| l + "\n"))
+                    .collect::<Result<_, _>>()?;
+                std::fs::write(path, lines)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
             println!(
                 "{:<16} {:<8} {:<6} {:>6} {:>6} {:>9} {:>8} {:>7} {:>8} {:>8} {:>9} {:>11} {:>10}",
                 "dataset",
