@@ -55,7 +55,11 @@
 //! - [`numbers`]: numbers that stand as record ids under a key.
 
 use crate::alias::Taxonomy;
-use std::collections::{HashMap, HashSet};
+// Fx, not SipHash: every class run of a body that the key filter lets
+// through is looked up (a thousand a 4 KB sample), and SipHash was a tenth of
+// an HMS response's work. The keys are the session's own known ids and
+// aliases, which HMS and control issue; a body's runs are only looked up.
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 mod canonical;
 mod numbers;
@@ -180,7 +184,7 @@ impl LastWord {
             .fhir_prefixes()
             .map(|p| p.to_ascii_lowercase().into_bytes())
             .collect();
-        let mut map: HashMap<Vec<u8>, Vec<Vec<u8>>> = HashMap::new();
+        let mut map: HashMap<Vec<u8>, Vec<Vec<u8>>> = HashMap::default();
         for v in known {
             let v = v.trim().to_ascii_lowercase().into_bytes();
             if !distinctive(&v) {

@@ -80,12 +80,27 @@ fn push_folded(out: &mut Vec<u8>, c: char) {
 /// The canonical text of `raw` (see the module doc); `strip_markup` also
 /// removes tags and CDATA / comment markers.
 pub fn canonical(raw: &[u8], strip_markup: bool) -> Vec<u8> {
-    let text = String::from_utf8_lossy(raw);
+    // `from_utf8` first: its check of valid text is faster than the lossy
+    // reader's, which is only needed for text that is not UTF-8.
+    let text = match std::str::from_utf8(raw) {
+        Ok(s) => std::borrow::Cow::Borrowed(s),
+        Err(_) => String::from_utf8_lossy(raw),
+    };
     let s = text.as_bytes();
     let mut out = Vec::with_capacity(s.len());
+    // Bytes no rule below reads are copied a stretch at a time.
+    let plain = |b: u8| {
+        !(matches!(b, b'\\' | b'&' | 0x80..) || strip_markup && matches!(b, b'<' | b']' | b'-'))
+    };
     let mut i = 0;
     while let Some(&b) = s.get(i) {
         let rest = s.get(i..).unwrap_or_default();
+        let stretch = rest.iter().position(|b| !plain(*b)).unwrap_or(rest.len());
+        if stretch > 0 {
+            out.extend_from_slice(rest.get(..stretch).unwrap_or_default());
+            i += stretch;
+            continue;
+        }
         match b {
             b'\\' => {
                 if let Some((c, len)) = json_escape(rest) {
@@ -327,4 +342,79 @@ pub(super) fn is_text(b: &[u8]) -> bool {
         .filter(|c| !c.is_control() || matches!(c, '\n' | '\r' | '\t'))
         .count();
     total > 0 && printable * 20 >= total * 19
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::strategy::Strategy;
+
+    /// [`canonical`] as it was first written: one byte a step.
+    fn canonical_byte_at_a_time(raw: &[u8], strip_markup: bool) -> Vec<u8> {
+        let text = String::from_utf8_lossy(raw);
+        let s = text.as_bytes();
+        let mut out = Vec::with_capacity(s.len());
+        let mut i = 0;
+        while let Some(&b) = s.get(i) {
+            let rest = s.get(i..).unwrap_or_default();
+            let step = match b {
+                b'\\' => json_escape(rest),
+                b'&' => reference(rest),
+                b'<' if strip_markup => markup(rest).map(|len| ('\0', len)),
+                b']' if strip_markup && rest.starts_with(b"]]>") => Some(('\0', 3)),
+                b'-' if strip_markup && rest.starts_with(b"-->") => Some((' ', 3)),
+                0x80.. => text
+                    .get(i..)
+                    .and_then(|t| t.chars().next())
+                    .map(|c| (c, c.len_utf8())),
+                _ => None,
+            };
+            match (b, step) {
+                (b'<' | b']', Some((_, len))) => i += len,
+                (_, Some((c, len))) => {
+                    push_folded(&mut out, c);
+                    i += len;
+                }
+                (_, None) => {
+                    out.push(b);
+                    i += 1;
+                }
+            }
+        }
+        out
+    }
+
+    proptest::proptest! {
+        /// Copying plain stretches whole reads as reading byte by byte:
+        /// escapes, references, markup, comment ends and non-ASCII
+        /// characters anywhere in a text, and bytes that are not UTF-8.
+        #[test]
+        fn canonical_reads_as_one_byte_a_step(
+            parts in proptest::collection::vec(
+                proptest::prop_oneof![
+                    "[a-z0-9 :/\"-]{0,12}",
+                    proptest::sample::select(vec![
+                        "\\u002d", "\\u200b", "\\ud83d\\ude00", "\\n", "\\/", "\\x", "&shy;",
+                        "&#x2011;", "&#45;", "&amp", "&nbsp;", "<b>", "</i>", "<wbr/>",
+                        "<![CDATA[", "]]>", "<!--", "-->", "- ->", "<3", "pat\u{ad}-0001",
+                        "\u{ff10}\u{ff11}", "\u{2010}", "é", "\u{feff}",
+                    ]).prop_map(str::to_owned),
+                ],
+                0..16,
+            ),
+            invalid in proptest::option::of(0usize..40),
+            strip in proptest::bool::ANY,
+        ) {
+            let mut raw = parts.concat().into_bytes();
+            if let Some(at) = invalid {
+                let at = at.min(raw.len());
+                raw.insert(at, 0xFF);
+            }
+            proptest::prop_assert_eq!(
+                canonical(&raw, strip),
+                canonical_byte_at_a_time(&raw, strip),
+                "{:?} strip={}", String::from_utf8_lossy(&raw), strip
+            );
+        }
+    }
 }

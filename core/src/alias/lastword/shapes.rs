@@ -173,6 +173,10 @@ fn names_no_record(t: &[u8], i: usize) -> bool {
 /// A UUID at `i`: its length (36 with dashes, 32 without).
 fn uuid_at(t: &[u8], i: usize) -> Option<usize> {
     let hex = |k: usize| t.get(i + k).is_some_and(u8::is_ascii_hexdigit);
+    // Both forms open with a hex digit: most words are over at once.
+    if !hex(0) {
+        return None;
+    }
     let dashed = (0..36).all(|k| {
         if matches!(k, 8 | 13 | 18 | 23) {
             t.get(i + k) == Some(&b'-')
