@@ -25,7 +25,7 @@ use crate::alias::shape;
 use crate::alias::taxonomy::Taxonomy;
 
 /// What happened to one odd character in the canonical text.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Odd {
     /// Position in the canonical text: where the removed character stood,
     /// or the folded byte.
@@ -130,6 +130,16 @@ fn canonical(body: &str) -> Option<(Vec<u8>, Vec<Odd>)> {
     let mut i = 0;
     while let Some(&b) = bytes.get(i) {
         let rest = bytes.get(i..).unwrap_or_default();
+        // Bytes no rule below reads are copied a stretch at a time.
+        let stretch = rest
+            .iter()
+            .position(|b| matches!(b, b'&' | b'\\' | b'<' | 0x80..))
+            .unwrap_or(rest.len());
+        if stretch > 0 {
+            out.extend_from_slice(rest.get(..stretch).unwrap_or_default());
+            i += stretch;
+            continue;
+        }
         let found = match b {
             b'&' => odd_reference(rest),
             b'\\' if rest.get(1) == Some(&b'u') => odd_json_escape(rest),
@@ -250,6 +260,64 @@ pub(crate) fn broken_id(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy;
+
+    /// [`canonical`] as it was first written: one byte a step.
+    fn canonical_byte_at_a_time(body: &str) -> Option<(Vec<u8>, Vec<Odd>)> {
+        let bytes = body.as_bytes();
+        let (mut out, mut odd) = (Vec::new(), Vec::new());
+        let mut i = 0;
+        while let Some(&b) = bytes.get(i) {
+            let rest = bytes.get(i..).unwrap_or_default();
+            let found = match b {
+                b'&' => odd_reference(rest),
+                b'\\' if rest.get(1) == Some(&b'u') => odd_json_escape(rest),
+                b'<' => wbr(rest).map(|len| (None, len)),
+                0x80.. => body
+                    .get(i..)
+                    .and_then(|s| s.chars().next())
+                    .and_then(|c| fold(c).map(|f| (f, c.len_utf8()))),
+                _ => None,
+            };
+            match found {
+                Some((f, len)) => {
+                    odd.push(Odd {
+                        at: out.len(),
+                        removed: f.is_none(),
+                        raw: i,
+                    });
+                    out.extend(f);
+                    i += len;
+                }
+                None => {
+                    out.push(b);
+                    i += 1;
+                }
+            }
+        }
+        (!odd.is_empty()).then_some((out, odd))
+    }
+
+    proptest::proptest! {
+        /// Copying plain stretches whole reads as reading byte by byte.
+        #[test]
+        fn canonical_reads_as_one_byte_a_step(
+            parts in proptest::collection::vec(
+                proptest::prop_oneof![
+                    "[a-z0-9 :/\"-]{0,12}",
+                    proptest::sample::select(vec![
+                        "&shy;", "&#173;", "&#xAD;", "&#x2011;", "&amp;", "&ndash;", "&",
+                        "\\u200b", "\\u2010", "\\u0041", "\\n", "\\", "<wbr>", "<wbr />",
+                        "<b>", "\u{ad}", "\u{200b}", "\u{2011}", "\u{ff10}", "\u{fc}", "\u{feff}",
+                    ]).prop_map(str::to_owned),
+                ],
+                0..16,
+            ),
+        ) {
+            let body = parts.concat();
+            proptest::prop_assert_eq!(canonical(&body), canonical_byte_at_a_time(&body), "{:?}", body);
+        }
+    }
 
     fn broken(body: &str) -> bool {
         broken_id(Some(&Taxonomy::default()), None, body.as_bytes()).is_some()
