@@ -158,32 +158,27 @@ pub struct Finding {
 
 /// The last word for one response: the taxonomy's prefixes, the session's
 /// known ids and the aliases that may stand in the response.
-pub struct LastWord {
-    /// FHIR id prefixes, lower case.
-    prefixes: HashSet<Vec<u8>>,
+pub struct LastWord<'t> {
+    /// The configuration: its FHIR id prefixes and the keys that name a
+    /// record (`patient`, `visits`; a number under one is that record's id),
+    /// read in place: built once per configuration, not per response.
+    tax: &'t Taxonomy,
     /// Known distinctive ids, lower case, by their first class run.
     known: HashMap<Vec<u8>, Vec<Vec<u8>>>,
     /// Which runs can be a key of `known`.
     keys: KeyFilter,
     /// Aliases, lower case.
     allowed: HashSet<Vec<u8>>,
-    /// The taxonomy's keys that name a record (`patient`, `visits`), lower
-    /// case without separators: a number under one is that record's id.
-    record_keys: HashSet<Vec<u8>>,
 }
 
-impl LastWord {
+impl<'t> LastWord<'t> {
     /// The check for a response of a session: `known` its raw ids (of this
     /// answer and earlier ones), `aliases` every alias it was given.
     pub fn new<'a>(
-        tax: &Taxonomy,
+        tax: &'t Taxonomy,
         known: impl IntoIterator<Item = &'a str>,
         aliases: impl IntoIterator<Item = &'a str>,
-    ) -> LastWord {
-        let prefixes = tax
-            .fhir_prefixes()
-            .map(|p| p.to_ascii_lowercase().into_bytes())
-            .collect();
+    ) -> LastWord<'t> {
         let mut map: HashMap<Vec<u8>, Vec<Vec<u8>>> = HashMap::default();
         for v in known {
             let v = v.trim().to_ascii_lowercase().into_bytes();
@@ -208,11 +203,10 @@ impl LastWord {
             .map(|a| a.to_ascii_lowercase().into_bytes())
             .collect();
         LastWord {
-            prefixes,
+            tax,
             known: map,
             keys,
             allowed,
-            record_keys: tax.object_keys().map(<[u8]>::to_vec).collect(),
         }
     }
 

@@ -3,7 +3,7 @@
 
 use super::LastWord;
 
-impl LastWord {
+impl LastWord<'_> {
     /// Whether a JSON text holds a number, or a numeric string, under an
     /// id-named key (alone or in an array of them).
     pub(super) fn id_numbers(&self, t: &[u8]) -> bool {
@@ -158,12 +158,18 @@ impl LastWord {
         if key.len() > 64 {
             return false;
         }
-        let norm: Vec<u8> = key
+        let mut norm = [0u8; 64];
+        let mut n = 0;
+        for b in key
             .iter()
             .filter(|b| !matches!(b, b'_' | b'-' | b'.' | b' '))
-            .map(u8::to_ascii_lowercase)
-            .collect();
-        self.record_keys.contains(&norm)
+        {
+            if let Some(slot) = norm.get_mut(n) {
+                *slot = b.to_ascii_lowercase();
+                n += 1;
+            }
+        }
+        norm.get(..n).is_some_and(|k| self.tax.is_object_key(k))
     }
 }
 

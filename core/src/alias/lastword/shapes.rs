@@ -4,7 +4,7 @@
 use super::{class, run_at, LastWord, Reason};
 use crate::alias::fhir;
 
-impl LastWord {
+impl LastWord<'_> {
     /// The first raw-id shape in a canonical text.
     pub(super) fn shapes(&self, t: &[u8]) -> Option<Reason> {
         let mut key = Vec::with_capacity(64);
@@ -76,7 +76,7 @@ impl LastWord {
             Some(b'-') => {
                 // The prefixes are few: compared in place, no word is
                 // lower-cased into a new string and hashed.
-                if !self.prefixes.iter().any(|p| p.eq_ignore_ascii_case(word)) {
+                if !self.tax.is_fhir_prefix(word) {
                     return None;
                 }
                 let digits = t
@@ -94,8 +94,7 @@ impl LastWord {
                 (digits > 0 && !glued && !self.is_alias(t, i, e)).then_some(Reason::FhirId)
             }
             Some(b'/') => {
-                let ty = std::str::from_utf8(word).ok()?;
-                if !fhir::is_resource_type(ty) || fhir::is_definition_type(ty) {
+                if !fhir::is_resource_type(word) || fhir::is_definition_type(word) {
                     return None;
                 }
                 let s = word_end + 1;
@@ -172,30 +171,88 @@ fn names_no_record(t: &[u8], i: usize) -> bool {
 
 /// A UUID at `i`: its length (36 with dashes, 32 without).
 fn uuid_at(t: &[u8], i: usize) -> Option<usize> {
-    let hex = |k: usize| t.get(i + k).is_some_and(u8::is_ascii_hexdigit);
-    // Both forms open with a hex digit: most words are over at once.
-    if !hex(0) {
-        return None;
-    }
-    let dashed = (0..36).all(|k| {
-        if matches!(k, 8 | 13 | 18 | 23) {
-            t.get(i + k) == Some(&b'-')
-        } else {
-            hex(k)
-        }
-    });
-    if dashed {
-        return Some(36);
-    }
-    let run = t
-        .get(i..)
-        .unwrap_or_default()
+    let rest = t.get(i..).unwrap_or_default();
+    // The hex run decides the form: 8 digits then a dash, or 32 digits.
+    // Most words are not hex or are short: over at once.
+    let run = rest
         .iter()
         .take(33)
         .take_while(|b| b.is_ascii_hexdigit())
         .count();
-    let glued = t.get(i + 32).is_some_and(u8::is_ascii_alphanumeric);
-    let version = t.get(i + 12).is_some_and(|b| (b'1'..=b'8').contains(b));
-    let variant = t.get(i + 16).is_some_and(|b| b"89abAB".contains(b));
-    (run == 32 && !glued && version && variant).then_some(32)
+    match run {
+        8 => {
+            let dashed = (8..36).all(|k| {
+                if matches!(k, 8 | 13 | 18 | 23) {
+                    rest.get(k) == Some(&b'-')
+                } else {
+                    rest.get(k).is_some_and(u8::is_ascii_hexdigit)
+                }
+            });
+            dashed.then_some(36)
+        }
+        32 => {
+            let glued = rest.get(32).is_some_and(u8::is_ascii_alphanumeric);
+            let version = rest.get(12).is_some_and(|b| (b'1'..=b'8').contains(b));
+            let variant = rest.get(16).is_some_and(|b| b"89abAB".contains(b));
+            (!glued && version && variant).then_some(32)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::uuid_at;
+    use proptest::prelude::*;
+
+    /// The definition, one position at a time: the dashed form is tried
+    /// first, then 32 digits with a version and a variant, not glued.
+    fn uuid_at_spelled_out(t: &[u8], i: usize) -> Option<usize> {
+        let hex = |k: usize| t.get(i + k).is_some_and(u8::is_ascii_hexdigit);
+        let dashed = (0..36).all(|k| {
+            if matches!(k, 8 | 13 | 18 | 23) {
+                t.get(i + k) == Some(&b'-')
+            } else {
+                hex(k)
+            }
+        });
+        if dashed {
+            return Some(36);
+        }
+        let run = (0..33).take_while(|&k| hex(k)).count();
+        let glued = t.get(i + 32).is_some_and(u8::is_ascii_alphanumeric);
+        let version = t.get(i + 12).is_some_and(|b| (b'1'..=b'8').contains(b));
+        let variant = t.get(i + 16).is_some_and(|b| b"89abAB".contains(b));
+        (run == 32 && !glued && version && variant).then_some(32)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        /// Texts of hex digits, dashes and a few other bytes, so that both
+        /// forms, near misses and glued ends all come up.
+        #[test]
+        fn uuid_at_reads_as_the_definition(
+            t in proptest::collection::vec(
+                prop_oneof![
+                    6 => proptest::sample::select(b"0123456789abcdefABCDEF".to_vec()),
+                    2 => Just(b'-'),
+                    1 => proptest::sample::select(b"gxZ .\"".to_vec()),
+                ],
+                0..80,
+            ),
+            at in 0usize..80,
+        ) {
+            prop_assert_eq!(uuid_at(&t, at), uuid_at_spelled_out(&t, at));
+        }
+    }
+
+    #[test]
+    fn both_forms_are_read() {
+        let dashed = b"x 123e4567-e89b-42d3-a456-426614174000 y";
+        assert_eq!(uuid_at(dashed, 2), Some(36));
+        let plain = b"123e4567e89b42d3a456426614174000";
+        assert_eq!(uuid_at(plain, 0), Some(32));
+        assert_eq!(uuid_at(b"123e4567e89b42d3a456426614174000g", 0), None);
+        assert_eq!(uuid_at(b"cafe", 0), None);
+    }
 }

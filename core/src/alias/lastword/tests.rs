@@ -4,12 +4,9 @@ use super::*;
 use crate::alias::{BodyKind, Epoch, KnownAlias, ResponseScan, SessionMap};
 use keyhole_testkit::corpus;
 
-fn word(known: &[&str], aliases: &[&str]) -> LastWord {
-    LastWord::new(
-        &Taxonomy::default(),
-        known.iter().copied(),
-        aliases.iter().copied(),
-    )
+fn word(known: &[&str], aliases: &[&str]) -> LastWord<'static> {
+    static TAX: std::sync::LazyLock<Taxonomy> = std::sync::LazyLock::new(Taxonomy::default);
+    LastWord::new(&TAX, known.iter().copied(), aliases.iter().copied())
 }
 
 fn b64(bytes: &[u8], url: bool) -> String {
@@ -160,7 +157,7 @@ fn through(
     body: &[u8],
     kind: BodyKind,
     path: &str,
-) -> Option<(LastWord, Vec<u8>)> {
+) -> Option<(LastWord<'static>, Vec<u8>)> {
     let known: Vec<KnownAlias> = session
         .records()
         .iter()
@@ -205,7 +202,7 @@ fn realistic_bodies_are_never_withheld() {
     );
     let mut samples = 0;
     let mut withheld = Vec::new();
-    let mut outputs: Vec<(LastWord, Vec<u8>)> = Vec::new();
+    let mut outputs: Vec<(LastWord<'_>, Vec<u8>)> = Vec::new();
     if let Ok(entries) = std::fs::read_dir(&dir) {
         let mut session = SessionMap::with_epoch(Epoch::from_seed(7));
         let mut paths: Vec<_> = entries.flatten().map(|e| e.path()).collect();

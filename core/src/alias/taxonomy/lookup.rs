@@ -219,6 +219,36 @@ impl Taxonomy {
         self.object_key.0.keys().map(|k| &**k)
     }
 
+    /// Whether a key, already lower case without separators, is one of
+    /// [`Self::object_keys`]: a lookup, where a set of copies per response
+    /// was built before.
+    pub fn is_object_key(&self, normalized: &[u8]) -> bool {
+        self.object_key.0.contains_key(normalized)
+    }
+
+    /// Whether a word is one of [`Self::fhir_prefixes`], in any case. The
+    /// prefixes are lower case (`[a-z][a-z0-9]*`, checked when the taxonomy
+    /// is built): a word is lower-cased on the stack and looked up.
+    pub fn is_fhir_prefix(&self, word: &[u8]) -> bool {
+        if !word.first().is_some_and(u8::is_ascii_alphabetic) {
+            return false;
+        }
+        let mut buf = [0u8; 32];
+        match buf.get_mut(..word.len()) {
+            Some(lower) => {
+                for (l, b) in lower.iter_mut().zip(word) {
+                    *l = b.to_ascii_lowercase();
+                }
+                self.fhir_prefix.0.contains_key(&*lower)
+            }
+            None => self
+                .fhir_prefix
+                .0
+                .keys()
+                .any(|p| p.eq_ignore_ascii_case(word)),
+        }
+    }
+
     /// Every FHIR id prefix the taxonomy names (`pat`), for a check that
     /// reads the configuration only ([`crate::alias::lastword`]).
     pub fn fhir_prefixes(&self) -> impl Iterator<Item = &str> {
