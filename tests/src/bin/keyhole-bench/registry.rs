@@ -83,38 +83,65 @@ pub(crate) async fn resolve_over_socket(
     Ok(summarize(v))
 }
 
-/// `/v1/resolve` with `req` `n` times over one kept-alive HTTP/1.1
-/// connection to control's socket, as the filter reaches control (Envoy
-/// keeps its connections to the control cluster open): the call's own
-/// latency, without a connection set up per call. Before the timed calls it
-/// waits (up to 120 s) for an answer ranked with vectors, so a registry
-/// still being indexed is not timed as lexical answers; the second value is
-/// the source of the last answer.
+/// One kept-alive HTTP/1.1 connection to control's socket, as the filter
+/// reaches control (Envoy keeps its connections to the control cluster
+/// open): each call's own latency, without a connection set up per call.
+pub(crate) struct KeptAlive {
+    sender: hyper::client::conn::http1::SendRequest<http_body_util::Full<hyper::body::Bytes>>,
+}
+
+impl KeptAlive {
+    pub(crate) async fn connect(socket: &Path) -> anyhow::Result<Self> {
+        let stream = tokio::net::UnixStream::connect(socket).await?;
+        let (sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+        tokio::spawn(conn);
+        Ok(KeptAlive { sender })
+    }
+
+    /// One call: its latency (from sending to the last byte of the answer)
+    /// and the answer, which must be 200.
+    pub(crate) async fn call(
+        &mut self,
+        method: hyper::Method,
+        path: &str,
+        body: hyper::body::Bytes,
+    ) -> anyhow::Result<(std::time::Duration, hyper::body::Bytes)> {
+        use http_body_util::BodyExt as _;
+        let request = hyper::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "keyhole")
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(body))?;
+        // The connection takes the next request once the last answer is
+        // read (HTTP/1.1: one at a time).
+        self.sender.ready().await?;
+        let started = Instant::now();
+        let resp = self.sender.send_request(request).await?;
+        let status = resp.status();
+        let answer = resp.into_body().collect().await?.to_bytes();
+        let took = started.elapsed();
+        anyhow::ensure!(status == 200, "{path} failed: {status}");
+        Ok((took, answer))
+    }
+}
+
+/// `/v1/resolve` with `req` `n` times over one [`KeptAlive`] connection.
+/// Before the timed calls it waits (up to 120 s) for an answer ranked with
+/// vectors, so a registry still being indexed is not timed as lexical
+/// answers; the second value is the source of the last answer.
 pub(crate) async fn resolve_kept_alive(
     socket: &Path,
     req: &ResolveRequest,
     n: usize,
 ) -> anyhow::Result<(Lat, String)> {
-    use http_body_util::{BodyExt as _, Full};
-    let stream = tokio::net::UnixStream::connect(socket).await?;
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
-    tokio::spawn(conn);
+    let mut conn = KeptAlive::connect(socket).await?;
     let body = hyper::body::Bytes::from(serde_json::to_vec(req)?);
     let mut call = async || -> anyhow::Result<(std::time::Duration, String)> {
-        let request = hyper::Request::post("/v1/resolve")
-            .header("host", "keyhole")
-            .header("content-type", "application/json")
-            .body(Full::new(body.clone()))?;
-        // The connection takes the next request once the last answer is
-        // read (HTTP/1.1: one at a time).
-        sender.ready().await?;
-        let started = Instant::now();
-        let resp = sender.send_request(request).await?;
-        let status = resp.status();
-        let answer = resp.into_body().collect().await?.to_bytes();
-        let took = started.elapsed();
-        anyhow::ensure!(status == 200, "resolve failed: {status}");
+        let (took, answer) = conn
+            .call(hyper::Method::POST, "/v1/resolve", body.clone())
+            .await?;
         let answer: serde_json::Value = serde_json::from_slice(&answer)?;
         Ok((took, answer["source"].as_str().unwrap_or("?").to_owned()))
     };
@@ -130,6 +157,21 @@ pub(crate) async fn resolve_kept_alive(
         source = answered_by;
     }
     Ok((summarize(v), source))
+}
+
+/// `GET /healthz` `n` times over one [`KeptAlive`] connection: the round
+/// trip over the socket with next to no work behind it, the floor under
+/// every call the filter makes.
+pub(crate) async fn healthz_kept_alive(socket: &Path, n: usize) -> anyhow::Result<Lat> {
+    let mut conn = KeptAlive::connect(socket).await?;
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (took, _) = conn
+            .call(hyper::Method::GET, "/healthz", hyper::body::Bytes::new())
+            .await?;
+        v.push(took);
+    }
+    Ok(summarize(v))
 }
 
 /// The vector-store backends control can run on, as `keyhole serve` arguments.

@@ -443,6 +443,11 @@ pub(crate) async fn control(s: &Settings, sh: &Shared) -> anyhow::Result<Value> 
     // connection (what the filter's calls through Envoy's pool see).
     let (resolve_108_steady, steady_source) =
         crate::registry::resolve_kept_alive(&socket, &catalog_by_digest, rounds).await?;
+    // Where that time goes: control's own work per answer (its audit trail
+    // times each resolve from the body read to the answer built), and the
+    // round trip with next to no work behind it.
+    let own = own_work(&socket, "bench", rounds).await?;
+    let floor = crate::registry::healthz_kept_alive(&socket, rounds).await?;
     let resolve_108 = resolve_over_socket(&socket, &catalog_req, rounds).await?;
     let turn_bytes_108 = json!({"tools": 108, "first_turn": serde_json::to_vec(&catalog_req)?.len(),
                                 "by_digest": serde_json::to_vec(&catalog_by_digest)?.len()});
@@ -471,19 +476,46 @@ pub(crate) async fn control(s: &Settings, sh: &Shared) -> anyhow::Result<Value> 
     Ok(
         json!({"resolve_108_tools": resolve_108, "resolve_108_tools_by_digest_kept_alive": resolve_108_steady,
                "by_digest_kept_alive_answered_by": steady_source,
+               "resolve_own_work_us": own,
+               "healthz_kept_alive": floor,
                "turn_bytes_108_tools": turn_bytes_108,
                "alias_encode_ids_per_s": encode_ops, "alias_decode_ids_per_s": decode_ops,
                "note": "one HTTP/1.1 connection per call over the Unix socket, batches of 10 ids"}),
     )
 }
 
+/// The p50 of control's own timings (`embedUs`, `searchUs`, `rankUs`,
+/// `totalUs`) over the last `n` answers of `session`'s audit trail.
+async fn own_work(socket: &std::path::Path, session: &str, n: usize) -> anyhow::Result<Value> {
+    let resp = control::request(socket, "GET", &format!("/v1/audit/{session}"), None).await?;
+    let body = resp.split("\r\n\r\n").nth(1).unwrap_or("[]");
+    let trail: Value = serde_json::from_str(body).context("the audit trail")?;
+    let entries = trail.as_array().context("the audit trail is a list")?;
+    let last = entries
+        .get(entries.len().saturating_sub(n)..)
+        .unwrap_or_default();
+    let p50 = |key: &str| {
+        let mut v: Vec<u64> = last
+            .iter()
+            .filter_map(|e| e["timings"][key].as_u64())
+            .collect();
+        v.sort_unstable();
+        v.get(v.len() / 2).copied()
+    };
+    Ok(
+        json!({"n": last.len(), "embed_p50": p50("embedUs"), "search_p50": p50("searchUs"),
+              "rank_p50": p50("rankUs"), "total_p50": p50("totalUs")}),
+    )
+}
+
 /// Scenario 4's section of `RESULTS.md`.
 pub(crate) fn control_markdown(c: &Value) -> String {
     format!(
-        "control alone: `/v1/resolve` at 108 tools p50 {} ms, p99 {} ms (a connection per call, descriptors sent); by digest on one kept-alive connection, as the filter calls it, p50 {} ms, p99 {} ms (answered by: {}); bytes filter→control per turn at 108 tools: first turn {} B, by digest {} B; alias encode {} ids/s, decode {} ids/s ({}).\n",
+        "control alone: `/v1/resolve` at 108 tools p50 {} ms, p99 {} ms (a connection per call, descriptors sent); by digest on one kept-alive connection, as the filter calls it, p50 {} ms, p99 {} ms (answered by: {}; control's own work p50 {} µs of it; `GET /healthz` on the same kind of connection p50 {} ms); bytes filter→control per turn at 108 tools: first turn {} B, by digest {} B; alias encode {} ids/s, decode {} ids/s ({}).\n",
         f(&c["resolve_108_tools"]["p50_ms"]), f(&c["resolve_108_tools"]["p99_ms"]),
         f(&c["resolve_108_tools_by_digest_kept_alive"]["p50_ms"]), f(&c["resolve_108_tools_by_digest_kept_alive"]["p99_ms"]),
         c["by_digest_kept_alive_answered_by"].as_str().unwrap_or("?"),
+        c["resolve_own_work_us"]["total_p50"], f(&c["healthz_kept_alive"]["p50_ms"]),
         c["turn_bytes_108_tools"]["first_turn"], c["turn_bytes_108_tools"]["by_digest"], f(&c["alias_encode_ids_per_s"]),
         f(&c["alias_decode_ids_per_s"]), c["note"].as_str().unwrap_or("")
     )
