@@ -74,8 +74,8 @@ impl LastWord<'_> {
     ) -> Option<Reason> {
         match t.get(word_end) {
             Some(b'-') => {
-                // The prefixes are few: compared in place, no word is
-                // lower-cased into a new string and hashed.
+                // One lookup of the word lower-cased on the stack: no new
+                // string per word.
                 if !self.tax.is_fhir_prefix(word) {
                     return None;
                 }

@@ -213,22 +213,17 @@ impl Taxonomy {
     pub(crate) fn longest_alias_prefix(&self) -> usize {
         self.by_prefix.keys().map(str::len).max().unwrap_or(0)
     }
-    /// The keys whose object is a record of a kind (`patient`, `visits`),
-    /// as the table holds them: lower case, without separators.
-    pub fn object_keys(&self) -> impl Iterator<Item = &[u8]> {
-        self.object_key.0.keys().map(|k| &**k)
-    }
-
-    /// Whether a key, already lower case without separators, is one of
-    /// [`Self::object_keys`]: a lookup, where a set of copies per response
-    /// was built before.
+    /// Whether a key, lower case without separators, is one whose object
+    /// is a record of a kind (`patient`, `visits`): for a check that reads
+    /// the configuration only ([`crate::alias::lastword`]).
     pub fn is_object_key(&self, normalized: &[u8]) -> bool {
         self.object_key.0.contains_key(normalized)
     }
 
-    /// Whether a word is one of [`Self::fhir_prefixes`], in any case. The
-    /// prefixes are lower case (`[a-z][a-z0-9]*`, checked when the taxonomy
-    /// is built): a word is lower-cased on the stack and looked up.
+    /// Whether a word is a FHIR id prefix the taxonomy names (`pat`), in any
+    /// case, for the same check. The prefixes are lower case
+    /// (`[a-z][a-z0-9]*`, checked when the taxonomy is built): a word is
+    /// lower-cased on the stack and looked up.
     pub fn is_fhir_prefix(&self, word: &[u8]) -> bool {
         if !word.first().is_some_and(u8::is_ascii_alphabetic) {
             return false;
@@ -247,12 +242,6 @@ impl Taxonomy {
                 .keys()
                 .any(|p| p.eq_ignore_ascii_case(word)),
         }
-    }
-
-    /// Every FHIR id prefix the taxonomy names (`pat`), for a check that
-    /// reads the configuration only ([`crate::alias::lastword`]).
-    pub fn fhir_prefixes(&self) -> impl Iterator<Item = &str> {
-        self.fhir_prefix.keys()
     }
 
     // The text-pattern lookups take a word as bytes, as the patterns read it.
