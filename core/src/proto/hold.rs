@@ -371,6 +371,24 @@ mod tests {
         );
     }
 
+    /// Envoy skips each hold filter on a message without [`HOLD_HEADER`]
+    /// (a matcher on that header wraps it in `envoy/envoy.yaml.tmpl`): the
+    /// matchers must name the header this protocol sets, or a held message
+    /// would pass its hold unread.
+    #[test]
+    fn the_envoy_hold_matchers_name_the_hold_header() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../envoy/envoy.yaml.tmpl");
+        let template = std::fs::read_to_string(&path).unwrap_or_default();
+        let named: Vec<&str> = template
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("header_name:"))
+            .map(str::trim)
+            .collect();
+        // One matcher per hold filter: the response hold, the request hold.
+        assert_eq!(named, [HOLD_HEADER, HOLD_HEADER], "{}", path.display());
+    }
+
     #[test]
     fn lua_literals_escape_quotes() {
         assert_eq!(lua_string(r#"{"a":"b\c"}"#), r#""{\"a\":\"b\\c\"}""#);
