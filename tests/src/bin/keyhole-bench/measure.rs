@@ -140,14 +140,31 @@ pub(crate) async fn interleaved(
     Ok((va, vb))
 }
 
-/// Requests per second with `conns` concurrent clients for `secs`.
-pub(crate) async fn throughput(
-    base: &str,
+/// Requests per second through `a` and through `b`, with `conns` concurrent
+/// clients for `secs` each, taken in one-second slices that alternate
+/// a, b, b, a, …: a machine whose speed drifts during the run moves both
+/// figures alike, so their ratio is read from the same moments.
+pub(crate) async fn throughput_pair(
+    a: &str,
+    b: &str,
     r: &Req,
     conns: usize,
     secs: u64,
-) -> anyhow::Result<f64> {
-    let deadline = Instant::now() + Duration::from_secs(secs);
+) -> anyhow::Result<(f64, f64)> {
+    let (bases, mut done) = ([a, b], [0u64; 2]);
+    for slice in 0..secs.max(1) {
+        let order = if slice % 2 == 0 { [0, 1] } else { [1, 0] };
+        for i in order {
+            done[i] += completed(bases[i], r, conns, Duration::from_secs(1)).await?;
+        }
+    }
+    let secs = secs.max(1) as f64;
+    Ok((done[0] as f64 / secs, done[1] as f64 / secs))
+}
+
+/// Requests answered below 500 with `conns` concurrent clients for `span`.
+async fn completed(base: &str, r: &Req, conns: usize, span: Duration) -> anyhow::Result<u64> {
+    let deadline = Instant::now() + span;
     let mut tasks = Vec::new();
     for _ in 0..conns {
         let (base, r) = (base.to_owned(), r.clone());
@@ -168,7 +185,7 @@ pub(crate) async fn throughput(
     for t in tasks {
         total += t.await?;
     }
-    Ok(total as f64 / secs as f64)
+    Ok(total)
 }
 
 /// How keyhole answered `r` (`x-keyhole-source`: `retrieval`, `lexical`, …).

@@ -17,7 +17,7 @@ pub(crate) struct Settings {
     pub(crate) quick: bool,
     /// Sequential rounds of the latency pairs (300; quick 30).
     pub(crate) rounds: usize,
-    /// Seconds of each throughput figure (5; quick 2).
+    /// Seconds of each throughput figure (5; quick 2), in one-second slices.
     pub(crate) throughput_secs: u64,
     /// Seconds of the soak (60; quick 10).
     pub(crate) soak_secs: u64,

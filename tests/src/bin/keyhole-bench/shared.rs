@@ -4,7 +4,8 @@
 //! and 7, and the memory after them.
 
 use crate::measure::{
-    interleaved, pair, percentile, rss_kib, send, source_of, throughput, warm_up, with_turn, Req,
+    interleaved, pair, percentile, rss_kib, send, source_of, throughput_pair, warm_up, with_turn,
+    Req,
 };
 use crate::native::{core_rewrite, synthetic_hms, Rounds};
 use crate::registry::resolve_over_socket;
@@ -155,11 +156,11 @@ pub(crate) async fn llm_catalog(s: &Settings, sh: &Shared) -> anyhow::Result<Val
         filter_pair.added_p50_ms, filter_pair.added_p99_ms
     );
     drop(instant);
-    // Throughput at 1, 4 and 16 connections, keyhole and plain Envoy side by side.
+    // Throughput at 1, 4 and 16 connections, keyhole and plain Envoy in
+    // alternating one-second slices (`throughput_pair`).
     let mut tput = Vec::new();
     for conns in [1usize, 4, 16] {
-        let with = throughput(&k, warm, conns, s.throughput_secs).await?;
-        let without = throughput(&b, warm, conns, s.throughput_secs).await?;
+        let (with, without) = throughput_pair(&k, &b, warm, conns, s.throughput_secs).await?;
         tput.push(json!({"connections": conns, "with_keyhole": with, "without": without, "share": with / without.max(1e-9)}));
     }
     // Cold: a new turn each time, so the query is embedded on the request path.
@@ -348,9 +349,8 @@ pub(crate) async fn hms_throughput(s: &Settings, sh: &Shared) -> anyhow::Result<
     sh.stack.hms.set(&path, Canned::json(body));
     let search = Req::get(&path, "bench-hms");
     let (hk, hb) = (sh.stack.envoy.hms_url(), sh.baseline.hms_url());
-    Ok(json!({"sample": file, "connections": 4,
-        "with_keyhole": throughput(&hk, &search, 4, s.throughput_secs).await?,
-        "without": throughput(&hb, &search, 4, s.throughput_secs).await?}))
+    let (with, without) = throughput_pair(&hk, &hb, &search, 4, s.throughput_secs).await?;
+    Ok(json!({"sample": file, "connections": 4, "with_keyhole": with, "without": without}))
 }
 
 /// The HMS throughput's section of `RESULTS.md`.
