@@ -304,6 +304,17 @@ impl<'v> KnownIds<'v> {
         k
     }
 
+    /// Whether `token` is an alias by the taxonomy's grammar (never,
+    /// without a taxonomy).
+    fn alias_by_grammar(&self, token: &[u8]) -> bool {
+        self.tax.is_some_and(|tax| {
+            std::str::from_utf8(token)
+                .ok()
+                .and_then(|t| tax.parse_alias(t))
+                .is_some()
+        })
+    }
+
     /// Length of the longest value searched.
     pub(crate) fn max_len(&self) -> usize {
         self.lens.first().copied().unwrap_or(0)
@@ -335,7 +346,11 @@ impl<'v> KnownIds<'v> {
     }
 
     /// The first accepted match in `hay` whose text `allowed` does not let
-    /// through (verification: an issued alias may equal a raw value).
+    /// through (verification: an issued alias may equal a raw value), nor
+    /// the alias token around it ([`alias_token`]) when that token is an
+    /// alias by the grammar: an alias whose epoch is spelled like a raw
+    /// value, `clinic-f764-001` beside the record `f764`, is that alias, not
+    /// the value.
     pub(crate) fn first_except(
         &self,
         hay: &[u8],
@@ -343,7 +358,11 @@ impl<'v> KnownIds<'v> {
     ) -> Option<Range<usize>> {
         let mut found = None;
         self.search(hay, &[], true, |r, _| {
-            if hay.get(r.clone()).is_some_and(&allowed) {
+            if hay.get(r.clone()).is_some_and(&allowed)
+                || hay
+                    .get(alias_token(hay, r.clone()))
+                    .is_some_and(|t| allowed(t) && self.alias_by_grammar(t))
+            {
                 return true;
             }
             found = Some(r);
@@ -351,4 +370,26 @@ impl<'v> KnownIds<'v> {
         });
         found
     }
+}
+
+/// The run of alias bytes (ASCII letters, digits, `-`) around `at` in `hay`:
+/// the token a match inside an alias belongs to. Checks on both sides of the
+/// alias exchange (the rewrite's verification, the last word) read a match
+/// inside an issued alias as that alias.
+pub(crate) fn alias_token(hay: &[u8], at: Range<usize>) -> Range<usize> {
+    let alias_byte = |b: &u8| b.is_ascii_alphanumeric() || *b == b'-';
+    let start = hay
+        .get(..at.start)
+        .unwrap_or_default()
+        .iter()
+        .rposition(|b| !alias_byte(b))
+        .map_or(0, |p| p + 1);
+    let end = at.end
+        + hay
+            .get(at.end..)
+            .unwrap_or_default()
+            .iter()
+            .position(|b| !alias_byte(b))
+            .unwrap_or(hay.len().saturating_sub(at.end));
+    start..end
 }

@@ -305,20 +305,10 @@ impl<'t> LastWord<'t> {
 
     /// Whether the token `t[s..e]` (extended over alias bytes) is an alias.
     fn is_alias(&self, t: &[u8], s: usize, e: usize) -> bool {
-        let alias_byte = |b: &u8| b.is_ascii_alphanumeric() || *b == b'-';
-        let start = t
-            .get(..s)
+        let token = t
+            .get(super::known::alias_token(t, s..e))
             .unwrap_or_default()
-            .iter()
-            .rposition(|b| !alias_byte(b))
-            .map_or(0, |p| p + 1);
-        let end = e + t
-            .get(e..)
-            .unwrap_or_default()
-            .iter()
-            .position(|b| !alias_byte(b))
-            .unwrap_or(t.len().saturating_sub(e));
-        let token = t.get(start..end).unwrap_or_default().to_ascii_lowercase();
+            .to_ascii_lowercase();
         let exact = t.get(s..e).unwrap_or_default().to_ascii_lowercase();
         self.allowed.contains(&token) || self.allowed.contains(&exact)
     }

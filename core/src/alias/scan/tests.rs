@@ -567,6 +567,45 @@ fn ids_cut_by_invisible_characters_are_never_aliased_as_a_prefix() {
     assert!(!out.contains("000124"), "{out}");
 }
 
+/// An alias whose epoch is spelled like a raw id the session knows
+/// (`clinic-f764-001`, the record `f764` learned from a FHIR Claim) is that
+/// alias: the body passes, with the alias, as it passes the last word. A
+/// token around the raw id that is no alias by the grammar is still a leak.
+/// (Found by the FHIR shapes generator at seed 3008645313.)
+#[test]
+fn an_alias_spelled_around_a_known_id_is_the_alias() {
+    let tax = Taxonomy::default();
+    let known = [KnownAlias {
+        value: "f764".into(),
+        alias: "ref-f764-002".into(),
+    }];
+    let body = br#"{"resourceType":"Organization","id":"acme","name":"HL7"}"#;
+    let rewrite = |alias: &str| {
+        let mut scan = ResponseScan::new(&tax);
+        let part = scan
+            .add(body, BodyKind::Json, tax.kind_for_path("/fhir/Bundle"))
+            .unwrap();
+        assert_eq!(scan.ids().len(), 1, "{:?}", scan.ids());
+        let aliases = [alias.to_owned()];
+        scan.rewriter(&aliases, &known)
+            .and_then(|r| r.rewrite(part, body))
+    };
+    let out = rewrite("clinic-f764-001").unwrap();
+    assert_eq!(
+        out,
+        br#"{"resourceType":"Organization","id":"clinic-f764-001","name":"HL7"}"#
+    );
+    let word = crate::alias::lastword::LastWord::new(
+        &tax,
+        ["acme", "f764"],
+        ["clinic-f764-001", "ref-f764-002"],
+    );
+    assert_eq!(word.check_body(&out), None);
+    // Not an alias by the grammar: the raw id inside it is one.
+    let e = rewrite("see-f764").unwrap_err();
+    assert!(matches!(e, RewriteError::Leak { .. }), "{e}");
+}
+
 /// A JSON body that starts with a UTF-8 byte order mark (as some FHIR
 /// servers write it) is read as JSON, declared or sniffed, and keeps its
 /// mark; NDJSON too.
