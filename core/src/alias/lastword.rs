@@ -13,10 +13,14 @@
 //! # Canonical views
 //! Each text is read in several views, each searched whole:
 //! - the text with JSON escapes (`\u002d`, `\/`), HTML character references
-//!   (numeric and the common names) decoded, invisible characters removed
+//!   (numeric and every HTML5 name) decoded, invisible characters removed
 //!   (soft hyphen, zero-width space and joiners, word joiner, BOM, bidi
-//!   marks), dash look-alikes folded to `-` and full-width ASCII folded to
-//!   ASCII (the part of NFKC that matters for ids);
+//!   marks), dash look-alikes folded to `-`, and every other non-ASCII
+//!   character read as the ASCII a reader takes it for, by Unicode's own
+//!   data: a decimal digit of any script as its digit, the compatibility
+//!   decomposition (NFKC's: `𝐩`, `ⓟ`, `⁴`, full-width forms) without its
+//!   combining marks, else a confusable prototype of ASCII letters and
+//!   digits (UTS #39: Cyrillic `р` is `p`);
 //! - the same with markup removed (tags, `<wbr>`, CDATA and comment
 //!   markers), when the text holds a `<`: an id split by a tag is one id;
 //! - percent-decoded, up to [`PERCENT_DEPTH`] rounds;

@@ -31,50 +31,113 @@ fn fold(c: char) -> Fold {
         0x2044 | 0x2215 | 0xFF0F => Fold::Ascii(b'/'),
         0x3000 | 0x00A0 | 0x2000..=0x200A | 0x202F | 0x205F => Fold::Ascii(b' '),
         u @ 0xFF01..=0xFF5E => u8::try_from(u - 0xFF01 + 0x21).map_or(Fold::Keep, Fold::Ascii),
+        // Unicode's tag characters mirror ASCII; invisible on screen, a model
+        // reads them (ASCII smuggling).
+        u @ 0xE0020..=0xE007E => u8::try_from(u - 0xE0000).map_or(Fold::Keep, Fold::Ascii),
         _ => Fold::Keep,
     }
 }
 
-/// A few named character references (the rest are no id characters).
-fn named_reference(name: &str) -> Option<char> {
-    Some(match name {
-        "amp" => '&',
-        "lt" => '<',
-        "gt" => '>',
-        "quot" => '"',
-        "apos" => '\'',
-        "nbsp" => ' ',
-        "shy" => '\u{ad}',
-        "hyphen" | "dash" => '-',
-        "ndash" => '\u{2013}',
-        "mdash" => '\u{2014}',
-        "minus" => '-',
-        "sol" => '/',
-        "colon" => ':',
-        "period" => '.',
-        "lowbar" | "UnderBar" => '_',
-        "num" => '#',
-        "percnt" => '%',
-        "equals" => '=',
-        "quest" => '?',
-        "ZeroWidthSpace" => '\u{200b}',
-        "NoBreak" => '\u{2060}',
-        "zwj" => '\u{200d}',
-        "zwnj" => '\u{200c}',
-        _ => return None,
-    })
+/// Pushes characters folded: by the table above, else by what a reader
+/// takes them for ([`read_as`]), else as they are. [`read_as`] looks up
+/// Unicode's tables, and a text repeats its characters: each non-ASCII
+/// character is read once per text.
+#[derive(Default)]
+struct Folder {
+    seen: rustc_hash::FxHashMap<char, Option<Box<[u8]>>>,
 }
 
-/// Pushes `c` folded.
-fn push_folded(out: &mut Vec<u8>, c: char) {
-    match fold(c) {
-        Fold::Drop => {}
-        Fold::Ascii(b) => out.push(b),
-        Fold::Keep => {
-            let mut buf = [0u8; 4];
-            out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+impl Folder {
+    fn push(&mut self, out: &mut Vec<u8>, c: char) {
+        match fold(c) {
+            Fold::Drop => {}
+            Fold::Ascii(b) => out.push(b),
+            Fold::Keep if c.is_ascii() => out.push(c as u8),
+            Fold::Keep => {
+                let reading = self.seen.entry(c).or_insert_with(|| {
+                    let mut ascii = Vec::new();
+                    read_as(c, &mut ascii).then(|| ascii.into_boxed_slice())
+                });
+                match reading {
+                    Some(ascii) => out.extend_from_slice(ascii),
+                    None => {
+                        let mut buf = [0u8; 4];
+                        out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                    }
+                }
+            }
         }
     }
+}
+
+/// The ASCII a reader (or a model) takes a non-ASCII `c` for, pushed onto
+/// `out`; `false` (nothing pushed) when `c` reads as no ASCII.
+///
+/// Unicode's own data, not a list of look-alikes: a decimal digit of any
+/// script is its digit (`٣`, `३`, `𝟑` → `3`); the compatibility
+/// decomposition (NFKC's mapping) with combining marks dropped
+/// (`𝐩`, `ⓟ`, `ᵖ` → `p`; `⁴`, `④` → `4`; `é` → `e`; `ﬁ` → `fi`); a
+/// default-ignorable character is nothing; else the character's UTS #39
+/// confusable prototype when that is ASCII letters and digits (Cyrillic `р`
+/// → `p`, Greek `Ο` → `O`).
+fn read_as(c: char, out: &mut Vec<u8>) -> bool {
+    if let Some(d) = decimal_digit(c) {
+        out.push(b'0' + d);
+        return true;
+    }
+    let mark = out.len();
+    let mut ascii = true;
+    let mut changed = false;
+    unicode_normalization::char::decompose_compatible(c, |d| {
+        changed |= d != c;
+        if !ascii || unicode_normalization::char::is_combining_mark(d) {
+            return;
+        }
+        match (d.is_ascii(), fold(d), decimal_digit(d)) {
+            (true, ..) => out.push(d as u8),
+            (_, Fold::Ascii(b), _) => out.push(b),
+            (_, Fold::Drop, _) => {}
+            (_, Fold::Keep, Some(digit)) => out.push(b'0' + digit),
+            (_, Fold::Keep, None) => ascii = false,
+        }
+    });
+    if ascii && changed {
+        return true;
+    }
+    out.truncate(mark);
+    let mut buf = [0u8; 4];
+    let mut prototype = unicode_security::skeleton(c.encode_utf8(&mut buf)).peekable();
+    if prototype.peek().is_none() {
+        return true;
+    }
+    for p in prototype {
+        if unicode_normalization::char::is_combining_mark(p) {
+            continue;
+        }
+        if !p.is_ascii_alphanumeric() {
+            out.truncate(mark);
+            return false;
+        }
+        out.push(p as u8);
+    }
+    true
+}
+
+/// The value of a decimal digit of any script (general category `Nd`).
+/// Unicode encodes every decimal digit set as ten contiguous code points
+/// from zero to nine, so the value is the distance from the run's start.
+fn decimal_digit(c: char) -> Option<u8> {
+    use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
+    let nd = |c: char| c.general_category() == GeneralCategory::DecimalNumber;
+    if !nd(c) {
+        return None;
+    }
+    let code = u32::from(c);
+    let start = (code.saturating_sub(64)..code)
+        .rev()
+        .find(|&p| !char::from_u32(p).is_some_and(nd))
+        .map_or(code.saturating_sub(64), |p| p + 1);
+    u8::try_from((code - start) % 10).ok()
 }
 
 /// The canonical text of `raw` (see the module doc); `strip_markup` also
@@ -88,6 +151,7 @@ pub fn canonical(raw: &[u8], strip_markup: bool) -> Vec<u8> {
     };
     let s = text.as_bytes();
     let mut out = Vec::with_capacity(s.len());
+    let mut folder = Folder::default();
     // Bytes no rule below reads are copied a stretch at a time.
     let plain = |b: u8| {
         !(matches!(b, b'\\' | b'&' | 0x80..) || strip_markup && matches!(b, b'<' | b']' | b'-'))
@@ -104,14 +168,14 @@ pub fn canonical(raw: &[u8], strip_markup: bool) -> Vec<u8> {
         match b {
             b'\\' => {
                 if let Some((c, len)) = json_escape(rest) {
-                    push_folded(&mut out, c);
+                    folder.push(&mut out, c);
                     i += len;
                     continue;
                 }
             }
             b'&' => {
-                if let Some((c, len)) = reference(rest) {
-                    push_folded(&mut out, c);
+                if let Some((decoded, len)) = reference(rest) {
+                    decoded.push(&mut folder, &mut out);
                     i += len;
                     continue;
                 }
@@ -133,7 +197,7 @@ pub fn canonical(raw: &[u8], strip_markup: bool) -> Vec<u8> {
             }
             0x80.. => {
                 if let Some(c) = text.get(i..).and_then(|t| t.chars().next()) {
-                    push_folded(&mut out, c);
+                    folder.push(&mut out, c);
                     i += c.len_utf8();
                     continue;
                 }
@@ -179,8 +243,26 @@ fn json_escape(s: &[u8]) -> Option<(char, usize)> {
     Some((char::from_u32(hi)?, 6))
 }
 
-/// An HTML character reference at the start of `s`.
-fn reference(s: &[u8]) -> Option<(char, usize)> {
+/// What a reference decodes to: one character, or the text of a named
+/// reference (some name two characters).
+#[derive(Debug, Clone, Copy)]
+enum Decoded {
+    Char(char),
+    Text(&'static str),
+}
+
+impl Decoded {
+    fn push(self, folder: &mut Folder, out: &mut Vec<u8>) {
+        match self {
+            Decoded::Char(c) => folder.push(out, c),
+            Decoded::Text(t) => t.chars().for_each(|c| folder.push(out, c)),
+        }
+    }
+}
+
+/// An HTML character reference at the start of `s`: numeric, or any of
+/// HTML5's named references (`&Popf;` is a letter too).
+fn reference(s: &[u8]) -> Option<(Decoded, usize)> {
     let end = s.iter().take(40).position(|b| *b == b';')?;
     let name = std::str::from_utf8(s.get(1..end)?).ok()?;
     let c = match name.strip_prefix('#') {
@@ -189,9 +271,19 @@ fn reference(s: &[u8]) -> Option<(char, usize)> {
                 Some(h) => u32::from_str_radix(h, 16).ok()?,
                 None => num.parse().ok()?,
             };
-            char::from_u32(code)?
+            Decoded::Char(char::from_u32(code)?)
         }
-        None => named_reference(name)?,
+        None => match name.as_bytes() {
+            // The mathematical letters (`&Popf;` 𝕡, `&pscr;`, `&pfr;`) read
+            // as their letter, which is what NFKC makes of them; quick-xml's
+            // table (0.38) holds their code points cut to four hex digits.
+            [l, b'o', b'p', b'f'] | [l, b's', b'c', b'r'] | [l, b'f', b'r']
+                if l.is_ascii_alphabetic() =>
+            {
+                Decoded::Char(char::from(*l))
+            }
+            _ => Decoded::Text(quick_xml::escape::resolve_html5_entity(name)?),
+        },
     };
     Some((c, end + 1))
 }
@@ -354,25 +446,26 @@ mod tests {
         let text = String::from_utf8_lossy(raw);
         let s = text.as_bytes();
         let mut out = Vec::with_capacity(s.len());
+        let mut folder = Folder::default();
         let mut i = 0;
         while let Some(&b) = s.get(i) {
             let rest = s.get(i..).unwrap_or_default();
             let step = match b {
-                b'\\' => json_escape(rest),
+                b'\\' => json_escape(rest).map(|(c, len)| (Decoded::Char(c), len)),
                 b'&' => reference(rest),
-                b'<' if strip_markup => markup(rest).map(|len| ('\0', len)),
-                b']' if strip_markup && rest.starts_with(b"]]>") => Some(('\0', 3)),
-                b'-' if strip_markup && rest.starts_with(b"-->") => Some((' ', 3)),
+                b'<' if strip_markup => markup(rest).map(|len| (Decoded::Char('\0'), len)),
+                b']' if strip_markup && rest.starts_with(b"]]>") => Some((Decoded::Char('\0'), 3)),
+                b'-' if strip_markup && rest.starts_with(b"-->") => Some((Decoded::Char(' '), 3)),
                 0x80.. => text
                     .get(i..)
                     .and_then(|t| t.chars().next())
-                    .map(|c| (c, c.len_utf8())),
+                    .map(|c| (Decoded::Char(c), c.len_utf8())),
                 _ => None,
             };
             match (b, step) {
                 (b'<' | b']', Some((_, len))) => i += len,
-                (_, Some((c, len))) => {
-                    push_folded(&mut out, c);
+                (_, Some((decoded, len))) => {
+                    decoded.push(&mut folder, &mut out);
                     i += len;
                 }
                 (_, None) => {
@@ -398,6 +491,8 @@ mod tests {
                         "&#x2011;", "&#45;", "&amp", "&nbsp;", "<b>", "</i>", "<wbr/>",
                         "<![CDATA[", "]]>", "<!--", "-->", "- ->", "<3", "pat\u{ad}-0001",
                         "\u{ff10}\u{ff11}", "\u{2010}", "é", "\u{feff}",
+                        "&Popf;", "&NotEqualTilde;", "\u{1d7ce}", "\u{440}", "\u{663}", "\u{2463}",
+                        "\u{fb01}", "u\u{308}", "\u{3042}",
                     ]).prop_map(str::to_owned),
                 ],
                 0..16,

@@ -527,3 +527,60 @@ proptest::proptest! {
         proptest::prop_assert!(found.is_some(), "{} not found", id);
     }
 }
+
+/// A raw id in characters a reader takes for its ASCII: digits of other
+/// scripts, compatibility forms (mathematical, superscript, circled),
+/// HTML5's named letters, look-alike letters of other scripts. Each is
+/// found; before the last word read characters by Unicode's own data, all
+/// of them went through.
+#[test]
+fn raw_ids_are_found_in_the_characters_a_reader_takes_for_them() {
+    let lw = word(&["anna-k-4471", "4829137"], &["patient-k7q2-001"]);
+    for (body, reason) in [
+        ("pat-\u{1d7ce}\u{1d7ce}\u{1d7ce}\u{1d7cf}\u{1d7d0}\u{1d7d1}", Reason::FhirId),
+        ("pat-\u{2070}\u{2070}\u{2070}\u{b9}\u{b2}\u{b3}", Reason::FhirId),
+        ("pat-\u{2080}\u{2080}\u{2080}\u{2081}\u{2082}\u{2083}", Reason::FhirId),
+        ("pat-\u{660}\u{660}\u{660}\u{661}\u{662}\u{663}", Reason::FhirId),
+        ("pat-\u{6f0}\u{6f0}\u{6f0}\u{6f1}\u{6f2}\u{6f3}", Reason::FhirId),
+        ("pat-\u{966}\u{966}\u{966}\u{967}\u{968}\u{969}", Reason::FhirId),
+        ("\u{1d429}\u{1d41a}\u{1d42d}-000123", Reason::FhirId),
+        ("\u{24df}\u{24d0}\u{24e3}-000123", Reason::FhirId),
+        ("&popf;&aopf;&topf;-000123", Reason::FhirId),
+        ("&Pscr;&afr;&Topf;-000123", Reason::FhirId),
+        ("\u{440}at-000123", Reason::FhirId),
+        ("p\u{430}t-000123", Reason::FhirId),
+        ("\u{420}\u{391}\u{54}-000123", Reason::FhirId),
+        ("seen \u{1d7d2}\u{1d7d6}\u{1d7d0}\u{1d7d7}\u{1d7cf}\u{1d7d1}\u{1d7d5} today", Reason::KnownId),
+        ("anna\u{2011}k\u{2011}\u{2463}\u{2463}\u{2466}\u{2460}", Reason::KnownId),
+        ("\u{e1}nn\u{e0}-k-4471", Reason::KnownId),
+        ("{\"patientId\": \"\u{664}\u{668}\u{662}\u{669}\u{661}\u{663}\"}", Reason::IdNumber),
+        (r#"{"x": "pat-\ud835\udfce00123"}"#, Reason::FhirId),
+        ("pat-&#x1D7CE;00123", Reason::FhirId),
+        (
+            "see \u{e0070}\u{e0061}\u{e0074}\u{e002d}\u{e0030}\u{e0030}\u{e0030}\u{e0031}\u{e0032}\u{e0033}",
+            Reason::FhirId,
+        ),
+    ] {
+        let f = lw.check_body(body.as_bytes());
+        assert_eq!(f.map(|f| f.reason), Some(reason), "{body}");
+    }
+}
+
+/// Text in other scripts and with compatibility characters, where no id is
+/// meant, passes: the reading above folds only toward what is there.
+#[test]
+fn text_in_other_scripts_passes() {
+    let lw = word(&["anna-k-4471", "hl7"], &["patient-k7q2-001"]);
+    for body in [
+        "Ромашова Анна Петровна, 3 таблетки по 500 мг, давление 120/80",
+        "Ελένη Παπαδοπούλου, θερμοκρασία 38,5 °C, Ο2 96 %",
+        "山田 太郎 様、血圧 １２０/８０、次回は３月１日",
+        "محمد ٤٥ سنة، ضغط ١٢٠/٨٠",
+        "Dosis ½ Tablette, Fläche 1,8 m², 5 µg/kg, Stadium Ⅲ, ﬁbrose, ℃",
+        "Müller–Lüdenscheidt, Ærø, Œdème, naïve, façade, São Paulo",
+        "&frac12; &sup2; &micro;g &Popf; &alpha;-Blocker",
+        "patient-k7q2-001 (Ромашова), Patient/patient-k7q2-001",
+    ] {
+        assert_eq!(lw.check_body(body.as_bytes()), None, "{body}");
+    }
+}
