@@ -47,7 +47,9 @@ use crate::embed::Side;
 use crate::index::sync::SyncError;
 use crate::index::{IndexError, Search};
 use crate::load::{LoadError, LoadedRegistry};
-use crate::resolve::Resolver;
+use crate::resolve::{offer_tool_search, Resolver};
+use keyhole_core::alias::reading::{ranking_text_of_raw, ReadingError};
+use keyhole_core::alias::Taxonomy;
 use keyhole_core::tools::format;
 use keyhole_core::tools::rank::clauses::interleave;
 use keyhole_core::tools::rank::config::{RankConfig, RankSettings};
@@ -57,6 +59,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::Arc;
 
 /// Which ranking an evaluation runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -347,6 +350,15 @@ pub enum EvalError {
     /// The request body could not be rewritten.
     #[error("the registry's request body is unreadable: {0}")]
     Request(String),
+    /// A query's raw ids could not be read as the live path reads them.
+    #[error("query {id}: its ids could not be aliased")]
+    Reading {
+        /// The query's id.
+        id: String,
+        /// Why.
+        #[source]
+        source: ReadingError,
+    },
 }
 
 /// Reads a queries file (JSON lines). With `sample`, keeps an evenly spaced
@@ -605,6 +617,10 @@ pub struct EvalOptions {
     pub k: usize,
     /// Modes to run, side by side on the same embeddings.
     pub modes: Vec<Mode>,
+    /// The alias taxonomy a turn's raw ids are read with: each query is
+    /// ranked as control ranks it live, its ids aliased and every alias read
+    /// as its kind ([`ranking_text_of_raw`]).
+    pub taxonomy: Arc<Taxonomy>,
 }
 
 /// A tune-part query whose surfaced set missed a gold tool, in the first mode
@@ -657,6 +673,21 @@ pub async fn evaluate(
     queries: &[Query],
     options: &EvalOptions,
 ) -> Result<Evaluation, EvalError> {
+    // Live traffic is never ranked with raw ids: control ranks the turn
+    // aliased, each alias read as its kind. So is every query here.
+    let read: Vec<Query> = queries
+        .iter()
+        .map(|q| {
+            let query = ranking_text_of_raw(&options.taxonomy, &q.query).map_err(|source| {
+                EvalError::Reading {
+                    id: q.id.clone(),
+                    source,
+                }
+            })?;
+            Ok(Query { query, ..q.clone() })
+        })
+        .collect::<Result<_, EvalError>>()?;
+    let queries = read.as_slice();
     let (prepared, report) = resolver.prepare(&registry.tools).await?;
     tracing::info!(dataset = %options.dataset, tools = report.tools, upserted = report.upserted, "registry indexed");
     let reg = prepared.registry();
@@ -829,7 +860,12 @@ pub async fn evaluate(
                     }
                     let ranked: Vec<String> = ranked.into_iter().map(|c| c.name).collect();
                     let resolve_with = |cfg: &RankConfig| {
-                        let res = resolve_clauses(reg, cfg, &turn, clauses);
+                        let mut res = resolve_clauses(reg, cfg, &turn, clauses);
+                        // As served: the filter's control tool goes out with
+                        // the set (`tool_search`, on by default) and takes one
+                        // of the phase's places, so control composes the set
+                        // for one place less.
+                        offer_tool_search(&mut res, reg, Phase::Planner, &[], &[]);
                         answer(
                             res.candidates.into_iter().map(|c| c.name).collect(),
                             &ranked,
@@ -1175,6 +1211,7 @@ mod tests {
             dataset: "catalog".into(),
             k: 10,
             modes: modes.to_vec(),
+            taxonomy: Arc::default(),
         };
         evaluate(&resolver, &loaded, queries, &options)
             .await

@@ -905,6 +905,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 dataset: dataset.clone(),
                 k,
                 modes: mode,
+                taxonomy: Arc::default(),
             };
             let eval::Evaluation {
                 metrics,

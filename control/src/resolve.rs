@@ -53,6 +53,8 @@ use crate::embed::{EmbedError, Side};
 use crate::index::sync::SyncError;
 use crate::index::{Indexer, Search, SyncReport};
 use audit::Sessions;
+use keyhole_core::alias::reading::ranking_text;
+use keyhole_core::alias::Taxonomy;
 use keyhole_core::proto::tools::{
     descriptors_digest, parse_digest, registry_digest, ResolveRequest, ResolveResponse, Source,
     SurfacedTool, ToolDescriptor,
@@ -63,6 +65,7 @@ use keyhole_core::tools::rank::pipeline::{resolve as rank_turn, Resolution, Turn
 use keyhole_core::tools::rank::registry::Registry;
 use keyhole_core::tools::rank::Candidate;
 use keyhole_core::tools::recovery::{self, MAX_FOUND};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -252,6 +255,21 @@ impl PreparedRegistry {
 
 /// The resolver: registry cache, indexer, engine configuration and
 /// per-session memory. Share it behind an `Arc`; a benchmark can call
+/// Writes each alias in the turn and the tool-search query of `req` as the
+/// ranking reads it, its kind and `id` ([`ranking_text`]): the epoch and
+/// number of an alias are drawn per session and say nothing about the tools a
+/// turn needs. Both routes that rank call it before [`Resolver::answer`].
+pub fn read_aliases(tax: &Taxonomy, req: &mut ResolveRequest) {
+    if let Cow::Owned(text) = ranking_text(tax, &req.turn) {
+        req.turn = text;
+    }
+    if let Some(query) = req.tool_search.as_mut().and_then(|s| s.query.as_mut()) {
+        if let Cow::Owned(text) = ranking_text(tax, query) {
+            *query = text;
+        }
+    }
+}
+
 /// [`Resolver::resolve`] in-process after [`Resolver::prepare`].
 pub struct Resolver {
     indexer: Arc<Indexer>,
@@ -629,7 +647,7 @@ impl Resolver {
                     Some(query) => self.search_registry(&prepared, query, deadline).await,
                     None => Found::default(),
                 };
-                recover(
+                offer_tool_search(
                     &mut resolution,
                     prepared.registry(),
                     req.phase,
@@ -841,7 +859,7 @@ impl std::ops::Deref for Found {
 /// one place of the budget less, and the `found` tools first after forced
 /// ones, with the reason `recovery` ([`recovery::compose`]). The engine's
 /// candidates keep their scores; the found ones carry their search scores.
-fn recover(
+pub(crate) fn offer_tool_search(
     resolution: &mut Resolution,
     registry: &Registry,
     phase: keyhole_core::Phase,

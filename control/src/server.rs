@@ -125,8 +125,11 @@ async fn resolve(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
-    let Question { tools, turn: req } =
-        serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let Question {
+        tools,
+        turn: mut req,
+    } = serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    crate::resolve::read_aliases(state.aliases.taxonomy(), &mut req);
     let descriptors: Vec<Descriptor<'_>> = match tools {
         Some(raw) => serde_json::from_str(raw.get())
             .map_err(|e| ApiError::BadRequest(format!("tools: {e}")))?,

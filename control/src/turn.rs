@@ -122,6 +122,7 @@ pub async fn turn(
             search.query = aliased("tool-search query", &query);
         }
     }
+    crate::resolve::read_aliases(store.taxonomy(), &mut req);
     req.session = Some(encode.session.clone());
     let via = if req.registry.is_none() || !req.tools.is_empty() {
         RegistryVia::Sent

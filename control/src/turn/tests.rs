@@ -199,3 +199,34 @@ async fn another_version_or_taxonomy_is_refused_before_anything_is_done() {
     assert_eq!(status, StatusCode::CONFLICT);
     assert_eq!(body["error"]["code"], "taxonomy_mismatch");
 }
+
+#[tokio::test]
+async fn the_ranking_reads_each_alias_as_its_kind_not_its_letters() {
+    let f = fixture().await;
+    let (status, body) = post(&f.app, TURN_PATH, &question(&f, true)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let answer: TurnResponse = serde_json::from_value(body).unwrap();
+    let alias = answer.aliases[0].clone();
+    assert!(matches!(answer.resolve, TurnResolve::Answer(_)));
+    // Another session: another epoch, another alias for the same id.
+    let mut other = question(&f, true);
+    other["encode"]["session"] = "s2".into();
+    other["resolve"]["session"] = "s2".into();
+    let (status, body) = post(&f.app, TURN_PATH, &other).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let answer: TurnResponse = serde_json::from_value(body).unwrap();
+    assert_ne!(answer.aliases[0], alias, "sessions draw their own epochs");
+    let seen = f._fake.seen.lock().unwrap().clone();
+    let turns: Vec<&String> = seen
+        .iter()
+        .filter(|t| t.contains("open the record"))
+        .collect();
+    assert!(!turns.is_empty(), "{seen:?}");
+    for t in turns {
+        assert!(
+            t.ends_with("open the record record id and create an invoice"),
+            "{t}"
+        );
+        assert!(!t.contains(&alias) && !t.contains(UUID), "{t}");
+    }
+}

@@ -30,6 +30,8 @@
 //!   shapes in any encoding), sharing no code with the scanner and rewriter.
 //! - [`prompt`]: find every raw id in an LLM request (outside the tool
 //!   definitions) and rewrite them, by the same rules.
+//! - [`reading`]: what the tool ranking reads of a text holding aliases (each
+//!   as its kind and `id`, never its epoch and number).
 //! - [`request`]: find aliases (and raw ids) in a request's path, query,
 //!   headers and body, and rewrite the aliases to real ids.
 //! - [`session`]: one session's alias map as a pure state machine.
@@ -62,6 +64,7 @@ mod known;
 pub mod lastword;
 mod pairs;
 pub mod prompt;
+pub mod reading;
 pub mod request;
 pub mod rewrite;
 pub mod scan;

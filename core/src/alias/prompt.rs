@@ -502,7 +502,7 @@ impl Refusal {
 
 /// How a string is read: a tool result or argument list serialized to a
 /// string is a JSON document and read by the JSON rules; anything else is text.
-fn string_kind(text: &str) -> BodyKind {
+pub(crate) fn string_kind(text: &str) -> BodyKind {
     let t = text.trim_start();
     let document = (t.starts_with('{') || t.starts_with('['))
         && serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok();
