@@ -218,6 +218,16 @@ impl SignalFloor {
         self.signals(folded).len() >= self.min_signals
     }
 
+    /// The floor fired by a turn that names one of its tools (see
+    /// [`Floors::prompt_floors`]), in a phase it applies in.
+    fn named(&self, phase: Phase, named: impl Fn(&str) -> bool) -> Option<FiredFloor> {
+        (self.phases.contains(&phase) && self.tools.iter().any(|t| named(t))).then(|| FiredFloor {
+            reason: self.reason,
+            signals: vec![NAMED_BY_ACRONYM.to_owned()],
+            tools: self.tools.clone(),
+        })
+    }
+
     /// The floor's verdict on a folded turn in a phase.
     pub fn evaluate(&self, folded: &str, phase: Phase) -> Option<FiredFloor> {
         if !self.phases.contains(&phase) {
@@ -231,6 +241,10 @@ impl SignalFloor {
         })
     }
 }
+
+/// The signal name of a floor fired because the turn names one of its tools
+/// by an acronym the tool's own texts are written with.
+pub const NAMED_BY_ACRONYM: &str = "named-by-acronym";
 
 /// All floors, compiled.
 #[derive(Debug, Clone)]
@@ -261,10 +275,21 @@ impl Floors {
     }
 
     /// The prompt-conditioned floors that fire on a folded turn in a phase.
-    pub fn prompt_floors(&self, folded: &str, phase: Phase) -> Vec<FiredFloor> {
+    /// `named` says whether the turn names a tool by one of its acronyms
+    /// ([`Registry::named_by_acronym`]): a floor whose signals miss still
+    /// fires when the turn names one of its tools so ("Que dit la HAS sur …"
+    /// names the guideline search whose keywords list `HAS`).
+    ///
+    /// [`Registry::named_by_acronym`]: super::registry::Registry::named_by_acronym
+    pub fn prompt_floors(
+        &self,
+        folded: &str,
+        phase: Phase,
+        named: impl Fn(&str) -> bool,
+    ) -> Vec<FiredFloor> {
         [&self.multi_entity, &self.research]
             .into_iter()
-            .filter_map(|f| f.evaluate(folded, phase))
+            .filter_map(|f| f.evaluate(folded, phase).or_else(|| f.named(phase, &named)))
             .collect()
     }
 }

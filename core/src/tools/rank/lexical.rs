@@ -13,7 +13,7 @@
 //! function of that tool and the query alone.
 
 use super::tokenize::{
-    fold, identifier_words, is_stopword, query_tokens, split_compound, stem, tokens, words,
+    content_words, fold, identifier_words, query_tokens, split_compound, stem, tokens,
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
@@ -359,13 +359,7 @@ impl Accumulator {
 
 /// The folded, stopword-free words of each field, with the field's weight.
 fn field_words(d: &LexicalDoc<'_>, s: &LexicalSettings) -> [(Vec<String>, f32); 4] {
-    let free = |text: &str| -> Vec<String> {
-        let folded = fold(text);
-        words(&folded)
-            .filter(|w| !is_stopword(w))
-            .map(str::to_owned)
-            .collect()
-    };
+    let free = content_words;
     let rag = d.rag_description.unwrap_or("");
     let positive = match s.negative_marker.as_deref().filter(|m| !m.is_empty()) {
         Some(marker) => rag.split(marker).next().unwrap_or(rag),

@@ -27,7 +27,7 @@ use super::fuse::{compare, Scored};
 use super::lexical::LexicalScore;
 use super::outage::{bounded, SetInputs};
 use super::registry::Registry;
-use super::tokenize::fold;
+use super::tokenize::{acronyms, fold};
 use super::Candidate;
 use crate::proto::tools::{Reason, ResolveResponse, Source, SurfacedTool};
 use crate::Phase;
@@ -182,7 +182,10 @@ pub fn resolve_clauses(
         budget_max: turn.phase.budget().max,
         ..Trace::default()
     };
-    trace.floors = floors_cfg.prompt_floors(&folded, turn.phase);
+    let acronyms: Vec<String> = acronyms(turn.text).collect();
+    trace.floors = floors_cfg.prompt_floors(&folded, turn.phase, |id| {
+        registry.named_by_acronym(id, &acronyms)
+    });
     trace.execute_intent = !config.execute_signals().matches(&folded).is_empty();
     trace.composite_intent = floors_cfg.multi_entity.fires(&folded);
     trace.tool_choice_unknown = turn
@@ -357,8 +360,13 @@ pub fn search(
     k: usize,
 ) -> Vec<Candidate> {
     let folded = fold(text);
+    let acronyms: Vec<String> = acronyms(text).collect();
     let mut trace = Trace {
-        floors: config.floors().prompt_floors(&folded, Phase::Planner),
+        floors: config
+            .floors()
+            .prompt_floors(&folded, Phase::Planner, |id| {
+                registry.named_by_acronym(id, &acronyms)
+            }),
         execute_intent: !config.execute_signals().matches(&folded).is_empty(),
         composite_intent: config.floors().multi_entity.fires(&folded),
         ..Trace::default()

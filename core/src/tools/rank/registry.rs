@@ -27,6 +27,9 @@ pub struct RegisteredTool {
     /// Domain for domain scoping: the overlay's, else the configured domain of
     /// its category; `None` is generic.
     pub domain: Option<String>,
+    /// The acronyms its keywords and descriptions are written with
+    /// (`NICE`, `HAS`), folded: names of things the tool serves.
+    pub acronyms: BTreeSet<String>,
 }
 
 impl RegisteredTool {
@@ -91,12 +94,24 @@ impl Registry {
                             .and_then(|c| settings.pipeline.domain.category_domains.get(c).cloned())
                     })
                 });
+                let acronyms = meta
+                    .iter()
+                    .flat_map(|m| {
+                        m.rag_keywords
+                            .iter()
+                            .map(String::as_str)
+                            .chain(m.rag_description.as_deref())
+                    })
+                    .chain(std::iter::once(description.as_str()))
+                    .flat_map(super::tokenize::acronyms)
+                    .collect();
                 RegisteredTool {
                     name: t.name.clone(),
                     id,
                     description,
                     meta,
                     domain,
+                    acronyms,
                 }
             })
             .collect();
@@ -183,6 +198,14 @@ impl Registry {
     /// ascending (ties by index).
     pub fn business_by_id(&self) -> &[usize] {
         &self.business_by_id
+    }
+
+    /// Whether a turn names the tool with an id by one of its acronyms, written
+    /// as an acronym ("Que dit la HAS" names the guideline search that lists
+    /// `HAS`; "que dit la has" names nothing).
+    pub fn named_by_acronym(&self, id: &str, turn: &[String]) -> bool {
+        self.by_id(id)
+            .is_some_and(|t| turn.iter().any(|a| t.acronyms.contains(a)))
     }
 
     /// The lexical index (document `i` is tool `i`).

@@ -151,13 +151,44 @@ pub fn words(folded: &str) -> impl Iterator<Item = &str> {
         .filter(|w| !w.is_empty())
 }
 
+/// Whether a word as written is an acronym: two or more letters, every
+/// letter uppercase ("HAS", "NICE", "OR", "US"). An acronym is a name, not
+/// the function word its letters spell, so it is never dropped as a stopword.
+fn is_acronym(word: &str) -> bool {
+    let mut letters = 0usize;
+    for c in word.chars() {
+        if c.is_alphabetic() {
+            if !c.is_uppercase() {
+                return false;
+            }
+            letters += 1;
+        }
+    }
+    letters >= 2
+}
+
+/// The acronyms of a text as written, folded ("Que dit la HAS" → `has`).
+pub fn acronyms(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| is_acronym(w))
+        .map(fold)
+}
+
+/// The folded words of free text that carry content: split as written,
+/// folded, stopwords dropped unless the word is written as an acronym.
+pub fn content_words(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .filter_map(|w| {
+            let folded = fold(w);
+            (!is_stopword(&folded) || is_acronym(w)).then_some(folded)
+        })
+        .collect()
+}
+
 /// Tokenises free text: fold, split, drop stopwords, stem.
 pub fn tokens(text: &str) -> Vec<String> {
-    let folded = fold(text);
-    words(&folded)
-        .filter(|w| !is_stopword(w))
-        .map(stem)
-        .collect()
+    content_words(text).iter().map(|w| stem(w)).collect()
 }
 
 /// The folded words of an identifier (`patient.search.smart`,
@@ -257,14 +288,14 @@ pub fn query_tokens<'s>(
     known: impl Fn(&str) -> bool,
     shorthand: impl Fn(&str) -> Option<&'s [String]>,
 ) -> Vec<String> {
-    let folded = fold(text);
     let mut out: Vec<String> = Vec::new();
     let push = |t: String, out: &mut Vec<String>| {
         if !out.contains(&t) {
             out.push(t);
         }
     };
-    for w in words(&folded).filter(|w| !is_stopword(w)) {
+    for w in content_words(text) {
+        let w = w.as_str();
         push(stem(w), &mut out);
         for part in split_compound(w, &known) {
             push(part, &mut out);
@@ -289,6 +320,19 @@ mod tests {
             "decaler le rendez-vous, coeur"
         );
         assert_eq!(fold("ÉCHOGRAPHIE"), "echographie");
+    }
+
+    #[test]
+    fn a_stopword_written_as_an_acronym_is_a_name_and_kept() {
+        assert_eq!(tokens("Que dit la HAS"), ["dit", "has"]);
+        assert_eq!(tokens("que dit la has"), ["dit"]);
+        assert_eq!(tokens("What does NICE say"), ["nic", "say"]);
+        // One capital is no acronym: a sentence's first word stays a stopword.
+        assert_eq!(tokens("The OR list"), ["or", "list"]);
+        assert_eq!(
+            acronyms("Que dit la HAS, l'ESC ou S3? Dr Roux").collect::<Vec<_>>(),
+            ["has", "esc"]
+        );
     }
 
     #[test]

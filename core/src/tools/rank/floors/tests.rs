@@ -123,8 +123,8 @@ fn on_the_dev_turns_research_fires_on_research_turns_and_never_where_forbidden()
 fn floors_respect_their_phases() {
     let f = floors();
     let t = fold("Book an appointment and write a note.");
-    assert!(f.prompt_floors(&t, Phase::ToolInput).is_empty());
-    assert_eq!(f.prompt_floors(&t, Phase::AgentCall).len(), 1);
+    assert!(f.prompt_floors(&t, Phase::ToolInput, |_| false).is_empty());
+    assert_eq!(f.prompt_floors(&t, Phase::AgentCall, |_| false).len(), 1);
 }
 
 #[test]

@@ -111,6 +111,40 @@ fn research_phrasing_pins_the_research_tools() {
 }
 
 #[test]
+fn a_turn_naming_a_guideline_body_by_its_acronym_pins_the_research_tools() {
+    // No research phrasing: the guideline search lists `HAS` among its own
+    // keywords, and the turn writes it as an acronym.
+    let reg = registry();
+    let named = resolve(
+        &reg,
+        &config(),
+        &lexical_turn("Que dit la HAS sur l'obésité de l'enfant ?", Phase::Planner),
+    );
+    assert!(names(&named).contains(&"research__guideline__search"));
+    let fired = named
+        .trace
+        .floors
+        .iter()
+        .find(|f| f.reason == Reason::FloorResearch);
+    assert_eq!(
+        fired.map(|f| f.signals.clone()),
+        Some(vec![crate::tools::rank::floors::NAMED_BY_ACRONYM.to_owned()])
+    );
+    // Lowercase "has" is the English verb: nothing fires, no research tool.
+    let verb = resolve(
+        &reg,
+        &config(),
+        &lexical_turn("Which appointments has she got this week?", Phase::Planner),
+    );
+    assert!(verb
+        .trace
+        .floors
+        .iter()
+        .all(|f| f.reason != Reason::FloorResearch));
+    assert!(names(&verb).iter().all(|n| !n.starts_with("research__")));
+}
+
+#[test]
 fn composite_turns_pin_the_workflows_without_taking_rag_slots() {
     let r = resolve(
         &registry(),
