@@ -9,7 +9,9 @@
 //!    `œ` → `oe`), so `Röntgen`/`Rontgen` and `résultat`/`resultat` meet;
 //! 2. split on anything that is not a letter or a digit;
 //! 3. drop the stopwords of all three languages (function words only, minus a
-//!    few that are content words in another of the languages);
+//!    few that are content words in another of the languages), except a word
+//!    written as an acronym (`HAS`, `OR`: two or more letters, all capitals),
+//!    which is a name;
 //! 4. [`stem`]: a light suffix stripper covering the common English, German and
 //!    French inflections (plurals, `-ing`/`-ed`, `-en`/`-ungen`, `-es`/`-e`);
 //! 5. German compounds: [`split_compound`] finds the head noun (and, when it
