@@ -48,6 +48,10 @@ pub struct LexicalSettings {
     /// read one way (`cr` is a report in French and creatinine in English:
     /// not listed).
     pub shorthand: BTreeMap<String, String>,
+    /// On the query side of a turn that reads as French, a verb form also
+    /// matches its infinitive when a tool is written with it (`préviens` →
+    /// `prévenir`; [`super::french`]).
+    pub french_verbs: bool,
 }
 
 /// The default [`LexicalSettings::shorthand`].
@@ -117,6 +121,7 @@ impl Default for LexicalSettings {
             negative_marker: Some("DO NOT USE WHEN".into()),
             saturation: 6.0,
             shorthand: default_shorthand(),
+            french_verbs: true,
         }
     }
 }
@@ -259,6 +264,7 @@ impl LexicalIndex {
             text,
             |p| self.vocabulary.contains(p),
             |w| self.shorthand.get(w).map(Vec::as_slice),
+            self.settings.french_verbs,
         ))
     }
 

@@ -8,6 +8,7 @@
 //! - [`meta`]: the metadata overlay (`tools.json` format) and the name ↔ id mapping.
 //! - [`text`]: the frozen embedding-text contract.
 //! - [`tokenize`]: en/de/fr tokenising (folding, stopwords, stemming, compounds).
+//! - [`french`]: French verb forms read as their infinitive, on French turns.
 //! - [`lexical`]: the BM25-style index.
 //! - [`fuse`]: set-independent score fusion and the deterministic ranking order.
 //! - [`registry`]: a request's tools joined with the overlay, indexed.
@@ -44,6 +45,7 @@
 pub mod clauses;
 pub mod config;
 pub mod floors;
+pub mod french;
 pub mod fuse;
 pub mod lexical;
 pub mod meta;

@@ -16,7 +16,12 @@
 //!    French inflections (plurals, `-ing`/`-ed`, `-en`/`-ungen`, `-es`/`-e`);
 //! 5. German compounds: [`split_compound`] finds the head noun (and, when it
 //!    is known, the modifier) of a long token against a vocabulary, so
-//!    `Kontrolltermin` also yields `termin` when the index knows `termin`.
+//!    `Kontrolltermin` also yields `termin` when the index knows `termin`;
+//! 6. on the query side of a turn that reads as French, a verb form also asks
+//!    for its infinitive when the index knows it (`préviens` → `prévenir`,
+//!    [`super::french`]).
+
+use super::french;
 
 /// Lowercases and strips diacritics. Letters outside Latin-1 and Latin
 /// Extended-A are lowercased and otherwise kept.
@@ -284,11 +289,14 @@ pub fn split_compound(word: &str, known: impl Fn(&str) -> bool) -> Vec<String> {
 /// Tokenises a query against a vocabulary (`known`: whether a stem is in
 /// it): [`tokens`] plus the known parts of compounds, plus the tokens of what
 /// a shorthand word stands for (`shorthand`: a folded word → the tokens it
-/// stands for). Each token appears once, in first-seen order.
+/// stands for), plus, with `french_verbs` on a turn that reads as French,
+/// the known infinitive of a verb form ([`super::french`]). Each token
+/// appears once, in first-seen order.
 pub fn query_tokens<'s>(
     text: &str,
     known: impl Fn(&str) -> bool,
     shorthand: impl Fn(&str) -> Option<&'s [String]>,
+    french_verbs: bool,
 ) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     let push = |t: String, out: &mut Vec<String>| {
@@ -296,6 +304,7 @@ pub fn query_tokens<'s>(
             out.push(t);
         }
     };
+    let french = french_verbs && french::reads_as_french(words(&fold(text)));
     for w in content_words(text) {
         let w = w.as_str();
         push(stem(w), &mut out);
@@ -304,6 +313,11 @@ pub fn query_tokens<'s>(
         }
         for t in shorthand(w).unwrap_or_default() {
             push(t.clone(), &mut out);
+        }
+        if french {
+            if let Some(verb) = french::infinitive(w).map(|v| stem(&v)).filter(|v| known(v)) {
+                push(verb, &mut out);
+            }
         }
     }
     out
@@ -418,8 +432,45 @@ mod tests {
     fn query_tokens_add_compound_parts_once() {
         let vocab: BTreeSet<String> = ["termin"].iter().map(|s| s.to_string()).collect();
         assert_eq!(
-            query_tokens("Kontrolltermin und Termin", |p| vocab.contains(p), |_| None),
+            query_tokens(
+                "Kontrolltermin und Termin",
+                |p| vocab.contains(p),
+                |_| None,
+                true
+            ),
             ["kontrolltermin", "termin"]
+        );
+    }
+
+    #[test]
+    fn a_french_turn_also_asks_for_the_known_infinitive_of_its_verbs() {
+        let vocab: BTreeSet<String> = ["prevenir", "annuler"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let known = |p: &str| vocab.contains(p);
+        let turn = "Enregistre sa glycémie et préviens l'interne";
+        assert_eq!(
+            query_tokens(turn, known, |_| None, true),
+            ["enregistr", "glycemi", "previen", "prevenir", "intern"]
+        );
+        // Switched off (`lexical.frenchVerbs: false`).
+        assert_eq!(
+            query_tokens(turn, known, |_| None, false),
+            ["enregistr", "glycemi", "previen", "intern"]
+        );
+        // An infinitive the vocabulary does not know adds nothing.
+        assert!(!query_tokens(
+            "Enregistre sa glycémie et préviens-le",
+            known,
+            |_| None,
+            true
+        )
+        .contains(&"enregistrer".to_owned()));
+        // Not on a turn that reads as English or German.
+        assert_eq!(
+            query_tokens("Annule the appointment for her", known, |_| None, true),
+            ["annul", "appointment"]
         );
     }
 
