@@ -18,6 +18,9 @@
 //!
 //! Words are folded (lowercase, no accents) on both sides.
 
+use rustc_hash::FxHashMap;
+use std::sync::LazyLock;
+
 /// Function words only French uses among the three languages (folded).
 /// Elided forms (`l'`, `d'`) are split off as one letter and are not
 /// counted: `l` and `d` are initials too.
@@ -45,11 +48,23 @@ const GERMAN: &[&str] = &[
 /// the language it is mostly written in; "Débuter la consultation" is
 /// French by its one article).
 pub fn reads_as_french<'w>(words: impl IntoIterator<Item = &'w str>) -> bool {
+    // Asked of every word of every turn: one hashed lookup, not three scans.
+    static LANGUAGE: LazyLock<FxHashMap<&'static str, [bool; 3]>> = LazyLock::new(|| {
+        let mut m: FxHashMap<&'static str, [bool; 3]> = FxHashMap::default();
+        for (i, list) in [FRENCH, ENGLISH, GERMAN].into_iter().enumerate() {
+            for w in list {
+                if let Some(flag) = m.entry(w).or_default().get_mut(i) {
+                    *flag = true;
+                }
+            }
+        }
+        m
+    });
     let (mut fr, mut en, mut de) = (0usize, 0usize, 0usize);
-    for w in words {
-        fr += usize::from(FRENCH.contains(&w));
-        en += usize::from(ENGLISH.contains(&w));
-        de += usize::from(GERMAN.contains(&w));
+    for [f, e, d] in words.into_iter().filter_map(|w| LANGUAGE.get(w)) {
+        fr += usize::from(*f);
+        en += usize::from(*e);
+        de += usize::from(*d);
     }
     fr > en && fr > de
 }
