@@ -43,30 +43,53 @@ const GERMAN: &[&str] = &[
     "sie", "er", "bitte", "ich", "nicht", "auf", "im", "mir", "ihr", "ihre", "sein", "seine",
 ];
 
-/// Whether folded words read as French: more French function words than
-/// English or German ones, and at least one (a code-switched turn counts as
-/// the language it is mostly written in; "Débuter la consultation" is
-/// French by its one article).
-pub fn reads_as_french<'w>(words: impl IntoIterator<Item = &'w str>) -> bool {
-    // Asked of every word of every turn: one hashed lookup, not three scans.
-    static LANGUAGE: LazyLock<FxHashMap<&'static str, [bool; 3]>> = LazyLock::new(|| {
-        let mut m: FxHashMap<&'static str, [bool; 3]> = FxHashMap::default();
-        for (i, list) in [FRENCH, ENGLISH, GERMAN].into_iter().enumerate() {
-            for w in list {
-                if let Some(flag) = m.entry(w).or_default().get_mut(i) {
-                    *flag = true;
+/// Counts the function words of each language in a turn, word by word
+/// (so the tokeniser's one pass over the turn can feed it).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tally {
+    french: usize,
+    english: usize,
+    german: usize,
+}
+
+impl Tally {
+    /// Counts one folded word.
+    pub fn count(&mut self, word: &str) {
+        // Asked of every word of every turn: one hashed lookup, not three scans.
+        static LANGUAGE: LazyLock<FxHashMap<&'static str, [bool; 3]>> = LazyLock::new(|| {
+            let mut m: FxHashMap<&'static str, [bool; 3]> = FxHashMap::default();
+            for (i, list) in [FRENCH, ENGLISH, GERMAN].into_iter().enumerate() {
+                for w in list {
+                    if let Some(flag) = m.entry(w).or_default().get_mut(i) {
+                        *flag = true;
+                    }
                 }
             }
+            m
+        });
+        if let Some([f, e, d]) = LANGUAGE.get(word) {
+            self.french += usize::from(*f);
+            self.english += usize::from(*e);
+            self.german += usize::from(*d);
         }
-        m
-    });
-    let (mut fr, mut en, mut de) = (0usize, 0usize, 0usize);
-    for [f, e, d] in words.into_iter().filter_map(|w| LANGUAGE.get(w)) {
-        fr += usize::from(*f);
-        en += usize::from(*e);
-        de += usize::from(*d);
     }
-    fr > en && fr > de
+
+    /// Whether the words counted read as French: more French function words
+    /// than English or German ones, and at least one (a code-switched turn
+    /// counts as the language it is mostly written in; "Débuter la
+    /// consultation" is French by its one article).
+    pub fn is_french(&self) -> bool {
+        self.french > self.english && self.french > self.german
+    }
+}
+
+/// Whether folded words read as French ([`Tally::is_french`]).
+pub fn reads_as_french<'w>(words: impl IntoIterator<Item = &'w str>) -> bool {
+    let mut tally = Tally::default();
+    for w in words {
+        tally.count(w);
+    }
+    tally.is_french()
 }
 
 /// Verb families whose stem changes with the form: (endings, infinitive

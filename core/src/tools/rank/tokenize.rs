@@ -184,10 +184,17 @@ pub fn acronyms(text: &str) -> impl Iterator<Item = String> + '_ {
 /// The folded words of free text that carry content: split as written,
 /// folded, stopwords dropped unless the word is written as an acronym.
 pub fn content_words(text: &str) -> Vec<String> {
+    content_words_seen(text, |_| {})
+}
+
+/// [`content_words`], showing every folded word, stopwords included, to
+/// `seen` on the way (one pass and one fold per word).
+fn content_words_seen(text: &str, mut seen: impl FnMut(&str)) -> Vec<String> {
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
         .filter_map(|w| {
             let folded = fold(w);
+            seen(&folded);
             (!is_stopword(&folded) || is_acronym(w)).then_some(folded)
         })
         .collect()
@@ -304,8 +311,14 @@ pub fn query_tokens<'s>(
             out.push(t);
         }
     };
-    let french = french_verbs && french::reads_as_french(words(&fold(text)));
-    for w in content_words(text) {
+    let mut language = french::Tally::default();
+    let words = content_words_seen(text, |w| {
+        if french_verbs {
+            language.count(w);
+        }
+    });
+    let french = french_verbs && language.is_french();
+    for w in words {
         let w = w.as_str();
         push(stem(w), &mut out);
         for part in split_compound(w, &known) {
