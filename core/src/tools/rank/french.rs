@@ -8,7 +8,7 @@
 //! German words (`note`/`noter`, `Pfleger`/`Pflege`). So this step is
 //! structural, gated twice:
 //!
-//! 1. the turn must read as French ([`reads_as_french`]: more French function
+//! 1. the turn must read as French ([`Tally`]: more French function
 //!    words than English or German ones);
 //! 2. a candidate infinitive ([`infinitive`]: the regular `-er` and `-ir`
 //!    conjugations, and the verb families whose stems change — `-venir`,
@@ -21,7 +21,7 @@
 use rustc_hash::FxHashMap;
 use std::sync::LazyLock;
 
-/// Function words only French uses among the three languages (folded).
+/// Function words of French (folded).
 /// Elided forms (`l'`, `d'`) are split off as one letter and are not
 /// counted: `l` and `d` are initials too.
 const FRENCH: &[&str] = &[
@@ -37,10 +37,12 @@ const ENGLISH: &[&str] = &[
     "on", "in", "me", "my", "you", "what", "at", "from", "be", "has", "was",
 ];
 
-/// Function words of German (folded) that English and French do not share.
+/// Function words of German (folded). `des` is an article in both German
+/// and French ("Abruf des Strompreises"): it counts for both.
 const GERMAN: &[&str] = &[
-    "der", "die", "das", "und", "ist", "mit", "fur", "ein", "eine", "den", "dem", "zu", "von",
-    "sie", "er", "bitte", "ich", "nicht", "auf", "im", "mir", "ihr", "ihre", "sein", "seine",
+    "des", "der", "die", "das", "und", "ist", "mit", "fur", "ein", "eine", "den", "dem", "zu",
+    "von", "sie", "er", "bitte", "ich", "nicht", "auf", "im", "mir", "ihr", "ihre", "sein",
+    "seine",
 ];
 
 /// Counts the function words of each language in a turn, word by word
@@ -81,15 +83,6 @@ impl Tally {
     pub fn is_french(&self) -> bool {
         self.french > self.english && self.french > self.german
     }
-}
-
-/// Whether folded words read as French ([`Tally::is_french`]).
-pub fn reads_as_french<'w>(words: impl IntoIterator<Item = &'w str>) -> bool {
-    let mut tally = Tally::default();
-    for w in words {
-        tally.count(w);
-    }
-    tally.is_french()
 }
 
 /// Verb families whose stem changes with the form: (endings, infinitive
@@ -210,7 +203,11 @@ mod tests {
     }
 
     fn french(text: &str) -> bool {
-        reads_as_french(words(text).iter().map(String::as_str))
+        let mut tally = Tally::default();
+        for w in words(text) {
+            tally.count(&w);
+        }
+        tally.is_french()
     }
 
     #[test]
@@ -228,6 +225,7 @@ mod tests {
         assert!(french("Débuter la consultation de Mme Petit maintenant."));
         // No function word, or as many of another language: not French.
         assert!(!french("Verlegung Zi 8 Bett 1"));
+        assert!(!french("Abruf einer regionalen Prognose des Strompreises."));
         assert!(!french("Annule le RDV for her"));
         assert!(!french(""));
     }

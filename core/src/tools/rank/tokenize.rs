@@ -487,6 +487,29 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// Whatever the text, the French step only adds: every token without
+        /// it is still there, and each token it adds is known.
+        #[test]
+        fn the_french_step_only_adds_known_infinitives(
+            text in r"(\PC{0,12}|(le|la|et|du|pour|annule|envoie|previens|prescris|ouvre|the|und|[a-zé]{1,9}) ){0,10}"
+        ) {
+            let vocab: BTreeSet<String> = ["prevenir", "annuler", "envoyer", "prescrire", "ouvrir"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            let known = |p: &str| vocab.contains(p);
+            let on = query_tokens(&text, known, |_| None, true);
+            let off = query_tokens(&text, known, |_| None, false);
+            for t in &off {
+                proptest::prop_assert!(on.contains(t), "{t} lost from {on:?}");
+            }
+            for t in on.iter().filter(|t| !off.contains(t)) {
+                proptest::prop_assert!(vocab.contains(t), "{t} added but not known");
+            }
+        }
+    }
+
     #[test]
     fn non_latin_text_is_kept_as_words() {
         assert_eq!(tokens("血压 давление"), ["血压", "давление"]);
