@@ -12,6 +12,7 @@
 use keyhole_core::proto::tools::ToolDescriptor;
 use keyhole_core::tools::format;
 use keyhole_core::tools::rank::meta::{MetaError, NameMapping, Overlay, Plane, ToolMeta};
+use keyhole_core::tools::rank::schema_words::schema_words;
 use serde::Deserialize;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -101,6 +102,7 @@ pub fn load_registry(path: &Path, names: &NameMapping) -> Result<LoadedRegistry,
     if path.extension().and_then(|e| e.to_str()) == Some("jsonl") {
         let text = std::str::from_utf8(&bytes).map_err(|e| json_err(1, &e))?;
         let mut metas = Vec::new();
+        let mut parameters = Vec::new();
         let mut functions = Vec::new();
         for (i, line) in text
             .lines()
@@ -109,6 +111,7 @@ pub fn load_registry(path: &Path, names: &NameMapping) -> Result<LoadedRegistry,
         {
             let t: JsonlTool = serde_json::from_str(line).map_err(|e| json_err(i + 1, &e))?;
             let description = t.description.unwrap_or_default();
+            parameters.push(t.parameters.as_ref().map_or_else(String::new, schema_words));
             functions.push(function(&t.id, &description, t.parameters));
             let meta =
                 serde_json::json!({"id": t.id, "category": t.category, "description": description});
@@ -116,9 +119,11 @@ pub fn load_registry(path: &Path, names: &NameMapping) -> Result<LoadedRegistry,
         }
         let tools = metas
             .iter()
-            .map(|m| ToolDescriptor {
+            .zip(parameters)
+            .map(|(m, parameters)| ToolDescriptor {
                 name: m.id.clone(),
                 description: m.description.clone(),
+                parameters,
             })
             .collect();
         let overlay = Overlay::try_from_entries(metas).map_err(overlay_err)?;
@@ -145,6 +150,7 @@ pub fn load_registry(path: &Path, names: &NameMapping) -> Result<LoadedRegistry,
                 continue;
             }
             let name = names.to_name(id);
+            let parameters = e.get("parameters").map_or_else(String::new, schema_words);
             functions.push(function(
                 &name,
                 &meta.description,
@@ -153,6 +159,7 @@ pub fn load_registry(path: &Path, names: &NameMapping) -> Result<LoadedRegistry,
             tools.push(ToolDescriptor {
                 name,
                 description: meta.description.clone(),
+                parameters,
             });
         }
         return Ok(LoadedRegistry {
@@ -245,7 +252,8 @@ mod tests {
             r.tools,
             [ToolDescriptor {
                 name: "Image::a__get".into(),
-                description: "Gets a.".into()
+                description: "Gets a.".into(),
+                parameters: String::new(),
             }]
         );
         assert_eq!(r.names, Some(NameMapping::identity()));

@@ -198,6 +198,8 @@ struct Descriptor<'a> {
     name: std::borrow::Cow<'a, str>,
     #[serde(default, borrow)]
     description: std::borrow::Cow<'a, str>,
+    #[serde(default, borrow)]
+    parameters: std::borrow::Cow<'a, str>,
 }
 
 /// Answers `req` whose tools, if it sent any, are `sent`. A request that
@@ -210,10 +212,13 @@ async fn answer(
     sent: &[Descriptor<'_>],
 ) -> Result<(ResolveResponse, usize, ResolveRequest), ResolveError> {
     if !sent.is_empty() {
-        let digest = registry_digest(
-            sent.iter()
-                .map(|t| (t.name.as_ref(), t.description.as_ref())),
-        );
+        let digest = registry_digest(sent.iter().map(|t| {
+            (
+                t.name.as_ref(),
+                t.description.as_ref(),
+                t.parameters.as_ref(),
+            )
+        }));
         // A digest named that is not the tools' own keeps the full path
         // (which checks it); so does an unknown registry.
         if req.registry.as_ref().is_none_or(|named| *named == digest) {
@@ -232,6 +237,7 @@ async fn answer(
             .map(|t| ToolDescriptor {
                 name: t.name.clone().into_owned(),
                 description: t.description.clone().into_owned(),
+                parameters: t.parameters.clone().into_owned(),
             })
             .collect();
     }

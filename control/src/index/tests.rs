@@ -367,6 +367,7 @@ fn tools(descriptions: &[(&str, &str)]) -> Vec<ToolDescriptor> {
         .map(|(n, d)| ToolDescriptor {
             name: n.to_string(),
             description: d.to_string(),
+            parameters: String::new(),
         })
         .collect()
 }

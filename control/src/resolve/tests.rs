@@ -46,6 +46,7 @@ async fn fixture_on(store: Arc<dyn VectorStore>) -> Fixture {
         .map(|m| ToolDescriptor {
             name: rank.settings().names.to_name(&m.id),
             description: m.description.clone(),
+            parameters: String::new(),
         })
         .collect();
     let indexer = Arc::new(Indexer::try_new(fake.client(), store.clone(), &namespace).unwrap());

@@ -21,6 +21,7 @@ struct Fixture {
     _fake: FakeEmbedder,
     _dir: tempfile::TempDir,
     app: axum::Router,
+    resolver: Arc<Resolver>,
     tax: Arc<Taxonomy>,
     tools: Vec<ToolDescriptor>,
 }
@@ -44,18 +45,23 @@ async fn fixture() -> Fixture {
     let tax = Arc::new(Taxonomy::default());
     let config = StoreConfig::new(tax.clone(), Duration::from_secs(3600));
     let aliases = Arc::new(RedbStore::open(&dir.path().join("aliases"), config).unwrap());
-    let tools = ["open a patient record", "create an invoice", "book a visit"]
+    let tools: Vec<ToolDescriptor> = ["open a patient record", "create an invoice", "book a visit"]
         .iter()
         .enumerate()
         .map(|(i, d)| ToolDescriptor {
             name: format!("tool_{i}"),
             description: (*d).to_owned(),
+            parameters: String::new(),
         })
         .collect();
     Fixture {
         _fake: fake,
         _dir: dir,
-        app: router(AppState { resolver, aliases }),
+        app: router(AppState {
+            resolver: resolver.clone(),
+            aliases,
+        }),
+        resolver,
         tax,
         tools,
     }
@@ -83,7 +89,7 @@ fn question(f: &Fixture, with_tools: bool) -> serde_json::Value {
             registry: Some(registry_digest(
                 tools
                     .iter()
-                    .map(|t| (t.name.as_str(), t.description.as_str())),
+                    .map(|t| (t.name.as_str(), t.description.as_str(), "")),
             )),
             tools: if with_tools { tools } else { Vec::new() },
             forced: Vec::new(),
@@ -203,6 +209,10 @@ async fn another_version_or_taxonomy_is_refused_before_anything_is_done() {
 #[tokio::test]
 async fn the_ranking_reads_each_alias_as_its_kind_not_its_letters() {
     let f = fixture().await;
+    // Indexed first: a turn that finds the index still building is ranked
+    // without vectors, and its text never reaches the embedder, however
+    // loaded the machine.
+    f.resolver.prepare(&f.tools).await.unwrap();
     let (status, body) = post(&f.app, TURN_PATH, &question(&f, true)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let answer: TurnResponse = serde_json::from_value(body).unwrap();

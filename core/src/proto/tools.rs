@@ -14,6 +14,11 @@ pub struct ToolDescriptor {
     /// The description the client sent (may be empty).
     #[serde(default)]
     pub description: String,
+    /// The words its parameter schema is written with (names, descriptions,
+    /// enum values; [`crate::tools::rank::schema_words`]); empty when the
+    /// tool has no schema or the peer sent none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub parameters: String,
 }
 
 /// The filter's question: which of these tools may the model see on this turn?
@@ -209,20 +214,28 @@ pub struct UnknownRegistry {
     pub unknown_registry: bool,
 }
 
-/// A registry's digest: SHA-256 over each tool's name and description in
-/// request order, each length-prefixed (u64 little-endian), as 64 lowercase
-/// hex digits. The same tools in another order make another digest (and the
+/// A registry's digest: SHA-256 over each tool's name, description and
+/// parameter words in request order, each length-prefixed (u64
+/// little-endian), as 64 lowercase hex digits. Parameter words are hashed
+/// only when there are some, after a `u64::MAX` marker no length can be, so
+/// a registry without schemas keeps the digest it had before they were
+/// read. The same tools in another order make another digest (and the
 /// same registry). A cryptographic hash because a client picks the tools: a
 /// registry crafted to collide with another's must not take its place in
 /// control's cache.
-pub fn registry_digest<'a>(tools: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+pub fn registry_digest<'a>(tools: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>) -> String {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
-    for (name, description) in tools {
+    for (name, description, parameters) in tools {
         h.update((name.len() as u64).to_le_bytes());
         h.update(name.as_bytes());
         h.update((description.len() as u64).to_le_bytes());
         h.update(description.as_bytes());
+        if !parameters.is_empty() {
+            h.update(u64::MAX.to_le_bytes());
+            h.update((parameters.len() as u64).to_le_bytes());
+            h.update(parameters.as_bytes());
+        }
     }
     let bytes: [u8; 32] = h.finalize().into();
     const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -252,11 +265,13 @@ pub fn parse_digest(hex: &str) -> Option<[u8; 32]> {
 
 /// The digest of a descriptor list ([`registry_digest`]).
 pub fn descriptors_digest(tools: &[ToolDescriptor]) -> String {
-    registry_digest(
-        tools
-            .iter()
-            .map(|t| (t.name.as_str(), t.description.as_str())),
-    )
+    registry_digest(tools.iter().map(|t| {
+        (
+            t.name.as_str(),
+            t.description.as_str(),
+            t.parameters.as_str(),
+        )
+    }))
 }
 
 #[cfg(test)]
@@ -323,14 +338,22 @@ mod tests {
         let tools = [ToolDescriptor {
             name: "a".into(),
             description: "b".into(),
+            parameters: String::new(),
         }];
         let d = descriptors_digest(&tools);
         assert_eq!(d.len(), 64);
-        assert_eq!(d, registry_digest([("a", "b")]));
+        assert_eq!(d, registry_digest([("a", "b", "")]));
         assert_ne!(
             d,
-            registry_digest([("ab", "")]),
+            registry_digest([("ab", "", "")]),
             "length prefixes separate fields"
+        );
+        let with_schema = registry_digest([("a", "b", "dose unit")]);
+        assert_ne!(d, with_schema, "parameter words are part of the registry");
+        assert_ne!(
+            with_schema,
+            registry_digest([("a", "b", ""), ("dose unit", "", "")]),
+            "the marker separates parameter words from a next tool"
         );
         assert_eq!(parse_digest(&d).map(|b| b.len()), Some(32));
         assert!(parse_digest("zz").is_none());

@@ -26,6 +26,9 @@ struct Tool<'a> {
     name: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     description: Option<Cow<'a, str>>,
+    /// The tool's JSON Schema, read for its words only.
+    #[serde(borrow, default)]
+    input_schema: Option<Raw<'a>>,
 }
 
 /// Anthropic Messages, for [`super::Format::Anthropic`].
@@ -74,7 +77,9 @@ pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String
             let keys = b.spelling(raw, at)?;
             let tool: Tool<'_> = b.read(raw, at)?;
             match (tool.kind.as_deref(), tool.name) {
-                (None | Some("custom"), Some(name)) => Ok(b.function(name, tool.description)),
+                (None | Some("custom"), Some(name)) => {
+                    Ok(b.function(name, tool.description, tool.input_schema))
+                }
                 (None | Some("custom"), None) => {
                     Err(b.tool_error(at(), "a client tool without a name"))
                 }

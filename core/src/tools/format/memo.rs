@@ -14,7 +14,6 @@
 //! serde_json) every time.
 
 use super::{ArrayRole, BuiltinTools, Element, Format, FunctionTool, Item, ToolArray};
-use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::ops::Range;
 
@@ -53,7 +52,7 @@ struct Entry {
     text: String,
     /// Spans relative to the array's start; function indexes from 0.
     array: ToolArray,
-    tools: Vec<(String, String)>,
+    tools: Vec<FunctionTool<'static>>,
     /// The registry digest of `tools` ([`crate::proto::tools::registry_digest`]).
     digest: String,
 }
@@ -111,14 +110,7 @@ impl Memo {
                 .moved(&|span| span.start + start..span.end + start, &|i| {
                     i + first_tool
                 }),
-            tools: entry
-                .tools
-                .iter()
-                .map(|(name, description)| FunctionTool {
-                    name: Cow::Owned(name.clone()),
-                    description: Cow::Owned(description.clone()),
-                })
-                .collect(),
+            tools: entry.tools.clone(),
             digest: entry.digest.clone(),
         };
         self.entries.push_front(entry);
@@ -154,11 +146,13 @@ impl Memo {
         tools: &[FunctionTool<'_>],
     ) -> String {
         let (text, start) = (key.text, key.start);
-        let digest = crate::proto::tools::registry_digest(
-            tools
-                .iter()
-                .map(|t| (t.name.as_ref(), t.description.as_ref())),
-        );
+        let digest = crate::proto::tools::registry_digest(tools.iter().map(|t| {
+            (
+                t.name.as_ref(),
+                t.description.as_ref(),
+                t.parameters.as_ref(),
+            )
+        }));
         if text.len() > BYTES {
             return digest;
         }
@@ -175,10 +169,7 @@ impl Memo {
             builtins: key.builtins.clone(),
             text: text.to_owned(),
             array: relative,
-            tools: tools
-                .iter()
-                .map(|t| (t.name.to_string(), t.description.to_string()))
-                .collect(),
+            tools: tools.iter().map(|t| t.clone().into_owned()).collect(),
             digest: digest.clone(),
         });
         while self.entries.len() > ENTRIES || self.bytes > BYTES {

@@ -309,6 +309,20 @@ pub struct FunctionTool<'a> {
     pub name: Cow<'a, str>,
     /// The description as sent (empty when absent).
     pub description: Cow<'a, str>,
+    /// The words of its parameter schema
+    /// ([`crate::tools::rank::schema_words`]), empty without one.
+    pub parameters: Cow<'a, str>,
+}
+
+impl FunctionTool<'_> {
+    /// The same tool, owning its strings.
+    pub fn into_owned(self) -> FunctionTool<'static> {
+        FunctionTool {
+            name: Cow::Owned(self.name.into_owned()),
+            description: Cow::Owned(self.description.into_owned()),
+            parameters: Cow::Owned(self.parameters.into_owned()),
+        }
+    }
 }
 
 /// A parsed request: what a decision needs, plus where the tools sit in the body.
@@ -526,10 +540,7 @@ impl ParsedRequest<'_> {
             tools: self
                 .tools
                 .into_iter()
-                .map(|t| FunctionTool {
-                    name: Cow::Owned(t.name.into_owned()),
-                    description: Cow::Owned(t.description.into_owned()),
-                })
+                .map(FunctionTool::into_owned)
                 .collect(),
             turn: self.turn,
             tool_choice: self.tool_choice,
@@ -590,11 +601,13 @@ impl ParsedRequest<'_> {
     pub fn registry_digest(&self) -> String {
         match &self.digest {
             Some(digest) => digest.clone(),
-            None => crate::proto::tools::registry_digest(
-                self.tools
-                    .iter()
-                    .map(|t| (t.name.as_ref(), t.description.as_ref())),
-            ),
+            None => crate::proto::tools::registry_digest(self.tools.iter().map(|t| {
+                (
+                    t.name.as_ref(),
+                    t.description.as_ref(),
+                    t.parameters.as_ref(),
+                )
+            })),
         }
     }
 
@@ -610,6 +623,7 @@ impl ParsedRequest<'_> {
             .map(|t| crate::proto::tools::ToolDescriptor {
                 name: t.name.clone().into_owned(),
                 description: t.description.clone().into_owned(),
+                parameters: t.parameters.clone().into_owned(),
             })
             .collect()
     }
@@ -910,11 +924,24 @@ struct Builder<'a, 'b> {
 }
 
 impl<'a> Builder<'a, '_> {
-    /// Records a function tool and returns its item.
-    fn function(&mut self, name: Cow<'a, str>, description: Option<Cow<'a, str>>) -> Item {
+    /// Records a function tool, with the words of its parameter `schema`,
+    /// and returns its item. Runs once per registry while a memo holds it.
+    fn function(
+        &mut self,
+        name: Cow<'a, str>,
+        description: Option<Cow<'a, str>>,
+        schema: Option<Raw<'a>>,
+    ) -> Item {
+        // The body is valid JSON, so is the schema: a schema that is no
+        // object (or no JSON Schema at all) simply has no words.
+        let parameters = schema
+            .and_then(|raw| serde_json::from_str::<serde_json::Value>(raw.get()).ok())
+            .map(|schema| crate::tools::rank::schema_words::schema_words(&schema))
+            .unwrap_or_default();
         self.tools.push(FunctionTool {
             name,
             description: description.unwrap_or_default(),
+            parameters: Cow::Owned(parameters),
         });
         Item::Function(self.tools.len() - 1)
     }
@@ -1086,20 +1113,29 @@ struct TypedName<'a> {
     name: Option<Cow<'a, str>>,
 }
 
-/// A named tool object: `{"name": …, "description": …}` (other keys skipped).
+/// A named tool object: `{"name": …, "description": …}` with its schema
+/// (`parameters`, or Gemini's `parametersJsonSchema`; other keys skipped).
 #[derive(Deserialize)]
 struct Named<'a> {
     #[serde(borrow, default)]
     name: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     description: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    parameters: Option<Raw<'a>>,
+    #[serde(borrow, default, alias = "parameters_json_schema")]
+    #[serde(rename = "parametersJsonSchema")]
+    parameters_json_schema: Option<Raw<'a>>,
 }
 
 impl<'a> Builder<'a, '_> {
     /// Records the function tool `named` (at `at`), which must have a name.
     fn named(&mut self, named: Named<'a>, at: &dyn Fn() -> String) -> Result<Item, FormatError> {
         match named.name {
-            Some(name) => Ok(self.function(name, named.description)),
+            Some(name) => {
+                let schema = named.parameters.or(named.parameters_json_schema);
+                Ok(self.function(name, named.description, schema))
+            }
             None => Err(self.tool_error(at(), "a function tool without a name")),
         }
     }

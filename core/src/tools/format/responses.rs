@@ -26,6 +26,9 @@ struct Tool<'a> {
     name: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     description: Option<Cow<'a, str>>,
+    /// The tool's JSON Schema, read for its words only.
+    #[serde(borrow, default)]
+    parameters: Option<Raw<'a>>,
 }
 
 /// OpenAI Responses, for [`super::Format::OpenAiResponses`].
@@ -75,7 +78,7 @@ pub(super) fn parse<'a>(b: &mut Builder<'a, '_>, top: &Top<'a>) -> Result<String
             let tool: Tool<'_> = b.read(raw, at)?;
             match (tool.kind.as_deref(), tool.name) {
                 (None | Some("function" | "custom"), Some(name)) => {
-                    Ok(b.function(name, tool.description))
+                    Ok(b.function(name, tool.description, tool.parameters))
                 }
                 (None | Some("function" | "custom"), None) => {
                     Err(b.tool_error(at(), "a function tool without a name"))
@@ -154,7 +157,7 @@ fn namespace<'a>(
         let tool: Tool<'_> = b.read(raw, at)?;
         match (tool.kind.as_deref(), tool.name) {
             (None | Some("function" | "custom"), Some(name)) => {
-                Ok(b.function(name, tool.description))
+                Ok(b.function(name, tool.description, tool.parameters))
             }
             _ => Err(b.tool_error(at(), "a namespace may hold only function and custom tools")),
         }

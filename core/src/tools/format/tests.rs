@@ -415,6 +415,69 @@ fn gemini_drops_emptied_entries_and_keeps_mixed_ones() {
     assert_eq!(all, body.to_vec());
 }
 
+#[test]
+fn every_format_reads_the_words_of_each_tools_schema() {
+    let schema = r#"{"type":"object","properties":{"insuranceCardRead":{"type":"boolean","description":"Card read."}}}"#;
+    let words = "insurance Card Read Card read.";
+    let bodies: [(&str, String, &[&str]); 5] = [
+        (
+            "/v1/chat/completions",
+            format!(
+                r#"{{"messages":[],"tools":[{{"type":"function","function":{{"name":"a","parameters":{schema}}}}},
+                {{"type":"custom","custom":{{"name":"b"}}}}],"functions":[{{"name":"c","parameters":{schema}}}]}}"#
+            ),
+            &[words, "", words],
+        ),
+        (
+            "/v1/responses",
+            format!(
+                r#"{{"input":"x","tools":[{{"type":"function","name":"a","parameters":{schema}}},
+                {{"type":"namespace","name":"n","description":"N","tools":[{{"type":"function","name":"b","parameters":{schema}}}]}}]}}"#
+            ),
+            &[words, words],
+        ),
+        (
+            "/v1/messages",
+            format!(
+                r#"{{"messages":[],"tools":[{{"name":"a","input_schema":{schema}}},{{"name":"b"}}]}}"#
+            ),
+            &[words, ""],
+        ),
+        (
+            "/v1beta/models/m:generateContent",
+            format!(
+                r#"{{"contents":[],"tools":[{{"functionDeclarations":[{{"name":"a","parameters":{schema}}},
+                {{"name":"b","parametersJsonSchema":{schema}}}]}}]}}"#
+            ),
+            &[words, words],
+        ),
+        (
+            "/v1beta/models/m:generateContent",
+            format!(
+                r#"{{"contents":[],"tools":[{{"function_declarations":[{{"name":"a","parameters_json_schema":{schema}}},
+                {{"name":"b","parameters":"not a schema"}}]}}]}}"#
+            ),
+            &[words, ""],
+        ),
+    ];
+    for (path, body, want) in bodies {
+        let req = parse(path, body.as_bytes()).unwrap().unwrap();
+        let got: Vec<&str> = req.tools.iter().map(|t| t.parameters.as_ref()).collect();
+        assert_eq!(got, want, "{path}: {body}");
+        let sent: Vec<String> = req
+            .descriptors()
+            .into_iter()
+            .map(|d| d.parameters)
+            .collect();
+        assert_eq!(sent, want, "{path}");
+        assert_eq!(
+            req.registry_digest(),
+            crate::proto::tools::descriptors_digest(&req.descriptors()),
+            "{path}: the digest control keys is the descriptors' own"
+        );
+    }
+}
+
 // === the tool-search control tool ===
 
 /// The function names of a body that went through `rewrite_with_search_tool`,

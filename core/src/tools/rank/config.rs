@@ -77,13 +77,14 @@ impl RankConfig {
         settings.names.validate()?;
         let l = &settings.lexical;
         let p = &settings.pipeline;
-        let non_negative: [(&'static str, f32); 13] = [
+        let non_negative: [(&'static str, f32); 14] = [
             ("pipeline.budget.margin", p.budget.margin.unwrap_or(0.0)),
             ("lexical.k1", l.k1),
             ("lexical.idWeight", l.id_weight),
             ("lexical.descriptionWeight", l.description_weight),
             ("lexical.ragDescriptionWeight", l.rag_description_weight),
             ("lexical.keywordsWeight", l.keywords_weight),
+            ("lexical.parametersWeight", l.parameters_weight),
             ("fusion.cosineWeight", settings.fusion.cosine_weight),
             ("fusion.lexicalWeight", settings.fusion.lexical_weight),
             ("pipeline.domain.penalty", p.domain.penalty),

@@ -1,11 +1,14 @@
 //! A BM25-style lexical index over a registry's tools.
 //!
-//! Each tool is one document with four weighted fields: its id (split on
+//! Each tool is one document with five weighted fields: its id (split on
 //! separators and camelCase), its description, the *positive* part of its
 //! `ragDescription` (the text before `DO NOT USE WHEN`, which names the
-//! siblings *not* to use and would otherwise pull them up) and its keywords.
-//! Field term frequencies are summed with their weights (BM25F-lite), then
-//! scored with the usual `k1`/`b` saturation and length normalisation.
+//! siblings *not* to use and would otherwise pull them up), its keywords, and
+//! the words of its parameter schema ([`super::schema_words`]). Field term
+//! frequencies are summed with their weights (BM25F-lite), then scored with
+//! the usual `k1`/`b` saturation and length normalisation. The parameter
+//! field only adds evidence: document frequencies and lengths are those of
+//! the tools' own texts.
 //!
 //! IDF and the average length are statistics of the indexed registry, fixed at
 //! build time. They never depend on which tools a query happens to retrieve, so
@@ -35,6 +38,8 @@ pub struct LexicalSettings {
     pub rag_description_weight: f32,
     /// Weight of the keywords field.
     pub keywords_weight: f32,
+    /// Weight of the parameter-schema field ([`super::schema_words`]).
+    pub parameters_weight: f32,
     /// Text after this marker in a ragDescription is not indexed (it names
     /// what the tool is *not* for). `None` indexes the whole text.
     pub negative_marker: Option<String>,
@@ -118,6 +123,7 @@ impl Default for LexicalSettings {
             description_weight: 1.0,
             rag_description_weight: 1.0,
             keywords_weight: 1.5,
+            parameters_weight: 0.25,
             negative_marker: Some("DO NOT USE WHEN".into()),
             saturation: 6.0,
             shorthand: default_shorthand(),
@@ -146,6 +152,8 @@ pub struct LexicalDoc<'a> {
     pub rag_description: Option<&'a str>,
     /// The overlay's keywords.
     pub keywords: &'a [String],
+    /// The words of its parameter schema ([`super::schema_words`]).
+    pub parameters: &'a str,
 }
 
 /// A tool's lexical match against one query.
@@ -198,26 +206,53 @@ impl LexicalIndex {
     /// Indexes documents; document `i` is scored as `i` later.
     pub fn build(docs: &[LexicalDoc<'_>], settings: &LexicalSettings) -> Self {
         // Pass 1: the words of every field, and the vocabulary of their stems.
-        let fields: Vec<[(Vec<String>, f32); 4]> =
+        let fields: Vec<[(Vec<String>, f32); 5]> =
             docs.iter().map(|d| field_words(d, settings)).collect();
         let vocabulary: FxHashSet<String> = fields
             .iter()
-            .flat_map(|f| f.iter().flat_map(|(ws, _)| ws.iter().map(|w| stem(w))))
+            .flat_map(|f| {
+                f.iter()
+                    .filter(|(_, weight)| *weight > 0.0)
+                    .flat_map(|(ws, _)| ws.iter().map(|w| stem(w)))
+            })
             .collect();
-        // Pass 2: weighted term frequencies, compound parts included.
+        // Pass 2: weighted term frequencies, compound parts included. A field
+        // weighted 0 is not indexed at all. The parameter field adds term
+        // frequency only: a term's document frequency counts the tools whose
+        // own texts carry it (those whose parameters alone do, when no tool's
+        // own text does), and a tool's length is its own texts' — a registry
+        // whose every tool takes a `patientId` must not make `patient` a
+        // common word, nor a long schema dilute a tool's description.
         let mut terms: BTreeMap<String, Term> = BTreeMap::new();
+        let mut described: FxHashMap<String, u32> = FxHashMap::default();
         let mut lens: Vec<f32> = Vec::with_capacity(fields.len());
         for (doc, f) in fields.iter().enumerate() {
             let mut tf: BTreeMap<String, f32> = BTreeMap::new();
+            let mut own: FxHashSet<String> = FxHashSet::default();
             let mut len = 0.0f32;
-            for (ws, weight) in f {
+            for (field, (ws, weight)) in f.iter().enumerate() {
+                if *weight <= 0.0 {
+                    continue;
+                }
+                let own_text = field != PARAMETERS_FIELD;
                 for w in ws {
-                    *tf.entry(stem(w)).or_default() += weight;
-                    len += weight;
+                    let mut add = |term: String| {
+                        if own_text {
+                            own.insert(term.clone());
+                        }
+                        *tf.entry(term).or_default() += weight;
+                    };
+                    add(stem(w));
                     for part in split_compound(w, |p| vocabulary.contains(p)) {
-                        *tf.entry(part).or_default() += weight;
+                        add(part);
+                    }
+                    if own_text {
+                        len += weight;
                     }
                 }
+            }
+            for term in own {
+                *described.entry(term).or_default() += 1;
             }
             // Documents are visited in order, so every postings list is sorted.
             let doc = u32::try_from(doc).unwrap_or(u32::MAX);
@@ -227,8 +262,10 @@ impl LexicalIndex {
             lens.push(len);
         }
         let n = lens.len() as f32;
-        for term in terms.values_mut() {
-            let d = term.postings.len() as f32;
+        for (text, term) in terms.iter_mut() {
+            let d = described
+                .get(text)
+                .map_or(term.postings.len() as f32, |&d| d as f32);
             term.idf = (1.0 + (n - d + 0.5) / (d + 0.5)).ln();
         }
         let avg_len = if lens.is_empty() {
@@ -363,8 +400,12 @@ impl Accumulator {
     }
 }
 
-/// The folded, stopword-free words of each field, with the field's weight.
-fn field_words(d: &LexicalDoc<'_>, s: &LexicalSettings) -> [(Vec<String>, f32); 4] {
+/// The place of the parameter field in [`field_words`]'s answer.
+const PARAMETERS_FIELD: usize = 4;
+
+/// The folded, stopword-free words of each field, with the field's weight;
+/// the parameter field is at [`PARAMETERS_FIELD`].
+fn field_words(d: &LexicalDoc<'_>, s: &LexicalSettings) -> [(Vec<String>, f32); 5] {
     let free = content_words;
     let rag = d.rag_description.unwrap_or("");
     let positive = match s.negative_marker.as_deref().filter(|m| !m.is_empty()) {
@@ -380,6 +421,7 @@ fn field_words(d: &LexicalDoc<'_>, s: &LexicalSettings) -> [(Vec<String>, f32); 
             d.keywords.iter().flat_map(|k| free(k)).collect(),
             s.keywords_weight,
         ),
+        (free(d.parameters), s.parameters_weight),
     ]
 }
 
@@ -405,18 +447,21 @@ mod tests {
                     "USE WHEN booking. DO NOT USE WHEN the patient is present (visit.manage).",
                 ),
                 keywords: &k[0],
+                parameters: "",
             },
             LexicalDoc {
                 id: "vitals.list",
                 description: "Lists vital signs.",
                 rag_description: None,
                 keywords: &k[1],
+                parameters: "",
             },
             LexicalDoc {
                 id: "visit.manage",
                 description: "Opens the case of a present patient.",
                 rag_description: None,
                 keywords: &k[2],
+                parameters: "",
             },
         ];
         (LexicalIndex::build(&docs, &LexicalSettings::default()), k)
@@ -458,6 +503,7 @@ mod tests {
             description: "Books an appointment.",
             rag_description: None,
             keywords: &[],
+            parameters: "",
         }];
         let plain = LexicalIndex::build(&docs, &none);
         assert_eq!(plain.score(0, &plain.query("RDV mardi")).raw, 0.0);
@@ -468,6 +514,63 @@ mod tests {
         };
         let own_key = LexicalIndex::build(&docs, &own_key);
         assert!(own_key.score(0, &own_key.query("WV in 4 Wochen")).raw > 0.0);
+    }
+
+    #[test]
+    fn parameter_words_add_evidence_but_not_frequency_or_length() {
+        let docs = |parameters: [&'static str; 3]| {
+            [
+                ("appointment.checkin", "Marks a patient as arrived."),
+                ("patient.search.exact", "Finds a patient by an exact id."),
+                ("billing.invoice.get", "Reads an invoice."),
+            ]
+            .into_iter()
+            .zip(parameters)
+            .map(|((id, description), parameters)| LexicalDoc {
+                id,
+                description,
+                rag_description: None,
+                keywords: &[],
+                parameters,
+            })
+            .collect::<Vec<_>>()
+        };
+        let bare = LexicalIndex::build(&docs(["", "", ""]), &LexicalSettings::default());
+        let schemas = LexicalIndex::build(
+            &docs([
+                "patient Id insurance Card Read Whether the insurance card was read",
+                "patient Id identifier",
+                "invoice Id patient Id",
+            ]),
+            &LexicalSettings::default(),
+        );
+        // A word only a schema carries finds its tool.
+        let card = schemas.query("card's been read");
+        assert_eq!(bare.score(0, &bare.query("card's been read")).raw, 0.0);
+        assert!(schemas.score(0, &card).raw > 0.0);
+        assert_eq!(schemas.score(1, &card).raw, 0.0);
+        // Every schema naming a patient id does not make `patient` or `id`
+        // common, nor a tool's long schema shorten its own evidence: a tool
+        // whose own text carries the words scores at least what it did.
+        let q = schemas.query("patient id");
+        assert!(schemas.score(1, &q).raw >= bare.score(1, &bare.query("patient id")).raw);
+        assert!(schemas.score(1, &q).raw > schemas.score(2, &q).raw);
+        // Weighted 0, the field is not indexed at all.
+        let off = LexicalSettings {
+            parameters_weight: 0.0,
+            ..LexicalSettings::default()
+        };
+        let off = LexicalIndex::build(
+            &docs(["card", "patient Id identifier", "invoice Id patient Id"]),
+            &off,
+        );
+        for (text, doc) in [("patient id", 1), ("card", 0), ("invoice", 2)] {
+            let (a, b) = (
+                off.score(doc, &off.query(text)),
+                bare.score(doc, &bare.query(text)),
+            );
+            assert_eq!(a.raw.to_bits(), b.raw.to_bits(), "{text}");
+        }
     }
 
     #[test]

@@ -31,8 +31,16 @@
 //!   {"id":"vitals.list","op":"read","domain":"clinical","requiresPatient":true}
 //! ]"#).unwrap();
 //! let tools = vec![
-//!     ToolDescriptor { name: "vitals__list".into(), description: "Lists vital signs.".into() },
-//!     ToolDescriptor { name: "patient__search__smart".into(), description: "Finds a patient by name.".into() },
+//!     ToolDescriptor {
+//!         name: "vitals__list".into(),
+//!         description: "Lists vital signs.".into(),
+//!         parameters: "patient Id from date".into(),
+//!     },
+//!     ToolDescriptor {
+//!         name: "patient__search__smart".into(),
+//!         description: "Finds a patient by name.".into(),
+//!         parameters: String::new(),
+//!     },
 //! ];
 //! let registry = Registry::build(&tools, Some(&overlay), &config);
 //! let cosine = vec![("vitals__list".to_string(), 0.86), ("patient__search__smart".to_string(), 0.80)];
@@ -52,6 +60,7 @@ pub mod meta;
 pub mod outage;
 pub mod pipeline;
 pub mod registry;
+pub mod schema_words;
 pub mod stages;
 pub mod text;
 pub mod tokenize;

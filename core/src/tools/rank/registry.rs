@@ -30,6 +30,9 @@ pub struct RegisteredTool {
     /// The acronyms its keywords and descriptions are written with
     /// (`NICE`, `HAS`), folded: names of things the tool serves.
     pub acronyms: BTreeSet<String>,
+    /// The words of its parameter schema, as the request's descriptor
+    /// carried them.
+    pub parameters: String,
 }
 
 impl RegisteredTool {
@@ -112,6 +115,7 @@ impl Registry {
                     meta,
                     domain,
                     acronyms,
+                    parameters: t.parameters.clone(),
                 }
             })
             .collect();
@@ -122,6 +126,7 @@ impl Registry {
                 description: &t.description,
                 rag_description: t.meta.as_ref().and_then(|m| m.rag_description.as_deref()),
                 keywords: t.meta.as_ref().map_or(&[], |m| m.rag_keywords.as_slice()),
+                parameters: &t.parameters,
             })
             .collect();
         let lexical = LexicalIndex::build(&docs, &settings.lexical);

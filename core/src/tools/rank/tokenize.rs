@@ -209,6 +209,17 @@ pub fn tokens(text: &str) -> Vec<String> {
 /// `getHealthWorkforce`, `calculate_triangle_area`): camelCase split, then
 /// split and stopword-filtered as free text, not stemmed.
 pub fn identifier_words(id: &str) -> Vec<String> {
+    let folded = fold(&camel_spaced(id));
+    words(&folded)
+        .filter(|w| !is_stopword(w))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// An identifier with a space before each capital that follows a lowercase
+/// letter or a digit: `insuranceCardRead` → `insurance Card Read`. Other
+/// separators stay; free-text splitting reads them.
+pub fn camel_spaced(id: &str) -> String {
     let mut spaced = String::with_capacity(id.len() + 8);
     let mut prev_lower = false;
     for c in id.chars() {
@@ -218,11 +229,7 @@ pub fn identifier_words(id: &str) -> Vec<String> {
         prev_lower = c.is_lowercase() || c.is_ascii_digit();
         spaced.push(c);
     }
-    let folded = fold(&spaced);
-    words(&folded)
-        .filter(|w| !is_stopword(w))
-        .map(str::to_owned)
-        .collect()
+    spaced
 }
 
 /// Tokenises an identifier: [`identifier_words`], stemmed.

@@ -57,6 +57,7 @@ fn synthetic_registry(n: usize) -> Vec<ToolDescriptor> {
             ToolDescriptor {
                 name: format!("synthetic__{}__{}__{i}", w(0), w(1)),
                 description: format!("{} the {} {} for a {} ({i}).", w(2), w(3), w(4), w(5)),
+                parameters: String::new(),
             }
         })
         .collect()

@@ -30,6 +30,7 @@ fn catalog() -> (Vec<ToolDescriptor>, Overlay) {
         .map(|t| ToolDescriptor {
             name: map.to_name(t["id"].as_str().unwrap()),
             description: t["description"].as_str().unwrap().into(),
+            parameters: String::new(),
         })
         .collect();
     (tools, Overlay::from_json(TOOLS.as_bytes()).unwrap())
@@ -332,6 +333,7 @@ fn control_plane_tools_are_never_candidates() {
     tools.push(ToolDescriptor {
         name: "tool__search".into(),
         description: "Search the tool registry.".into(),
+        parameters: String::new(),
     });
     let reg = Registry::build(&tools, Some(&overlay), &config());
     let r = resolve(
