@@ -146,13 +146,11 @@ impl Memo {
         tools: &[FunctionTool<'_>],
     ) -> String {
         let (text, start) = (key.text, key.start);
-        let digest = crate::proto::tools::registry_digest(tools.iter().map(|t| {
-            (
-                t.name.as_ref(),
-                t.description.as_ref(),
-                t.parameters.as_ref(),
-            )
-        }));
+        let digest = crate::proto::tools::registry_digest(
+            tools
+                .iter()
+                .map(|t| (t.name.as_ref(), t.description.as_ref(), &*t.parameters)),
+        );
         if text.len() > BYTES {
             return digest;
         }

@@ -64,7 +64,7 @@ use crate::tools::recovery::{self, HistoryEvent};
 use serde::Deserialize;
 use std::borrow::Cow;
 use std::ops::Range;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 /// The request formats keyhole understands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -310,8 +310,10 @@ pub struct FunctionTool<'a> {
     /// The description as sent (empty when absent).
     pub description: Cow<'a, str>,
     /// The words of its parameter schema
-    /// ([`crate::tools::rank::schema_words`]), empty without one.
-    pub parameters: Cow<'a, str>,
+    /// ([`crate::tools::rank::schema_words`]), empty without one. Shared:
+    /// a memo hands them out on every request and only a resend of the
+    /// descriptors reads them.
+    pub parameters: Arc<str>,
 }
 
 impl FunctionTool<'_> {
@@ -320,7 +322,7 @@ impl FunctionTool<'_> {
         FunctionTool {
             name: Cow::Owned(self.name.into_owned()),
             description: Cow::Owned(self.description.into_owned()),
-            parameters: Cow::Owned(self.parameters.into_owned()),
+            parameters: self.parameters,
         }
     }
 }
@@ -601,13 +603,11 @@ impl ParsedRequest<'_> {
     pub fn registry_digest(&self) -> String {
         match &self.digest {
             Some(digest) => digest.clone(),
-            None => crate::proto::tools::registry_digest(self.tools.iter().map(|t| {
-                (
-                    t.name.as_ref(),
-                    t.description.as_ref(),
-                    t.parameters.as_ref(),
-                )
-            })),
+            None => crate::proto::tools::registry_digest(
+                self.tools
+                    .iter()
+                    .map(|t| (t.name.as_ref(), t.description.as_ref(), &*t.parameters)),
+            ),
         }
     }
 
@@ -623,7 +623,7 @@ impl ParsedRequest<'_> {
             .map(|t| crate::proto::tools::ToolDescriptor {
                 name: t.name.clone().into_owned(),
                 description: t.description.clone().into_owned(),
-                parameters: t.parameters.clone().into_owned(),
+                parameters: t.parameters.to_string(),
             })
             .collect()
     }
@@ -941,7 +941,7 @@ impl<'a> Builder<'a, '_> {
         self.tools.push(FunctionTool {
             name,
             description: description.unwrap_or_default(),
-            parameters: Cow::Owned(parameters),
+            parameters: Arc::from(parameters),
         });
         Item::Function(self.tools.len() - 1)
     }
