@@ -478,6 +478,64 @@ fn every_format_reads_the_words_of_each_tools_schema() {
     }
 }
 
+#[test]
+fn the_catalog_reads_the_same_schema_words_in_chat_and_anthropic_shapes() {
+    let chat = catalog("openai_request.json");
+    let anthropic = catalog("anthropic_request.json");
+    let chat = parse("/v1/chat/completions", &chat).unwrap().unwrap();
+    let anthropic = parse("/v1/messages", &anthropic).unwrap().unwrap();
+    let words = |r: &ParsedRequest<'_>| -> Vec<(String, String)> {
+        r.tools
+            .iter()
+            .map(|t| (t.name.to_string(), t.parameters.to_string()))
+            .collect()
+    };
+    let chat_words = words(&chat);
+    assert!(
+        chat_words.iter().all(|(_, w)| !w.is_empty()),
+        "{chat_words:?}"
+    );
+    assert_eq!(chat_words, words(&anthropic));
+}
+
+#[test]
+fn a_schema_keyhole_cannot_read_costs_its_words_never_the_request() {
+    let deep = format!(
+        "{}{{}}{}",
+        r#"{"properties":{"a":"#.repeat(70),
+        "}}".repeat(70)
+    );
+    let long = format!(
+        r#"{{"properties":{{"a":{{"enum":[{}]}}}}}}"#,
+        vec![r#""xxxxxxxxxx""#; 5000].join(",")
+    );
+    let schemas = [
+        deep.as_str(),
+        long.as_str(),
+        "true",
+        "[]",
+        r#""a string""#,
+        r#"{"properties":{"a":5,"b":null,"c":{"enum":[1,null,{"x":"y"}],"description":7}}}"#,
+        r#"{"properties":{"\ud800":{"description":"lone surrogate name"}}}"#,
+        r##"{"$ref":"#/$defs/x","$defs":{"x":{"properties":{"hidden":{}}}}}"##,
+    ];
+    for schema in schemas {
+        let body = format!(
+            r#"{{"messages":[{{"role":"user","content":"hi"}}],"tools":[{{"type":"function","function":{{"name":"a","parameters":{schema}}}}}]}}"#
+        );
+        let req = parse("/v1/chat/completions", body.as_bytes())
+            .unwrap_or_else(|e| panic!("{e}: {}", &schema[..schema.len().min(80)]))
+            .unwrap();
+        assert_eq!(req.tools.len(), 1);
+        let words = &req.tools[0].parameters;
+        assert!(words.len() <= crate::tools::rank::schema_words::MAX_BYTES);
+        assert_eq!(
+            req.registry_digest(),
+            crate::proto::tools::descriptors_digest(&req.descriptors())
+        );
+    }
+}
+
 // === the tool-search control tool ===
 
 /// The function names of a body that went through `rewrite_with_search_tool`,
