@@ -77,7 +77,7 @@ impl RankConfig {
         settings.names.validate()?;
         let l = &settings.lexical;
         let p = &settings.pipeline;
-        let non_negative: [(&'static str, f32); 14] = [
+        let non_negative: [(&'static str, f32); 15] = [
             ("pipeline.budget.margin", p.budget.margin.unwrap_or(0.0)),
             ("lexical.k1", l.k1),
             ("lexical.idWeight", l.id_weight),
@@ -85,6 +85,7 @@ impl RankConfig {
             ("lexical.ragDescriptionWeight", l.rag_description_weight),
             ("lexical.keywordsWeight", l.keywords_weight),
             ("lexical.parametersWeight", l.parameters_weight),
+            ("lexical.siblingsWeight", l.siblings_weight),
             ("fusion.cosineWeight", settings.fusion.cosine_weight),
             ("fusion.lexicalWeight", settings.fusion.lexical_weight),
             ("pipeline.domain.penalty", p.domain.penalty),

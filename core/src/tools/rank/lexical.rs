@@ -40,6 +40,12 @@ pub struct LexicalSettings {
     pub keywords_weight: f32,
     /// Weight of the parameter-schema field ([`super::schema_words`]).
     pub parameters_weight: f32,
+    /// Weight of the sibling-keywords field: the keywords of the other tools
+    /// of a tool's semantic group (the overlay's `semanticGroup`). Siblings
+    /// act on one object, so the words one sibling is written with name
+    /// that object for all of them (`demandes d'avis` on the referral list
+    /// is a consult request too).
+    pub siblings_weight: f32,
     /// Text after this marker in a ragDescription is not indexed (it names
     /// what the tool is *not* for). `None` indexes the whole text.
     pub negative_marker: Option<String>,
@@ -88,6 +94,33 @@ const SHORTHAND: &[(&str, &str)] = &[
     ("krea", "kreatinin creatinine lab"),
     ("crea", "creatinine lab"),
     ("hba1c", "hba1c lab"),
+    ("crp", "crp lab"),
+    ("ldh", "ldh lab"),
+    ("ggt", "ggt lab"),
+    ("tsh", "tsh lab"),
+    ("ptt", "ptt lab"),
+    ("aptt", "aptt lab"),
+    ("hb", "hemoglobin lab"),
+    ("hgb", "hemoglobin lab"),
+    ("wbc", "white blood cells lab"),
+    ("bnp", "bnp lab"),
+    ("ntprobnp", "bnp lab"),
+    ("cbc", "cbc lab"),
+    ("lft", "liver function lab"),
+    ("lfts", "liver function lab"),
+    ("esr", "esr lab"),
+    ("egfr", "egfr lab"),
+    ("gfr", "gfr lab"),
+    ("abg", "blood gas lab"),
+    ("vbg", "blood gas lab"),
+    ("lytes", "electrolytes lab"),
+    ("coags", "coagulation lab"),
+    ("bga", "blutgase lab"),
+    ("hst", "harnstoff lab"),
+    ("bsg", "blutsenkung lab"),
+    ("iono", "ionogramme lab"),
+    ("gds", "gaz du sang lab"),
+    ("bhc", "bilan hepatique lab"),
     // medication and orders
     ("meds", "medication"),
     ("medis", "medikamente medication"),
@@ -124,6 +157,7 @@ impl Default for LexicalSettings {
             rag_description_weight: 1.0,
             keywords_weight: 1.5,
             parameters_weight: 0.25,
+            siblings_weight: 0.25,
             negative_marker: Some("DO NOT USE WHEN".into()),
             saturation: 6.0,
             shorthand: default_shorthand(),
@@ -154,6 +188,8 @@ pub struct LexicalDoc<'a> {
     pub keywords: &'a [String],
     /// The words of its parameter schema ([`super::schema_words`]).
     pub parameters: &'a str,
+    /// The keywords of the other tools of its semantic group, space-joined.
+    pub siblings: &'a str,
 }
 
 /// A tool's lexical match against one query.
@@ -206,7 +242,7 @@ impl LexicalIndex {
     /// Indexes documents; document `i` is scored as `i` later.
     pub fn build(docs: &[LexicalDoc<'_>], settings: &LexicalSettings) -> Self {
         // Pass 1: the words of every field, and the vocabulary of their stems.
-        let fields: Vec<[(Vec<String>, f32); 5]> =
+        let fields: Vec<[(Vec<String>, f32); FIELDS]> =
             docs.iter().map(|d| field_words(d, settings)).collect();
         let vocabulary: FxHashSet<String> = fields
             .iter()
@@ -217,12 +253,13 @@ impl LexicalIndex {
             })
             .collect();
         // Pass 2: weighted term frequencies, compound parts included. A field
-        // weighted 0 is not indexed at all. The parameter field adds term
-        // frequency only: a term's document frequency counts the tools whose
-        // own texts carry it (those whose parameters alone do, when no tool's
-        // own text does), and a tool's length is its own texts' — a registry
-        // whose every tool takes a `patientId` must not make `patient` a
-        // common word, nor a long schema dilute a tool's description.
+        // weighted 0 is not indexed at all. The borrowed fields (parameters,
+        // siblings' keywords) add term frequency only: a term's document
+        // frequency counts the tools whose own texts carry it (those whose
+        // borrowed fields alone do, when no tool's own text does), and a
+        // tool's length is its own texts' — a registry whose every tool takes
+        // a `patientId` must not make `patient` a common word, nor a long
+        // schema dilute a tool's description.
         let mut terms: BTreeMap<String, Term> = BTreeMap::new();
         let mut described: FxHashMap<String, u32> = FxHashMap::default();
         let mut lens: Vec<f32> = Vec::with_capacity(fields.len());
@@ -234,7 +271,7 @@ impl LexicalIndex {
                 if *weight <= 0.0 {
                     continue;
                 }
-                let own_text = field != PARAMETERS_FIELD;
+                let own_text = field < BORROWED_FIELDS;
                 for w in ws {
                     let mut add = |term: String| {
                         if own_text {
@@ -400,12 +437,17 @@ impl Accumulator {
     }
 }
 
-/// The place of the parameter field in [`field_words`]'s answer.
-const PARAMETERS_FIELD: usize = 4;
+/// How many fields [`field_words`] answers.
+const FIELDS: usize = 6;
+
+/// The place of the first borrowed field in [`field_words`]'s answer: from
+/// it on (parameters, siblings' keywords), a field is evidence about the
+/// tool, not the tool's own text.
+const BORROWED_FIELDS: usize = 4;
 
 /// The folded, stopword-free words of each field, with the field's weight;
-/// the parameter field is at [`PARAMETERS_FIELD`].
-fn field_words(d: &LexicalDoc<'_>, s: &LexicalSettings) -> [(Vec<String>, f32); 5] {
+/// the borrowed fields come last, from [`BORROWED_FIELDS`] on.
+fn field_words(d: &LexicalDoc<'_>, s: &LexicalSettings) -> [(Vec<String>, f32); FIELDS] {
     let free = content_words;
     let rag = d.rag_description.unwrap_or("");
     let positive = match s.negative_marker.as_deref().filter(|m| !m.is_empty()) {
@@ -422,6 +464,7 @@ fn field_words(d: &LexicalDoc<'_>, s: &LexicalSettings) -> [(Vec<String>, f32); 
             s.keywords_weight,
         ),
         (free(d.parameters), s.parameters_weight),
+        (free(d.siblings), s.siblings_weight),
     ]
 }
 
@@ -448,6 +491,7 @@ mod tests {
                 ),
                 keywords: &k[0],
                 parameters: "",
+                siblings: "",
             },
             LexicalDoc {
                 id: "vitals.list",
@@ -455,6 +499,7 @@ mod tests {
                 rag_description: None,
                 keywords: &k[1],
                 parameters: "",
+                siblings: "",
             },
             LexicalDoc {
                 id: "visit.manage",
@@ -462,6 +507,7 @@ mod tests {
                 rag_description: None,
                 keywords: &k[2],
                 parameters: "",
+                siblings: "",
             },
         ];
         (LexicalIndex::build(&docs, &LexicalSettings::default()), k)
@@ -487,6 +533,52 @@ mod tests {
     }
 
     #[test]
+    fn sibling_keywords_add_evidence_but_not_frequency_or_length() {
+        let docs = |siblings: [&'static str; 3]| {
+            [
+                ("referral.create", "Creates a referral."),
+                ("referral.list", "Lists referrals."),
+                ("message.send", "Sends a message."),
+            ]
+            .into_iter()
+            .zip(siblings)
+            .map(|((id, description), siblings)| LexicalDoc {
+                id,
+                description,
+                rag_description: None,
+                keywords: &[],
+                parameters: "",
+                siblings,
+            })
+            .collect::<Vec<_>>()
+        };
+        let bare = LexicalIndex::build(&docs(["", "", ""]), &LexicalSettings::default());
+        let borrowed = LexicalIndex::build(
+            &docs(["consult request", "referral", ""]),
+            &LexicalSettings::default(),
+        );
+        let q = borrowed.query("consult request");
+        assert_eq!(bare.score(0, &bare.query("consult request")).raw, 0.0);
+        assert!(borrowed.score(0, &q).raw > 0.0);
+        assert_eq!(borrowed.score(2, &q).raw, 0.0);
+        // "referral" stays as rare as the tools' own texts make it, and a
+        // tool's length is its own text's.
+        let q = borrowed.query("referral");
+        assert_eq!(
+            borrowed.score(0, &q).raw,
+            bare.score(0, &bare.query("referral")).raw
+        );
+        assert!(borrowed.score(1, &q).raw > bare.score(1, &bare.query("referral")).raw);
+        // Weighted 0, the field is not indexed at all.
+        let off = LexicalSettings {
+            siblings_weight: 0.0,
+            ..LexicalSettings::default()
+        };
+        let off = LexicalIndex::build(&docs(["consult request", "referral", ""]), &off);
+        assert_eq!(off.score(0, &off.query("consult request")).raw, 0.0);
+    }
+
+    #[test]
     fn shorthand_brings_in_the_words_it_stands_for() {
         let (ix, _) = index();
         // "RDV" shares no word with any tool; it stands for an appointment.
@@ -504,6 +596,7 @@ mod tests {
             rag_description: None,
             keywords: &[],
             parameters: "",
+            siblings: "",
         }];
         let plain = LexicalIndex::build(&docs, &none);
         assert_eq!(plain.score(0, &plain.query("RDV mardi")).raw, 0.0);
@@ -532,6 +625,7 @@ mod tests {
                 rag_description: None,
                 keywords: &[],
                 parameters,
+                siblings: "",
             })
             .collect::<Vec<_>>()
         };

@@ -11,7 +11,7 @@ use super::meta::{Overlay, Plane, ToolMeta};
 use super::text::embedding_text;
 use crate::proto::tools::ToolDescriptor;
 use rustc_hash::FxHashMap;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One tool of the registry.
 #[derive(Debug, Clone, PartialEq)]
@@ -119,14 +119,17 @@ impl Registry {
                 }
             })
             .collect();
+        let siblings = sibling_keywords(&tools);
         let docs: Vec<LexicalDoc<'_>> = tools
             .iter()
-            .map(|t| LexicalDoc {
+            .zip(&siblings)
+            .map(|(t, siblings)| LexicalDoc {
                 id: &t.id,
                 description: &t.description,
                 rag_description: t.meta.as_ref().and_then(|m| m.rag_description.as_deref()),
                 keywords: t.meta.as_ref().map_or(&[], |m| m.rag_keywords.as_slice()),
                 parameters: &t.parameters,
+                siblings,
             })
             .collect();
         let lexical = LexicalIndex::build(&docs, &settings.lexical);
@@ -227,4 +230,34 @@ impl Registry {
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty()
     }
+}
+
+/// Per tool, the keywords of the other tools of its semantic group,
+/// space-joined (empty for a tool without a group or without siblings).
+fn sibling_keywords(tools: &[RegisteredTool]) -> Vec<String> {
+    fn group(t: &RegisteredTool) -> Option<&str> {
+        t.meta.as_ref().and_then(|m| m.semantic_group.as_deref())
+    }
+    let mut by_group: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, t) in tools.iter().enumerate() {
+        if let Some(g) = group(t) {
+            by_group.entry(g).or_default().push(i);
+        }
+    }
+    tools
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let members = group(t)
+                .and_then(|g| by_group.get(g))
+                .map_or(&[][..], Vec::as_slice);
+            members
+                .iter()
+                .filter(|&&j| j != i)
+                .filter_map(|&j| tools.get(j).and_then(|o| o.meta.as_ref()))
+                .flat_map(|m| m.rag_keywords.iter().map(String::as_str))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
 }

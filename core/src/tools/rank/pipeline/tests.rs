@@ -735,3 +735,55 @@ fn a_turn_without_text_keeps_the_prior_set_or_the_read_only_minimum() {
         assert!(kept.candidates.iter().all(|c| c.reason == Reason::PriorSet));
     }
 }
+
+#[test]
+fn a_siblings_keywords_name_the_object_for_the_whole_group() {
+    let (tools, overlay) = catalog();
+    let with = Registry::build(&tools, Some(&overlay), &config());
+    let mut settings = RankSettings::default();
+    settings.lexical.siblings_weight = 0.0;
+    let off = RankConfig::try_new(settings).unwrap();
+    let without = Registry::build(&tools, Some(&overlay), &off);
+    let text = "demande d'avis cardiologique";
+    let score = |reg: &Registry, name: &str| {
+        let i = reg.index_of_name(name).unwrap();
+        reg.lexical().score(i, &reg.lexical().query(text)).raw
+    };
+    // Only the referral list is written with "demandes d'avis"; the referral
+    // a clinician asks to create is the same object.
+    assert_eq!(score(&without, "referral__create"), 0.0);
+    assert!(score(&with, "referral__create") > 0.0);
+    // What a tool borrows weighs less than its own words.
+    assert!(score(&with, "referral__list") > score(&with, "referral__create"));
+    assert_eq!(
+        score(&with, "referral__list"),
+        score(&without, "referral__list")
+    );
+    // A tool of another group borrows nothing.
+    assert_eq!(
+        score(&with, "appointment__manage"),
+        score(&without, "appointment__manage")
+    );
+}
+
+#[test]
+fn a_lab_analyte_in_shorthand_reads_as_lab_work() {
+    let (tools, overlay) = catalog();
+    let with = Registry::build(&tools, Some(&overlay), &config());
+    let mut settings = RankSettings::default();
+    settings.lexical.shorthand.clear();
+    let off = RankConfig::try_new(settings).unwrap();
+    let without = Registry::build(&tools, Some(&overlay), &off);
+    let text = "send the pleural fluid for LDH, protein, cytology and culture";
+    let score = |reg: &Registry, name: &str| {
+        let i = reg.index_of_name(name).unwrap();
+        reg.lexical().score(i, &reg.lexical().query(text)).raw
+    };
+    // No lab tool is written with "LDH"; it is a lab analyte.
+    assert_eq!(score(&without, "lab__order"), 0.0);
+    assert!(score(&with, "lab__order") > 0.0);
+    assert_eq!(
+        score(&with, "message__send"),
+        score(&without, "message__send")
+    );
+}
