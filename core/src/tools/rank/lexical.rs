@@ -41,10 +41,11 @@ pub struct LexicalSettings {
     /// Weight of the parameter-schema field ([`super::schema_words`]).
     pub parameters_weight: f32,
     /// Weight of the sibling-keywords field: the keywords of the other tools
-    /// of a tool's semantic group (the overlay's `semanticGroup`). Siblings
-    /// act on one object, so the words one sibling is written with name
-    /// that object for all of them (`demandes d'avis` on the referral list
-    /// is a consult request too).
+    /// of a tool's semantic group within its category (the overlay's
+    /// `semanticGroup` and `category`). Siblings act on one object, so the
+    /// words one sibling is written with name that object for all of them
+    /// (`demandes d'avis` on the referral list is a consult request too);
+    /// a view of another category (a calendar's `vue semaine`) lends none.
     pub siblings_weight: f32,
     /// Text after this marker in a ragDescription is not indexed (it names
     /// what the tool is *not* for). `None` indexes the whole text.

@@ -232,13 +232,17 @@ impl Registry {
     }
 }
 
-/// Per tool, the keywords of the other tools of its semantic group,
-/// space-joined (empty for a tool without a group or without siblings).
+/// Per tool, the keywords of the other tools of its semantic group and
+/// category, space-joined (empty for a tool without a group or without
+/// siblings). The category keeps a view's words (the calendar's `vue
+/// semaine`, category `ui`) off the tools that act on the object.
 fn sibling_keywords(tools: &[RegisteredTool]) -> Vec<String> {
-    fn group(t: &RegisteredTool) -> Option<&str> {
-        t.meta.as_ref().and_then(|m| m.semantic_group.as_deref())
+    fn group(t: &RegisteredTool) -> Option<(Option<&str>, &str)> {
+        let m = t.meta.as_ref()?;
+        let g = m.semantic_group.as_deref()?;
+        Some((m.category.as_deref(), g))
     }
-    let mut by_group: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    let mut by_group: BTreeMap<(Option<&str>, &str), Vec<usize>> = BTreeMap::new();
     for (i, t) in tools.iter().enumerate() {
         if let Some(g) = group(t) {
             by_group.entry(g).or_default().push(i);
@@ -249,7 +253,7 @@ fn sibling_keywords(tools: &[RegisteredTool]) -> Vec<String> {
         .enumerate()
         .map(|(i, t)| {
             let members = group(t)
-                .and_then(|g| by_group.get(g))
+                .and_then(|g| by_group.get(&g))
                 .map_or(&[][..], Vec::as_slice);
             members
                 .iter()

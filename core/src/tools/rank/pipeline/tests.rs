@@ -764,6 +764,15 @@ fn a_siblings_keywords_name_the_object_for_the_whole_group() {
         score(&with, "appointment__manage"),
         score(&without, "appointment__manage")
     );
+    // Nor does a tool of the group in another category: the calendar view
+    // (`ui`) lends its `vue semaine` to no appointment tool.
+    let week = |reg: &Registry| {
+        let i = reg.index_of_name("appointment__list").unwrap();
+        reg.lexical()
+            .score(i, &reg.lexical().query("vue semaine"))
+            .raw
+    };
+    assert_eq!(week(&with), week(&without));
 }
 
 #[test]
