@@ -533,25 +533,36 @@ mod tests {
         assert!(ix.score(2, &q).raw > 0.0);
     }
 
-    #[test]
-    fn sibling_keywords_add_evidence_but_not_frequency_or_length() {
-        let docs = |siblings: [&'static str; 3]| {
-            [
-                ("referral.create", "Creates a referral."),
-                ("referral.list", "Lists referrals."),
-                ("message.send", "Sends a message."),
-            ]
+    /// Three tools written with an id and a description only, and the
+    /// given borrowed fields.
+    fn borrowing(
+        tools: [(&'static str, &'static str); 3],
+        parameters: [&'static str; 3],
+        siblings: [&'static str; 3],
+    ) -> Vec<LexicalDoc<'static>> {
+        tools
             .into_iter()
-            .zip(siblings)
-            .map(|((id, description), siblings)| LexicalDoc {
+            .zip(parameters.into_iter().zip(siblings))
+            .map(|((id, description), (parameters, siblings))| LexicalDoc {
                 id,
                 description,
                 rag_description: None,
                 keywords: &[],
-                parameters: "",
+                parameters,
                 siblings,
             })
-            .collect::<Vec<_>>()
+            .collect()
+    }
+
+    #[test]
+    fn sibling_keywords_add_evidence_but_not_frequency_or_length() {
+        let docs = |siblings: [&'static str; 3]| {
+            let tools = [
+                ("referral.create", "Creates a referral."),
+                ("referral.list", "Lists referrals."),
+                ("message.send", "Sends a message."),
+            ];
+            borrowing(tools, ["", "", ""], siblings)
         };
         let bare = LexicalIndex::build(&docs(["", "", ""]), &LexicalSettings::default());
         let borrowed = LexicalIndex::build(
@@ -613,22 +624,12 @@ mod tests {
     #[test]
     fn parameter_words_add_evidence_but_not_frequency_or_length() {
         let docs = |parameters: [&'static str; 3]| {
-            [
+            let tools = [
                 ("appointment.checkin", "Marks a patient as arrived."),
                 ("patient.search.exact", "Finds a patient by an exact id."),
                 ("billing.invoice.get", "Reads an invoice."),
-            ]
-            .into_iter()
-            .zip(parameters)
-            .map(|((id, description), parameters)| LexicalDoc {
-                id,
-                description,
-                rag_description: None,
-                keywords: &[],
-                parameters,
-                siblings: "",
-            })
-            .collect::<Vec<_>>()
+            ];
+            borrowing(tools, parameters, ["", "", ""])
         };
         let bare = LexicalIndex::build(&docs(["", "", ""]), &LexicalSettings::default());
         let schemas = LexicalIndex::build(

@@ -736,19 +736,30 @@ fn a_turn_without_text_keeps_the_prior_set_or_the_read_only_minimum() {
     }
 }
 
+/// The catalog's registry with settings edited from the defaults.
+fn registry_with(edit: impl FnOnce(&mut RankSettings)) -> Registry {
+    let (tools, overlay) = catalog();
+    let mut settings = RankSettings::default();
+    edit(&mut settings);
+    Registry::build(
+        &tools,
+        Some(&overlay),
+        &RankConfig::try_new(settings).unwrap(),
+    )
+}
+
+/// A tool's raw lexical score for a text.
+fn lexical_raw(reg: &Registry, name: &str, text: &str) -> f32 {
+    let i = reg.index_of_name(name).unwrap();
+    reg.lexical().score(i, &reg.lexical().query(text)).raw
+}
+
 #[test]
 fn a_siblings_keywords_name_the_object_for_the_whole_group() {
-    let (tools, overlay) = catalog();
-    let with = Registry::build(&tools, Some(&overlay), &config());
-    let mut settings = RankSettings::default();
-    settings.lexical.siblings_weight = 0.0;
-    let off = RankConfig::try_new(settings).unwrap();
-    let without = Registry::build(&tools, Some(&overlay), &off);
+    let with = registry();
+    let without = registry_with(|s| s.lexical.siblings_weight = 0.0);
     let text = "demande d'avis cardiologique";
-    let score = |reg: &Registry, name: &str| {
-        let i = reg.index_of_name(name).unwrap();
-        reg.lexical().score(i, &reg.lexical().query(text)).raw
-    };
+    let score = |reg: &Registry, name: &str| lexical_raw(reg, name, text);
     // Only the referral list is written with "demandes d'avis"; the referral
     // a clinician asks to create is the same object.
     assert_eq!(score(&without, "referral__create"), 0.0);
@@ -766,28 +777,16 @@ fn a_siblings_keywords_name_the_object_for_the_whole_group() {
     );
     // Nor does a tool of the group in another category: the calendar view
     // (`ui`) lends its `vue semaine` to no appointment tool.
-    let week = |reg: &Registry| {
-        let i = reg.index_of_name("appointment__list").unwrap();
-        reg.lexical()
-            .score(i, &reg.lexical().query("vue semaine"))
-            .raw
-    };
+    let week = |reg: &Registry| lexical_raw(reg, "appointment__list", "vue semaine");
     assert_eq!(week(&with), week(&without));
 }
 
 #[test]
 fn a_lab_analyte_in_shorthand_reads_as_lab_work() {
-    let (tools, overlay) = catalog();
-    let with = Registry::build(&tools, Some(&overlay), &config());
-    let mut settings = RankSettings::default();
-    settings.lexical.shorthand.clear();
-    let off = RankConfig::try_new(settings).unwrap();
-    let without = Registry::build(&tools, Some(&overlay), &off);
+    let with = registry();
+    let without = registry_with(|s| s.lexical.shorthand.clear());
     let text = "send the pleural fluid for LDH, protein, cytology and culture";
-    let score = |reg: &Registry, name: &str| {
-        let i = reg.index_of_name(name).unwrap();
-        reg.lexical().score(i, &reg.lexical().query(text)).raw
-    };
+    let score = |reg: &Registry, name: &str| lexical_raw(reg, name, text);
     // No lab tool is written with "LDH"; it is a lab analyte.
     assert_eq!(score(&without, "lab__order"), 0.0);
     assert!(score(&with, "lab__order") > 0.0);
