@@ -232,10 +232,16 @@ impl Registry {
     }
 }
 
+/// The most bytes of siblings' keywords kept per tool; keywords past it are
+/// dropped whole, so an overlay that puts thousands of tools in one group
+/// costs bounded work and memory per tool.
+pub const MAX_SIBLING_BYTES: usize = 4096;
+
 /// Per tool, the keywords of the other tools of its semantic group and
-/// category, space-joined (empty for a tool without a group or without
-/// siblings). The category keeps a view's words (the calendar's `vue
-/// semaine`, category `ui`) off the tools that act on the object.
+/// category, space-joined, at most [`MAX_SIBLING_BYTES`] (empty for a tool
+/// without a group or without siblings). The category keeps a view's words
+/// (the calendar's `vue semaine`, category `ui`) off the tools that act on
+/// the object.
 fn sibling_keywords(tools: &[RegisteredTool]) -> Vec<String> {
     fn group(t: &RegisteredTool) -> Option<(Option<&str>, &str)> {
         let m = t.meta.as_ref()?;
@@ -255,13 +261,66 @@ fn sibling_keywords(tools: &[RegisteredTool]) -> Vec<String> {
             let members = group(t)
                 .and_then(|g| by_group.get(&g))
                 .map_or(&[][..], Vec::as_slice);
-            members
+            let keywords = members
                 .iter()
                 .filter(|&&j| j != i)
                 .filter_map(|&j| tools.get(j).and_then(|o| o.meta.as_ref()))
-                .flat_map(|m| m.rag_keywords.iter().map(String::as_str))
-                .collect::<Vec<_>>()
-                .join(" ")
+                .flat_map(|m| m.rag_keywords.iter().map(|k| k.trim()))
+                .filter(|k| !k.is_empty());
+            let mut out = String::new();
+            for k in keywords {
+                let extra = k.len() + usize::from(!out.is_empty());
+                if out.len() + extra > MAX_SIBLING_BYTES {
+                    break;
+                }
+                if !out.is_empty() {
+                    out.push(' ');
+                }
+                out.push_str(k);
+            }
+            out
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_group_of_thousands_of_tools_lends_a_bounded_share_to_each() {
+        let n = 3000;
+        let overlay: Vec<serde_json::Value> = (0..n)
+            .map(|i| {
+                serde_json::json!({
+                    "id": format!("tool.t{i}"),
+                    "category": "c",
+                    "semanticGroup": "g",
+                    "ragKeywords": [format!("keyword{i} one"), format!("keyword{i} two")],
+                })
+            })
+            .collect();
+        let overlay = Overlay::from_json(serde_json::to_vec(&overlay).unwrap().as_slice()).unwrap();
+        let tools: Vec<ToolDescriptor> = (0..n)
+            .map(|i| ToolDescriptor {
+                name: format!("tool__t{i}"),
+                description: "A tool.".into(),
+                parameters: String::new(),
+            })
+            .collect();
+        let config = RankConfig::try_new(Default::default()).unwrap();
+        let registry = Registry::build(&tools, Some(&overlay), &config);
+        let siblings = sibling_keywords(registry.tools());
+        assert_eq!(siblings.len(), n);
+        for (t, s) in registry.tools().iter().zip(&siblings) {
+            assert!(!s.is_empty() && s.len() <= MAX_SIBLING_BYTES, "{}", s.len());
+            // A tool never lends to itself.
+            let own = t.id.trim_start_matches("tool.t");
+            assert!(
+                !s.split(' ').any(|w| w == format!("keyword{own}")),
+                "{}",
+                t.id
+            );
+        }
+    }
 }
