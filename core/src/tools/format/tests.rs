@@ -528,7 +528,7 @@ fn a_schema_keyhole_cannot_read_costs_its_words_never_the_request() {
             .unwrap();
         assert_eq!(req.tools.len(), 1);
         let words = &req.tools[0].parameters;
-        assert!(words.len() <= crate::tools::rank::schema_words::MAX_BYTES);
+        assert!(words.len() <= crate::tools::rank::lexical::BORROWED_BYTES);
         assert_eq!(
             req.registry_digest(),
             crate::proto::tools::descriptors_digest(&req.descriptors())

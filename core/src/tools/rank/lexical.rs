@@ -438,6 +438,41 @@ impl Accumulator {
     }
 }
 
+/// The most bytes of one tool's borrowed field (its schema words, its
+/// siblings' keywords): a hostile schema or an overlay that puts thousands
+/// of tools in one group costs bounded work and memory per tool.
+pub const BORROWED_BYTES: usize = 4096;
+
+/// The text of one borrowed field, built up to [`BORROWED_BYTES`]; texts
+/// past it are dropped whole.
+#[derive(Debug, Default)]
+pub struct BorrowedText(String);
+
+impl BorrowedText {
+    /// Appends `text`, trimmed and space-separated, when it fits; reports
+    /// whether it did (an empty text always does).
+    pub fn push(&mut self, text: &str) -> bool {
+        let text = text.trim();
+        if text.is_empty() {
+            return true;
+        }
+        let extra = text.len() + usize::from(!self.0.is_empty());
+        if self.0.len() + extra > BORROWED_BYTES {
+            return false;
+        }
+        if !self.0.is_empty() {
+            self.0.push(' ');
+        }
+        self.0.push_str(text);
+        true
+    }
+
+    /// The text.
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
 /// How many fields [`field_words`] answers.
 const FIELDS: usize = 6;
 
@@ -531,6 +566,21 @@ mod tests {
         let q = ix.query("present");
         assert_eq!(ix.score(0, &q).raw, 0.0);
         assert!(ix.score(2, &q).raw > 0.0);
+    }
+
+    #[test]
+    fn a_borrowed_text_keeps_whole_texts_up_to_its_bound() {
+        let mut t = BorrowedText::default();
+        assert!(t.push("  consult request "));
+        assert!(t.push("   "));
+        let long = "x".repeat(BORROWED_BYTES);
+        assert!(!t.push(&long), "a text past the bound is dropped whole");
+        assert!(t.push("referral"));
+        assert_eq!(t.into_string(), "consult request referral");
+        let mut full = BorrowedText::default();
+        assert!(full.push(&"y".repeat(BORROWED_BYTES)));
+        assert!(!full.push("z"));
+        assert_eq!(full.into_string().len(), BORROWED_BYTES);
     }
 
     /// Three tools written with an id and a description only, and the

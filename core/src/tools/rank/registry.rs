@@ -6,7 +6,7 @@
 //! are sorted by name, and a name sent twice keeps its smallest description.
 
 use super::config::RankConfig;
-use super::lexical::{LexicalDoc, LexicalIndex};
+use super::lexical::{BorrowedText, LexicalDoc, LexicalIndex};
 use super::meta::{Overlay, Plane, ToolMeta};
 use super::text::embedding_text;
 use crate::proto::tools::ToolDescriptor;
@@ -232,13 +232,8 @@ impl Registry {
     }
 }
 
-/// The most bytes of siblings' keywords kept per tool; keywords past it are
-/// dropped whole, so an overlay that puts thousands of tools in one group
-/// costs bounded work and memory per tool.
-pub const MAX_SIBLING_BYTES: usize = 4096;
-
 /// Per tool, the keywords of the other tools of its semantic group and
-/// category, space-joined, at most [`MAX_SIBLING_BYTES`] (empty for a tool
+/// category, space-joined, at most [`super::lexical::BORROWED_BYTES`] (empty for a tool
 /// without a group or without siblings). The category keeps a view's words
 /// (the calendar's `vue semaine`, category `ui`) off the tools that act on
 /// the object.
@@ -265,20 +260,14 @@ fn sibling_keywords(tools: &[RegisteredTool]) -> Vec<String> {
                 .iter()
                 .filter(|&&j| j != i)
                 .filter_map(|&j| tools.get(j).and_then(|o| o.meta.as_ref()))
-                .flat_map(|m| m.rag_keywords.iter().map(|k| k.trim()))
-                .filter(|k| !k.is_empty());
-            let mut out = String::new();
+                .flat_map(|m| &m.rag_keywords);
+            let mut out = BorrowedText::default();
             for k in keywords {
-                let extra = k.len() + usize::from(!out.is_empty());
-                if out.len() + extra > MAX_SIBLING_BYTES {
+                if !out.push(k) {
                     break;
                 }
-                if !out.is_empty() {
-                    out.push(' ');
-                }
-                out.push_str(k);
             }
-            out
+            out.into_string()
         })
         .collect()
 }
@@ -286,6 +275,7 @@ fn sibling_keywords(tools: &[RegisteredTool]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::rank::lexical::BORROWED_BYTES;
 
     #[test]
     fn one_group_of_thousands_of_tools_lends_a_bounded_share_to_each() {
@@ -313,7 +303,7 @@ mod tests {
         let siblings = sibling_keywords(registry.tools());
         assert_eq!(siblings.len(), n);
         for (t, s) in registry.tools().iter().zip(&siblings) {
-            assert!(!s.is_empty() && s.len() <= MAX_SIBLING_BYTES, "{}", s.len());
+            assert!(!s.is_empty() && s.len() <= BORROWED_BYTES, "{}", s.len());
             // A tool never lends to itself.
             let own = t.id.trim_start_matches("tool.t");
             assert!(

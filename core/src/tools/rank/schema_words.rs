@@ -13,45 +13,22 @@
 //! output are bounded, so a hostile schema costs bounded work; defaults and
 //! examples are not read (they are values, not what the tool is for).
 
+use super::lexical::BorrowedText;
 use super::tokenize::camel_spaced;
 use serde_json::Value;
 
 /// How deep nested properties are followed (the top level is depth 1).
 pub const MAX_DEPTH: usize = 4;
 
-/// The most bytes of words kept per tool; words past it are dropped whole.
-pub const MAX_BYTES: usize = 4096;
-
-/// The words of one tool's parameter schema, space-separated; empty when the
-/// schema has no properties.
+/// The words of one tool's parameter schema, space-separated, at most
+/// [`super::lexical::BORROWED_BYTES`]; empty when the schema has no properties.
 pub fn schema_words(schema: &Value) -> String {
-    let mut out = Words(String::new());
+    let mut out = BorrowedText::default();
     walk(schema, 1, &mut out);
-    out.0
+    out.into_string()
 }
 
-struct Words(String);
-
-impl Words {
-    /// Appends `text` when it fits in [`MAX_BYTES`]; reports whether it did.
-    fn push(&mut self, text: &str) -> bool {
-        let text = text.trim();
-        if text.is_empty() {
-            return true;
-        }
-        let extra = text.len() + usize::from(!self.0.is_empty());
-        if self.0.len() + extra > MAX_BYTES {
-            return false;
-        }
-        if !self.0.is_empty() {
-            self.0.push(' ');
-        }
-        self.0.push_str(text);
-        true
-    }
-}
-
-fn walk(schema: &Value, depth: usize, out: &mut Words) {
+fn walk(schema: &Value, depth: usize, out: &mut BorrowedText) {
     if depth > MAX_DEPTH {
         return;
     }
@@ -85,6 +62,7 @@ fn walk(schema: &Value, depth: usize, out: &mut Words) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::rank::lexical::BORROWED_BYTES;
     use serde_json::json;
 
     #[test]
@@ -133,7 +111,7 @@ mod tests {
             })
             .collect();
         let words = schema_words(&json!({ "properties": properties }));
-        assert!(words.len() <= MAX_BYTES);
+        assert!(words.len() <= BORROWED_BYTES);
         assert!(words.ends_with("description") || words.ends_with(char::is_numeric));
     }
 }
