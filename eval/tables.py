@@ -8,8 +8,8 @@ import sys
 
 ORDER = ["field", "catalog", "apibank", "metatool", "bfcl", "stabletoolbench", "sealtools"]
 MODES = ["hybrid", "fitted", "cosine", "rrf", "lexical", "clauses", "fittedclauses"]
-# Each post-fusion stage switched off in turn (`--mode ablation`), then plain RRF.
-ABLATION = ["no-threshold", "no-domain", "no-dedup", "no-workflow", "no-budget", "no-floors",
+# Each post-fusion stage switched in turn (dedup, off by default, on) (`--mode ablation`), then plain RRF.
+ABLATION = ["no-threshold", "no-domain", "with-dedup", "no-workflow", "no-budget", "no-floors",
             "no-patient-floor"]
 
 

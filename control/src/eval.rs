@@ -15,10 +15,11 @@
 //!   ([`resolve_clauses`](keyhole_core::tools::rank::pipeline::resolve_clauses));
 //! - `fitted`, `fitted-clauses`: `hybrid` and `clauses` with the confidence
 //!   budget's margin fitted on this dataset's tune part (see below);
-//! - `ablation`: `hybrid` with each stage after fusion switched off in turn
-//!   ([`ABLATIONS`]: `no-threshold`, `no-domain`, `no-dedup`, `no-workflow`,
-//!   `no-budget`, `no-floors`, `no-patient-floor`), each reported as its own
-//!   mode beside `hybrid` and `rrf`, on the same embeddings.
+//! - `ablation`: `hybrid` with each stage after fusion switched in turn
+//!   ([`ABLATIONS`]: `no-threshold`, `no-domain`, `with-dedup` — the one stage
+//!   off by default, switched on —, `no-workflow`, `no-budget`, `no-floors`,
+//!   `no-patient-floor`), each reported as its own mode beside `hybrid` and
+//!   `rrf`, on the same embeddings.
 //!
 //! # Fitting the confidence budget
 //! The margin of `pipeline.budget` (hits within it of the best are kept) is
@@ -87,9 +88,9 @@ pub enum Mode {
     /// `hybrid` without domain scoping.
     #[serde(rename = "no-domain")]
     NoDomain,
-    /// `hybrid` without semantic-group dedup.
-    #[serde(rename = "no-dedup")]
-    NoDedup,
+    /// `hybrid` with semantic-group dedup, which is off by default.
+    #[serde(rename = "with-dedup")]
+    WithDedup,
     /// `hybrid` without the workflow boost.
     #[serde(rename = "no-workflow")]
     NoWorkflow,
@@ -106,11 +107,11 @@ pub enum Mode {
 }
 
 /// The modes [`Mode::Ablation`] stands for: each post-fusion stage switched
-/// off in turn.
+/// in turn (off, or on for the one off by default).
 pub const ABLATIONS: [Mode; 7] = [
     Mode::NoThreshold,
     Mode::NoDomain,
-    Mode::NoDedup,
+    Mode::WithDedup,
     Mode::NoWorkflow,
     Mode::NoBudget,
     Mode::NoFloors,
@@ -148,14 +149,14 @@ impl Mode {
     }
 
     /// The engine's settings for this mode: `base` with one stage switched
-    /// off for an ablation mode, `None` for every other mode.
+    /// for an ablation mode, `None` for every other mode.
     pub fn ablated(self, base: &RankSettings) -> Option<RankSettings> {
         let mut s = base.clone();
         match self {
             // Far below any fused score: nothing is dropped.
             Mode::NoThreshold => s.pipeline.threshold = -1.0e6,
             Mode::NoDomain => s.pipeline.domain.enabled = false,
-            Mode::NoDedup => s.pipeline.dedup.enabled = false,
+            Mode::WithDedup => s.pipeline.dedup.enabled = true,
             Mode::NoWorkflow => s.pipeline.workflow.boost = 0.0,
             Mode::NoBudget => s.pipeline.budget.margin = None,
             Mode::NoFloors => {
@@ -830,7 +831,7 @@ pub async fn evaluate(
                 | Mode::Ablation
                 | Mode::NoThreshold
                 | Mode::NoDomain
-                | Mode::NoDedup
+                | Mode::WithDedup
                 | Mode::NoWorkflow
                 | Mode::NoBudget
                 | Mode::NoFloors
@@ -1262,7 +1263,7 @@ mod tests {
         let (hybrid, no_budget) = (all(Mode::Hybrid), all(Mode::NoBudget));
         assert_eq!(hybrid.budget_margin, Some(0.0));
         assert_eq!(no_budget.budget_margin, None);
-        assert_eq!(all(Mode::NoDedup).budget_margin, Some(0.0));
+        assert_eq!(all(Mode::WithDedup).budget_margin, Some(0.0));
         assert!(
             no_budget.mean_surfaced > hybrid.mean_surfaced,
             "{} vs {}",

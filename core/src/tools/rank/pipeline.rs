@@ -9,8 +9,9 @@
 //! 4. domain scoping: the non-generic domains of the best-ranked tools (and of
 //!    fired floors) are the turn's domains; tools of other domains take a
 //!    penalty; tools without a domain, or in a generic domain, never do;
-//! 5. semantic-group dedup: the best read and the best write of one group
-//!    keep their place, further siblings are demoted (or dropped);
+//! 5. semantic-group dedup (off by default): the best read and the best
+//!    write of one group keep their place, further siblings are demoted (or
+//!    dropped);
 //! 6. workflow boost on execute or composite turns;
 //! 7. the confidence budget: the hits within `budget.margin` of the best one
 //!    are kept, at least the phase minimum (see [`BudgetSettings`]);

@@ -795,3 +795,32 @@ fn a_lab_analyte_in_shorthand_reads_as_lab_work() {
         score(&without, "message__send")
     );
 }
+
+#[test]
+fn dedup_is_off_by_default_and_demotes_same_axis_siblings_when_on() {
+    let text = "latest lab results, lab values trend and the full lab report";
+    let reg = registry();
+    let turn = lexical_turn(text, Phase::Planner);
+    let off = resolve(&reg, &config(), &turn);
+    assert!(off.trace.deduped.is_empty(), "{:?}", off.trace.deduped);
+    let mut settings = RankSettings::default();
+    settings.pipeline.dedup.enabled = true;
+    let on = resolve(&reg, &RankConfig::try_new(settings).unwrap(), &turn);
+    assert!(
+        !on.trace.deduped.is_empty(),
+        "siblings of one group and axis"
+    );
+    let key = |name: &str| {
+        let meta = reg.by_name(name).and_then(|t| t.meta.as_ref()).unwrap();
+        (meta.semantic_group.clone().unwrap(), meta.mutates())
+    };
+    for demoted in &on.trace.deduped {
+        let k = key(demoted);
+        assert!(
+            on.candidates
+                .iter()
+                .any(|c| !on.trace.deduped.contains(&c.name) && key(&c.name) == k),
+            "{demoted} was demoted under a kept sibling of {k:?}"
+        );
+    }
+}
