@@ -820,7 +820,7 @@ fn dedup_is_off_by_default_and_demotes_same_axis_siblings_when_on() {
             on.candidates
                 .iter()
                 .any(|c| !on.trace.deduped.contains(&c.name) && key(&c.name) == k),
-            "{demoted} was demoted under a kept sibling of {k:?}"
+            "{demoted} was demoted with no kept sibling of {k:?}"
         );
     }
 }
