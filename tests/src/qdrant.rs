@@ -46,12 +46,6 @@ pub fn fresh_namespace(prefix: &str) -> String {
     format!("{prefix}-{}-{n}-{nanos}", std::process::id())
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 /// A private Qdrant server on loopback: its own ports and storage, fixed for
 /// its lifetime, so a restart comes back where control expects it. Killed
 /// when dropped.
@@ -68,11 +62,9 @@ pub struct Qdrant {
 impl Qdrant {
     /// Picks free ports and a storage directory; starts nothing yet.
     pub fn reserve() -> anyhow::Result<Qdrant> {
-        let http_port = free_port()?;
-        let mut grpc_port = free_port()?;
-        while grpc_port == http_port {
-            grpc_port = free_port()?;
-        }
+        // Never ephemeral ports: a restart must find them still free.
+        let http_port = crate::ports::fixed_port()?;
+        let grpc_port = crate::ports::fixed_port()?;
         Ok(Qdrant {
             http_port,
             grpc_port,

@@ -692,11 +692,8 @@ struct PrivateRedis {
 
 impl PrivateRedis {
     async fn start() -> PrivateRedis {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .expect("bind")
-            .local_addr()
-            .expect("addr")
-            .port();
+        // Not an ephemeral port: once it is killed, nothing else may answer there.
+        let port = keyhole_e2e::ports::fixed_port().expect("a free port");
         let child = std::process::Command::new("redis-server")
             .args([
                 "--bind",

@@ -8,8 +8,8 @@
 //! one `scripts/with-services.sh` exported (`KEYHOLE_EMBEDDER_URL`), so run.sh
 //! does not start services of its own.
 
-use keyhole_e2e::paths;
 use keyhole_e2e::upstream::{Canned, Upstream};
+use keyhole_e2e::{paths, ports};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -27,15 +27,6 @@ const UUID: &str = "5d0c7e2a-41b3-4f6e-9a8d-2c7b1e0f3a94";
 const START_TIMEOUT: Duration = Duration::from_secs(420);
 /// How long run.sh may take to stop its children after the signal.
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// A loopback port nobody listens on now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// Whether any process of process group `pgid` is alive.
 fn group_alive(pgid: u32) -> bool {
@@ -217,10 +208,10 @@ async fn make_run_keeps_its_aliases_in_the_run_dir_across_restarts() {
         &format!("/api/v2/patients/{UUID}"),
         Canned::json(detail.into_bytes()),
     );
-    let mut ports = [free_port(), free_port(), free_port()];
-    while ports[1] == ports[0] || ports[2] == ports[0] || ports[2] == ports[1] {
-        ports = [free_port(), free_port(), free_port()];
-    }
+    // Below the ephemeral range: run.sh binds them a minute from now, and
+    // again after the restart, and no other test's socket may take them in
+    // between (CI once saw the HMS port refused after run.sh was ready).
+    let ports = [(); 3].map(|()| ports::fixed_port().unwrap());
     let [_, hms_port, admin_port] = ports;
 
     // First run: the search answer's UUID comes back as an alias.

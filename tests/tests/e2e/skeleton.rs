@@ -153,7 +153,14 @@ async fn with_control_down_nothing_unbounded_is_forwarded() {
     assert_eq!(resp.status(), 503);
     let body: Value = resp.json().await.expect("json error");
     assert_eq!(body["error"]["type"], "keyhole_unavailable");
-    assert!(stack.llm.seen().is_empty(), "nothing reached the upstream");
+    let seen = stack.llm.seen();
+    assert!(
+        seen.is_empty(),
+        "nothing reached the upstream, but it saw {:?}",
+        seen.iter()
+            .map(|r| format!("{} {} ({} bytes)", r.method, r.uri, r.body.len()))
+            .collect::<Vec<_>>()
+    );
 
     // Strip policy: forwarded, with no function tools.
     let stack = Stack::start(StackOptions {
