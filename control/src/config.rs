@@ -113,9 +113,9 @@ pub const SETTINGS: &[Setting] = &[
     Setting { key: "retrieval.qdrant_replication_factor", flag: "qdrant-replication-factor", env: "KEYHOLE_QDRANT_REPLICATION_FACTOR", kind: Kind::Positive, default: DefaultValue::Value("1"), scope: Scope::Common, help: "copies of each shard when control creates a collection in a Qdrant cluster (distributed mode; an existing collection keeps its own)" },
     Setting { key: "retrieval.namespace", flag: "namespace", env: "KEYHOLE_NAMESPACE", kind: Kind::Text, default: DefaultValue::Value("default"), scope: Scope::Common, help: "registry namespace (one collection each)" },
     // A measured default: the smallest deadline `keyhole-bench --only
-    // vector_share` measured whose share of turns answered with vectors at 4
-    // concurrent sessions is at least 0.95 (figures in
-    // `bench/results/vector_share.json`; see `ResolverSettings::retrieval_timeout`).
+    // vector_share` measured whose share of requests answered with vectors
+    // under agent traffic at 16 concurrent sessions is at least 0.95 (figures
+    // in `bench/RESULTS.md`, section 9; see `ResolverSettings::retrieval_timeout`).
     Setting { key: "retrieval.timeout_ms", flag: "retrieval-timeout-ms", env: "KEYHOLE_RETRIEVAL_TIMEOUT_MS", kind: Kind::Positive, default: DefaultValue::Value("1000"), scope: Scope::Common, help: "deadline for embedding a turn and searching" },
     Setting { key: "retrieval.max_registries", flag: "max-registries", env: "KEYHOLE_MAX_REGISTRIES", kind: Kind::Positive, default: DefaultValue::Value("16"), scope: Scope::Common, help: "distinct registries kept by digest, built and indexed (least recently used evicted; the filter resends an evicted one)" },
     Setting { key: "retrieval.registry", flag: "registry", env: "KEYHOLE_REGISTRY", kind: Kind::File, default: DefaultValue::Unset("none: a registry is indexed when a request first brings it"), scope: Scope::Serve, help: "registry to index at start (tools.json, tools.jsonl, or an LLM request body; its metadata is the overlay unless `--overlay` names one); `/healthz` answers 503 until it is indexed" },
