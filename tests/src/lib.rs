@@ -19,7 +19,6 @@
 //! - [`h2`]: an h2c client that can send request trailers.
 //! - [`hms_client`]: one request through the HMS listener, its answer as the client saw it.
 //! - [`qdrant`]: the shared Qdrant server and private ones for fault tests.
-//! - [`ports`]: ports for processes told theirs in advance, never ephemeral ones.
 
 pub mod adversary;
 pub mod bodies;
@@ -31,7 +30,6 @@ pub mod h2;
 pub mod hms_client;
 pub mod legit;
 pub mod paths;
-pub mod ports;
 pub mod qdrant;
 pub mod upstream;
 

@@ -63,8 +63,8 @@ impl Qdrant {
     /// Picks free ports and a storage directory; starts nothing yet.
     pub fn reserve() -> anyhow::Result<Qdrant> {
         // Never ephemeral ports: a restart must find them still free.
-        let http_port = crate::ports::fixed_port()?;
-        let grpc_port = crate::ports::fixed_port()?;
+        let http_port = keyhole_testkit::ports::fixed_port()?;
+        let grpc_port = keyhole_testkit::ports::fixed_port()?;
         Ok(Qdrant {
             http_port,
             grpc_port,

@@ -717,13 +717,11 @@ pub(super) struct RedisServer {
     dir: tempfile::TempDir,
 }
 
-/// A free loopback port.
+/// A free loopback port below the ephemeral range
+/// ([`keyhole_testkit::ports`]): a primary a failover test kills must not
+/// find its port taken by another test's socket while Sentinel still dials it.
 pub(super) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    keyhole_testkit::ports::fixed_port().expect("a free loopback port")
 }
 
 impl RedisServer {

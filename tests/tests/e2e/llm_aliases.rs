@@ -693,7 +693,7 @@ struct PrivateRedis {
 impl PrivateRedis {
     async fn start() -> PrivateRedis {
         // Not an ephemeral port: once it is killed, nothing else may answer there.
-        let port = keyhole_e2e::ports::fixed_port().expect("a free port");
+        let port = keyhole_testkit::ports::fixed_port().expect("a free port");
         let child = std::process::Command::new("redis-server")
             .args([
                 "--bind",

@@ -8,8 +8,9 @@
 //! one `scripts/with-services.sh` exported (`KEYHOLE_EMBEDDER_URL`), so run.sh
 //! does not start services of its own.
 
+use keyhole_e2e::paths;
 use keyhole_e2e::upstream::{Canned, Upstream};
-use keyhole_e2e::{paths, ports};
+use keyhole_testkit::ports;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

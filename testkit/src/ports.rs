@@ -1,5 +1,6 @@
 //! Loopback ports for processes that are told their port in advance
-//! (`scripts/run.sh`, a private Qdrant kept across its restarts).
+//! (`scripts/run.sh`, a private Qdrant kept across its restarts, a Redis a
+//! failover test kills while Sentinel still dials it).
 //!
 //! A port found by binding port 0 and closing the socket is an ephemeral one:
 //! until the process it is meant for binds it, and again while that process
@@ -9,8 +10,8 @@
 //! other finds its listener missing. Ports below the kernel's ephemeral range
 //! are taken only by an explicit bind, so [`fixed_port`] picks from there.
 
-use anyhow::{bail, Context as _};
 use std::collections::HashSet;
+use std::io::{Error, ErrorKind};
 use std::sync::Mutex;
 
 /// The lowest port [`fixed_port`] hands out: above the well-known ports and
@@ -33,10 +34,12 @@ fn ephemeral_start() -> u16 {
 
 /// A loopback TCP port below the ephemeral range that nothing listens on now
 /// and that this process has not handed out before.
-pub fn fixed_port() -> anyhow::Result<u16> {
+pub fn fixed_port() -> std::io::Result<u16> {
     let high = ephemeral_start();
     if high <= LOWEST + 100 {
-        bail!("the ephemeral port range starts at {high}: no room below it for fixed ports");
+        return Err(Error::other(format!(
+            "the ephemeral port range starts at {high}: no room below it for fixed ports"
+        )));
     }
     // Spread the start by process and time so that concurrent suites rarely
     // probe the same ports first; the bind decides.
@@ -47,9 +50,13 @@ pub fn fixed_port() -> anyhow::Result<u16> {
     let start = std::process::id().wrapping_mul(7919) ^ nanos;
     let mut given = GIVEN
         .lock()
-        .map_err(|_| anyhow::anyhow!("port registry poisoned"))?;
-    pick(LOWEST, high, start, given.get_or_insert_with(HashSet::new))
-        .with_context(|| format!("no free loopback port between {LOWEST} and {high}"))
+        .map_err(|_| Error::other("the port registry is poisoned"))?;
+    pick(LOWEST, high, start, given.get_or_insert_with(HashSet::new)).ok_or_else(|| {
+        Error::new(
+            ErrorKind::AddrInUse,
+            format!("no free loopback port between {LOWEST} and {high}"),
+        )
+    })
 }
 
 /// The first port of `low..high`, walking from `start` (mod the span), that
