@@ -18,7 +18,7 @@
 //! - `ablation`: `hybrid` with each stage after fusion switched in turn
 //!   ([`ABLATIONS`]: `no-threshold`, `no-domain`, `with-dedup` — the one stage
 //!   off by default, switched on —, `no-workflow`, `no-budget`, `no-floors`,
-//!   `no-patient-floor`), each reported as its own mode beside `hybrid` and
+//!   `no-patient-floor`, `no-embedder-top`), each reported as its own mode beside `hybrid` and
 //!   `rrf`, on the same embeddings.
 //!
 //! # Fitting the confidence budget
@@ -104,11 +104,14 @@ pub enum Mode {
     /// `hybrid` without the patient-resolve floor.
     #[serde(rename = "no-patient-floor")]
     NoPatientFloor,
+    /// `hybrid` without the embedder's best tools kept past the budget's cut.
+    #[serde(rename = "no-embedder-top")]
+    NoEmbedderTop,
 }
 
 /// The modes [`Mode::Ablation`] stands for: each post-fusion stage switched
 /// in turn (off, or on for the one off by default).
-pub const ABLATIONS: [Mode; 7] = [
+pub const ABLATIONS: [Mode; 8] = [
     Mode::NoThreshold,
     Mode::NoDomain,
     Mode::WithDedup,
@@ -116,6 +119,7 @@ pub const ABLATIONS: [Mode; 7] = [
     Mode::NoBudget,
     Mode::NoFloors,
     Mode::NoPatientFloor,
+    Mode::NoEmbedderTop,
 ];
 
 impl Mode {
@@ -164,6 +168,7 @@ impl Mode {
                 s.floors.research.phases.clear();
             }
             Mode::NoPatientFloor => s.floors.patient_resolve.phases.clear(),
+            Mode::NoEmbedderTop => s.pipeline.budget.embedder_top = 0,
             _ => return None,
         }
         Some(s)
@@ -835,7 +840,8 @@ pub async fn evaluate(
                 | Mode::NoWorkflow
                 | Mode::NoBudget
                 | Mode::NoFloors
-                | Mode::NoPatientFloor => {
+                | Mode::NoPatientFloor
+                | Mode::NoEmbedderTop => {
                     let cosine: &[(String, f32)] = if *mode == Mode::Lexical { &[] } else { &hits };
                     let clauses: &[Clause<'_>] = if mode.clauses() { &clauses } else { &[] };
                     let base = match ablated {

@@ -129,7 +129,8 @@ pub enum MissReason {
     ToolSearch,
     /// The set was a fallback (control or filter), not a ranking.
     Fallback,
-    /// It scored below the threshold (or is not in the registry).
+    /// It was not ranked: the vector search did not return it and it scored
+    /// below the threshold (or is not in the registry).
     BelowThreshold,
     /// It ranked above the threshold but the phase budget cut it.
     Budget,

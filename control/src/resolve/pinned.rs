@@ -23,7 +23,7 @@ use tower::ServiceExt as _;
 const CATALOG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/catalog");
 
 /// SHA-256 of the answers, one line each, per mode.
-const HYBRID: &str = "0b2a91769c0d3695e6c97071c07ccd7300669d3a381aee26a3d3bf6e32a4a01c";
+const HYBRID: &str = "919d3e4ec5dc44adc1a7af2ed76ed271c17c4ec2418810892cc638bd2e1f5c4f";
 const LEXICAL: &str = "388e7a433a56bb7e15fe1d97b28f017d0f9723f9e8929ea1a2300da8a0b92ff1";
 
 async fn answers(lexical: bool) -> String {

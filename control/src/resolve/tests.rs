@@ -998,6 +998,11 @@ async fn calls_are_audited_with_the_reason_of_each_miss_and_counted() {
                 name: keyhole_core::tools::recovery::TOOL_NAME.into(),
                 covered: false,
             },
+            // Never ranked: no such tool in the registry.
+            keyhole_core::proto::calls::CalledTool {
+                name: "billing__invoice__void".into(),
+                covered: false,
+            },
         ],
     };
     assert_eq!(
@@ -1015,7 +1020,9 @@ async fn calls_are_audited_with_the_reason_of_each_miss_and_counted() {
     assert_eq!(entry["calls"][0]["covered"], true);
     assert!(entry["calls"][0].get("missed").is_none());
     assert_eq!(entry["calls"][1]["covered"], false);
-    assert_eq!(entry["calls"][1]["missed"], "below-threshold");
+    // Searched and ranked (the threshold cuts no searched tool), then cut.
+    assert_eq!(entry["calls"][1]["missed"], "budget");
+    assert_eq!(entry["calls"][3]["missed"], "below-threshold");
     assert_eq!(entry["calls"][2]["missed"], "tool-search");
     let text = body.to_string();
     assert!(!text.contains("Krause"), "{text}");

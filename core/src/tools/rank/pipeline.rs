@@ -221,7 +221,12 @@ pub fn resolve_clauses(
             if config.settings().pipeline.budget.margin.is_some() {
                 trace.confident = Some(keep);
             }
-            ranked.truncate(keep);
+            let guarded = embedder_top(registry, config, turn.cosine.unwrap_or(&[]));
+            let mut place = 0;
+            ranked.retain(|c| {
+                place += 1;
+                place <= keep || guarded.contains(&c.name.as_str())
+            });
         }
         let c = &config.settings().clauses;
         if c.enabled && clauses.len() >= 2 {
@@ -300,6 +305,58 @@ pub fn resolve_clauses(
         trace,
         mutating,
     }
+}
+
+/// The names of the `pipeline.budget.embedderTop` business tools of
+/// highest cosine similarity, best first, leaving out floor-only domains
+/// (those enter by their floors alone). Ties break by name; a name listed
+/// twice counts once, at its highest similarity. One pass over the hits,
+/// keeping the few best: nothing is sorted or allocated per hit.
+fn embedder_top<'a>(
+    registry: &Registry,
+    config: &RankConfig,
+    cosine: &'a [(String, f32)],
+) -> Vec<&'a str> {
+    let settings = config.settings();
+    let n = settings.pipeline.budget.embedder_top;
+    let floor_only = &settings.pipeline.domain.floor_only_domains;
+    let eligible = |name: &str| {
+        registry.by_name(name).is_some_and(|t| {
+            t.is_business()
+                && !t
+                    .domain
+                    .as_deref()
+                    .is_some_and(|d| floor_only.iter().any(|f| f == d))
+        })
+    };
+    // `a` ranks before `b`: higher similarity, then the lesser name.
+    let before =
+        |a: (&str, f32), b: (&str, f32)| a.1.total_cmp(&b.1).then_with(|| b.0.cmp(a.0)).is_gt();
+    let mut top: Vec<(&str, f32)> = Vec::with_capacity(n + 1);
+    for (name, c) in cosine {
+        let hit = (name.as_str(), *c);
+        if n == 0
+            || !c.is_finite()
+            || (top.len() == n && !top.last().is_some_and(|&l| before(hit, l)))
+        {
+            continue;
+        }
+        if let Some(at) = top.iter().position(|t| t.0 == hit.0) {
+            if top.get(at).is_some_and(|&t| !before(hit, t)) {
+                continue;
+            }
+            top.remove(at);
+        } else if !eligible(hit.0) {
+            continue;
+        }
+        let at = top
+            .iter()
+            .position(|&t| before(hit, t))
+            .unwrap_or(top.len());
+        top.insert(at, hit);
+        top.truncate(n);
+    }
+    top.into_iter().map(|(name, _)| name).collect()
 }
 
 /// A turn with no text to rank (a tool result only, an image, an empty user
@@ -419,6 +476,8 @@ struct ToolScore {
     index: usize,
     fused: f32,
     coverage: f32,
+    /// Whether the vector search returned the tool (it has a cosine).
+    searched: bool,
 }
 
 /// The fused scores of a registry's business tools for one turn. Only tools
@@ -463,6 +522,7 @@ impl Scores {
                 index,
                 fused: self.implicit,
                 coverage: 0.0,
+                searched: false,
             })
     }
 }
@@ -491,6 +551,7 @@ fn fused_scores(
         index,
         fused: s.fusion.fuse(cosine, lex, &s.lexical),
         coverage: lex.coverage,
+        searched: cosine.is_some(),
     };
     // Merge the two lists, both by index ascending.
     let mut scored = Vec::with_capacity(cos.len() + lex.len());
@@ -659,7 +720,7 @@ fn rank(
     let above = scores
         .scored
         .iter()
-        .filter(|s| s.fused >= stages.threshold)
+        .filter(|s| s.searched || s.fused >= stages.threshold)
         .count()
         + if scores.implicit >= stages.threshold {
             implicit

@@ -12,7 +12,14 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct PipelineSettings {
-    /// Fused scores below this are dropped (after the phase minimum is met).
+    /// Fused scores below this are dropped (after the phase minimum is met),
+    /// except, on a turn with cosines, a tool the vector search returned:
+    /// there the confidence budget sizes the set. So the threshold cuts the
+    /// tools with lexical evidence alone and every hit of a lexical-only turn
+    /// (whose scores lie below it: the phase minimum). Measured on every
+    /// dev set with `keyhole eval`: cutting searched tools as well changed
+    /// no tune part's full-gold recall or recall@10 (0.1–0.2 tools fewer)
+    /// and lost one field check turn (`eval/RESULTS.md`, ablation).
     pub threshold: f32,
     /// Domain scoping.
     pub domain: DomainSettings,
@@ -55,19 +62,30 @@ pub struct BudgetSettings {
     /// there are that many; the phase maximum still bounds the set): the
     /// fewest hits a turn with a margin shows is the phase minimum plus this.
     ///
-    /// The default, 3 (9 hits in a planner turn, whose minimum is 6), is
-    /// fitted on the tune parts of the field and catalog sets with `keyhole
+    /// The default, 2 (8 hits in a planner turn, whose minimum is 6), is
+    /// chosen with [`Self::embedder_top`] on the tune parts with `keyhole
     /// eval`: the tool a turn of unseen phrasing needs is often ranked 7th to
     /// 9th under a clear top hit, and neither how weak the best score is nor
     /// how the mass of the top scores spreads told those turns apart (a
     /// margin that widens with a weak best score, and a top-p over the
-    /// softmaxed fused scores, kept fewer tools only by losing them). Field
-    /// tune part, 144 turns: full-gold recall 0.882 at 7.67 tools surfaced
-    /// with 0, 0.910 at 9.17 with 2, 0.924 at 9.94 with 3 (no cut: 0.924 at
-    /// 11.46); catalog tune part 0.974 at 7.58, 0.987 at 9.26, 0.987 at
-    /// 10.03. Recall first: a tool missing fails the turn, an extra tool
-    /// costs about 0.8 KB of request.
+    /// softmaxed fused scores, kept fewer tools only by losing them). With
+    /// the embedder's best two kept as well, 2 keeps every tune part's
+    /// full-gold recall of 3 with fewer tools (field 0.972 at 9.57 against
+    /// 0.965 at 9.97 with 3 and none kept; catalog 0.987 at 9.43 against
+    /// 9.94; API-Bank 0.928 at 8.65 against 0.864 at 9.10; 1 gives field
+    /// 0.965 at 8.97; `eval/RESULTS.md`). Recall first: a tool missing
+    /// fails the turn, an extra tool costs about 0.8 KB of request.
     pub beyond_minimum: usize,
+    /// The embedder's best tools kept whatever the fusion and the margin
+    /// say: the `embedderTop` tools of highest cosine similarity join the
+    /// kept hits, after them, when they were ranked at all (past the
+    /// threshold, not scored out by a penalty) but fell beyond the cut. The
+    /// two signals disagree most on turns of unseen phrasing (a German turn
+    /// whose words meet other tools' keywords while the embedder ranks the
+    /// consent tool high); fusion alone buries the embedder's pick. A tool
+    /// of a floor-only domain is never kept this way, and the phase maximum
+    /// still bounds the set. Default 2 (see [`Self::beyond_minimum`]).
+    pub embedder_top: usize,
 }
 
 /// Domain scoping.
@@ -142,7 +160,8 @@ impl Default for BudgetSettings {
     fn default() -> Self {
         BudgetSettings {
             margin: Some(0.075),
-            beyond_minimum: 3,
+            beyond_minimum: 2,
+            embedder_top: 2,
         }
     }
 }

@@ -410,6 +410,7 @@ fn the_confidence_budget_keeps_hits_within_the_margin_and_the_minimum() {
         BudgetSettings {
             margin,
             beyond_minimum: 0,
+            ..BudgetSettings::default()
         }
         .keep(&hits, min)
     };
@@ -441,6 +442,7 @@ fn the_confidence_budget_keeps_hits_beyond_the_phase_minimum() {
     let budget = |beyond_minimum: usize| BudgetSettings {
         margin: Some(0.02),
         beyond_minimum,
+        ..BudgetSettings::default()
     };
     // A clear top hit: the margin alone keeps one, the minimum six.
     assert_eq!(budget(0).keep(&hits, 6), 6);
@@ -456,8 +458,8 @@ fn the_confidence_budget_keeps_hits_beyond_the_phase_minimum() {
         })
         .collect();
     assert_eq!(budget(3).keep(&flat, 6), 11);
-    // The default keeps three beyond the minimum; without a margin, every hit.
-    assert_eq!(BudgetSettings::default().beyond_minimum, 3);
+    // The default keeps two beyond the minimum; without a margin, every hit.
+    assert_eq!(BudgetSettings::default().beyond_minimum, 2);
     let none = BudgetSettings {
         margin: None,
         ..BudgetSettings::default()
@@ -471,6 +473,7 @@ fn the_confidence_budget_cuts_only_turns_with_cosines() {
     let mut s = RankSettings::default();
     s.pipeline.budget.margin = Some(0.0);
     s.pipeline.budget.beyond_minimum = 0;
+    s.pipeline.budget.embedder_top = 0;
     let tight = RankConfig::try_new(s).unwrap();
     let text = "Show the vital signs";
     let cos: Vec<(String, f32)> = reg
@@ -583,6 +586,7 @@ fn best_by_full_sort(
                     .fusion
                     .fuse(by_name.get(t.name.as_str()).copied(), lex, &s.lexical),
                 coverage: lex.coverage,
+                searched: by_name.contains_key(t.name.as_str()),
             }
         })
         .collect();
@@ -823,4 +827,128 @@ fn dedup_is_off_by_default_and_demotes_same_axis_siblings_when_on() {
             "{demoted} was demoted with no kept sibling of {k:?}"
         );
     }
+}
+
+#[test]
+fn the_embedders_best_tools_stay_past_the_budgets_cut() {
+    let reg = registry();
+    let map = NameMapping::default();
+    let tight = |embedder_top: usize| {
+        let mut s = RankSettings::default();
+        s.pipeline.budget.margin = Some(0.0);
+        s.pipeline.budget.beyond_minimum = 0;
+        s.pipeline.budget.embedder_top = embedder_top;
+        RankConfig::try_new(s).unwrap()
+    };
+    // The lexical side meets the vitals tools; the embedder prefers a
+    // payment and, above it, a literature search.
+    let payment = map.to_name("billing.payment.record");
+    let literature = map.to_name("research.pubmed.search");
+    let cos: Vec<(String, f32)> = reg
+        .tools()
+        .iter()
+        .map(|t| {
+            let c = if t.name == literature {
+                0.90
+            } else if t.name == payment {
+                0.86
+            } else {
+                0.80
+            };
+            (t.name.clone(), c)
+        })
+        .collect();
+    let turn = Turn {
+        cosine: Some(&cos),
+        ..lexical_turn("Show the vital signs", Phase::Planner)
+    };
+    let without = resolve(&reg, &tight(0), &turn);
+    assert!(
+        !names(&without).contains(&payment.as_str()),
+        "{:?}",
+        names(&without)
+    );
+    let with = resolve(&reg, &tight(1), &turn);
+    let with_names = names(&with);
+    assert!(with_names.contains(&payment.as_str()), "{with_names:?}");
+    assert!(
+        !with_names.contains(&literature.as_str()),
+        "a floor-only domain never enters by its cosine: {with_names:?}"
+    );
+    // The rest of the set is the cut's, in order; the kept tool comes after it.
+    assert_eq!(with_names.len(), names(&without).len() + 1);
+    assert_eq!(with_names.last(), Some(&payment.as_str()));
+    assert!(with.candidates.len() <= Phase::Planner.budget().max);
+}
+
+proptest! {
+    /// The one-pass selection equals sorting every eligible hit by
+    /// similarity (then name), each name once at its best, and taking the first.
+    #[test]
+    fn the_embedders_best_are_the_first_of_a_full_sort(
+        picks in proptest::collection::vec((0usize..120, 0u8..20), 0..60),
+        n in 0usize..5,
+    ) {
+        let reg = registry();
+        let mut s = RankSettings::default();
+        s.pipeline.budget.embedder_top = n;
+        let cfg = RankConfig::try_new(s).unwrap();
+        let names: Vec<String> = reg.tools().iter().map(|t| t.name.clone()).collect();
+        // Coarse similarities, so that ties and repeated names are common.
+        let cos: Vec<(String, f32)> = picks
+            .iter()
+            .map(|&(i, c)| (names.get(i).cloned().unwrap_or_else(|| format!("unknown{i}")), f32::from(c) / 20.0))
+            .collect();
+        let floor_only = &cfg.settings().pipeline.domain.floor_only_domains;
+        let mut want: Vec<(&str, f32)> = Vec::new();
+        for (name, c) in &cos {
+            let eligible = reg.by_name(name).is_some_and(|t| {
+                t.is_business() && !t.domain.as_deref().is_some_and(|d| floor_only.iter().any(|f| f == d))
+            });
+            if !eligible {
+                continue;
+            }
+            match want.iter_mut().find(|w| w.0 == name.as_str()) {
+                Some(w) => w.1 = w.1.max(*c),
+                None => want.push((name.as_str(), *c)),
+            }
+        }
+        want.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        let want: Vec<&str> = want.into_iter().take(n).map(|w| w.0).collect();
+        prop_assert_eq!(embedder_top(&reg, &cfg, &cos), want);
+    }
+}
+
+#[test]
+fn on_a_turn_with_cosines_the_threshold_cuts_no_searched_tool() {
+    let reg = registry();
+    let mut s = RankSettings::default();
+    s.pipeline.budget.margin = None;
+    s.pipeline.budget.embedder_top = 0;
+    let cfg = RankConfig::try_new(s).unwrap();
+    // Every similarity far below the threshold: without the budget's cut
+    // the set fills to the phase maximum with searched tools.
+    let cos: Vec<(String, f32)> = reg
+        .tools()
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name.clone(), 0.3 - i as f32 * 0.001))
+        .collect();
+    let turn = Turn {
+        cosine: Some(&cos),
+        ..lexical_turn("zzz qqq", Phase::Planner)
+    };
+    let r = resolve(&reg, &cfg, &turn);
+    assert_eq!(r.trace.above_threshold, reg.business_by_id().len());
+    assert_eq!(r.candidates.len(), Phase::Planner.budget().max);
+    // A lexical-only turn is still cut by it (lexical scores lie below it):
+    // the phase minimum, and the patient resolver the vitals tools need.
+    let lexical = resolve(
+        &reg,
+        &cfg,
+        &lexical_turn("Show the vital signs", Phase::Planner),
+    );
+    assert_eq!(lexical.trace.above_threshold, 0);
+    assert_eq!(lexical.candidates.len(), Phase::Planner.budget().min + 1);
+    assert!(lexical.trace.patient_resolve.is_some());
 }
