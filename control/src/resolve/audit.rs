@@ -129,8 +129,8 @@ pub enum MissReason {
     ToolSearch,
     /// The set was a fallback (control or filter), not a ranking.
     Fallback,
-    /// It was not ranked: the vector search did not return it and it scored
-    /// below the threshold (or is not in the registry).
+    /// It was not ranked: it scored below the threshold and was not among
+    /// the best tools the vector search returned (or is not in the registry).
     BelowThreshold,
     /// It ranked above the threshold but the phase budget cut it.
     Budget,

@@ -142,6 +142,9 @@ impl Resolution {
 struct Stages {
     threshold: f32,
     min_fill: usize,
+    /// At least this many of the tools the vector search returned are
+    /// ranked, whatever the threshold says.
+    searched_fill: usize,
     scoped: bool,
     limit: usize,
     reason: Reason,
@@ -200,6 +203,11 @@ pub fn resolve_clauses(
         let stages = Stages {
             threshold: config.settings().pipeline.threshold,
             min_fill: turn.phase.budget().min,
+            // The confidence budget sizes a turn with cosines; the threshold
+            // does not cut the searched tools it chooses from. Twice the phase
+            // maximum bounds the work: a tool ranked below that would have to
+            // pass more tools than the set holds by the stages' penalties.
+            searched_fill: turn.phase.budget().max.saturating_mul(2),
             scoped: true,
             limit: usize::MAX,
             reason: Reason::Rag,
@@ -435,6 +443,7 @@ pub fn search(
     let stages = Stages {
         threshold: f32::NEG_INFINITY,
         min_fill: 0,
+        searched_fill: 0,
         scoped: true,
         limit: k,
         reason: Reason::Rag,
@@ -720,7 +729,7 @@ fn rank(
     let above = scores
         .scored
         .iter()
-        .filter(|s| s.searched || s.fused >= stages.threshold)
+        .filter(|s| s.fused >= stages.threshold)
         .count()
         + if scores.implicit >= stages.threshold {
             implicit
@@ -728,7 +737,14 @@ fn rank(
             0
         };
     trace.above_threshold = above;
-    let mut ranked = best(registry, scores, above.max(stages.min_fill));
+    let searched = scores.scored.iter().filter(|s| s.searched).count();
+    let mut ranked = best(
+        registry,
+        scores,
+        above
+            .max(stages.min_fill)
+            .max(searched.min(stages.searched_fill)),
+    );
     trace.ranked = ranked
         .iter()
         .filter_map(|s| registry.tool(s.index).map(|t| t.name.clone()))

@@ -13,7 +13,8 @@ use std::collections::BTreeMap;
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct PipelineSettings {
     /// Fused scores below this are dropped (after the phase minimum is met),
-    /// except, on a turn with cosines, a tool the vector search returned:
+    /// except, on a turn with cosines, the best tools the vector search
+    /// returned, twice the phase maximum of them (24 in a planner turn):
     /// there the confidence budget sizes the set. So the threshold cuts the
     /// tools with lexical evidence alone and every hit of a lexical-only turn
     /// (whose scores lie below it: the phase minimum). Measured on every

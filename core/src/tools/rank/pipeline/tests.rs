@@ -920,14 +920,15 @@ proptest! {
 }
 
 #[test]
-fn on_a_turn_with_cosines_the_threshold_cuts_no_searched_tool() {
+fn on_a_turn_with_cosines_the_threshold_spares_the_best_searched_tools() {
     let reg = registry();
     let mut s = RankSettings::default();
     s.pipeline.budget.margin = None;
     s.pipeline.budget.embedder_top = 0;
     let cfg = RankConfig::try_new(s).unwrap();
     // Every similarity far below the threshold: without the budget's cut
-    // the set fills to the phase maximum with searched tools.
+    // the set fills to the phase maximum with searched tools, chosen from
+    // twice that many.
     let cos: Vec<(String, f32)> = reg
         .tools()
         .iter()
@@ -939,7 +940,8 @@ fn on_a_turn_with_cosines_the_threshold_cuts_no_searched_tool() {
         ..lexical_turn("zzz qqq", Phase::Planner)
     };
     let r = resolve(&reg, &cfg, &turn);
-    assert_eq!(r.trace.above_threshold, reg.business_by_id().len());
+    assert_eq!(r.trace.above_threshold, 0);
+    assert_eq!(r.trace.ranked.len(), 2 * Phase::Planner.budget().max);
     assert_eq!(r.candidates.len(), Phase::Planner.budget().max);
     // A lexical-only turn is still cut by it (lexical scores lie below it):
     // the phase minimum, and the patient resolver the vitals tools need.
