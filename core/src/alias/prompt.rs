@@ -39,6 +39,7 @@ use crate::json::lexer::{text_of, Event, JsonError, Lexer};
 use crate::json::StringEdit;
 use crate::proto::alias::{IdInput, KnownAlias};
 use crate::proto::reply::{self, ErrorKind, LocalReply};
+use crate::tools::detect::reads_word;
 use std::borrow::Cow;
 use std::ops::Range;
 
@@ -79,7 +80,6 @@ const DATA_MEMBERS: [&str; 6] = ["response", "args", "arguments", "input", "outp
 
 /// The strings of one LLM request body, scanned for raw ids.
 pub struct PromptScan<'t> {
-    tax: &'t Taxonomy,
     scan: ResponseScan<'t>,
     strings: Vec<Scanned>,
 }
@@ -213,7 +213,7 @@ impl<'t> PromptScan<'t> {
                 }
             }
         }
-        Ok(PromptScan { tax, scan, strings })
+        Ok(PromptScan { scan, strings })
     }
 
     /// The encode batch: every distinct raw id found, as for a response.
@@ -265,15 +265,14 @@ impl<'t> PromptScan<'t> {
         let mut replaced: Vec<StringEdit> = Vec::new();
         let mut ids = 0;
         for s in &self.strings {
-            let out = rewriter.rewrite(s.part, s.text.as_bytes())?;
+            let (out, found) = rewriter.rewrite_counted(s.part, s.text.as_bytes())?;
             if out == s.text.as_bytes() {
                 continue;
             }
             let text = String::from_utf8(out).map_err(|_| JsonError::NotUtf8)?;
             // A string changed only where an id was replaced: at least one.
-            let added =
-                alias_tokens(self.tax, &text).saturating_sub(alias_tokens(self.tax, &s.text));
-            ids += added.max(1);
+            ids += found.max(1);
+            let neutral = !s.json && !reads_word(&s.text) && !reads_word(&text);
             let value = if s.json {
                 text
             } else {
@@ -283,6 +282,7 @@ impl<'t> PromptScan<'t> {
                 span: s.span.clone(),
                 len: value.len(),
                 was: s.text.clone(),
+                neutral,
             });
             edits.push((s.span.clone(), Cow::Owned(value)));
         }
@@ -357,40 +357,6 @@ pub struct Rewritten {
     /// overlap: a string inside a value read whole is not scanned on its
     /// own); empty when [`Self::body`] is `None`.
     pub edits: Vec<StringEdit>,
-}
-
-/// Tokens of `text` (runs of ASCII letters, digits and `-`, a percent
-/// escape `%XX` ending one like any other separator) that are aliases by the
-/// grammar.
-fn alias_tokens(tax: &Taxonomy, text: &str) -> usize {
-    let mut count = 0;
-    let mut start = 0;
-    let mut i = 0;
-    // A token starts after a separator byte and holds ASCII only, so its
-    // ends are character boundaries.
-    let mut end_token = |from: usize, to: usize| {
-        let token = text.get(from..to).unwrap_or_default();
-        if token.len() >= 5 && tax.parse_alias(token).is_some() {
-            count += 1;
-        }
-    };
-    let bytes = text.as_bytes();
-    while i < bytes.len() {
-        let b = bytes.get(i).copied().unwrap_or(b' ');
-        if b.is_ascii_alphanumeric() || b == b'-' {
-            i += 1;
-            continue;
-        }
-        end_token(start, i);
-        let escape = b == b'%'
-            && bytes
-                .get(i + 1..i + 3)
-                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit));
-        i += if escape { 3 } else { 1 };
-        start = i;
-    }
-    end_token(start, text.len());
-    count
 }
 
 /// Why an LLM request's ids could not be aliased. The request is then

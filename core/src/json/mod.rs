@@ -33,4 +33,9 @@ pub struct StringEdit {
     pub len: usize,
     /// Its decoded content before the rewrite.
     pub was: String,
+    /// A string replaced by a string, neither a word the tool detector reads
+    /// ([`crate::tools::detect::reads_word`]): the detector counts the body
+    /// the same before and after this edit. A container read as one
+    /// document never is (a number id in it becomes a string).
+    pub neutral: bool,
 }

@@ -98,6 +98,16 @@ pub fn count_tool_shaped(body: &[u8]) -> Result<usize, DetectError> {
     }
 }
 
+/// Whether the count of a body can depend on what a string says: a string
+/// that folds to a key the detector reads (`name`, `parameters`, `tools`…)
+/// or to a `type` word (`function`, `custom`, `namespace`). Replacing one
+/// string value by another, neither such a word, leaves
+/// [`count_tool_shaped`] the same: every other string counts only as "a
+/// string".
+pub fn reads_word(value: &str) -> bool {
+    classify(value) != Key::Other || word_kind(value) != Kind::String
+}
+
 /// Reads one JSON value, and nothing after it, from `de`, adding the tool
 /// shapes found to `count`.
 fn count_in<'de, R: serde_json::de::Read<'de>>(

@@ -182,7 +182,8 @@ fn with_rest<'a>(mut parsed: ParsedRequest<'a>, body: &[u8], phase: Phase) -> Re
 /// aliases), without reading it again: `sent` moved onto it
 /// ([`ParsedRequest::moved`]), its turn and tool-search query passed through
 /// `alias` (the same texts as the rewrite of the body has them), and the rest
-/// of `body` counted again, as [`read`] counts it. `None` when the edits or
+/// of `body` counted again, as [`read`] counts it, unless every edit is
+/// [`crate::json::StringEdit::neutral`] (the count as sent holds). `None` when the edits or
 /// `alias` leave no valid move: then `read` the body.
 pub fn read_moved(
     sent: ParsedRequest<'static>,

@@ -470,6 +470,23 @@ fn occurrences_are_counted_once_each() {
             .ids,
         2
     );
+    // Each id once, wherever it stands: after a percent escape, in a JSON
+    // document inside a string, and a known id written with an escape.
+    let body = br#"{"messages":[{"role":"user","content":"subject=Patient%2Fpat-000123&x=Patient/pat-000124"},{"role":"tool","content":"{\"ref\":\"Patient/pat-000125\",\"at\":\"%62erlin-mitte-ambulanz\"}"}]}"#;
+    let scan = PromptScan::new(&tax, body).expect("scan");
+    let aliases = SessionMap::new()
+        .encode(&tax, scan.ids())
+        .expect("encode")
+        .aliases;
+    let out = scan
+        .rewrite_counted(body, &aliases, &known)
+        .expect("rewrite");
+    let text = String::from_utf8_lossy(out.body.as_deref().unwrap_or_default()).into_owned();
+    assert!(
+        !text.contains("000123") && !text.contains("erlin-mitte"),
+        "{text}"
+    );
+    assert_eq!(out.ids, 4, "{text}");
 }
 
 #[test]
@@ -536,24 +553,6 @@ fn refusals_read_controls_error_codes_and_never_quote_the_request() {
     assert_eq!(Refusal::NoSession.reply("x-s").status, 400);
     assert_eq!(Refusal::Store.reply("x-s").status, 503);
     assert_eq!(Refusal::Conflict.reply("x-s").status, 422);
-}
-
-#[test]
-fn alias_tokens_end_at_percent_escapes() {
-    let tax = Taxonomy::default();
-    assert_eq!(
-        alias_tokens(&tax, "subject=Patient%2Fpatient-001&x=patient-002"),
-        2
-    );
-    assert_eq!(alias_tokens(&tax, "pat-000123 patient-0001 patient"), 0);
-    // Tokens after and between characters beyond ASCII.
-    assert_eq!(
-        alias_tokens(
-            &tax,
-            "Überweisung→patient-001·Müller patient-002é xpatient-003"
-        ),
-        2
-    );
 }
 
 #[test]
@@ -714,6 +713,7 @@ fn a_read_is_not_moved_over_a_forced_name_or_into_the_tools() {
         span,
         len: 3,
         was: "a".into(),
+        neutral: true,
     };
     let sent = || {
         parse("/v1/chat/completions", body)
@@ -734,6 +734,7 @@ fn a_read_is_not_moved_over_a_forced_name_or_into_the_tools() {
             span: a..a + 3,
             len: 6,
             was: "a".into(),
+            neutral: true,
         }])
         .expect("moved");
     let again = parse("/v1/chat/completions", &grown)
@@ -746,4 +747,76 @@ fn a_read_is_not_moved_over_a_forced_name_or_into_the_tools() {
         String::from_utf8(moved.rewrite(&grown, &[])).expect("utf8"),
         r#"{"messages":[{"role":"user","content":"abcd"}],"tools":[]}"#
     );
+}
+
+#[test]
+fn only_a_string_the_detector_does_not_read_keeps_the_count_of_the_rest() {
+    use crate::tools::detect::{count_tool_shaped, reads_word};
+    use crate::tools::format::{BuiltinTools, Memo};
+    use crate::tools::surface::{self, Read};
+    for word in [
+        "name",
+        "Input_Schema",
+        "TOOLS",
+        "function",
+        "cus-tom",
+        "namespace",
+    ] {
+        assert!(reads_word(word), "{word}");
+    }
+    for other in [
+        "go",
+        "039b70b8-92f7-44b7-9c91-4e3f0e900c71",
+        "names",
+        "functional",
+    ] {
+        assert!(!reads_word(other), "{other}");
+    }
+    let tax = Taxonomy::default();
+    let uuid = "039b70b8-92f7-44b7-9c91-4e3f0e900c71";
+    let tools = r#""tools":[{"type":"function","function":{"name":"b"}}]"#;
+    let declarations = r#""tools":[{"functionDeclarations":[{"name":"b"}]}]"#;
+    // A string of the conversation: neutral, and the count as sent is kept.
+    // An id in a tool's arguments (a container read as one document): not
+    // neutral, so the rest of the aliased body is counted again.
+    for (body, neutral) in [
+        (
+            format!(r#"{{"messages":[{{"role":"user","content":"see {uuid}"}}],{tools}}}"#),
+            true,
+        ),
+        (
+            format!(
+                r#"{{"contents":[{{"role":"model","parts":[{{"functionCall":{{"name":"b","args":{{"id":"{uuid}"}}}}}}]}}],{declarations}}}"#
+            ),
+            false,
+        ),
+    ] {
+        let scan = PromptScan::new(&tax, body.as_bytes()).expect("scan");
+        let aliases = SessionMap::new()
+            .encode(&tax, scan.ids())
+            .expect("encode")
+            .aliases;
+        let rewritten = scan
+            .rewrite_counted(body.as_bytes(), &aliases, &[])
+            .expect("rewrite");
+        let out = rewritten.body.clone().expect("aliased");
+        assert_eq!(rewritten.edits.len(), 1, "{body}");
+        assert_eq!(rewritten.edits[0].neutral, neutral, "{body}");
+        let phase = crate::Phase::Planner;
+        let Read::Resolve(sent) = surface::read(
+            "/any",
+            body.as_bytes(),
+            phase,
+            &BuiltinTools::default(),
+            &mut Memo::new(),
+        ) else {
+            panic!("read")
+        };
+        let moved = sent.into_owned().moved(&rewritten.edits).expect("moved");
+        assert_eq!(moved.rest.is_some(), neutral, "{body}");
+        if let Some(rest) = moved.rest {
+            let without_tools = moved.rewrite(&out, &[]);
+            assert_eq!(Some(rest), count_tool_shaped(&without_tools).ok());
+        }
+    }
 }

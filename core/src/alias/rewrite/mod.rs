@@ -224,6 +224,15 @@ impl<'t> Rewriter<'_, 't> {
     /// Fails when `body` is not the scanned part, or verification finds a raw
     /// id left ([`RewriteError::Leak`]).
     pub fn rewrite(&self, part: PartId, body: &[u8]) -> Result<Vec<u8>, RewriteError> {
+        self.rewrite_counted(part, body).map(|(out, _)| out)
+    }
+
+    /// [`Self::rewrite`], with the number of id occurrences it replaced.
+    pub fn rewrite_counted(
+        &self,
+        part: PartId,
+        body: &[u8],
+    ) -> Result<(Vec<u8>, usize), RewriteError> {
         let p = self.scan.parts.get(part.0).ok_or(RewriteError::WrongBody {
             part: part.0,
             scanned: 0,
@@ -244,7 +253,7 @@ impl<'t> Rewriter<'_, 't> {
         }
         if self.alias_of.is_empty() {
             self.verify(body, p, &[])?;
-            return Ok(body.to_vec());
+            return Ok((body.to_vec(), 0));
         }
         let alias = |v: usize| self.alias_of.get(v).copied().unwrap_or("");
         // Ids that stood as numbers are written back as JSON strings.
@@ -323,6 +332,13 @@ impl<'t> Rewriter<'_, 't> {
             }
             edits.extend(extra);
         }
+        // Each edit so far replaced one occurrence (an alias the session
+        // issued, answered with itself, is none); an escaped literal's edit
+        // below replaces every occurrence inside it.
+        let mut replaced = edits
+            .iter()
+            .filter(|(r, with)| body.get(r.clone()) != Some(with.as_bytes()))
+            .count();
         // Escaped literals: rewrite the decoded text, re-encode the literal.
         for e in p.escaped.iter().filter(|e| !e.protected) {
             let mut inner: Vec<(Range<usize>, usize)> = e.occs.clone();
@@ -337,6 +353,10 @@ impl<'t> Rewriter<'_, 't> {
             if inner.is_empty() {
                 continue;
             }
+            replaced += inner
+                .iter()
+                .filter(|(r, v)| e.text.as_bytes().get(r.clone()) != Some(alias(*v).as_bytes()))
+                .count();
             let text = splice(
                 e.text.as_bytes(),
                 inner
@@ -352,7 +372,7 @@ impl<'t> Rewriter<'_, 't> {
         }
         let (out, applied) = splice_mapped(body, edits);
         self.verify(&out, p, &applied)?;
-        Ok(out)
+        Ok((out, replaced))
     }
 
     /// Verifies the output of `p` (`applied`: its edits, see

@@ -558,8 +558,9 @@ impl ParsedRequest<'_> {
     /// This request as read from the body `edits` made of the body it was
     /// read from, without reading that body: every tools array moved by what
     /// the edits before it added or removed. The turn and the tool-search
-    /// query stay as read (the caller replaces them), and the count of the
-    /// rest of the body is cleared (count it on the new body).
+    /// query stay as read (the caller replaces them). The count of the rest
+    /// of the body is kept when every edit is [`StringEdit::neutral`], else
+    /// cleared (count it on the new body).
     ///
     /// `None` when the edits do not leave the read valid: one touches a
     /// tools array, one replaced a string that is a name the request forces
@@ -594,7 +595,11 @@ impl ParsedRequest<'_> {
                 return None;
             }
         }
-        self.rest = None;
+        // The detector's count of the rest holds when every edit replaced
+        // a string the detector does not read by another.
+        if !edits.iter().all(|e| e.neutral) {
+            self.rest = None;
+        }
         Some(self)
     }
 
