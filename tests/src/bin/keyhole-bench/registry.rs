@@ -9,6 +9,7 @@ use crate::report::f;
 use crate::scenarios::Settings;
 use anyhow::Context as _;
 use keyhole_core::proto::tools::{descriptors_digest, ResolveRequest, ToolDescriptor};
+use keyhole_core::proto::turn::{TurnRequest, TURN_PATH};
 use keyhole_core::Phase;
 use keyhole_e2e::control::{self, Control};
 use keyhole_e2e::{Stack, StackOptions};
@@ -137,27 +138,55 @@ pub(crate) async fn resolve_kept_alive(
     req: &ResolveRequest,
     n: usize,
 ) -> anyhow::Result<(Lat, String)> {
+    let body = serde_json::to_vec(req)?;
+    kept_alive(socket, "/v1/resolve", body, n, |a| &a["source"]).await
+}
+
+/// `POST /v2/turn` `n` times over one [`KeptAlive`] connection, as the
+/// filter asks on every LLM turn (the prompt's ids and the turn together),
+/// after waiting, as [`resolve_kept_alive`] does, for answers ranked with
+/// vectors; with the source of the last answer.
+pub(crate) async fn turn_kept_alive(
+    socket: &Path,
+    req: &TurnRequest,
+    n: usize,
+) -> anyhow::Result<(Lat, String)> {
+    let body = serde_json::to_vec(req)?;
+    kept_alive(socket, TURN_PATH, body, n, |a| {
+        &a["resolve"]["answer"]["source"]
+    })
+    .await
+}
+
+/// `POST path` with `body` `n` times over one [`KeptAlive`] connection,
+/// once the answers' `source` (read by `source`) says `retrieval` (for at
+/// most two minutes); the timings and the last answer's source.
+async fn kept_alive(
+    socket: &Path,
+    path: &str,
+    body: Vec<u8>,
+    n: usize,
+    source: fn(&serde_json::Value) -> &serde_json::Value,
+) -> anyhow::Result<(Lat, String)> {
     let mut conn = KeptAlive::connect(socket).await?;
-    let body = hyper::body::Bytes::from(serde_json::to_vec(req)?);
+    let body = hyper::body::Bytes::from(body);
     let mut call = async || -> anyhow::Result<(std::time::Duration, String)> {
-        let (took, answer) = conn
-            .call(hyper::Method::POST, "/v1/resolve", body.clone())
-            .await?;
+        let (took, answer) = conn.call(hyper::Method::POST, path, body.clone()).await?;
         let answer: serde_json::Value = serde_json::from_slice(&answer)?;
-        Ok((took, answer["source"].as_str().unwrap_or("?").to_owned()))
+        Ok((took, source(&answer).as_str().unwrap_or("?").to_owned()))
     };
     let warm_until = Instant::now() + std::time::Duration::from_secs(120);
     while call().await?.1 != "retrieval" && Instant::now() < warm_until {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     let mut v = Vec::with_capacity(n);
-    let mut source = String::new();
+    let mut answered_by = String::new();
     for _ in 0..n {
-        let (took, answered_by) = call().await?;
+        let (took, by) = call().await?;
         v.push(took);
-        source = answered_by;
+        answered_by = by;
     }
-    Ok((summarize(v), source))
+    Ok((summarize(v), answered_by))
 }
 
 /// `GET /healthz` `n` times over one [`KeptAlive`] connection: the round

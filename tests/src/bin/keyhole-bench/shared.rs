@@ -12,7 +12,10 @@ use crate::registry::resolve_over_socket;
 use crate::report::{f, latency_row, LATENCY_HEADER};
 use crate::scenarios::Settings;
 use anyhow::Context as _;
+use keyhole_core::alias::{PromptScan, Taxonomy};
+use keyhole_core::proto::alias::EncodeRequest;
 use keyhole_core::proto::tools::{descriptors_digest, ResolveRequest};
+use keyhole_core::proto::turn::{TurnRequest, TURN_VERSION};
 use keyhole_core::tools::format;
 use keyhole_core::Phase;
 use keyhole_e2e::control;
@@ -410,7 +413,8 @@ pub(crate) fn prompt_bytes_markdown(p: &Value) -> String {
 }
 
 /// Scenario 4: control alone over its socket: `/v1/resolve` at 108 tools,
-/// the bytes filter→control per turn, alias encode and decode rates.
+/// `/v2/turn` as the filter sends it, the bytes filter→control per turn,
+/// alias encode and decode rates.
 pub(crate) async fn control(s: &Settings, sh: &Shared) -> anyhow::Result<Value> {
     eprintln!("scenario 4: control alone…");
     let rounds = s.rounds;
@@ -447,6 +451,30 @@ pub(crate) async fn control(s: &Settings, sh: &Shared) -> anyhow::Result<Value> 
     // times each resolve from the body read to the answer built), and the
     // round trip with next to no work behind it.
     let own = own_work(&socket, "bench", rounds).await?;
+    // What the filter sends on each catalog turn: the prompt's raw ids and
+    // the turn by digest, one `/v2/turn` (its own session, so the audit
+    // figures above stay the resolve's).
+    let tax = match keyhole_e2e::paths::taxonomy() {
+        Some(file) => Taxonomy::from_json(&std::fs::read(&file)?)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?,
+        None => Taxonomy::default(),
+    };
+    let scan = PromptScan::new(&tax, &sh.catalog_bytes).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let turn_req = TurnRequest {
+        version: TURN_VERSION,
+        taxonomy: Some(tax.digest().to_owned()),
+        encode: EncodeRequest {
+            session: "bench-turn".into(),
+            ids: scan.ids().to_vec(),
+            prompt: true,
+        },
+        resolve: ResolveRequest {
+            session: Some("bench-turn".into()),
+            ..catalog_by_digest.clone()
+        },
+    };
+    let (turn_steady, turn_source) =
+        crate::registry::turn_kept_alive(&socket, &turn_req, rounds).await?;
     let floor = crate::registry::healthz_kept_alive(&socket, rounds).await?;
     let resolve_108 = resolve_over_socket(&socket, &catalog_req, rounds).await?;
     let turn_bytes_108 = json!({"tools": 108, "first_turn": serde_json::to_vec(&catalog_req)?.len(),
@@ -475,6 +503,8 @@ pub(crate) async fn control(s: &Settings, sh: &Shared) -> anyhow::Result<Value> 
     let decode_ops = (alias_rounds * aliases.len().max(1)) as f64 / started.elapsed().as_secs_f64();
     Ok(
         json!({"resolve_108_tools": resolve_108, "resolve_108_tools_by_digest_kept_alive": resolve_108_steady,
+               "turn_by_digest_kept_alive": turn_steady, "turn_answered_by": turn_source,
+               "turn_prompt_ids": scan.ids().len(),
                "by_digest_kept_alive_answered_by": steady_source,
                "resolve_own_work_us": own,
                "healthz_kept_alive": floor,
@@ -511,11 +541,13 @@ async fn own_work(socket: &std::path::Path, session: &str, n: usize) -> anyhow::
 /// Scenario 4's section of `RESULTS.md`.
 pub(crate) fn control_markdown(c: &Value) -> String {
     format!(
-        "control alone: `/v1/resolve` at 108 tools p50 {} ms, p99 {} ms (a connection per call, descriptors sent); by digest on one kept-alive connection, as the filter calls it, p50 {} ms, p99 {} ms (answered by: {}; control's own work p50 {} µs of it; `GET /healthz` on the same kind of connection p50 {} ms); bytes filter→control per turn at 108 tools: first turn {} B, by digest {} B; alias encode {} ids/s, decode {} ids/s ({}).\n",
+        "control alone: `/v1/resolve` at 108 tools p50 {} ms, p99 {} ms (a connection per call, descriptors sent); by digest on one kept-alive connection, as the filter calls it, p50 {} ms, p99 {} ms (answered by: {}; control's own work p50 {} µs of it; `GET /healthz` on the same kind of connection p50 {} ms); `/v2/turn` as the filter sends it on each catalog turn (the prompt's {} raw ids and the turn by digest, kept alive) p50 {} ms, p99 {} ms (answered by: {}); bytes filter→control per turn at 108 tools: first turn {} B, by digest {} B; alias encode {} ids/s, decode {} ids/s ({}).\n",
         f(&c["resolve_108_tools"]["p50_ms"]), f(&c["resolve_108_tools"]["p99_ms"]),
         f(&c["resolve_108_tools_by_digest_kept_alive"]["p50_ms"]), f(&c["resolve_108_tools_by_digest_kept_alive"]["p99_ms"]),
         c["by_digest_kept_alive_answered_by"].as_str().unwrap_or("?"),
         c["resolve_own_work_us"]["total_p50"], f(&c["healthz_kept_alive"]["p50_ms"]),
+        c["turn_prompt_ids"], f(&c["turn_by_digest_kept_alive"]["p50_ms"]), f(&c["turn_by_digest_kept_alive"]["p99_ms"]),
+        c["turn_answered_by"].as_str().unwrap_or("?"),
         c["turn_bytes_108_tools"]["first_turn"], c["turn_bytes_108_tools"]["by_digest"], f(&c["alias_encode_ids_per_s"]),
         f(&c["alias_decode_ids_per_s"]), c["note"].as_str().unwrap_or("")
     )
