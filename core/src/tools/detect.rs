@@ -201,6 +201,16 @@ fn word_kind(value: &str) -> Kind {
     if value.len() > 16 {
         return Kind::String;
     }
+    // Each word starts with `f`, `c` or `n` (either case); a value whose
+    // first byte is another ASCII letter or digit, or ASCII punctuation but
+    // a separator, is none of them.
+    if value
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii() && b != b'_' && b != b'-' && !b"fFcCnN".contains(&b))
+    {
+        return Kind::String;
+    }
     let mut buf = [0u8; 16];
     let folded = ascii_folded(value, &mut buf);
     let is = |target: &str| match folded {
