@@ -282,10 +282,7 @@ fn tool_definitions_stay_byte_identical_even_with_ids_in_them() {
         r#"{{"messages":[{{"role":"user","content":"open 039b70b8-92f7-44b7-9c91-4e3f0e900c71"}}],"tools":{tools}}}"#
     );
     let scan = PromptScan::new(&tax, body.as_bytes()).expect("scan");
-    let aliases = SessionMap::new()
-        .encode(&tax, scan.ids())
-        .expect("encode")
-        .aliases;
+    let aliases = fresh_aliases(&tax, &scan);
     let out = String::from_utf8(
         scan.rewrite(body.as_bytes(), &aliases, &[])
             .expect("rewrite"),
@@ -307,10 +304,7 @@ fn request_bookkeeping_never_reaches_the_model_and_is_left_as_sent() {
     );
     let body = format!(r#"{{{hidden},"messages":[{{"role":"user","content":"open {id}"}}]}}"#);
     let scan = PromptScan::new(&tax, body.as_bytes()).expect("scan");
-    let aliases = SessionMap::new()
-        .encode(&tax, scan.ids())
-        .expect("encode")
-        .aliases;
+    let aliases = fresh_aliases(&tax, &scan);
     let known = [KnownAlias {
         value: id.into(),
         alias: "ref-001".into(),
@@ -363,10 +357,7 @@ fn number_ids_in_tool_data_are_ids() {
     let body = br#"{"contents":[{"parts":[{"functionResponse":{"name":"get","response":{"patientId":482913,"count":3}}}]}]}"#;
     let scan = PromptScan::new(&tax, body).expect("scan");
     assert_eq!(scan.ids().len(), 1);
-    let aliases = SessionMap::new()
-        .encode(&tax, scan.ids())
-        .expect("encode")
-        .aliases;
+    let aliases = fresh_aliases(&tax, &scan);
     let out = String::from_utf8(scan.rewrite(body, &aliases, &[]).expect("rewrite")).expect("utf8");
     assert!(
         !out.contains("482913") && out.contains(r#""count":3"#),
@@ -444,10 +435,7 @@ fn occurrences_are_counted_once_each() {
         r#"{{"system":"open {u}","messages":[{{"role":"user","content":"{u} and Patient/pat-000123 and {u}"}}]}}"#
     );
     let scan = PromptScan::new(&tax, body.as_bytes()).expect("scan");
-    let aliases = SessionMap::new()
-        .encode(&tax, scan.ids())
-        .expect("encode")
-        .aliases;
+    let aliases = fresh_aliases(&tax, &scan);
     let out = scan
         .rewrite_counted(body.as_bytes(), &aliases, &[])
         .expect("rewrite");
@@ -474,10 +462,7 @@ fn occurrences_are_counted_once_each() {
     // document inside a string, and a known id written with an escape.
     let body = br#"{"messages":[{"role":"user","content":"subject=Patient%2Fpat-000123&x=Patient/pat-000124"},{"role":"tool","content":"{\"ref\":\"Patient/pat-000125\",\"at\":\"%62erlin-mitte-ambulanz\"}"}]}"#;
     let scan = PromptScan::new(&tax, body).expect("scan");
-    let aliases = SessionMap::new()
-        .encode(&tax, scan.ids())
-        .expect("encode")
-        .aliases;
+    let aliases = fresh_aliases(&tax, &scan);
     let out = scan
         .rewrite_counted(body, &aliases, &known)
         .expect("rewrite");
@@ -681,10 +666,7 @@ fn a_read_is_not_moved_over_a_forced_name_or_into_the_tools() {
         r#"{{"messages":[{{"role":"user","content":"go"}}],"tool_choice":{{"type":"function","function":{{"name":"{uuid}"}}}},"tools":[{{"type":"function","function":{{"name":"{uuid}","parameters":{{"type":"object"}}}}}},{{"type":"function","function":{{"name":"b"}}}}]}}"#
     );
     let scan = PromptScan::new(&tax, body.as_bytes()).expect("scan");
-    let aliases = SessionMap::new()
-        .encode(&tax, scan.ids())
-        .expect("encode")
-        .aliases;
+    let aliases = fresh_aliases(&tax, &scan);
     let rewritten = scan
         .rewrite_counted(body.as_bytes(), &aliases, &[])
         .expect("rewrite");
@@ -792,10 +774,7 @@ fn only_a_string_the_detector_does_not_read_keeps_the_count_of_the_rest() {
         ),
     ] {
         let scan = PromptScan::new(&tax, body.as_bytes()).expect("scan");
-        let aliases = SessionMap::new()
-            .encode(&tax, scan.ids())
-            .expect("encode")
-            .aliases;
+        let aliases = fresh_aliases(&tax, &scan);
         let rewritten = scan
             .rewrite_counted(body.as_bytes(), &aliases, &[])
             .expect("rewrite");
@@ -819,4 +798,12 @@ fn only_a_string_the_detector_does_not_read_keeps_the_count_of_the_rest() {
             assert_eq!(Some(rest), count_tool_shaped(&without_tools).ok());
         }
     }
+}
+
+/// The aliases a new session gives the ids `scan` found.
+fn fresh_aliases(tax: &Taxonomy, scan: &PromptScan<'_>) -> Vec<String> {
+    SessionMap::new()
+        .encode(tax, scan.ids())
+        .expect("encode")
+        .aliases
 }

@@ -229,12 +229,15 @@ pub fn resolve_clauses(
             if config.settings().pipeline.budget.margin.is_some() {
                 trace.confident = Some(keep);
             }
-            let guarded = embedder_top(registry, config, turn.cosine.unwrap_or(&[]));
-            let mut place = 0;
-            ranked.retain(|c| {
-                place += 1;
-                place <= keep || guarded.contains(&c.name.as_str())
-            });
+            // Nothing past the cut: the embedder's best need no guard.
+            if ranked.len() > keep {
+                let guarded = embedder_top(registry, config, turn.cosine.unwrap_or(&[]));
+                let mut place = 0;
+                ranked.retain(|c| {
+                    place += 1;
+                    place <= keep || guarded.contains(&c.name.as_str())
+                });
+            }
         }
         let c = &config.settings().clauses;
         if c.enabled && clauses.len() >= 2 {
@@ -726,18 +729,20 @@ fn rank(
     };
     // 3. Threshold, keeping the phase minimum when there is anything to keep.
     let implicit = scores.business - scores.scored.len();
-    let above = scores
-        .scored
-        .iter()
-        .filter(|s| s.fused >= stages.threshold)
-        .count()
+    // Tools over the threshold and tools the vector search returned, in one pass.
+    let (over, searched) = scores.scored.iter().fold((0, 0), |(over, searched), s| {
+        (
+            over + usize::from(s.fused >= stages.threshold),
+            searched + usize::from(s.searched),
+        )
+    });
+    let above = over
         + if scores.implicit >= stages.threshold {
             implicit
         } else {
             0
         };
     trace.above_threshold = above;
-    let searched = scores.scored.iter().filter(|s| s.searched).count();
     let mut ranked = best(
         registry,
         scores,

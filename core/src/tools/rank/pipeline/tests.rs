@@ -467,6 +467,16 @@ fn the_confidence_budget_keeps_hits_beyond_the_phase_minimum() {
     assert_eq!(none.keep(&hits, 6), 11);
 }
 
+/// Every tool of `reg` with a cosine, from `top` down by 0.001 a tool, in
+/// registry order.
+fn falling_cosines(reg: &Registry, top: f32) -> Vec<(String, f32)> {
+    reg.tools()
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name.clone(), top - i as f32 * 0.001))
+        .collect()
+}
+
 #[test]
 fn the_confidence_budget_cuts_only_turns_with_cosines() {
     let reg = registry();
@@ -476,12 +486,7 @@ fn the_confidence_budget_cuts_only_turns_with_cosines() {
     s.pipeline.budget.embedder_top = 0;
     let tight = RankConfig::try_new(s).unwrap();
     let text = "Show the vital signs";
-    let cos: Vec<(String, f32)> = reg
-        .tools()
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.name.clone(), 0.9 - i as f32 * 0.001))
-        .collect();
+    let cos = falling_cosines(&reg, 0.9);
     let with = Turn {
         cosine: Some(&cos),
         ..lexical_turn(text, Phase::Planner)
@@ -929,12 +934,7 @@ fn on_a_turn_with_cosines_the_threshold_spares_the_best_searched_tools() {
     // Every similarity far below the threshold: without the budget's cut
     // the set fills to the phase maximum with searched tools, chosen from
     // twice that many.
-    let cos: Vec<(String, f32)> = reg
-        .tools()
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.name.clone(), 0.3 - i as f32 * 0.001))
-        .collect();
+    let cos = falling_cosines(&reg, 0.3);
     let turn = Turn {
         cosine: Some(&cos),
         ..lexical_turn("zzz qqq", Phase::Planner)
