@@ -310,20 +310,31 @@ impl Embedder {
     pub async fn embed(&self, side: Side, texts: &[&str]) -> Result<Vec<Arc<[f32]>>, EmbedError> {
         match side {
             Side::Document => self.embed_documents(texts).await,
-            Side::Query => {
-                // Every text is queued before any answer is awaited, so they
-                // go together.
-                let mut waiting = Vec::with_capacity(texts.len());
-                for text in texts {
-                    waiting.push(self.ask(text, None).await?);
-                }
-                let mut out = Vec::with_capacity(waiting.len());
-                for w in waiting {
-                    out.push(w.wait().await?);
-                }
-                Ok(out)
-            }
+            Side::Query => self.embed_queries(texts, None).await.into_iter().collect(),
         }
+    }
+
+    /// Several queries' embeddings (a turn and its clauses), each from the
+    /// cache or the batcher: every text is queued before any answer is
+    /// awaited, so they go in one request. One result per text, in order;
+    /// each fails on its own, as [`Self::embed_query`] would.
+    pub async fn embed_queries(
+        &self,
+        texts: &[&str],
+        deadline: Option<tokio::time::Instant>,
+    ) -> Vec<Result<Arc<[f32]>, EmbedError>> {
+        let mut waiting = Vec::with_capacity(texts.len());
+        for text in texts {
+            waiting.push(self.ask(text, deadline).await);
+        }
+        let mut out = Vec::with_capacity(waiting.len());
+        for asked in waiting {
+            out.push(match asked {
+                Ok(asked) => asked.wait().await,
+                Err(e) => Err(e),
+            });
+        }
+        out
     }
 
     /// One turn's embedding, by its canonical text: from the cache, else

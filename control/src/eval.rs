@@ -18,8 +18,8 @@
 //! - `ablation`: `hybrid` with each stage after fusion switched in turn
 //!   ([`ABLATIONS`]: `no-threshold`, `no-domain`, `with-dedup` — the one stage
 //!   off by default, switched on —, `no-workflow`, `no-budget`, `no-floors`,
-//!   `no-patient-floor`, `no-embedder-top`), each reported as its own mode beside `hybrid` and
-//!   `rrf`, on the same embeddings.
+//!   `no-patient-floor`, `no-embedder-top`, `no-clauses`), each reported as
+//!   its own mode beside `hybrid` and `rrf`, on the same embeddings.
 //!
 //! # Fitting the confidence budget
 //! The margin of `pipeline.budget` (hits within it of the best are kept) is
@@ -107,11 +107,14 @@ pub enum Mode {
     /// `hybrid` without the embedder's best tools kept past the budget's cut.
     #[serde(rename = "no-embedder-top")]
     NoEmbedderTop,
+    /// `hybrid` without clause retrieval (multi-intent turns retrieved whole).
+    #[serde(rename = "no-clauses")]
+    NoClauses,
 }
 
 /// The modes [`Mode::Ablation`] stands for: each post-fusion stage switched
 /// in turn (off, or on for the one off by default).
-pub const ABLATIONS: [Mode; 8] = [
+pub const ABLATIONS: [Mode; 9] = [
     Mode::NoThreshold,
     Mode::NoDomain,
     Mode::WithDedup,
@@ -120,6 +123,7 @@ pub const ABLATIONS: [Mode; 8] = [
     Mode::NoFloors,
     Mode::NoPatientFloor,
     Mode::NoEmbedderTop,
+    Mode::NoClauses,
 ];
 
 impl Mode {
@@ -169,6 +173,7 @@ impl Mode {
             }
             Mode::NoPatientFloor => s.floors.patient_resolve.phases.clear(),
             Mode::NoEmbedderTop => s.pipeline.budget.embedder_top = 0,
+            Mode::NoClauses => s.clauses.enabled = false,
             _ => return None,
         }
         Some(s)
@@ -714,15 +719,16 @@ pub async fn evaluate(
         Vec::new()
     };
     // Clauses of multi-clause queries, embedded in one go.
-    let clause_texts: Vec<Vec<&str>> = if modes.iter().any(|m| m.clauses()) {
-        queries
-            .iter()
-            .map(|q| config.settings().clauses.split(&q.query))
-            .map(|c| if c.len() >= 2 { c } else { Vec::new() })
-            .collect()
-    } else {
-        vec![Vec::new(); queries.len()]
-    };
+    let clause_texts: Vec<Vec<&str>> =
+        if config.settings().clauses.enabled || modes.iter().any(|m| m.clauses()) {
+            queries
+                .iter()
+                .map(|q| config.settings().clauses.split(&q.query))
+                .map(|c| if c.len() >= 2 { c } else { Vec::new() })
+                .collect()
+        } else {
+            vec![Vec::new(); queries.len()]
+        };
     let flat: Vec<&str> = clause_texts.iter().flatten().copied().collect();
     let mut clause_vectors = embedder.embed(Side::Query, &flat).await?.into_iter();
     let multi = clause_texts.iter().filter(|c| !c.is_empty()).count();
@@ -841,14 +847,22 @@ pub async fn evaluate(
                 | Mode::NoBudget
                 | Mode::NoFloors
                 | Mode::NoPatientFloor
-                | Mode::NoEmbedderTop => {
+                | Mode::NoEmbedderTop
+                | Mode::NoClauses => {
                     let cosine: &[(String, f32)] = if *mode == Mode::Lexical { &[] } else { &hits };
-                    let clauses: &[Clause<'_>] = if mode.clauses() { &clauses } else { &[] };
                     let base = match ablated {
                         Some(a) => a,
                         None if mode.clauses() => &with_clauses,
                         None => config,
                     };
+                    // As served: clauses are retrieved when the settings say
+                    // so, and only with vectors.
+                    let clauses: &[Clause<'_>] =
+                        if *mode != Mode::Lexical && base.settings().clauses.enabled {
+                            &clauses
+                        } else {
+                            &[]
+                        };
                     let turn = Turn {
                         text: &q.query,
                         phase: Phase::Planner,

@@ -51,7 +51,7 @@ pub use audit::{
 
 use crate::embed::{EmbedError, Side};
 use crate::index::sync::SyncError;
-use crate::index::{Indexer, Search, SyncReport};
+use crate::index::{Hit, Indexer, Search, SyncReport};
 use audit::Sessions;
 use keyhole_core::alias::reading::ranking_text;
 use keyhole_core::alias::Taxonomy;
@@ -61,7 +61,9 @@ use keyhole_core::proto::tools::{
 };
 use keyhole_core::tools::rank::config::RankConfig;
 use keyhole_core::tools::rank::meta::Overlay;
-use keyhole_core::tools::rank::pipeline::{resolve as rank_turn, Resolution, Turn};
+use keyhole_core::tools::rank::pipeline::{
+    resolve as rank_turn, resolve_clauses, Clause, Resolution, Turn,
+};
 use keyhole_core::tools::rank::registry::Registry;
 use keyhole_core::tools::rank::Candidate;
 use keyhole_core::tools::recovery::{self, MAX_FOUND};
@@ -171,6 +173,14 @@ impl Default for StartupIndex {
             max_backoff: Duration::from_secs(30),
         }
     }
+}
+
+/// What the vector search found for a turn: the cosine similarity of each
+/// tool to the turn, and to each of its clauses when it has several.
+#[derive(Debug, Default)]
+struct Cosines {
+    turn: Vec<(String, f32)>,
+    clauses: Vec<Vec<(String, f32)>>,
 }
 
 /// The vector search's default depth: the most cosines a turn asks the store
@@ -580,13 +590,25 @@ impl Resolver {
             }
         }
         let mut timings = Timings::default();
+        // A turn of several asks: each clause is retrieved as well.
+        let clause_texts = match &self.rank.settings().clauses {
+            c if c.enabled => Some(c.split(&req.turn)).filter(|c| c.len() >= 2),
+            _ => None,
+        }
+        .unwrap_or_default();
         let retrieval = if req.turn.trim().is_empty() {
             // Nothing to embed: the ranking keeps the session's prior set.
-            Ok(Vec::new())
+            Ok(Cosines::default())
         } else if prepared.is_ready() {
             match tokio::time::timeout_at(
                 deadline,
-                self.cosine(&prepared, &req.turn, Some(deadline), &mut timings),
+                self.cosines(
+                    &prepared,
+                    &req.turn,
+                    &clause_texts,
+                    Some(deadline),
+                    &mut timings,
+                ),
             )
             .await
             {
@@ -614,17 +636,30 @@ impl Resolver {
         } else {
             Err(Retrieval::Lexical)
         };
-        let (cosine, how) = match retrieval {
+        let (cosines, how) = match retrieval {
             Ok(hits) => (Some(hits), Retrieval::Hybrid),
-            Err(Retrieval::Lexical) => (Some(Vec::new()), Retrieval::Lexical),
+            Err(Retrieval::Lexical) => (Some(Cosines::default()), Retrieval::Lexical),
             Err(other) => (None, other),
         };
+        // Clauses whose cosines came back, each with its own (none when
+        // ranked lexically, on outage, or when a clause was not embedded).
+        let clauses: Vec<Clause<'_>> = cosines
+            .as_ref()
+            .filter(|c| c.clauses.len() == clause_texts.len())
+            .map(|c| {
+                clause_texts
+                    .iter()
+                    .zip(&c.clauses)
+                    .map(|(text, cosine)| Clause { text, cosine })
+                    .collect()
+            })
+            .unwrap_or_default();
         let prior = match &req.session {
             Some(s) => self.sessions.lock().await.prior(s),
             None => Vec::new(),
         };
         let rank_started = Instant::now();
-        let mut resolution = rank_turn(
+        let mut resolution = resolve_clauses(
             prepared.registry(),
             &self.rank,
             &Turn {
@@ -632,8 +667,9 @@ impl Resolver {
                 phase: req.phase,
                 prior: &prior,
                 tool_choice: req.forced.first().map(String::as_str),
-                cosine: cosine.as_deref(),
+                cosine: cosines.as_ref().map(|c| c.turn.as_slice()),
             },
+            &clauses,
         );
         timings.rank_us = rank_started.elapsed().as_micros() as u64;
         if how == Retrieval::Lexical {
@@ -760,36 +796,71 @@ impl Resolver {
         deadline: Option<tokio::time::Instant>,
         timings: &mut Timings,
     ) -> Result<Option<Vec<(String, f32)>>, RetrievalError> {
+        Ok(self
+            .cosines(prepared, turn, &[], deadline, timings)
+            .await?
+            .map(|c| c.turn))
+    }
+
+    /// The cosine similarities of the turn and of each of its clauses, by
+    /// function name (`None`: the collection does not exist). The turn and
+    /// its clauses are embedded together: from the cache, or in the
+    /// embedder's next request with the other turns waiting then
+    /// ([`crate::embed::Embedder::embed_queries`]); the caller's deadline
+    /// bounds the wait, and a text that would come back after it is not
+    /// sent ([`EmbedError::Late`]). The turn's failure is the answer's; when
+    /// a clause cannot be embedded the turn is answered without clauses.
+    async fn cosines(
+        &self,
+        prepared: &PreparedRegistry,
+        turn: &str,
+        clauses: &[&str],
+        deadline: Option<tokio::time::Instant>,
+        timings: &mut Timings,
+    ) -> Result<Option<Cosines>, RetrievalError> {
         let t = Instant::now();
-        let q = self.embed_turn(turn, deadline).await?;
+        let texts: Vec<&str> = std::iter::once(turn)
+            .chain(clauses.iter().copied())
+            .collect();
+        let mut vectors = self
+            .indexer
+            .embedder()
+            .embed_queries(&texts, deadline)
+            .await
+            .into_iter();
+        let q = vectors.next().unwrap_or(Err(EmbedError::Stopped))?;
+        let clause_vectors = match vectors.collect::<Result<Vec<_>, _>>() {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::debug!(error = %e, "a clause could not be embedded; ranking the turn whole");
+                Vec::new()
+            }
+        };
         timings.embed_us = t.elapsed().as_micros() as u64;
         let t = Instant::now();
         let registry = prepared.registry();
         let k = self.settings.search_k.unwrap_or(registry.len()).max(1);
-        let found = self.indexer.search(&q, k).await?;
+        let known = |hits: Vec<Hit>| -> Vec<(String, f32)> {
+            hits.into_iter()
+                .filter(|h| registry.index_of_name(&h.name).is_some())
+                .map(|h| (h.name, h.score))
+                .collect()
+        };
+        let Search::Hits(hits) = self.indexer.search(&q, k).await? else {
+            return Ok(None);
+        };
+        let mut found = Cosines {
+            turn: known(hits),
+            clauses: Vec::with_capacity(clause_vectors.len()),
+        };
+        for v in &clause_vectors {
+            let Search::Hits(hits) = self.indexer.search(v, k).await? else {
+                return Ok(None);
+            };
+            found.clauses.push(known(hits));
+        }
         timings.search_us = t.elapsed().as_micros() as u64;
-        Ok(match found {
-            Search::Missing => None,
-            Search::Hits(hits) => Some(
-                hits.into_iter()
-                    .filter(|h| registry.index_of_name(&h.name).is_some())
-                    .map(|h| (h.name, h.score))
-                    .collect(),
-            ),
-        })
-    }
-
-    /// The turn's embedding: from the cache, or from the embedder's next
-    /// request, together with the other turns waiting then
-    /// ([`crate::embed::Embedder::embed_query`]). The caller's deadline
-    /// bounds the wait; a turn that would come back after it is not sent
-    /// ([`EmbedError::Late`]).
-    async fn embed_turn(
-        &self,
-        turn: &str,
-        deadline: Option<tokio::time::Instant>,
-    ) -> Result<Arc<[f32]>, RetrievalError> {
-        Ok(self.indexer.embedder().embed_query(turn, deadline).await?)
+        Ok(Some(found))
     }
 
     /// The cosine similarity of `text` to every tool of an indexed registry,

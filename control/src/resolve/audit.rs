@@ -72,6 +72,10 @@ pub struct AuditEntry {
     pub floors: Vec<FiredFloor>,
     /// The turn's domains (domain scoping).
     pub domains: Vec<String>,
+    /// Clauses of a turn of several asks, each retrieved on its own as well
+    /// (0: the turn was retrieved whole).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub clauses: usize,
     /// Timings.
     pub timings: Timings,
     /// The model's tool search on this turn, when it made one.
@@ -202,6 +206,10 @@ impl SearchAudit {
     }
 }
 
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
 impl AuditEntry {
     /// The entry for one resolution.
     /// `tools_in`: the registry's size (a request by digest carries no tools).
@@ -225,6 +233,7 @@ impl AuditEntry {
             tools: res.to_response().tools,
             floors: res.trace.floors.clone(),
             domains: res.trace.domains.clone(),
+            clauses: res.trace.clauses,
             timings,
             search: None,
             off_domain: res.trace.off_domain.clone(),

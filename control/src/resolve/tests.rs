@@ -305,6 +305,7 @@ async fn sessions_and_their_trails_are_bounded() {
         tools: vec![],
         floors: vec![],
         domains: vec![],
+        clauses: 0,
         timings: Timings::default(),
         search: None,
         off_domain: vec![],
@@ -1100,4 +1101,57 @@ async fn a_list_of_answers_is_audited_turn_by_turn() {
         post_calls(&app, b"[1, 2]".to_vec()).await,
         StatusCode::BAD_REQUEST
     );
+}
+
+#[tokio::test]
+async fn a_turn_of_two_asks_retrieves_each_clause_in_the_turns_embedding_request() {
+    let f = fixture().await;
+    // The first sight of the registry starts its indexing.
+    f.resolver
+        .resolve(&request(
+            &f,
+            "first",
+            "show the vital signs",
+            Phase::Planner,
+        ))
+        .await;
+    wait_ready(&f).await;
+    let turn = "Cancel the appointment of Mrs. Krause on Friday, then send a message to the night nurse about her insulin.";
+    let clauses = f.resolver.rank.settings().clauses.split(turn);
+    assert_eq!(clauses.len(), 2, "{clauses:?}");
+    f.fake.seen.lock().unwrap().clear();
+    let answer = f
+        .resolver
+        .resolve(&request(&f, "two-asks", turn, Phase::Planner))
+        .await;
+    let seen = f.fake.seen.lock().unwrap().clone();
+    // The turn and both clauses, in one request: embedded once each.
+    for text in std::iter::once(turn).chain(clauses.iter().copied()) {
+        assert_eq!(
+            seen.iter().filter(|s| s.as_str() == text).count(),
+            1,
+            "{text:?} in {seen:?}"
+        );
+    }
+    assert!(
+        (6..=12).contains(&answer.tools.len()),
+        "{}",
+        answer.tools.len()
+    );
+    let names: Vec<&str> = answer.tools.iter().map(|t| t.name.as_str()).collect();
+    for tool in ["appointment__manage", "message__send"] {
+        assert!(names.contains(&tool), "{tool} missing from {names:?}");
+    }
+    let trail = f.resolver.audit("two-asks").await.unwrap();
+    assert_eq!(trail[0].retrieval, Retrieval::Hybrid);
+    assert_eq!(trail[0].clauses, 2);
+
+    // One ask: retrieved whole, one text embedded.
+    f.fake.seen.lock().unwrap().clear();
+    let one = "Cancel the appointment of Mrs. Krause on Friday.";
+    f.resolver
+        .resolve(&request(&f, "one-ask", one, Phase::Planner))
+        .await;
+    assert_eq!(*f.fake.seen.lock().unwrap(), [one]);
+    assert_eq!(f.resolver.audit("one-ask").await.unwrap()[0].clauses, 0);
 }

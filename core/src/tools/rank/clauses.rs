@@ -14,12 +14,14 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct ClauseSettings {
-    /// Whether multi-clause turns retrieve each clause as well. Off by
-    /// default: on the check parts it raised full-gold recall on the
-    /// multi-tool set (Seal-Tools) and lowered it or MRR on single-intent
-    /// sets (BFCL, MetaTool); see `eval/RESULTS.md`.
+    /// Whether multi-clause turns retrieve each clause as well (control
+    /// embeds the turn and its clauses in one request). On by default: on
+    /// the tune parts it raised full-gold recall on the multi-tool sets
+    /// (Seal-Tools, StableToolBench, API-Bank), held the clinical sets and
+    /// cost BFCL two queries of 359; see `eval/RESULTS.md`.
     pub enabled: bool,
-    /// A piece with fewer words joins the clause before it ("Dr." is no clause).
+    /// A piece with fewer words joins the clause before it ("Dr." is no
+    /// clause; neither is an aside, "…, no complications, …").
     pub min_words: usize,
     /// How many of each clause's best hits join the turn's hits.
     pub per_clause_k: usize,
@@ -47,8 +49,8 @@ impl Default for ClauseSettings {
             "aussi",
         ];
         ClauseSettings {
-            enabled: false,
-            min_words: 2,
+            enabled: true,
+            min_words: 4,
             per_clause_k: 1,
             conjunctions: words.iter().map(|w| (*w).to_owned()).collect(),
         }
@@ -187,8 +189,33 @@ mod tests {
     use super::*;
     use crate::proto::tools::Reason;
 
+    /// Split with pieces of two words kept apart, to see every boundary.
     fn split(text: &str) -> Vec<&str> {
-        ClauseSettings::default().split(text)
+        ClauseSettings {
+            min_words: 2,
+            ..ClauseSettings::default()
+        }
+        .split(text)
+    }
+
+    #[test]
+    fn the_default_keeps_a_short_aside_in_its_clause() {
+        let text = "Write the procedure note for the pleural tap, no complications, and send the fluid for LDH and protein.";
+        assert_eq!(
+            ClauseSettings::default().split(text),
+            [
+                "Write the procedure note for the pleural tap, no complications",
+                "send the fluid for LDH and protein"
+            ]
+        );
+        assert_eq!(
+            split(text),
+            [
+                "Write the procedure note for the pleural tap",
+                "no complications",
+                "send the fluid for LDH and protein"
+            ]
+        );
     }
 
     #[test]

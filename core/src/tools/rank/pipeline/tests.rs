@@ -360,10 +360,20 @@ fn per_subtask_is_bounded_and_keeps_its_best() {
 fn each_clause_brings_its_best_tool_under_the_budget() {
     let reg = registry();
     let mut s = RankSettings::default();
-    s.clauses.enabled = true;
-    let cfg = RankConfig::try_new(s).unwrap();
+    s.clauses.min_words = 2;
+    let cfg = RankConfig::try_new(s.clone()).unwrap();
+    s.clauses.enabled = false;
+    let off = RankConfig::try_new(s).unwrap();
     let text =
         "Record BP 160/95 mmHg and pulse 102 bpm, then create a task for the doctor to review.";
+    // The default joins a piece of fewer than four words to the one before.
+    assert_eq!(
+        config().settings().clauses.split(text),
+        [
+            "Record BP 160/95 mmHg and pulse 102 bpm",
+            "create a task for the doctor to review"
+        ]
+    );
     let parts = cfg.settings().clauses.split(text);
     assert_eq!(parts.len(), 3);
     let clauses: Vec<Clause<'_>> = parts
@@ -382,15 +392,19 @@ fn each_clause_brings_its_best_tool_under_the_budget() {
     );
     assert!(r.candidates.len() <= 12);
     assert_eq!(r.trace.clauses, 3);
-    // One clause, or clause retrieval off (the default), is the plain resolution.
+    // One clause, or clause retrieval off, is the plain resolution.
     let one = [Clause { text, cosine: &[] }];
     assert_eq!(
         resolve_clauses(&reg, &cfg, &turn, &one),
         resolve(&reg, &cfg, &turn)
     );
     assert_eq!(
-        resolve_clauses(&reg, &config(), &turn, &clauses),
-        resolve(&reg, &config(), &turn)
+        resolve_clauses(&reg, &off, &turn, &clauses),
+        resolve(&reg, &off, &turn)
+    );
+    assert_ne!(
+        resolve_clauses(&reg, &cfg, &turn, &clauses),
+        resolve(&reg, &cfg, &turn)
     );
 }
 
