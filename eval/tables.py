@@ -10,7 +10,7 @@ ORDER = ["field", "catalog", "apibank", "metatool", "bfcl", "stabletoolbench", "
 MODES = ["hybrid", "fitted", "cosine", "rrf", "lexical", "clauses", "fittedclauses"]
 # Each post-fusion stage switched in turn (dedup, off by default, on) (`--mode ablation`), then plain RRF.
 ABLATION = ["no-threshold", "no-domain", "with-dedup", "no-workflow", "no-budget", "no-floors",
-            "no-patient-floor", "no-embedder-top"]
+            "no-patient-floor", "no-embedder-top", "no-clauses"]
 
 
 def key(m):
