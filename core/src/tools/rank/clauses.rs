@@ -10,6 +10,11 @@ use super::tokenize::fold;
 use super::Candidate;
 use serde::{Deserialize, Serialize};
 
+/// The most clauses a turn is split into: each is embedded and searched on
+/// its own, and no phase has places for more (a turn of thousands of commas
+/// must not cost thousands of searches).
+pub const MAX_CLAUSES: usize = 12;
+
 /// Clause splitting.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
@@ -129,11 +134,13 @@ impl ClauseSettings {
             }
         }
         spans.extend(current);
-        // Short pieces join the clause before them (the first joins the next).
+        // Short pieces join the clause before them (the first joins the next),
+        // and every piece past the most clauses joins the last one.
         let mut merged: Vec<(usize, usize, usize)> = Vec::new();
         for s in spans {
+            let full = merged.len() >= MAX_CLAUSES;
             match merged.last_mut() {
-                Some(last) if s.2 < self.min_words || last.2 < self.min_words => {
+                Some(last) if full || s.2 < self.min_words || last.2 < self.min_words => {
                     last.1 = s.1;
                     last.2 += s.2;
                 }
@@ -196,6 +203,20 @@ mod tests {
             ..ClauseSettings::default()
         }
         .split(text)
+    }
+
+    #[test]
+    fn a_turn_of_many_asks_is_at_most_the_most_clauses_and_keeps_its_text() {
+        let text = "order the lab panel, ".repeat(5000) + "then book a follow up visit";
+        let clauses = ClauseSettings::default().split(&text);
+        assert_eq!(clauses.len(), MAX_CLAUSES);
+        assert_eq!(clauses[0], "order the lab panel");
+        let last = clauses[MAX_CLAUSES - 1];
+        assert!(last.ends_with("then book a follow up visit"), "{last}");
+        assert!(
+            last.starts_with("order the lab panel, order the lab panel"),
+            "{last}"
+        );
     }
 
     #[test]
