@@ -846,18 +846,27 @@ impl Resolver {
                 .map(|h| (h.name, h.score))
                 .collect()
         };
-        let Search::Hits(hits) = self.indexer.search(&q, k).await? else {
+        // The turn and its clauses in one search request.
+        let vectors: Vec<&[f32]> = std::iter::once(&*q)
+            .chain(clause_vectors.iter().map(|v| &**v))
+            .collect();
+        let mut answers = self.indexer.search_batch(&vectors, k).await?.into_iter();
+        let mut hits_of = || match answers.next() {
+            Some(Search::Hits(hits)) => Some(known(hits)),
+            Some(Search::Missing) | None => None,
+        };
+        let Some(turn) = hits_of() else {
             return Ok(None);
         };
         let mut found = Cosines {
-            turn: known(hits),
+            turn,
             clauses: Vec::with_capacity(clause_vectors.len()),
         };
-        for v in &clause_vectors {
-            let Search::Hits(hits) = self.indexer.search(v, k).await? else {
+        for _ in &clause_vectors {
+            let Some(hits) = hits_of() else {
                 return Ok(None);
             };
-            found.clauses.push(known(hits));
+            found.clauses.push(hits);
         }
         timings.search_us = t.elapsed().as_micros() as u64;
         Ok(Some(found))

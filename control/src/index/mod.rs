@@ -138,6 +138,25 @@ pub trait VectorStore: Send + Sync {
         filter: Option<&'a Predicate>,
     ) -> IndexFuture<'a, Search>;
 
+    /// The `k` points most similar to each of `vectors`: one answer per
+    /// vector, in order, each as [`Self::search`] would give it. A backend
+    /// across the network answers them in one request (a turn and its
+    /// clauses: one round trip); this default asks one after another.
+    fn search_batch<'a>(
+        &'a self,
+        collection: &'a str,
+        vectors: &'a [&'a [f32]],
+        k: usize,
+    ) -> IndexFuture<'a, Vec<Search>> {
+        Box::pin(async move {
+            let mut out = Vec::with_capacity(vectors.len());
+            for v in vectors {
+                out.push(self.search(collection, v, k, None).await?);
+            }
+            Ok(out)
+        })
+    }
+
     /// Every point's id and payload (no vectors): what incremental indexing
     /// compares against. Empty when the collection does not exist.
     fn payloads<'a>(&'a self, collection: &'a str) -> IndexFuture<'a, Vec<(Uuid, PointPayload)>>;

@@ -15,7 +15,8 @@ use super::{
 use qdrant_client::qdrant::{
     vectors_config, Condition, CreateCollectionBuilder, CreateFieldIndexCollectionBuilder,
     DeletePointsBuilder, Distance, FieldType, Filter, PointId, PointStruct, PointsIdsList,
-    QueryPointsBuilder, ScrollPointsBuilder, UpsertPointsBuilder, VectorParamsBuilder,
+    QueryBatchPointsBuilder, QueryPointsBuilder, ScrollPointsBuilder, UpsertPointsBuilder,
+    VectorParamsBuilder,
 };
 use qdrant_client::{Payload, Qdrant, QdrantError};
 use std::collections::HashMap;
@@ -109,6 +110,26 @@ fn read_payload(
             collection: collection.to_owned(),
             problem: e.to_string(),
         })
+}
+
+/// A search's points as hits, in the embedded store's order: best first,
+/// ties by id.
+fn hits_of(
+    collection: &str,
+    points: Vec<qdrant_client::qdrant::ScoredPoint>,
+) -> Result<Search, IndexError> {
+    let mut hits = Vec::with_capacity(points.len());
+    for p in points {
+        let id = read_id(collection, p.id)?;
+        let payload = read_payload(collection, p.payload)?;
+        hits.push(Hit {
+            id,
+            score: p.score,
+            name: payload.name,
+        });
+    }
+    hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
+    Ok(Search::Hits(hits))
 }
 
 fn read_id(collection: &str, id: Option<PointId>) -> Result<Uuid, IndexError> {
@@ -285,24 +306,57 @@ impl VectorStore for QdrantStore {
             if let Some(f) = filter.and_then(filter_of) {
                 query = query.filter(f);
             }
-            let points = match self.client.query(query).await {
+            match self.client.query(query).await {
+                Ok(r) => hits_of(collection, r.result),
+                Err(e) if is_not_found(&e) => Ok(Search::Missing),
+                Err(e) => Err(qdrant_error("search", collection, e)),
+            }
+        })
+    }
+
+    fn search_batch<'a>(
+        &'a self,
+        collection: &'a str,
+        vectors: &'a [&'a [f32]],
+        k: usize,
+    ) -> IndexFuture<'a, Vec<Search>> {
+        Box::pin(async move {
+            if vectors.is_empty() {
+                return Ok(Vec::new());
+            }
+            let queries: Vec<_> = vectors
+                .iter()
+                .map(|v| {
+                    QueryPointsBuilder::new(collection)
+                        .query(v.to_vec())
+                        .limit(k as u64)
+                        .with_payload(true)
+                        .build()
+                })
+                .collect();
+            let batches = match self
+                .client
+                .query_batch(QueryBatchPointsBuilder::new(collection, queries))
+                .await
+            {
                 Ok(r) => r.result,
-                Err(e) if is_not_found(&e) => return Ok(Search::Missing),
+                Err(e) if is_not_found(&e) => return Ok(vec![Search::Missing; vectors.len()]),
                 Err(e) => return Err(qdrant_error("search", collection, e)),
             };
-            let mut hits = Vec::with_capacity(points.len());
-            for p in points {
-                let id = read_id(collection, p.id)?;
-                let payload = read_payload(collection, p.payload)?;
-                hits.push(Hit {
-                    id,
-                    score: p.score,
-                    name: payload.name,
+            if batches.len() != vectors.len() {
+                return Err(IndexError::MalformedPoint {
+                    collection: collection.to_owned(),
+                    problem: format!(
+                        "{} answers to a batch of {} searches",
+                        batches.len(),
+                        vectors.len()
+                    ),
                 });
             }
-            // Same order as the embedded store: best first, ties by id.
-            hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
-            Ok(Search::Hits(hits))
+            batches
+                .into_iter()
+                .map(|b| hits_of(collection, b.result))
+                .collect()
         })
     }
 

@@ -126,6 +126,19 @@ impl Indexer {
         self.store.search(&self.collection, vector, k, None).await
     }
 
+    /// [`Self::search`] for several vectors (a turn and its clauses), in one
+    /// request where the store takes a batch; one answer per vector, in order.
+    pub async fn search_batch(
+        &self,
+        vectors: &[&[f32]],
+        k: usize,
+    ) -> Result<Vec<Search>, IndexError> {
+        if let Some(v) = vectors.first() {
+            self.note_dimension(v.len());
+        }
+        self.store.search_batch(&self.collection, vectors, k).await
+    }
+
     fn desired(&self, registry: &Registry) -> Vec<Desired> {
         let model = self.embedder.model(Side::Document);
         registry

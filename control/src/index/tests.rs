@@ -55,6 +55,14 @@ async fn conformance(store: &dyn VectorStore, coll: &str) {
         .unwrap_err();
     assert!(matches!(err, IndexError::MissingCollection { .. }), "{err}");
 
+    assert_eq!(
+        store
+            .search_batch(coll, &[&[1.0, 0.0, 0.0], &[0.0, 1.0, 0.0]], 3)
+            .await
+            .unwrap(),
+        [Search::Missing, Search::Missing]
+    );
+
     store.ensure_collection(coll, 3).await.unwrap();
     store.ensure_collection(coll, 3).await.unwrap();
     assert!(matches!(
@@ -100,6 +108,23 @@ async fn conformance(store: &dyn VectorStore, coll: &str) {
     assert!((hits[0].score - 1.0).abs() < 1e-4, "{}", hits[0].score);
     assert!((hits[1].score - 0.99388).abs() < 1e-3, "{}", hits[1].score);
     assert_eq!(hits[0].id, point_id("conformance", "a"));
+
+    // A batch answers each vector as its own search would, in order.
+    let queries: [&[f32]; 3] = [&[0.0, 0.1, 1.0], &[2.0, 0.0, 0.0], &[0.1, 1.0, 0.0]];
+    let mut one_by_one = Vec::new();
+    for q in queries {
+        one_by_one.push(store.search(coll, q, 2, None).await.unwrap());
+    }
+    let batch = store.search_batch(coll, &queries, 2).await.unwrap();
+    assert_eq!(
+        batch.into_iter().map(names).collect::<Vec<_>>(),
+        [["d", "c"], ["a", "b"], ["c", "b"]]
+    );
+    assert_eq!(
+        store.search_batch(coll, &queries, 2).await.unwrap(),
+        one_by_one
+    );
+    assert!(store.search_batch(coll, &[], 2).await.unwrap().is_empty());
 
     let x = Predicate {
         category: Some("x".into()),
