@@ -5,8 +5,11 @@
 //! count the instructions of the rounds alone.
 //!
 //! ```text
-//! cargo run --release -p keyhole-control --example resolve_loop -- [hybrid|lexical] [ROUNDS]
+//! cargo run --release -p keyhole-control --example resolve_loop -- [hybrid|lexical] [ROUNDS] [RANK_CONFIG]
 //! ```
+//!
+//! `RANK_CONFIG`: a rank settings file (as `keyhole serve --rank-config`),
+//! to profile a setting switched off (`{"clauses":{"enabled":false}}`).
 //!
 //! - `hybrid`: the catalog's registry indexed, the turn's vector cached
 //!   (what a warm turn is);
@@ -60,7 +63,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..EmbedderConfig::default()
     })?);
     let overlay = Overlay::from_json(&std::fs::read(format!("{CATALOG}/tools.json"))?)?;
-    let rank = RankConfig::try_new(Default::default())?;
+    let rank = match args.next() {
+        Some(path) => RankConfig::from_json(&std::fs::read(path)?)?,
+        None => RankConfig::try_new(Default::default())?,
+    };
     let store = Arc::new(MemoryStore::in_memory());
     let indexer = Arc::new(Indexer::try_new(embedder, store, "profile")?);
     let resolver = Arc::new(Resolver::new(

@@ -24,7 +24,6 @@
 use super::clauses::interleave;
 use super::config::RankConfig;
 use super::floors::{person, FiredFloor};
-use super::fuse::{compare, Scored};
 use super::lexical::LexicalScore;
 use super::outage::{bounded, SetInputs};
 use super::registry::Registry;
@@ -148,6 +147,10 @@ struct Stages {
     scoped: bool,
     limit: usize,
     reason: Reason,
+    /// Whether the trace names the tools each stage touched (`ranked`,
+    /// `off_domain`, `deduped`, `boosted`): a search whose trace is
+    /// dropped (a clause's, the tool search's) clones no names for it.
+    named: bool,
 }
 
 /// One clause of a multi-intent turn with its own cosines (see
@@ -211,6 +214,7 @@ pub fn resolve_clauses(
             scoped: true,
             limit: usize::MAX,
             reason: Reason::Rag,
+            named: true,
         };
         let mut ranked = rank(
             registry,
@@ -450,6 +454,7 @@ pub fn search(
         scoped: true,
         limit: k,
         reason: Reason::Rag,
+        named: false,
     };
     rank(registry, config, &scores, &floors, stages, &mut trace)
 }
@@ -635,22 +640,7 @@ fn floor_candidates(registry: &Registry, scores: &Scores, fired: &[FiredFloor]) 
 /// order keep registry order, as a stable sort of the registry would), without
 /// sorting the whole registry.
 fn best(registry: &Registry, scores: &Scores, m: usize) -> Vec<ToolScore> {
-    let id_of = |i: usize| registry.tool(i).map_or("", |t| t.id.as_str());
-    let order = |a: &ToolScore, b: &ToolScore| {
-        compare(
-            &Scored {
-                id: id_of(a.index),
-                score: a.fused,
-                coverage: a.coverage,
-            },
-            &Scored {
-                id: id_of(b.index),
-                score: b.fused,
-                coverage: b.coverage,
-            },
-        )
-        .then(a.index.cmp(&b.index))
-    };
+    let order = |a: &ToolScore, b: &ToolScore| by_score_then_id(registry, a, b);
     // The m-th best score bounds the m best (found on bare floats, which
     // compare cheaply); only tools at or above it are ordered in full.
     let mut top: Vec<ToolScore> = match m
@@ -674,7 +664,7 @@ fn best(registry: &Registry, scores: &Scores, m: usize) -> Vec<ToolScore> {
         top.select_nth_unstable_by(m, order);
         top.truncate(m);
     }
-    top.sort_by(order);
+    top.sort_unstable_by(order);
     // Tools without evidence all score `implicit`: they enter only where that
     // score ranks (checked before walking them).
     let room = top.len() < m;
@@ -700,6 +690,17 @@ fn best(registry: &Registry, scores: &Scores, m: usize) -> Vec<ToolScore> {
     merged
 }
 
+/// The ranking order: [`compare`](super::fuse::compare)'s (score, then
+/// coverage, best first, then id), ties on id by index. A total order on
+/// distinct tools, so an unstable sort gives the one answer; ids compare by
+/// the registry's precomputed order.
+fn by_score_then_id(registry: &Registry, a: &ToolScore, b: &ToolScore) -> std::cmp::Ordering {
+    b.fused
+        .total_cmp(&a.fused)
+        .then(b.coverage.total_cmp(&a.coverage))
+        .then_with(|| registry.id_order(a.index).cmp(&registry.id_order(b.index)))
+}
+
 /// Stages 3–6 over precomputed scores; returns candidates best first.
 fn rank(
     registry: &Registry,
@@ -710,23 +711,7 @@ fn rank(
     trace: &mut Trace,
 ) -> Vec<Candidate> {
     let p = &config.settings().pipeline;
-    let id_of = |i: usize| registry.tool(i).map_or("", |t| t.id.as_str());
-    let sort = |v: &mut Vec<ToolScore>| {
-        v.sort_by(|a, b| {
-            compare(
-                &Scored {
-                    id: id_of(a.index),
-                    score: a.fused,
-                    coverage: a.coverage,
-                },
-                &Scored {
-                    id: id_of(b.index),
-                    score: b.fused,
-                    coverage: b.coverage,
-                },
-            )
-        })
-    };
+    let sort = |v: &mut Vec<ToolScore>| v.sort_unstable_by(|a, b| by_score_then_id(registry, a, b));
     // 3. Threshold, keeping the phase minimum when there is anything to keep.
     let implicit = scores.business - scores.scored.len();
     // Tools over the threshold and tools the vector search returned, in one pass.
@@ -750,10 +735,13 @@ fn rank(
             .max(stages.min_fill)
             .max(searched.min(stages.searched_fill)),
     );
-    trace.ranked = ranked
-        .iter()
-        .filter_map(|s| registry.tool(s.index).map(|t| t.name.clone()))
-        .collect();
+    let named = |i: usize| {
+        stages
+            .named
+            .then(|| registry.tool(i).map(|t| t.name.clone()))
+            .flatten()
+    };
+    trace.ranked = ranked.iter().filter_map(|s| named(s.index)).collect();
 
     if stages.scoped {
         // 4. Domain scoping.
@@ -786,9 +774,7 @@ fn rank(
                 } else {
                     d.penalty
                 };
-                if let Some(t) = registry.tool(s.index) {
-                    trace.off_domain.push(t.name.clone());
-                }
+                trace.off_domain.extend(named(s.index));
             }
             trace.domains = domains.into_iter().collect();
             sort(&mut ranked);
@@ -812,9 +798,7 @@ fn rank(
                     kept.push(s);
                     continue;
                 }
-                if let Some(t) = registry.tool(s.index) {
-                    trace.deduped.push(t.name.clone());
-                }
+                trace.deduped.extend(named(s.index));
                 if let Some(penalty) = p.dedup.sibling_penalty {
                     s.fused -= penalty;
                     kept.push(s);
@@ -836,7 +820,7 @@ fn rank(
                     .is_some_and(|c| p.workflow.categories.contains(c));
                 if is_workflow {
                     s.fused += p.workflow.boost;
-                    trace.boosted.push(t.name.clone());
+                    trace.boosted.extend(named(s.index));
                 }
             }
             sort(&mut ranked);

@@ -67,6 +67,10 @@ pub struct Registry {
     /// Business tools' indices, by id then index: the ranking order of tools
     /// that tie on score and coverage.
     business_by_id: Vec<usize>,
+    /// Each tool's place in the order by id then index (indexed by the
+    /// tool's index): ties on score and coverage compare two integers,
+    /// not two strings looked up per comparison.
+    id_order: Vec<u32>,
     lexical: LexicalIndex,
 }
 
@@ -156,6 +160,17 @@ impl Registry {
             let id = |i: usize| tools.get(i).map_or("", |t| t.id.as_str());
             id(a).cmp(id(b)).then(a.cmp(&b))
         });
+        let mut by_id_order: Vec<usize> = (0..tools.len()).collect();
+        by_id_order.sort_by(|&a, &b| {
+            let id = |i: usize| tools.get(i).map_or("", |t| t.id.as_str());
+            id(a).cmp(id(b)).then(a.cmp(&b))
+        });
+        let mut id_order = vec![0u32; tools.len()];
+        for (place, &i) in by_id_order.iter().enumerate() {
+            if let Some(o) = id_order.get_mut(i) {
+                *o = u32::try_from(place).unwrap_or(u32::MAX);
+            }
+        }
         Registry {
             tools,
             by_name,
@@ -163,6 +178,7 @@ impl Registry {
             names,
             mutating,
             business_by_id,
+            id_order,
             lexical,
         }
     }
@@ -206,6 +222,12 @@ impl Registry {
     /// ascending (ties by index).
     pub fn business_by_id(&self) -> &[usize] {
         &self.business_by_id
+    }
+
+    /// The tool's place in the order of all tools by id, then index (the
+    /// last place for an index out of range).
+    pub fn id_order(&self, index: usize) -> u32 {
+        self.id_order.get(index).copied().unwrap_or(u32::MAX)
     }
 
     /// Whether a turn names the tool with an id by one of its acronyms, written

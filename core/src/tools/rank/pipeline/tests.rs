@@ -1,6 +1,7 @@
 use super::*;
 use crate::proto::tools::ToolDescriptor;
 use crate::tools::rank::config::RankSettings;
+use crate::tools::rank::fuse::{compare, Scored};
 use crate::tools::rank::meta::{NameMapping, Overlay};
 use crate::tools::rank::stages::BudgetSettings;
 use proptest::prelude::*;
